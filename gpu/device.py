@@ -1,0 +1,164 @@
+"""The wgpu device: adapter choice, limits, features, buffers and the pipeline cache.
+
+A real GPU adapter is preferred over a software one (lavapipe); `HEARTH_ADAPTER` picks an
+adapter by a substring of its name. The device asks for the adapter's maximum limits and
+for the optional features Hearth's kernels can use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from gpu.errors import GPUFailure, gpu_stage
+from gpu.shaders import compile_source
+
+log = logging.getLogger("hearth.gpu")
+
+OPTIONAL_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+# Adapter types in order of preference: a GPU beats a CPU rasteriser.
+_ADAPTER_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "Unknown": 3, "CPU": 4}
+# Vulkan first: the OpenGL backend lacks compute features that lavapipe has.
+_BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The limits Hearth plans around, in bytes unless named otherwise."""
+
+    max_binding_bytes: int
+    max_buffer_bytes: int
+    workgroup_storage_bytes: int
+    max_invocations: int
+    max_storage_buffers: int
+    min_offset_alignment: int
+
+
+class Device:
+    """One wgpu device with its queue, a pipeline cache and buffer helpers."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        info = adapter.info
+        self.name: str = info["device"]
+        self.backend: str = info["backend_type"]
+        self.adapter_type: str = info["adapter_type"]
+        self.features = frozenset(f for f in OPTIONAL_FEATURES if f in adapter.features)
+        with gpu_stage("requesting device", self.name):
+            self.device = adapter.request_device_sync(
+                required_features=sorted(self.features), required_limits=dict(adapter.limits)
+            )
+        lim = self.device.limits
+        self.limits = DeviceLimits(
+            max_binding_bytes=int(lim["max-storage-buffer-binding-size"]),
+            max_buffer_bytes=int(lim["max-buffer-size"]),
+            workgroup_storage_bytes=int(lim["max-compute-workgroup-storage-size"]),
+            max_invocations=int(lim["max-compute-invocations-per-workgroup"]),
+            max_storage_buffers=int(lim["max-storage-buffers-per-shader-stage"]),
+            min_offset_alignment=int(lim["min-storage-buffer-offset-alignment"]),
+        )
+        self.queue = self.device.queue
+        self._pipelines: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+        log.info(
+            "GPU adapter %r (%s, %s); features %s; max binding %d MiB, max buffer %d MiB, "
+            "workgroup storage %d KiB",
+            self.name, self.adapter_type, self.backend, sorted(self.features) or "none",
+            self.limits.max_binding_bytes >> 20, self.limits.max_buffer_bytes >> 20,
+            self.limits.workgroup_storage_bytes >> 10,
+        )
+
+    @property
+    def is_software(self) -> bool:
+        """True on a CPU rasteriser (lavapipe, llvmpipe)."""
+        return self.adapter_type == "CPU"
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    # -- buffers ---------------------------------------------------------------------
+    def create_buffer(self, nbytes: int, label: str, usage: int = STORAGE_USAGE) -> Any:
+        """A zero-filled buffer of at least nbytes, rounded up to 4 bytes."""
+        size = max(4, (nbytes + 3) & ~3)
+        with gpu_stage("creating buffer", f"{label} ({size} bytes)"):
+            return self.device.create_buffer(size=size, usage=usage, label=label)
+
+    def upload(self, data: np.ndarray | bytes | memoryview, label: str) -> Any:
+        """A storage buffer holding data (padded with zeros to a multiple of 4 bytes)."""
+        raw = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+        buffer = self.create_buffer(raw.nbytes, label)
+        self.write(buffer, raw, label)
+        return buffer
+
+    def write(self, buffer: Any, data: np.ndarray | bytes | memoryview, label: str, offset: int = 0) -> None:
+        raw = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+        usable = raw.nbytes & ~3
+        with gpu_stage("writing buffer", label):
+            if usable:
+                self.queue.write_buffer(buffer, offset, raw[:usable])
+            if usable != raw.nbytes:  # queue writes must be 4-byte multiples
+                tail = bytes(raw[usable:]) + b"\0" * (4 - (raw.nbytes - usable))
+                self.queue.write_buffer(buffer, offset + usable, tail)
+
+    def read(self, buffer: Any, nbytes: int, label: str, offset: int = 0) -> bytes:
+        """Copy nbytes back from a storage buffer (slow path for tests and tools)."""
+        with gpu_stage("reading buffer", label):
+            return bytes(self.queue.read_buffer(buffer, offset, (nbytes + 3) & ~3))[:nbytes]
+
+    # -- pipelines -------------------------------------------------------------------
+    def pipeline(self, kernel: str, constants: dict[str, Any] | None = None) -> Any:
+        """The compute pipeline of kernels/<kernel>.wgsl specialised by constants, compiled once."""
+        key = (kernel, tuple(sorted((constants or {}).items())))
+        with self._lock:
+            cached = self._pipelines.get(key)
+        if cached is not None:
+            return cached
+        source = compile_source(kernel, constants or {}, self.features)
+        with gpu_stage("compiling shader", kernel):
+            module = self.device.create_shader_module(code=source, label=kernel)
+            pipeline = self.device.create_compute_pipeline(
+                layout="auto", compute={"module": module, "entry_point": "main"}, label=kernel
+            )
+        with self._lock:
+            self._pipelines[key] = pipeline
+        return pipeline
+
+
+def _rank(adapter: Any) -> tuple[int, int]:
+    info = adapter.info
+    return (_ADAPTER_RANK.get(info["adapter_type"], 3), _BACKEND_RANK.get(info["backend_type"], 1))
+
+
+def choose_adapter(name: str | None = None) -> Any:
+    """The best adapter, or the first whose name contains `name` (case-insensitive)."""
+    adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    if not adapters:
+        raise GPUFailure("finding an adapter", "device", "no WebGPU adapter; install a Vulkan driver "
+                         "(on a machine without a GPU: apt-get install mesa-vulkan-drivers libvulkan1)")
+    if name:
+        wanted = [a for a in adapters if name.lower() in f"{a.info['device']} {a.info['vendor']}".lower()]
+        if not wanted:
+            names = ", ".join(repr(a.info["device"]) for a in adapters)
+            raise GPUFailure("finding an adapter", "device", f"HEARTH_ADAPTER={name!r} matches none of {names}")
+        adapters = wanted
+    return min(adapters, key=_rank)
+
+
+_default: Device | None = None
+_default_lock = threading.Lock()
+
+
+def default_device() -> Device:
+    """The process-wide device on the adapter chosen by HEARTH_ADAPTER or by preference."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Device(choose_adapter(os.environ.get("HEARTH_ADAPTER")))
+        return _default
