@@ -1,0 +1,24 @@
+// gelu_mul: out = gelu_tanh(gate) * up, the gated feed-forward of Gemma (GeGLU).
+// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's approximate="tanh".
+// Work split: one invocation per element of the step's rows, 256 per workgroup.
+#include "common/step.wgsl"
+
+override D: u32 = 2048u;  // feed-forward width
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> gate: array<f32>;        // [T_MAX, D]
+@group(0) @binding(2) var<storage, read> up: array<f32>;          // [T_MAX, D]
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;   // [T_MAX, D]
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    if (i >= step.n_tokens * D) {
+        return;
+    }
+    let g = gate[i];
+    // tanh saturates long before |u| = 15; clamping keeps exp-based tanh from overflowing.
+    let u = clamp(0.7978845608028654 * (g + 0.044715 * g * g * g), -15.0, 15.0);
+    out[i] = 0.5 * g * (1.0 + tanh(u)) * up[i];
+}

@@ -1,0 +1,75 @@
+"""Host side of the transformer kernels: each function adds one dispatch to a program.
+
+Shapes use T for the program's maximum tokens per step (T_MAX); kernels skip rows past
+the step's n_tokens. Each function names the kernel file it dispatches.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpu.program import ProgramBuilder, workgroup_grid
+from gpu.tensor import Tensor
+
+ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
+
+
+def _rows(t: Tensor) -> int:
+    return t.shape[0]
+
+
+def rms_norm(
+    b: ProgramBuilder, x: Tensor, weight: Tensor, out: Tensor, eps: float, *,
+    heads: int = 1, accumulate: bool = False, last_row: bool = False,
+) -> None:
+    """out = x / rms(x) * weight per row of weight.numel values (kernels/rms_norm.wgsl).
+
+    accumulate: out += ... (residual add); last_row: only the step's last token, into out[0].
+    """
+    d = weight.numel
+    rows = heads if last_row else _rows(x) * heads
+    b.dispatch("rms_norm", {"D": d, "HEADS": heads, "EPS": eps, "ACCUMULATE": accumulate, "LAST_ROW": last_row},
+               [b.step, x, weight, out], workgroup_grid(rows))
+
+
+def norm_rope(b: ProgramBuilder, x: Tensor, weight: Tensor, rope_table: Tensor, heads: int, eps: float) -> None:
+    """In place: x[t, h] = rope(rms_norm(x[t, h]) * weight) at position step.pos + t (kernels/norm_rope.wgsl)."""
+    d = weight.numel
+    b.dispatch("norm_rope", {"D": d, "HEADS": heads, "EPS": eps}, [b.step, x, weight, rope_table],
+               workgroup_grid(_rows(x) * heads))
+
+
+def kv_store(b: ProgramBuilder, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, kv_f16: bool) -> None:
+    """Append the step's k and v rows to the cache at step.pos (kernels/kv_store.wgsl)."""
+    width = k.shape[1]
+    words = width // 2 if kv_f16 else width
+    b.dispatch("kv_store", {"WIDTH": width, "KV_F16": kv_f16}, [b.step, k, v, k_cache, v_cache],
+               workgroup_grid(math.ceil(_rows(k) * words / ELEMENTWISE_GROUP)))
+
+
+def attention(
+    b: ProgramBuilder, q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor, *,
+    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, kv_f16: bool,
+) -> None:
+    """Causal attention of the step's queries over the cache (kernels/attention.wgsl)."""
+    if head_dim % 64 or head_dim > 512:
+        raise ValueError(f"attention supports head_dim multiple of 64 up to 512, not {head_dim}")
+    b.dispatch(
+        "attention",
+        {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": kv_f16},
+        [b.step, q, k_cache, v_cache, out], workgroup_grid(_rows(q) * heads),
+    )
+
+
+def gelu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor) -> None:
+    """out = gelu_tanh(gate) * up (kernels/gelu_mul.wgsl)."""
+    width = gate.shape[1]
+    b.dispatch("gelu_mul", {"D": width}, [b.step, gate, up, out],
+               workgroup_grid(math.ceil(_rows(gate) * width / ELEMENTWISE_GROUP)))
+
+
+def add(b: ProgramBuilder, x: Tensor, y: Tensor, out: Tensor) -> None:
+    """out = x + y (kernels/add.wgsl)."""
+    width = x.shape[1]
+    b.dispatch("add", {"D": width}, [b.step, x, y, out],
+               workgroup_grid(math.ceil(_rows(x) * width / ELEMENTWISE_GROUP)))
