@@ -1,0 +1,32 @@
+# Hearth: every target installs what it needs first (scripts/setup.sh is idempotent and fast
+# when nothing changed), so `make serve` and `make test` work on a fresh clone.
+#   make setup   virtual environment, packages, Vulkan driver check, default model file
+#   make serve   run the OpenAI-compatible server on the default models
+#   make test    the whole pytest suite (heavy tests included, as in CI)
+#   make bench   Hearth vs llama-cpp-python on the shipped GGUF (installs llama-cpp-python first)
+# Extra arguments: SERVE_ARGS, PYTEST_ARGS, BENCH_ARGS, e.g. `make test PYTEST_ARGS="-m 'not heavy'"`.
+
+PY := .venv/bin/python
+SERVE_ARGS ?=
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.PHONY: setup serve test bench
+
+setup:
+	bash scripts/setup.sh
+
+serve: setup
+	$(PY) -m server $(SERVE_ARGS)
+
+# pytest exits 5 when it collected no tests: say so, and fail rather than pass silently.
+test: setup
+	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	exit $$rc
+
+# llama-cpp-python builds from source (several minutes on 2 cores). For a GPU build of the peer,
+# pass CMAKE_ARGS, e.g. CMAKE_ARGS="-DGGML_CUDA=on" (see bench/README.md).
+bench: setup
+	HEARTH_EXTRAS=test,models,bench bash scripts/setup.sh
+	$(PY) bench/text.py $(BENCH_ARGS)
