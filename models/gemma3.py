@@ -1,0 +1,244 @@
+"""Gemma 3 (text) on the executor, from a GGUF file as llama.cpp's converter writes it.
+
+One step, for T tokens at positions pos..pos+T-1:
+
+    x = embed(ids) * sqrt(D)                                   # x: [T, D]
+    for each layer:
+        h = rms_norm(x) * attn_norm
+        q, k, v = h Wq, h Wk, h Wv                             # q: [T, H, Dh], k, v: [T, Hkv, Dh]
+        q = rope(rms_norm(q) * q_norm); k = rope(rms_norm(k) * k_norm)
+        cache[pos:pos+T] = k, v
+        a = attention(q, cache)   (sliding window on 5 of every 6 layers, global on the 6th)
+        x += rms_norm(a Wo) * post_attention_norm
+        h = rms_norm(x) * ffn_norm
+        x += rms_norm((gelu_tanh(h Wgate) * h Wup) Wdown) * post_ffw_norm
+    logits = rms_norm(x[T-1]) * output_norm  E^T              # tied output head: [V]
+
+GGUF particulars: the converter bakes HF's (1 + w) RMSNorm scale into the stored weights,
+so norms multiply by the stored weight as is. Sliding layers use RoPE base 10k, global
+layers the file's base (1M) with its linear scaling factor, if any.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys
+
+from gpu.kv_cache import KVCache, rope_table
+from gpu.ops import transformer as ops
+from gpu.ops.matmul import embedding, linear
+from gpu.program import Executor, Program, ProgramBuilder
+from gpu.tensor import Tensor
+from gpu.weights import QuantWeight, upload_weight
+from models.gguf_file import GGUFFile
+
+SWA_PATTERN = 6  # llama.cpp and HF: every 6th layer attends globally
+ROPE_BASE_LOCAL = 10_000.0  # sliding-window layers (not stored in Gemma 3 GGUFs)
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Gemma3Config:
+    n_layers: int
+    d_model: int  # D
+    n_heads: int  # H
+    n_kv_heads: int  # Hkv
+    head_dim: int  # Dh
+    d_ffn: int
+    eps: float
+    window: int  # sliding window in tokens
+    swa_pattern: int
+    rope_base_global: float
+    rope_base_local: float
+    rope_scale_global: float
+    n_ctx_train: int
+    vocab_size: int
+
+    @property
+    def q_width(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def is_sliding(self, layer: int) -> bool:
+        return (layer + 1) % self.swa_pattern != 0
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> Gemma3Config:
+        embd_type, embd_shape, _ = f.raw(TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD] + ".weight")
+        n_heads = int(f.value(Keys.Attention.HEAD_COUNT))
+        d_model = int(f.value(Keys.LLM.EMBEDDING_LENGTH))
+        scaling = f.value(Keys.Rope.SCALING_TYPE, "none")
+        return cls(
+            n_layers=int(f.value(Keys.LLM.BLOCK_COUNT)),
+            d_model=d_model,
+            n_heads=n_heads,
+            n_kv_heads=int(f.value(Keys.Attention.HEAD_COUNT_KV, n_heads)),
+            head_dim=int(f.value(Keys.Attention.KEY_LENGTH, d_model // n_heads)),
+            d_ffn=int(f.value(Keys.LLM.FEED_FORWARD_LENGTH)),
+            eps=float(f.value(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6)),
+            window=int(f.value(Keys.Attention.SLIDING_WINDOW, 0)),
+            swa_pattern=int(f.value(Keys.Attention.SLIDING_WINDOW_PATTERN, SWA_PATTERN)),
+            rope_base_global=float(f.value(Keys.Rope.FREQ_BASE, 1_000_000.0)),
+            rope_base_local=float(f.value(Keys.Rope.FREQ_BASE_SWA, ROPE_BASE_LOCAL)),
+            rope_scale_global=float(f.value(Keys.Rope.SCALING_FACTOR, 1.0)) if scaling == "linear" else 1.0,
+            n_ctx_train=int(f.value(Keys.LLM.CONTEXT_LENGTH)),
+            vocab_size=int(embd_shape[1]),
+        )
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: Tensor
+    q: QuantWeight
+    k: QuantWeight
+    v: QuantWeight
+    q_norm: Tensor
+    k_norm: Tensor
+    o: QuantWeight
+    post_attention_norm: Tensor
+    ffn_norm: Tensor
+    gate: QuantWeight
+    up: QuantWeight
+    down: QuantWeight
+    post_ffw_norm: Tensor
+
+
+@dataclass
+class StepProgram:
+    """A recorded step for up to t_max tokens, bound to one KV cache."""
+
+    program: Program
+    ids: Tensor  # [t_max] u32, written before each run
+    t_max: int
+
+
+class Gemma3:
+    """Gemma 3's weights on the GPU and the programs that run its steps."""
+
+    architecture = "gemma3"
+
+    def __init__(self, executor: Executor, f: GGUFFile, n_ctx: int, progress: Progress | None = None) -> None:
+        self.executor = executor
+        self.config = c = Gemma3Config.from_gguf(f)
+        self.n_ctx = n_ctx
+        loader = _WeightLoader(executor, f, progress)
+        self.token_embd = loader.matrix(MODEL_TENSOR.TOKEN_EMBD)
+        self.output_norm = loader.vector(MODEL_TENSOR.OUTPUT_NORM)
+        output_name = TENSOR_NAMES[MODEL_TENSOR.OUTPUT] + ".weight"
+        self.output = loader.matrix(MODEL_TENSOR.OUTPUT) if output_name in f.tensors else self.token_embd
+        self.layers = [
+            LayerWeights(
+                attn_norm=loader.vector(MODEL_TENSOR.ATTN_NORM, i),
+                q=loader.matrix(MODEL_TENSOR.ATTN_Q, i),
+                k=loader.matrix(MODEL_TENSOR.ATTN_K, i),
+                v=loader.matrix(MODEL_TENSOR.ATTN_V, i),
+                q_norm=loader.vector(MODEL_TENSOR.ATTN_Q_NORM, i),
+                k_norm=loader.vector(MODEL_TENSOR.ATTN_K_NORM, i),
+                o=loader.matrix(MODEL_TENSOR.ATTN_OUT, i),
+                post_attention_norm=loader.vector(MODEL_TENSOR.ATTN_POST_NORM, i),
+                ffn_norm=loader.vector(MODEL_TENSOR.FFN_NORM, i),
+                gate=loader.matrix(MODEL_TENSOR.FFN_GATE, i),
+                up=loader.matrix(MODEL_TENSOR.FFN_UP, i),
+                down=loader.matrix(MODEL_TENSOR.FFN_DOWN, i),
+                post_ffw_norm=loader.vector(MODEL_TENSOR.FFN_POST_NORM, i),
+            )
+            for i in range(c.n_layers)
+        ]
+        self.weight_bytes = loader.uploaded_bytes
+        self.rope_local = executor.tensor(
+            "rope_local", (n_ctx, c.head_dim), data=rope_table(c.head_dim, n_ctx, c.rope_base_local))
+        self.rope_global = executor.tensor(
+            "rope_global", (n_ctx, c.head_dim),
+            data=rope_table(c.head_dim, n_ctx, c.rope_base_global, c.rope_scale_global))
+        # One logits buffer: a worker runs one step at a time and reads it right after.
+        self.logits = executor.tensor("logits", (1, c.vocab_size))
+
+    def new_cache(self, kv_dtype: str) -> KVCache:
+        c = self.config
+        return KVCache.allocate(self.executor, "kv", [c.kv_width] * c.n_layers, self.n_ctx, kv_dtype)
+
+    def build_step(self, cache: KVCache, t_max: int) -> StepProgram:
+        """Record the step program for up to t_max tokens against `cache`."""
+        c = self.config
+        b = ProgramBuilder(self.executor, f"gemma3.t{t_max}")
+        ids = self.executor.tensor(f"ids.t{t_max}", (t_max,), "u32")
+        x = b.activation("x", (t_max, c.d_model))  # residual stream
+        embedding(b, self.token_embd, ids, x, t_max, scale=math.sqrt(c.d_model))
+        scale = 1.0 / math.sqrt(c.head_dim)
+        for i, w in enumerate(self.layers):
+            sliding = c.is_sliding(i)
+            rope = self.rope_local if sliding else self.rope_global
+            h = b.activation(f"h{i}", (t_max, c.d_model))
+            ops.rms_norm(b, x, w.attn_norm, h, c.eps)
+            q = b.activation(f"q{i}", (t_max, c.q_width))
+            k = b.activation(f"k{i}", (t_max, c.kv_width))
+            v = b.activation(f"v{i}", (t_max, c.kv_width))
+            linear(b, w.q, h, q, t_max)
+            linear(b, w.k, h, k, t_max)
+            linear(b, w.v, h, v, t_max)
+            ops.norm_rope(b, q, w.q_norm, rope, c.n_heads, c.eps)
+            ops.norm_rope(b, k, w.k_norm, rope, c.n_kv_heads, c.eps)
+            ops.kv_store(b, k, v, cache.keys[i], cache.values[i], cache.f16)
+            a = b.activation(f"attn{i}", (t_max, c.q_width))
+            ops.attention(b, q, cache.keys[i], cache.values[i], a, heads=c.n_heads, kv_heads=c.n_kv_heads,
+                          head_dim=c.head_dim, window=c.window if sliding else 0, scale=scale, kv_f16=cache.f16)
+            o = b.activation(f"o{i}", (t_max, c.d_model))
+            linear(b, w.o, a, o, t_max)
+            ops.rms_norm(b, o, w.post_attention_norm, x, c.eps, accumulate=True)
+            h2 = b.activation(f"h2_{i}", (t_max, c.d_model))
+            ops.rms_norm(b, x, w.ffn_norm, h2, c.eps)
+            gate = b.activation(f"gate{i}", (t_max, c.d_ffn))
+            up = b.activation(f"up{i}", (t_max, c.d_ffn))
+            linear(b, w.gate, h2, gate, t_max)
+            linear(b, w.up, h2, up, t_max)
+            act = b.activation(f"act{i}", (t_max, c.d_ffn))
+            ops.gelu_mul(b, gate, up, act)
+            down = b.activation(f"down{i}", (t_max, c.d_model))
+            linear(b, w.down, act, down, t_max)
+            ops.rms_norm(b, down, w.post_ffw_norm, x, c.eps, accumulate=True)
+        last = b.activation("last", (1, c.d_model))
+        ops.rms_norm(b, x, self.output_norm, last, c.eps, last_row=True)
+        linear(b, self.output, last, self.logits, 1)
+        return StepProgram(b.build(), ids, t_max)
+
+
+class _WeightLoader:
+    """Uploads named GGUF tensors, reporting bytes done to a progress callback."""
+
+    def __init__(self, executor: Executor, f: GGUFFile, progress: Progress | None) -> None:
+        self.executor, self.f, self.progress = executor, f, progress
+        self.total = f.tensor_bytes
+        self.read_bytes = 0  # file bytes uploaded, for progress
+        self.uploaded_bytes = 0  # GPU bytes held (shards are padded to 4 bytes)
+
+    def _name(self, kind: MODEL_TENSOR, layer: int | None) -> str:
+        name = TENSOR_NAMES[kind]
+        return (name.format(bid=layer) if layer is not None else name) + ".weight"
+
+    def _done(self, file_bytes: int, gpu_bytes: int) -> None:
+        self.read_bytes += file_bytes
+        self.uploaded_bytes += gpu_bytes
+        if self.progress:
+            self.progress(self.read_bytes, self.total)
+
+    def matrix(self, kind: MODEL_TENSOR, layer: int | None = None) -> QuantWeight:
+        name = self._name(kind, layer)
+        qtype, shape, raw = self.f.raw(name)
+        weight = upload_weight(self.executor, name, qtype, shape[0], shape[1], raw)
+        self._done(raw.nbytes, weight.nbytes)
+        return weight
+
+    def vector(self, kind: MODEL_TENSOR, layer: int | None = None) -> Tensor:
+        name = self._name(kind, layer)
+        data = self.f.f32(name)
+        tensor = self.executor.tensor(name, data.shape, data=data)
+        self._done(data.nbytes, tensor.nbytes)
+        return tensor
+

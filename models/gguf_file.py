@@ -1,0 +1,67 @@
+"""A GGUF file opened memory-mapped with gguf-py, with typed metadata access.
+
+Keys and tensor names come from gguf-py's constants (`gguf.Keys`, `gguf.TENSOR_NAMES`);
+this wrapper only fills in the architecture and validates what it reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, Keys, ReaderTensor
+
+
+class GGUFFormatError(ValueError):
+    """The file is not a GGUF we can use, or lacks a key or tensor the model needs."""
+
+
+class GGUFFile:
+    """Metadata and tensors of one GGUF file; tensor data stays memory-mapped."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.reader = GGUFReader(self.path, "r")
+        except (OSError, ValueError) as error:
+            raise GGUFFormatError(f"{self.path}: not a readable GGUF file ({error})") from error
+        self.arch: str = self.value(Keys.General.ARCHITECTURE)
+        self.tensors: dict[str, ReaderTensor] = {t.name: t for t in self.reader.tensors}
+
+    def has(self, key: str) -> bool:
+        return key.format(arch=self.arch) in self.reader.fields
+
+    def value(self, key: str, default: Any = ...) -> Any:
+        """The value of a metadata key; `{arch}` in the key is filled in."""
+        name = key.format(arch=self.arch)
+        field = self.reader.fields.get(name)
+        if field is None:
+            if default is ...:
+                raise GGUFFormatError(f"{self.path.name}: metadata key {name} is missing")
+            return default
+        return field.contents()
+
+    def tensor(self, name: str) -> ReaderTensor:
+        if name not in self.tensors:
+            raise GGUFFormatError(f"{self.path.name}: tensor {name} is missing")
+        return self.tensors[name]
+
+    def raw(self, name: str) -> tuple[GGMLQuantizationType, tuple[int, ...], np.ndarray]:
+        """(type, GGUF shape ne[0], ne[1], ..., bytes as a memory-mapped uint8 array)."""
+        t = self.tensor(name)
+        data = np.asarray(t.data)
+        return GGMLQuantizationType(t.tensor_type), tuple(int(s) for s in t.shape), data.reshape(-1).view(np.uint8)
+
+    def f32(self, name: str) -> np.ndarray:
+        """A small F32/F16 tensor (norm weights) as float32."""
+        qtype, _, raw = self.raw(name)
+        if qtype == GGMLQuantizationType.F32:
+            return raw.view(np.float32).copy()
+        if qtype == GGMLQuantizationType.F16:
+            return raw.view(np.float16).astype(np.float32)
+        raise GGUFFormatError(f"{self.path.name}: {name} is {qtype.name}, expected F32 or F16")
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(int(t.n_bytes) for t in self.reader.tensors)
