@@ -1,0 +1,162 @@
+"""Write a random-weight GGUF with the real shapes and tensor types of a Gemma 3 model.
+
+For speed measurements where the real file cannot travel (the GPU machine takes 64 MiB
+per call): the result has the template's metadata (tokenizer included) and for every
+tensor the same name, shape and GGML type, filled with random blocks whose f16 scales
+are small and finite, so the arithmetic is as costly as on real weights.
+
+    python scripts/make_synthetic_gguf.py --like model.gguf out.gguf        # same shapes as a file
+    python scripts/make_synthetic_gguf.py --like model.gguf --vocab-only tok.gguf  # metadata only
+    python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape 1b out.gguf  # Gemma 3 1B shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+
+Q = GGMLQuantizationType
+# Byte offsets of the f16 scale fields in each block type (ggml's block layouts).
+SCALE_OFFSETS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2),
+                 Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+
+# Gemma 3 text shapes (HF configs): hidden, layers, heads, kv heads, ffn, vocab, window, rope scaling
+SHAPES = {
+    "270m": dict(d=640, layers=18, heads=4, kv=1, ffn=2048, vocab=262144, window=512, scale=1.0),
+    "1b": dict(d=1152, layers=26, heads=4, kv=1, ffn=6912, vocab=262144, window=512, scale=1.0),
+    "4b": dict(d=2560, layers=34, heads=8, kv=4, ffn=10240, vocab=262208, window=1024, scale=8.0),
+}
+HEAD_DIM = 256
+
+
+def random_blocks(qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Random data of a tensor in GGUF layout: rows of blocks for quantised types."""
+    n = int(np.prod(shape))
+    if qtype == Q.F32:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32).reshape(shape[::-1])
+    if qtype == Q.F16:
+        return (0.05 * rng.standard_normal(n)).astype(np.float16).reshape(shape[::-1])
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    n_blocks = n // block_size
+    raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
+    for offset in SCALE_OFFSETS[qtype]:
+        scales = (rng.uniform(0.5, 1.5, n_blocks) * 2e-3).astype(np.float16)
+        raw[:, offset:offset + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(shape[1] if len(shape) > 1 else 1, -1)
+
+
+def _copy_metadata(reader: GGUFReader, writer: GGUFWriter, skip_prefix: str | None = None) -> None:
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        if skip_prefix and field.name.startswith(skip_prefix):
+            continue
+        vtype = field.types[0]
+        value = field.contents()
+        if vtype == GGUFValueType.ARRAY:
+            writer.add_array(field.name, value)
+        else:
+            writer.add_key_value(field.name, value, vtype)
+
+
+def like(template: Path, out: Path, vocab_only: bool, seed: int) -> None:
+    reader = GGUFReader(template)
+    arch = reader.fields["general.architecture"].contents()
+    writer = GGUFWriter(out, arch)
+    _copy_metadata(reader, writer)
+    rng = np.random.default_rng(seed)
+    if not vocab_only:
+        for t in reader.tensors:
+            qtype = Q(t.tensor_type)
+            shape = tuple(int(s) for s in t.shape)
+            _add(writer, t.name, qtype, shape, rng)
+    _write(writer)
+
+
+def gemma3_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
+    """A Q4_K_M-style Gemma 3 of the given size: K-quants where rows divide into 256-value
+    superblocks, llama.cpp's fallbacks (Q5_0 for Q4_K, Q8_0 for Q6_K) where they don't."""
+    s = SHAPES[size]
+    reader = GGUFReader(tokenizer)
+    writer = GGUFWriter(out, "gemma3")
+    _copy_metadata(reader, writer, skip_prefix="gemma3.")
+    writer.add_context_length(32768)
+    writer.add_embedding_length(s["d"])
+    writer.add_block_count(s["layers"])
+    writer.add_feed_forward_length(s["ffn"])
+    writer.add_head_count(s["heads"])
+    writer.add_head_count_kv(s["kv"])
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(1_000_000.0)
+    writer.add_sliding_window(s["window"])
+    if s["scale"] != 1.0:
+        writer.add_rope_scaling_type(__import__("gguf").RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(s["scale"])
+    rng = np.random.default_rng(seed)
+
+    def quant(k: int, wide: bool) -> Q:
+        if k % 256 == 0:
+            return Q.Q6_K if wide else Q.Q4_K
+        return Q.Q8_0 if wide else Q.Q5_0
+
+    def add(name: str, qtype: Q, shape: tuple[int, ...]) -> None:
+        _add(writer, name, qtype, shape, rng)
+
+    d, q, kv, f = s["d"], s["heads"] * HEAD_DIM, s["kv"] * HEAD_DIM, s["ffn"]
+    vocab_type = Q.Q6_K if d % 256 == 0 else Q.Q8_0
+    add("token_embd.weight", vocab_type, (d, s["vocab"]))
+    add("output_norm.weight", Q.F32, (d,))
+    n = s["layers"]
+    for i in range(n):
+        more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # llama.cpp's use_more_bits
+        p = f"blk.{i}."
+        for norm, width in (("attn_norm", d), ("post_attention_norm", d), ("ffn_norm", d), ("post_ffw_norm", d),
+                            ("attn_q_norm", HEAD_DIM), ("attn_k_norm", HEAD_DIM)):
+            add(p + norm + ".weight", Q.F32, (width,))
+        add(p + "attn_q.weight", quant(d, False), (d, q))
+        add(p + "attn_k.weight", quant(d, False), (d, kv))
+        add(p + "attn_v.weight", quant(d, more_bits), (d, kv))
+        add(p + "attn_output.weight", quant(q, False), (q, d))
+        add(p + "ffn_gate.weight", quant(d, False), (d, f))
+        add(p + "ffn_up.weight", quant(d, False), (d, f))
+        add(p + "ffn_down.weight", quant(f, more_bits), (f, d))
+    _write(writer)
+
+
+def _add(writer: GGUFWriter, name: str, qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> None:
+    """Add a tensor of GGUF shape ne (innermost first); quantised data goes in as [rows, row bytes]."""
+    data = random_blocks(qtype, shape, rng)
+    writer.add_tensor(name, data, raw_dtype=None if qtype in (Q.F32, Q.F16) else qtype)
+
+
+def _write(writer: GGUFWriter) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--like", type=Path, help="copy shapes, types and metadata of this GGUF")
+    parser.add_argument("--vocab-only", action="store_true", help="with --like: metadata only, no tensors")
+    parser.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer metadata to copy (with --shape)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="Gemma 3 size to synthesise")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.like:
+        like(args.like, args.out, args.vocab_only, args.seed)
+    elif args.shape and args.tokenizer:
+        gemma3_shape(args.tokenizer, args.shape, args.out, args.seed)
+    else:
+        parser.error("give --like FILE, or --shape SIZE with --tokenizer FILE")
+
+
+if __name__ == "__main__":
+    main()
