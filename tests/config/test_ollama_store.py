@@ -1,0 +1,79 @@
+"""Ollama store discovery (models/ollama.py) and its place in the model catalogue (config/catalogue.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config.catalogue import ModelCatalogue
+from config.settings import load_settings
+from models import ollama
+from tests.config.ollama_store import add_model, fake_gguf
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Path:
+    root = tmp_path / "ollama"
+    chat = fake_gguf(tmp_path / "chat.gguf", "gemma3")
+    embed = fake_gguf(tmp_path / "embed.gguf", "nomic-bert")
+    add_model(root, chat, "gemma3", "270m")
+    add_model(root, chat, "gemma3", "latest")
+    add_model(root, chat, "mymodel", "v1", namespace="someone")
+    add_model(root, embed, "nomic-embed-text", "latest")
+    broken = root / "manifests" / ollama.DEFAULT_HOST / "library" / "broken" / "latest"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+    return root
+
+
+def test_names_parse_as_ollama_does() -> None:
+    assert ollama.parse_name("gemma3:270m") == ("registry.ollama.ai", "library", "gemma3", "270m")
+    assert ollama.parse_name("gemma3") == ("registry.ollama.ai", "library", "gemma3", "latest")
+    assert ollama.parse_name("me/m:1") == ("registry.ollama.ai", "me", "m", "1")
+    assert ollama.parse_name("host.io/me/m:1") == ("host.io", "me", "m", "1")
+    for bad in ("../etc:passwd", "a/b/c/d", "", ":x", "gemma3:..", "a/../b:1"):
+        assert ollama.parse_name(bad) is None, bad
+
+
+def test_list_finds_chat_models_only(store: Path) -> None:
+    names = [m.name for m in ollama.list_models(store)]
+    assert names == ["gemma3:270m", "gemma3:latest", "someone/mymodel:v1"]
+    assert [m.name for m in ollama.list_models(store, chat_only=False)].count("nomic-embed-text:latest") == 1
+
+
+def test_find_resolves_the_blob(store: Path, tmp_path: Path) -> None:
+    found = ollama.find_model("gemma3:270m", store)
+    assert found is not None
+    assert found.path.resolve() == (tmp_path / "chat.gguf").resolve()
+    assert found.architecture == "gemma3"
+    assert found.digest.startswith("sha256:")
+    assert ollama.find_model("gemma3", store).name == "gemma3:latest"  # type: ignore[union-attr]
+    assert ollama.find_model("nope:1", store) is None
+    assert ollama.find_model("broken", store) is None
+
+
+def test_models_dir_honours_ollama_models(tmp_path: Path) -> None:
+    assert ollama.models_dir({"OLLAMA_MODELS": str(tmp_path)}) == tmp_path
+    assert ollama.models_dir({}) == Path.home() / ".ollama" / "models"
+
+
+def test_catalogue_lists_configured_aliases_and_ollama(store: Path) -> None:
+    catalogue = ModelCatalogue(load_settings(env={"OLLAMA_MODELS": str(store)}))
+    entries = {e.id: e for e in catalogue.list()}
+    assert list(entries)[:3] == ["gemma-3-270m", "gpt-4o-mini", "gpt-3.5-turbo"]
+    assert entries["gpt-4o-mini"].alias_of == "gemma-3-270m"
+    assert entries["gpt-4o-mini"].key == entries["gemma-3-270m"].key  # one worker for both names
+    assert entries["gemma3:270m"].owned_by == "ollama"
+    assert "nomic-embed-text:latest" not in entries
+    # Both tags point at the same blob: they share a worker.
+    assert catalogue.lookup("gemma3:270m").key == catalogue.lookup("gemma3").key  # type: ignore[union-attr]
+    assert catalogue.lookup("nomic-embed-text") is None
+    assert catalogue.lookup("unknown-model") is None
+
+
+def test_catalogue_without_ollama(store: Path) -> None:
+    settings = load_settings(env={"OLLAMA_MODELS": str(store), "HEARTH_OLLAMA": "false"})
+    catalogue = ModelCatalogue(settings)
+    assert catalogue.lookup("gemma3:270m") is None
+    assert all(e.owned_by == "hearth" for e in catalogue.list())

@@ -1,0 +1,83 @@
+"""Settings: defaults, the TOML file, the environment and CLI overrides, in that order of precedence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config.settings import SHIPPED_MODEL, SettingsError, load_settings
+
+
+def test_defaults_serve_the_shipped_model_on_loopback() -> None:
+    settings = load_settings(env={})
+    assert (settings.host, settings.port) == ("127.0.0.1", 8000)
+    assert [m.id for m in settings.models] == [SHIPPED_MODEL]
+    assert settings.default_model == SHIPPED_MODEL
+    assert settings.alias_target("gpt-4o-mini") == SHIPPED_MODEL
+    assert settings.alias_target("gpt-3.5-turbo") == SHIPPED_MODEL
+    assert settings.alias_target("gpt-4") is None
+    assert settings.api_key is None
+
+
+def test_toml_then_env_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "hearth.toml"
+    path.write_text(
+        'host = "0.0.0.0"\nport = 9000\napi_key = "from-file"\n'
+        '[limits]\nmax_queue = 3\n'
+        '[aliases]\n"my-chat" = "small"\n'
+        '[[models]]\nid = "small"\nsource = "gemma-3-270m"\n'
+        '[[models]]\nid = "other"\nsource = "/models/other.gguf"\npreload = false\ncontext_length = 1024\n'
+    )
+    settings = load_settings(path, env={"HEARTH_PORT": "9001", "HEARTH_MAX_QUEUE": "5"}, overrides={"port": 9002})
+    assert settings.host == "0.0.0.0"
+    assert settings.port == 9002  # CLI beats env beats file
+    assert settings.limits.max_queue == 5
+    assert settings.api_key == "from-file"
+    assert settings.default_model == "small"  # the first model when none is named
+    assert settings.alias_target("my-chat") == "small"
+    other = settings.model_config_for("other")
+    assert other is not None and not other.preload and other.context_length == 1024
+
+
+def test_env_host_port_and_models() -> None:
+    env = {"HEARTH_HOST": "0.0.0.0", "HEARTH_PORT": "8123", "HEARTH_MODELS": "a=/x/a.gguf,/y/b.gguf"}
+    settings = load_settings(env=env)
+    assert (settings.host, settings.port) == ("0.0.0.0", 8123)
+    assert [(m.id, m.source) for m in settings.models] == [("a", "/x/a.gguf"), ("b", "/y/b.gguf")]
+    assert settings.default_model == "a"
+
+
+def test_hearth_config_env_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("port = 8555\n")
+    assert load_settings(env={"HEARTH_CONFIG": str(path)}).port == 8555
+    with pytest.raises(SettingsError, match="not a file"):
+        load_settings(env={"HEARTH_CONFIG": str(tmp_path / "missing.toml")})
+
+
+def test_ollama_models_env_is_honoured(tmp_path: Path) -> None:
+    assert load_settings(env={"OLLAMA_MODELS": str(tmp_path)}).ollama.models_dir == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("prot = 8000\n", "prot"),  # a typo is an error, not a silent default
+        ("port = 70000\n", "port"),
+        ('default_model = "nope"\n', "default_model"),
+        ('[aliases]\n"x" = "nope"\n', "alias"),
+        ("[limits]\nmax_queue = -1\n", "max_queue"),
+        ("port = \n", "reading"),
+    ],
+)
+def test_invalid_settings_name_the_key(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(toml)
+    with pytest.raises(SettingsError, match=message):
+        load_settings(path, env={})
+
+
+def test_invalid_env_value_is_reported() -> None:
+    with pytest.raises(SettingsError, match="port"):
+        load_settings(env={"HEARTH_PORT": "eighty"})
