@@ -1,0 +1,48 @@
+// get_rows (embedding lookup): out[t, :] = dequant(W[ids[t], :]) * SCALE for the step's first
+// min(n_tokens, T_MAX) tokens whose id lies in this shard's rows [ROW_START, ROW_START + N_ROWS);
+// a sharded weight takes one dispatch per shard and each writes only its own ids' rows.
+// W is read as GGUF stores it (quant/${WEIGHT_TYPE}.wgsl decodes 16 values at a time).
+//
+// Work split: one workgroup per token; its 64 threads dequantise the row's 16-value groups
+// lid, lid + 64, ... and write them as four vec4 each.
+#include "common/step.wgsl"
+#include "quant/bytes.wgsl"
+#include "quant/${WEIGHT_TYPE}.wgsl"
+
+override K: u32 = 256u;        // values per weight row (and per out row), a multiple of BLOCK_VALUES
+override N_ROWS: u32 = 1u;     // rows in this shard
+override ROW_START: u32 = 0u;  // id of the shard's first row
+override T_MAX: u32 = 1u;      // rows of ids and out: the program's tokens per step
+override SCALE: f32 = 1.0;     // factor on every value (Gemma: sqrt(d_model))
+
+const WG: u32 = 64u;
+const ROW_BYTES: u32 = K / BLOCK_VALUES * BLOCK_BYTES;
+const GROUPS_PER_BLOCK: u32 = BLOCK_VALUES / GROUP_VALUES;
+const GROUPS_PER_ROW: u32 = K / GROUP_VALUES;
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> ids: array<u32>;              // [T_MAX] token ids
+@group(0) @binding(2) var<storage, read> weight: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;  // [T_MAX, K]
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let t = wid.x + wid.y * nwg.x;
+    if (t >= min(step.n_tokens, T_MAX)) {
+        return;
+    }
+    let id = ids[t];
+    if (id < ROW_START || id - ROW_START >= N_ROWS) {
+        return;
+    }
+    let row_base = (id - ROW_START) * ROW_BYTES;
+    for (var gi = lid; gi < GROUPS_PER_ROW; gi += WG) {
+        let w = dequant16(row_base + (gi / GROUPS_PER_BLOCK) * BLOCK_BYTES, gi % GROUPS_PER_BLOCK);
+        let o = (t * K + gi * GROUP_VALUES) / 4u;
+        out[o] = w[0] * SCALE;
+        out[o + 1u] = w[1] * SCALE;
+        out[o + 2u] = w[2] * SCALE;
+        out[o + 3u] = w[3] * SCALE;
+    }
+}

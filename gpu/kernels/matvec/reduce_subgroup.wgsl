@@ -1,0 +1,45 @@
+// matvec entry point, subgroup variant (needs the adapter's "subgroup" feature): threads are
+// numbered subgroup by subgroup, so a row's TPR lanes are consecutive lanes of one subgroup and
+// a butterfly of subgroupShuffleXor adds them without workgroup memory. Where a row spans several
+// subgroups (TPR > subgroup size) their sums meet in workgroup memory after one barrier. Vulkan
+// does not promise full subgroups; if they are not full the numbering falls back to
+// local_invocation_index and every lane's sum goes through workgroup memory (still correct).
+
+var<workgroup> partial: array<f32, WG * T_MAX>;  // [T_MAX, WG]: segment sums
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32,
+        @builtin(num_subgroups) n_sg: u32) {
+    let first_row = (wid.x + wid.y * nwg.x) * ROWS;
+    if (first_row >= N_ROWS) {
+        return;
+    }
+    let full = n_sg * sg_size == WG;  // uniform
+    let tid = select(lid, sg_id * sg_size + sg_lane, full);
+    let segment = select(1u, min(TPR, sg_size), full);  // lanes of a row within one subgroup
+    let slot = tid / TPR;
+    let lane = tid % TPR;
+    var acc = row_partial(first_row, slot, lane);
+    for (var mask = segment / 2u; mask > 0u; mask >>= 1u) {
+        for (var t = 0u; t < T_MAX; t++) {
+            acc[t] += subgroupShuffleXor(acc[t], mask);
+        }
+    }
+    if (lane % segment == 0u) {
+        for (var t = 0u; t < T_MAX; t++) {
+            partial[t * WG + tid] = acc[t];
+        }
+    }
+    workgroupBarrier();
+    if (lane == 0u) {
+        for (var t = 0u; t < T_MAX; t++) {
+            var total = 0.0;
+            for (var i = 0u; i < TPR; i += segment) {
+                total += partial[t * WG + tid + i];
+            }
+            store(first_row, slot, t, total);
+        }
+    }
+}

@@ -1,0 +1,130 @@
+"""Host side of the quantised matrix kernels: linear layers and embedding lookups over weights
+kept on the GPU in their GGUF block format (no dequantisation at load).
+
+Supported weight types: those of gpu.weights.SUPPORTED_TYPES (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), decoded in the shader by kernels/quant/<type>.wgsl.
+Shapes: a weight is N rows of K values (GGUF ne = [K, N]); K must be a multiple of the type's
+block (32 for Q*_0 / Q*_1, 256 for the K-quants, 16 for the float types, whose kernels read 16
+values at a time); N is any. Activations are f32 row-major [T_MAX, width]; kernels compute the
+step's first min(n_tokens, T_MAX) rows and leave the others untouched.
+
+Kernels (each weight shard gets its own dispatch, writing its columns of y):
+- kernels/matvec.wgsl: decode, up to MATVEC_MAX_TOKENS tokens; threads split each row's K, one
+  reduction per row at the end. Two entry points: matvec/reduce_subgroup.wgsl where the adapter
+  has the "subgroup" feature, matvec/reduce_workgroup.wgsl everywhere.
+- kernels/matmul.wgsl: prefill, 64 tokens x 64 rows per workgroup through workgroup memory.
+- kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from gpu.program import ProgramBuilder, workgroup_grid
+from gpu.tensor import Tensor
+from gpu.weights import QuantWeight
+
+GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
+MATVEC_MAX_TOKENS = 4  # up to this many tokens per step, matvec's T_MAX loop beats a 64-token tile
+MATMUL_TILE = (64, 64)  # (tokens, rows) per matmul workgroup: TM and TN of kernels/matmul.wgsl
+GET_ROWS_GROUP = 64  # threads per get_rows workgroup (WG of kernels/get_rows.wgsl)
+_FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+_MATVEC_THREADS = 256  # target threads per matvec workgroup
+_MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
+_MATVEC_TARGET_GROUPS = 256  # matvec workgroups wanted before rows per workgroup may grow
+
+
+class LinearKernel(Enum):
+    """The kernel a linear layer runs; `linear` picks one unless told."""
+
+    MATVEC = "matvec"
+    MATMUL = "matmul"
+
+
+def block_values(qtype: GGMLQuantizationType) -> int:
+    """Values per block as the kernels read them: GGML's block, or 16 for the float types."""
+    return GROUP_VALUES if qtype in _FLOAT_TYPES else GGML_QUANT_SIZES[qtype][0]
+
+
+def _check_weight(weight: QuantWeight) -> None:
+    bv = block_values(weight.qtype)
+    if weight.k % bv:
+        raise ValueError(f"{weight.name}: K = {weight.k} is not a multiple of {bv} ({weight.qtype.name} kernels)")
+
+
+def _check_activation(tensor: Tensor, width: int, t_max: int, what: str) -> None:
+    if tensor.dtype != "f32" or len(tensor.shape) != 2 or tensor.shape[1] != width or tensor.shape[0] < t_max:
+        raise ValueError(f"{what} {tensor} must be f32 [>= {t_max}, {width}]")
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def matvec_shape(k: int, n_rows: int) -> tuple[int, int]:
+    """(threads per row, rows per workgroup) of matvec for rows of k values.
+
+    About four 16-value groups per thread (memory requests in flight), at most 64 threads per
+    row; 256 threads per workgroup, fewer rows per workgroup when that leaves few workgroups.
+    """
+    tpr = min(64, max(4, _pow2_floor(k // GROUP_VALUES // 4)))
+    rows = max(1, _MATVEC_THREADS // tpr)
+    while rows > 1 and rows * tpr > _MATVEC_MIN_THREADS and -(-n_rows // rows) < _MATVEC_TARGET_GROUPS:
+        rows //= 2
+    return tpr, rows
+
+
+def linear(
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, t_max: int, *,
+    kernel: LinearKernel | None = None, subgroups: bool | None = None,
+) -> None:
+    """y[t, :] = W x[t, :] for the step's first min(n_tokens, t_max) tokens: x [t_max, K] -> y [t_max, N].
+
+    kernel: matvec when t_max <= MATVEC_MAX_TOKENS, else matmul, unless given. subgroups: the
+    matvec reduction by subgroup shuffles, by default where the device has the "subgroup" feature.
+    """
+    _check_weight(weight)
+    _check_activation(x, weight.k, t_max, "x")
+    _check_activation(y, weight.n, t_max, "y")
+    if kernel is None:
+        kernel = LinearKernel.MATVEC if t_max <= MATVEC_MAX_TOKENS else LinearKernel.MATMUL
+    if subgroups is None:
+        subgroups = builder.device.has("subgroup")
+    elif subgroups and not builder.device.has("subgroup"):
+        raise ValueError(f"{weight.name}: subgroups asked for, but the adapter lacks the feature")
+    if kernel is LinearKernel.MATVEC and t_max > MATVEC_MAX_TOKENS:
+        raise ValueError(f"{weight.name}: matvec handles at most {MATVEC_MAX_TOKENS} tokens, not {t_max}")
+    for shard in weight.shards:
+        constants: dict[str, int | str] = {
+            "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": shard.n_rows,
+            "ROW_START": shard.row_start, "Y_STRIDE": weight.n, "T_MAX": t_max,
+        }
+        if kernel is LinearKernel.MATVEC:
+            tpr, rows = matvec_shape(weight.k, shard.n_rows)
+            constants |= {"REDUCTION": "subgroup" if subgroups else "workgroup", "TPR": tpr, "ROWS": rows}
+            groups = -(-shard.n_rows // rows)
+        else:
+            tokens, rows = MATMUL_TILE
+            groups = -(-shard.n_rows // rows) * -(-t_max // tokens)
+        builder.dispatch(kernel.value, constants, [builder.step, shard.tensor, x, y], workgroup_grid(groups))
+
+
+def embedding(
+    builder: ProgramBuilder, weight: QuantWeight, ids: Tensor, out: Tensor, t_max: int, scale: float = 1.0,
+) -> None:
+    """out[t, :] = W[ids[t], :] * scale for the step's first min(n_tokens, t_max) tokens (kernels/get_rows.wgsl).
+
+    ids: u32 [>= t_max]; out: f32 [>= t_max, K]. An id outside [0, N) leaves its row of out as it was.
+    """
+    _check_weight(weight)
+    _check_activation(out, weight.k, t_max, "out")
+    if ids.dtype != "u32" or ids.numel < t_max:
+        raise ValueError(f"ids {ids} must be u32 with at least {t_max} values")
+    for shard in weight.shards:
+        constants = {
+            "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": shard.n_rows,
+            "ROW_START": shard.row_start, "T_MAX": t_max, "SCALE": scale,
+        }
+        builder.dispatch("get_rows", constants, [builder.step, ids, shard.tensor, out], workgroup_grid(t_max))

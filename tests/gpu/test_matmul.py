@@ -1,0 +1,153 @@
+"""Quantised linear kernels (matvec, both reductions, and matmul) against numpy on every weight type.
+
+Weights are random but valid GGUF blocks: random bytes with every f16 scale field replaced by a
+finite f16 of modest size, so all bit patterns of the packed values and sub-block scales occur.
+The reference is gguf-py's `dequantize(raw, qtype)` (float64) @ x.
+
+Tolerance: the kernels dequantise exactly as ggml does (up to one f32 rounding where a fused
+multiply-add is used) and sum in f32 in another order than numpy's float64, so each output may
+differ by a few f32 ulps of the row's L1 magnitude sum_k |W[r, k] x[t, k]|: we allow 1e-5 of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+from gguf.quants import dequantize
+
+from gpu.device import default_device
+from gpu.ops.matmul import MATVEC_MAX_TOKENS, LinearKernel, block_values, linear
+from gpu.program import Executor, ProgramBuilder, StepParams
+from gpu.weights import SUPPORTED_TYPES, QuantWeight, row_bytes, upload_weight
+
+REL_TOL = 1e-5  # of the row's L1 magnitude, see the module docstring
+SENTINEL = 1234.5  # y rows past n_tokens must keep it
+
+TYPES = list(SUPPORTED_TYPES)
+# Byte offsets of the f16 fields (scales, mins) in each block, as in ggml's block structs.
+F16_FIELDS = {
+    Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2),
+    Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
+}
+
+
+def random_weight_bytes(rng: np.random.Generator, qtype: Q, k: int, n: int) -> np.ndarray:
+    """n rows of k values of valid random qtype blocks, as raw bytes [n, row_bytes]."""
+    if qtype == Q.F32:
+        return rng.standard_normal((n, k)).astype(np.float32).view(np.uint8)
+    if qtype == Q.F16:
+        return rng.standard_normal((n, k)).astype(np.float16).view(np.uint8)
+    if qtype == Q.BF16:
+        return (rng.standard_normal((n, k)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    blocks = rng.integers(0, 256, (n * k // block_size, type_size), dtype=np.uint8)
+    for offset in F16_FIELDS[qtype]:
+        scale = (rng.uniform(0.5, 2.0, len(blocks)) * rng.choice([-1, 1], len(blocks)) / 64).astype(np.float16)
+        blocks[:, offset:offset + 2] = scale.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(n, row_bytes(qtype, k))
+
+
+def reference(raw: np.ndarray, qtype: Q, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(W @ x per token, the L1 magnitudes sum_k |W x|) in float64, as [T, N]."""
+    w = dequantize(raw, qtype).astype(np.float64)
+    x64 = x.astype(np.float64)
+    return x64 @ w.T, np.abs(x64) @ np.abs(w).T
+
+
+@pytest.fixture(scope="module")
+def ex() -> Executor:
+    return Executor(default_device())
+
+
+def run_linear(
+    ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, *, seed: int = 0,
+    kernel: LinearKernel | None = None, subgroups: bool | None = None, max_shard_bytes: int | None = None,
+) -> QuantWeight:
+    """Run one linear layer on random data and check it against numpy; returns the weight."""
+    rng = np.random.default_rng(seed)
+    raw = random_weight_bytes(rng, qtype, k, n)
+    weight = upload_weight(ex, "w", qtype, k, n, raw, max_shard_bytes=max_shard_bytes)
+    x = rng.standard_normal((t_max, k)).astype(np.float32)
+    xt = ex.tensor("x", x.shape, data=x)
+    yt = ex.tensor("y", (t_max, n), data=np.full((t_max, n), SENTINEL, np.float32))
+    b = ProgramBuilder(ex, "linear")
+    linear(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups)
+    got, = ex.run(b.build(), StepParams(n_tokens, 0), read=[yt])
+    want, magnitude = reference(raw, qtype, x[:n_tokens])
+    err = np.abs(got[:n_tokens] - want)
+    worst = np.unravel_index(np.argmax(err / magnitude), err.shape)
+    assert np.all(err <= REL_TOL * magnitude), (
+        f"{qtype.name} {k}x{n}: token {worst[0]} row {worst[1]}: got {got[worst]}, want {want[worst]}")
+    assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
+    return weight
+
+
+def small_k(qtype: Q, blocks: int) -> int:
+    return block_values(qtype) * blocks
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_matvec_decode(ex: Executor, qtype: Q, subgroups: bool) -> None:
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    # K of several blocks (more 16-value groups than threads per row for the small blocks), N odd
+    run_linear(ex, qtype, small_k(qtype, 24 if block_values(qtype) <= 32 else 3), 45, 1, 1,
+               kernel=LinearKernel.MATVEC, subgroups=subgroups)
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q4_0], ids=lambda q: q.name)
+def test_matvec_long_rows(ex: Executor, qtype: Q, subgroups: bool) -> None:
+    """K = 2048: 64 threads per row, more than a subgroup on most adapters (lavapipe's is 8)."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    run_linear(ex, qtype, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_matvec_few_tokens(ex: Executor, qtype: Q) -> None:
+    run_linear(ex, qtype, small_k(qtype, 2), 19, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=1,
+               kernel=LinearKernel.MATVEC, subgroups=False)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_matmul(ex: Executor, qtype: Q) -> None:
+    # two token tiles (the second partial), rows not a multiple of the 64-row tile, K of 2 blocks
+    run_linear(ex, qtype, small_k(qtype, 2), 70, 70, 67, seed=2, kernel=LinearKernel.MATMUL)
+
+
+@pytest.mark.parametrize("n_tokens", [1, 5, 12])
+def test_matmul_token_counts(ex: Executor, n_tokens: int) -> None:
+    run_linear(ex, Q.Q5_0, 64, 33, 12, n_tokens, seed=3 + n_tokens, kernel=LinearKernel.MATMUL)
+
+
+@pytest.mark.parametrize("kernel", list(LinearKernel), ids=lambda k: k.value)
+@pytest.mark.parametrize("qtype,n,shard_rows", [(Q.Q8_0, 90, 30), (Q.Q6_K, 50, 16), (Q.Q4_K, 21, 5)],
+                         ids=["Q8_0-3-even-shards", "Q6_K-4-shards-short-last", "Q4_K-5-shards-short-last"])
+def test_sharded(ex: Executor, kernel: LinearKernel, qtype: Q, n: int, shard_rows: int) -> None:
+    k = small_k(qtype, 2)
+    t_max = 1 if kernel is LinearKernel.MATVEC else 8
+    # the +4 keeps room for upload_weight's 4 spare bytes, so each shard holds exactly shard_rows rows
+    weight = run_linear(ex, qtype, k, n, t_max, t_max, seed=4, kernel=kernel,
+                        max_shard_bytes=shard_rows * row_bytes(qtype, k) + 4)
+    assert len(weight.shards) == -(-n // shard_rows) >= 3
+    assert [s.n_rows for s in weight.shards][:-1] == [shard_rows] * (len(weight.shards) - 1)
+
+
+def test_default_kernel_choice(ex: Executor) -> None:
+    """linear picks matvec for few tokens and matmul past MATVEC_MAX_TOKENS; both agree with numpy."""
+    for t_max in (1, MATVEC_MAX_TOKENS + 1):
+        run_linear(ex, Q.Q8_0, 64, 40, t_max, t_max, seed=5)
+
+
+def test_rejects_bad_shapes(ex: Executor) -> None:
+    rng = np.random.default_rng(6)
+    weight = upload_weight(ex, "w", Q.F16, 40, 4, random_weight_bytes(rng, Q.F16, 40, 4))
+    b = ProgramBuilder(ex, "bad")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        linear(b, weight, ex.tensor("x", (1, 40)), ex.tensor("y", (1, 4)), 1)
+    weight = upload_weight(ex, "w", Q.Q8_0, 64, 4, random_weight_bytes(rng, Q.Q8_0, 64, 4))
+    with pytest.raises(ValueError, match="x"):
+        linear(b, weight, ex.tensor("x", (1, 32)), ex.tensor("y", (1, 4)), 1)
