@@ -70,8 +70,21 @@ if [ "$need_install" = 1 ]; then
     else
         all_extras="$(printf '%s\n' ${EXTRAS//,/ } | sort -u | paste -sd, -)"
     fi
+    pip_opts=(--quiet --disable-pip-version-check)
+    if [[ ",$all_extras," == *",bench,"* ]] && ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
+        # llama-cpp-python compiles llama.cpp with -march=native. On CPUs with AMX (Sapphire Rapids) its
+        # AMX matmul segfaults on this model's quantised weights (seen here; ggml-org/llama.cpp#20824),
+        # so compile without AMX; explicit -mno-* flags win over -march=native in GCC and Clang. pip's
+        # wheel cache is keyed by version, not flags, so a cached build must not be reused.
+        if [ "$(uname -m)" = x86_64 ]; then
+            export CFLAGS="${CFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+            export CXXFLAGS="${CXXFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        fi
+        pip_opts+=(--no-cache-dir)
+        say "building llama-cpp-python from source${CMAKE_ARGS:+ with CMAKE_ARGS=$CMAKE_ARGS} (several minutes)"
+    fi
     say "installing hearth[$all_extras] into $VENV (first time: a few minutes)"
-    "$VPY" -m pip install --quiet --disable-pip-version-check -e ".[$all_extras]"
+    "$VPY" -m pip install "${pip_opts[@]}" -e ".[$all_extras]"
     printf '%s %s\n' "$want_hash" "$all_extras" > "$STAMP"
 else
     say "packages up to date (hearth[$have_extras])"
@@ -90,34 +103,39 @@ try:
 except Exception as exc:  # a missing or broken driver stack must read as "no adapter"
     print(f"enumerating adapters failed: {exc}", file=sys.stderr)
     adapters = []
-usable = [a for a in adapters if a.info["backend_type"] != "OpenGL"]
-for a in usable:
-    print(f"{a.info['device']} ({a.info['adapter_type']}, {a.info['backend_type']})")
+usable = 0
+for a in adapters:
+    line = f"{a.info['device']} ({a.info['adapter_type']}, {a.info['backend_type']})"
+    if a.info["backend_type"] == "OpenGL":
+        print(f"not usable for compute: {line}", file=sys.stderr)
+    else:
+        usable += 1
+        print(line)
 sys.exit(0 if usable else 1)
 EOF
 }
 
+probe_log="$(mktemp)"
+trap 'rm -f "$probe_log"' EXIT
 if [ "${HEARTH_SKIP_DRIVER:-0}" = 1 ]; then
     say "adapter check skipped (HEARTH_SKIP_DRIVER=1)"
-elif found="$(probe_adapters 2>/tmp/hearth-probe.$$)"; then
+elif found="$(probe_adapters 2>"$probe_log")"; then
     say "WebGPU adapters: $(echo "$found" | paste -sd';' - | sed 's/;/; /g')"
 else
     if is_root && command -v apt-get >/dev/null; then
         say "no Vulkan/Metal/D3D12 adapter; installing Mesa's lavapipe (CPU Vulkan) through apt"
         apt_install mesa-vulkan-drivers libvulkan1
-        found="$(probe_adapters 2>>/tmp/hearth-probe.$$)" || {
-            cat /tmp/hearth-probe.$$ >&2
+        found="$(probe_adapters 2>>"$probe_log")" || {
+            cat "$probe_log" >&2
             die "still no usable WebGPU adapter after installing mesa-vulkan-drivers"
         }
         say "WebGPU adapters: $(echo "$found" | paste -sd';' - | sed 's/;/; /g')"
     else
-        cat /tmp/hearth-probe.$$ >&2
-        rm -f /tmp/hearth-probe.$$
+        cat "$probe_log" >&2
         die "no usable WebGPU adapter (Vulkan, Metal or D3D12). Install your GPU's Vulkan driver; on a
        machine without a GPU install lavapipe: sudo apt-get install mesa-vulkan-drivers libvulkan1"
     fi
 fi
-rm -f /tmp/hearth-probe.$$
 
 # -- 4. the default model file ----------------------------------------------------------------
 if [[ ",$EXTRAS," == *",models,"* ]]; then
