@@ -1,0 +1,344 @@
+"""Text <-> token ids for GGUF models, rebuilt from the file's metadata to give llama.cpp's ids.
+
+A `tokenizers` (Hugging Face, Rust) pipeline is assembled from `tokenizer.ggml.*`:
+
+- "llama" (SentencePiece vocabulary with scores). llama.cpp's SPM tokenizer splits a text fragment into
+  UTF-8 characters and repeatedly merges the adjacent pair whose concatenation is a vocabulary piece of
+  the highest score (ties: leftmost), falling back to `<0xXX>` byte pieces for characters not in the
+  vocabulary. That is BPE whose merge list holds every split of every piece into two pieces, ranked by
+  the piece's score; scores of normal pieces are distinct, so the ranking is the same.
+- "gpt2": byte-level BPE with the file's merges, split first by the regex llama.cpp uses for the
+  file's `tokenizer.ggml.pre`.
+- "gemma4": BPE with the file's merges over raw UTF-8 with spaces as "▁", split at newline runs,
+  `<0xXX>` byte fallback (llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4).
+
+In every case control, user-defined and unknown pieces are cut out of the raw text before the model
+runs, as llama.cpp's `tokenizer_st_partition` does with parse_special=True. Decoding follows
+llama.cpp's `token_to_piece`: "▁" becomes a space, byte pieces their byte, control pieces nothing
+unless asked for.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType, Keys, TokenType
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+
+SPACE = "\u2581"  # "▁": SentencePiece's visible space
+
+# Pieces that end a turn although the file may not say so; llama.cpp marks them end-of-generation by text.
+END_OF_TURN_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>", "<|endoftext|>",
+                     "<|end_of_text|>", "<turn|>")
+
+# Split regexes llama.cpp applies before byte-level BPE, by `tokenizer.ggml.pre` (llm_tokenizer_bpe).
+# Each regex re-splits the pieces the previous one produced, keeping matches and the text between them.
+_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA3_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# pre name -> (regexes, ignore_merges: a word that is a whole piece is not merged from characters)
+_BPE_PRE: dict[str, tuple[tuple[str, ...], bool]] = {
+    "default": ((r"[\p{P}\$\+<=>\^~\|]+", _GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"), False),
+    "gpt-2": ((_GPT2_REGEX,), False),
+    "phi-2": ((_GPT2_REGEX,), False),
+    "llama3": ((_LLAMA3_REGEX,), True),
+    "llama-v3": ((_LLAMA3_REGEX,), True),
+    "llama-bpe": ((_LLAMA3_REGEX,), True),
+    "qwen2": ((_QWEN2_REGEX,), False),
+    "deepseek-r1-qwen": ((_QWEN2_REGEX,), False),
+}
+
+# llama.cpp's default special ids where the file names none (llama_vocab::impl::load).
+_DEFAULT_BOS = {"llama": 1, "gpt2": 11}
+_DEFAULT_EOS = {"llama": 2, "gpt2": 11}
+
+
+class TokenizerError(ValueError):
+    """The GGUF file's tokenizer metadata is missing, malformed, or of a kind Hearth does not support."""
+
+
+@dataclass(frozen=True)
+class GGUFVocab:
+    """The `tokenizer.ggml.*` metadata of a GGUF file, as llama.cpp reads it."""
+
+    model: str  # tokenizer.ggml.model: "llama", "gpt2", "gemma4"
+    pre: str  # tokenizer.ggml.pre, "default" when absent
+    tokens: list[str]  # piece text per id
+    scores: np.ndarray  # [V] float32 (zeros when the file has none)
+    types: np.ndarray  # [V] int32 gguf TokenType per id
+    merges: list[str] | None  # "left right" per rank (BPE models)
+    bos_id: int | None
+    eos_id: int | None
+    eot_id: int | None
+    eom_id: int | None
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+    chat_template: str | None
+
+
+def _field(reader: GGUFReader, key: str):
+    return reader.fields.get(key)
+
+
+def _scalar(reader: GGUFReader, key: str, default):
+    field = _field(reader, key)
+    return default if field is None else field.contents()
+
+
+def _string_array(reader: GGUFReader, key: str) -> list[str] | None:
+    field = _field(reader, key)
+    if field is None:
+        return None
+    if field.types != [GGUFValueType.ARRAY, GGUFValueType.STRING]:
+        raise TokenizerError(f"{key} is {field.types}, expected an array of strings")
+    try:
+        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+    except UnicodeDecodeError as error:
+        raise TokenizerError(f"{key} holds a string that is not UTF-8: {error}") from error
+
+
+def _number_array(reader: GGUFReader, key: str, dtype: type) -> np.ndarray | None:
+    field = _field(reader, key)
+    if field is None:
+        return None
+    if len(field.types) != 2 or field.types[0] != GGUFValueType.ARRAY:
+        raise TokenizerError(f"{key} is {field.types}, expected an array of numbers")
+    # Each element is its own one-value part (a view into the memory map); join them in one copy.
+    return np.concatenate([field.parts[i] for i in field.data]).astype(dtype) if field.data else np.zeros(0, dtype)
+
+
+def read_gguf_vocab(reader: GGUFReader) -> GGUFVocab:
+    """Read and check the tokenizer metadata of an open GGUF file."""
+    model = _scalar(reader, Keys.Tokenizer.MODEL, None)
+    if model is None:
+        raise TokenizerError(f"{Keys.Tokenizer.MODEL} is missing: the file has no tokenizer")
+    tokens = _string_array(reader, Keys.Tokenizer.LIST)
+    if not tokens:
+        raise TokenizerError(f"{Keys.Tokenizer.LIST} is missing or empty")
+    n = len(tokens)
+    # llama.cpp renames empty pieces so that every piece text is a distinct key.
+    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    scores = _number_array(reader, Keys.Tokenizer.SCORES, np.float32)
+    types = _number_array(reader, Keys.Tokenizer.TOKEN_TYPE, np.int32)
+    for key, array in ((Keys.Tokenizer.SCORES, scores), (Keys.Tokenizer.TOKEN_TYPE, types)):
+        if array is not None and len(array) < n:
+            raise TokenizerError(f"{key} has {len(array)} entries for {n} pieces")
+    is_spm = model == "llama"
+    return GGUFVocab(
+        model=model,
+        pre="gemma4" if model == "gemma4" else _scalar(reader, Keys.Tokenizer.PRE, "default"),
+        tokens=tokens,
+        scores=np.zeros(n, np.float32) if scores is None else scores[:n],
+        types=np.full(n, TokenType.NORMAL, np.int32) if types is None else types[:n].copy(),
+        merges=_string_array(reader, Keys.Tokenizer.MERGES),
+        bos_id=_scalar(reader, Keys.Tokenizer.BOS_ID, _DEFAULT_BOS.get(model)),
+        eos_id=_scalar(reader, Keys.Tokenizer.EOS_ID, _DEFAULT_EOS.get(model)),
+        eot_id=_scalar(reader, Keys.Tokenizer.EOT_ID, None),
+        eom_id=_scalar(reader, Keys.Tokenizer.EOM_ID, None),
+        # llama.cpp forces BOS on for Gemma 4 whatever the file says (llama.cpp PR 21500).
+        add_bos=model == "gemma4" or bool(_scalar(reader, Keys.Tokenizer.ADD_BOS, is_spm)),
+        add_eos=bool(_scalar(reader, Keys.Tokenizer.ADD_EOS, False)),
+        # Only SentencePiece vocabularies get the leading space; llama.cpp turns it off for BPE.
+        add_space_prefix=is_spm and bool(_scalar(reader, Keys.Tokenizer.ADD_PREFIX, True)),
+        chat_template=_scalar(reader, Keys.Tokenizer.CHAT_TEMPLATE, None),
+    )
+
+
+def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
+    """Every split of every piece into two pieces, best piece score first (llama.cpp's merge order)."""
+    index = {t: i for i, t in enumerate(tokens)}
+    # One comprehension: this loop over ~1.5 M split points is most of the load time.
+    found = [(i, text[:k], text[k:]) for i, text in enumerate(tokens) for k in range(1, len(text))
+             if text[:k] in index and text[k:] in index]
+    owner = np.fromiter((f[0] for f in found), np.int64, len(found))
+    # Highest score first; equal scores (only special pieces share one) by id, then split point.
+    order = np.lexsort((np.arange(len(owner)), owner, -scores[owner].astype(np.float64)))
+    return [found[j][1:] for j in order.tolist()]
+
+
+def _file_merges(merges: list[str] | None) -> list[tuple[str, str]]:
+    if merges is None:
+        raise TokenizerError(f"{Keys.Tokenizer.MERGES} is missing; BPE vocabularies need it")
+    pairs = []
+    for line in merges:
+        cut = line.find(" ", 1)  # as llama.cpp: the left part may itself start with a space
+        if cut < 0:
+            raise TokenizerError(f"malformed merge {line!r} in {Keys.Tokenizer.MERGES}")
+        pairs.append((line[:cut], line[cut + 1:]))
+    return pairs
+
+
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's printable stand-in character for each byte, reversed (character -> byte)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def _build_hf(vocab: GGUFVocab) -> HFTokenizer:
+    """The `tokenizers` pipeline that reproduces llama.cpp's tokenization of `vocab`."""
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    if len(ids) != len(vocab.tokens):
+        raise TokenizerError("the vocabulary has duplicate pieces")
+    if vocab.model == "llama":
+        model = models.BPE(ids, _spm_merges(vocab.tokens, vocab.scores), byte_fallback=True)
+        steps = [normalizers.Replace(" ", SPACE)]
+        if vocab.add_space_prefix:
+            # Applied to each text fragment between special pieces, as llama.cpp prefixes each one.
+            steps.append(normalizers.Prepend(SPACE))
+        tokenizer = HFTokenizer(model)
+        tokenizer.normalizer = normalizers.Sequence(steps)
+    elif vocab.model == "gemma4":
+        tokenizer = HFTokenizer(models.BPE(ids, _file_merges(vocab.merges), byte_fallback=True))
+        tokenizer.normalizer = normalizers.Replace(" ", SPACE)
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated")
+    elif vocab.model == "gpt2":
+        if vocab.pre not in _BPE_PRE:
+            raise TokenizerError(f"BPE pre-tokenizer {vocab.pre!r} is not supported (known: {sorted(_BPE_PRE)})")
+        regexes, ignore_merges = _BPE_PRE[vocab.pre]
+        model = models.BPE(ids, _file_merges(vocab.merges), ignore_merges=ignore_merges)
+        tokenizer = HFTokenizer(model)
+        splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tokenizer.decoder = decoders.ByteLevel()
+    else:
+        raise TokenizerError(f"tokenizer model {vocab.model!r} is not supported (llama, gpt2, gemma4)")
+
+    cut_out = (TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN)
+    specials = [vocab.tokens[i] for i in np.flatnonzero(np.isin(vocab.types, cut_out)).tolist()]
+    if vocab.model == "gemma4":
+        # llama.cpp takes a newline-only word whole when it is a piece (llama.cpp PR 21343).
+        specials += [t for t in vocab.tokens if t.strip("\n") == "" and t not in specials]
+    # Matched on the raw text before normalisation, longest first, like llama.cpp's partition.
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    return tokenizer
+
+
+def _piece_bytes(vocab: GGUFVocab) -> tuple[list[bytes], list[bytes]]:
+    """Bytes of each piece as llama.cpp's token_to_piece gives them: (special=True, special=False)."""
+    byte_level = _byte_level_table() if vocab.model == "gpt2" else None
+    shown: list[bytes] = []
+    plain: list[bytes] = []
+    for text, kind in zip(vocab.tokens, vocab.types.tolist()):
+        if kind == TokenType.NORMAL:
+            if byte_level is None:
+                piece = text.replace(SPACE, " ").encode()
+            else:
+                piece = bytes(byte_level[c] for c in text) if all(c in byte_level for c in text) else text.encode()
+        elif kind == TokenType.BYTE:
+            piece = bytes([int(text[3:5], 16)])  # "<0xAB>"
+        elif kind in (TokenType.CONTROL, TokenType.UNKNOWN):
+            shown.append(text.encode())
+            plain.append(b"")
+            continue
+        elif kind == TokenType.USER_DEFINED:
+            piece = text.encode()
+        else:  # unused and undefined pieces print as nothing in llama.cpp
+            piece = b""
+        shown.append(piece)
+        plain.append(piece)
+    return shown, plain
+
+
+class StreamDecoder:
+    """Turns token ids into text one at a time, holding back bytes of an unfinished UTF-8 character."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text it completes (possibly empty)."""
+        return self._utf8.decode(self._pieces[token_id])
+
+    def flush(self) -> str:
+        """End of stream: return what is held back (an unfinished character becomes U+FFFD)."""
+        return self._utf8.decode(b"", final=True)
+
+
+class Tokenizer:
+    """A GGUF model's tokenizer: encode with llama.cpp's ids, decode, stream-decode."""
+
+    def __init__(self, vocab: GGUFVocab) -> None:
+        self._vocab = vocab
+        self._hf = _build_hf(vocab)
+        self._shown, self._plain = _piece_bytes(vocab)
+        self.vocab_size: int = len(vocab.tokens)
+        self.chat_template: str | None = vocab.chat_template
+        if vocab.bos_id is None and vocab.add_bos:
+            raise TokenizerError(f"{Keys.Tokenizer.ADD_BOS} is set but {Keys.Tokenizer.BOS_ID} is missing")
+        self.bos_id: int = -1 if vocab.bos_id is None else int(vocab.bos_id)
+        ends = {vocab.eos_id, vocab.eot_id, vocab.eom_id}
+        ends.update(i for i, t in enumerate(vocab.tokens) if t in END_OF_TURN_TEXTS)
+        self.eos_ids: frozenset[int] = frozenset(int(i) for i in ends if i is not None and 0 <= i < self.vocab_size)
+
+    @classmethod
+    def from_gguf(cls, source: str | os.PathLike[str] | GGUFReader) -> Tokenizer:
+        """Build the tokenizer of a GGUF file (a path, or a reader the caller already opened)."""
+        reader = source if isinstance(source, GGUFReader) else GGUFReader(source, "r")
+        return cls(read_gguf_vocab(reader))
+
+    @property
+    def model(self) -> str:
+        """The file's tokenizer kind: "llama" (SentencePiece), "gpt2" or "gemma4"."""
+        return self._vocab.model
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """Token ids of `text`, special pieces in it parsed (llama.cpp's tokenize with parse_special=True).
+
+        `add_bos` is llama.cpp's add_special: BOS (and EOS) are added where the file asks for them.
+        """
+        ids = self._hf.encode(text, add_special_tokens=False).ids if text else []
+        if add_bos and self._vocab.add_bos:
+            ids.insert(0, self.bos_id)
+        if add_bos and self._vocab.add_eos and self._vocab.eos_id is not None:
+            ids.append(int(self._vocab.eos_id))
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        """Text of `ids`; control pieces (BOS, <end_of_turn>, ...) are dropped when `skip_special`.
+
+        Bytes that do not form UTF-8 become U+FFFD. With a SentencePiece leading space, the space after a
+        leading BOS is removed, as llama-cpp-python's detokenize does.
+        """
+        ids = list(ids)
+        pieces = self._plain if skip_special else self._shown
+        text = b"".join([pieces[i] for i in ids]).decode("utf-8", errors="replace")
+        if self._vocab.add_space_prefix and ids and ids[0] == self.bos_id and text.startswith(" "):
+            text = text[1:]
+        return text
+
+    def stream_decoder(self, skip_special: bool = True) -> StreamDecoder:
+        """A decoder for generated tokens: push ids one by one, never getting half a UTF-8 character."""
+        return StreamDecoder(self._plain if skip_special else self._shown)
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The vocabulary's text for `token_id` as stored ("▁world", "<0x0A>", "<start_of_turn>")."""
+        return self._vocab.tokens[token_id]
+
+    def id_to_bytes(self, token_id: int) -> bytes:
+        """The bytes `token_id` decodes to on its own (special pieces as their text), e.g. for logprobs."""
+        return self._shown[token_id]
+
+    def is_control(self, token_id: int) -> bool:
+        """Whether `token_id` is a control piece (dropped by decode with skip_special)."""
+        return self._vocab.types[token_id] in (TokenType.CONTROL, TokenType.UNKNOWN)
+
+    def ids_to_pieces(self, ids: Sequence[int]) -> list[str]:
+        """Vocabulary texts of several ids (for debugging and tests)."""
+        return [self._vocab.tokens[i] for i in ids]
