@@ -25,7 +25,7 @@ class ModelEntry:
 
     id: str  # the name as listed and echoed back in responses
     source: str  # what the loader is given: a GGUF path or the shipped model's name
-    key: str  # models with the same key share one worker (the real path when known)
+    key: str  # models with the same key share one worker (the real path, context and KV type)
     owned_by: str  # "hearth" for configured models and aliases, "ollama" for the store
     created: int  # seconds since the epoch
     preload: bool = False
@@ -43,9 +43,11 @@ def shipped_model_path() -> Path | None:
     return shipped.default_output_path()
 
 
-def _key(source: str) -> str:
+def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16") -> str:
+    """Same file, context and KV type: the same loaded model, whatever the names."""
     path = shipped_model_path() if source == SHIPPED_MODEL else Path(source).expanduser()
-    return os.path.realpath(path) if path is not None and path.exists() else source
+    where = os.path.realpath(path) if path is not None and path.exists() else source
+    return f"{where}|context={context_length or 'model'}|kv={kv_dtype}"
 
 
 class ModelCatalogue:
@@ -57,9 +59,9 @@ class ModelCatalogue:
 
     @staticmethod
     def _entry(config: ModelConfig) -> ModelEntry:
-        return ModelEntry(id=config.id, source=config.source, key=_key(config.source), owned_by="hearth",
-                          created=_STARTED, preload=config.preload, context_length=config.context_length,
-                          kv_dtype=config.kv_dtype)
+        key = _key(config.source, config.context_length, config.kv_dtype)
+        return ModelEntry(id=config.id, source=config.source, key=key, owned_by="hearth", created=_STARTED,
+                          preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype)
 
     @property
     def ollama_root(self) -> Path | None:
@@ -98,5 +100,5 @@ class ModelCatalogue:
 
     @staticmethod
     def _ollama_entry(found: ollama.OllamaModel, name: str) -> ModelEntry:
-        return ModelEntry(id=name, source=str(found.path), key=os.path.realpath(found.path), owned_by="ollama",
+        return ModelEntry(id=name, source=str(found.path), key=_key(str(found.path)), owned_by="ollama",
                           created=int(found.modified))

@@ -1,0 +1,60 @@
+"""The FastAPI application: routers, error handlers, the body size limit, and the lifespan that loads models.
+
+The lifespan starts loading the default models in their workers and returns at once, so /health answers
+while they load and /ready turns from 503 to 200 when they are loaded and warmed up. Requests for a model
+that is still loading wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from config.settings import Settings, load_settings
+from server import __version__
+from server.errors import install_handlers
+from server.middleware import BodySizeLimit
+from server.model_manager import ModelManager
+from server.routers import chat, completions, health, models
+from server.worker import Loader
+
+log = logging.getLogger("hearth.server")
+
+
+def create_app(settings: Settings | None = None, *, loader: Loader | None = None, warm_up: bool = True) -> FastAPI:
+    """The app for these settings (default: from the environment and config file).
+
+    loader replaces settings.model_loader (tests pass a fake model's loader); warm_up=False skips the
+    compile-ahead step after each load.
+    """
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        manager = ModelManager(settings, loader=loader, warm_up=warm_up)
+        app.state.settings = settings
+        app.state.manager = manager
+        names = ", ".join(entry.id for entry in manager.catalogue.preloaded()) or "none"
+        log.info("Hearth %s: loading default models (%s); /ready answers 200 once they are loaded", __version__,
+                 names)
+        manager.start_preloading()
+        try:
+            yield
+        finally:
+            log.info("shutting down: stopping model workers")
+            await manager.shutdown()
+
+    app = FastAPI(
+        title="Hearth",
+        version=__version__,
+        summary="OpenAI-compatible local inference on WGSL compute shaders (wgpu)",
+        lifespan=lifespan,
+    )
+    install_handlers(app)
+    for router in (health.router, models.router, chat.router, completions.router):
+        app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_body_bytes)
+    return app

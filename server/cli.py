@@ -1,0 +1,134 @@
+"""The `hearth` command: `hearth serve` runs the API server, `hearth generate` completes one prompt.
+
+    hearth serve [--host H] [--port P] [--config FILE] [--api-key KEY]
+    hearth generate [--model PATH_OR_NAME] [--max-tokens N] [--temperature T] "prompt"
+
+`generate` prints only the generated text on stdout, as it is produced; the loading progress bar and
+any messages go to stderr. Without --model it uses the shipped Gemma 3 270M (`gemma-3-270m`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from config.settings import SHIPPED_MODEL, SettingsError, load_settings
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hearth", description="OpenAI-compatible local inference on wgpu")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the OpenAI-compatible HTTP server")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1; env HEARTH_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8000; env HEARTH_PORT)")
+    serve.add_argument("--config", type=Path,
+                       help="TOML settings file (default: env HEARTH_CONFIG, else config/hearth.toml if present)")
+    serve.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 (env HEARTH_API_KEY)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+    gen = commands.add_parser("generate", help="complete one prompt and print the generated text")
+    gen.add_argument("prompt", help="the prompt text (completed as is; --chat wraps it in the chat template)")
+    gen.add_argument("--model", default=SHIPPED_MODEL,
+                     help=f"a GGUF path, an Ollama name (gemma3:270m) or {SHIPPED_MODEL!r} (the default)")
+    gen.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate (default 128)")
+    gen.add_argument("--temperature", type=float, default=1.0, help="0 is greedy (default 1.0)")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0, help="0 turns it off")
+    gen.add_argument("--seed", type=int, help="same seed and prompt, same output")
+    gen.add_argument("--chat", action="store_true", help="treat the prompt as a user message of a chat")
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run uvicorn on the app until interrupted."""
+    import uvicorn
+
+    from server.app import create_app
+
+    overrides = {"host": args.host, "port": args.port, "api_key": args.api_key, "log_level": args.log_level}
+    try:
+        settings = load_settings(args.config, overrides=overrides)
+    except SettingsError as error:
+        print(f"hearth: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    return 0
+
+
+def resolve_model(name: str) -> str:
+    """What load_text_model takes for a --model value: the shipped name, a path, or an Ollama blob."""
+    if name == SHIPPED_MODEL or Path(name).expanduser().is_file():
+        return name
+    from models import ollama
+
+    found = ollama.find_model(name)
+    if found is None:
+        raise SystemExit(f"hearth: no model {name!r} (not {SHIPPED_MODEL!r}, not a file, not in the Ollama store)")
+    return str(found.path)
+
+
+def generate_text(args: argparse.Namespace) -> int:
+    """Load the model with a progress bar on stderr, then stream the completion to stdout."""
+    from tqdm import tqdm
+
+    from models.chat_template import ChatTemplate
+    from models.generate import generate
+    from models.sampler import SamplingParams
+    from models.text_model import load_text_model
+    from server.text_stream import TextStream
+
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
+    bar: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc="loading", unit="tensor", file=sys.stderr, leave=False)
+        bar.update(done - bar.n)
+
+    model = load_text_model(resolve_model(args.model), progress=progress)
+    if bar is not None:
+        bar.close()
+    tokenizer = model.tokenizer
+    text = args.prompt
+    if args.chat:
+        bos = tokenizer.id_to_piece(tokenizer.bos_id)
+        text = ChatTemplate(tokenizer.chat_template, bos_token=bos).render([{"role": "user", "content": text}])
+    prompt_ids = tokenizer.encode(text, add_bos=not text.startswith(tokenizer.id_to_piece(tokenizer.bos_id)))
+    if len(prompt_ids) + args.max_tokens > model.context_length:
+        raise SystemExit(f"hearth: {len(prompt_ids)} prompt tokens + {args.max_tokens} exceed the context of "
+                         f"{model.context_length}")
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    stream: TextStream[None] = TextStream(tokenizer.stream_decoder())
+    session = model.new_session()
+    try:
+        for token in generate(model, session, prompt_ids, sampling, args.max_tokens):
+            sys.stdout.write(stream.push(token.id).text)
+            sys.stdout.flush()
+        sys.stdout.write(stream.flush().text)
+    finally:
+        session.close()
+    if sys.stdout.isatty():  # keep the shell prompt off the text; piped output stays exactly the text
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `hearth` console script."""
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return generate_text(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

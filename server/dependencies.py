@@ -1,0 +1,44 @@
+"""FastAPI dependencies: the state built in the app's lifespan, and the API key check."""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi import Request
+
+from config.settings import Settings
+from server.errors import AuthenticationFailed
+from server.model_manager import ModelManager
+from server.services.chat import ChatService
+from server.services.completions import CompletionService
+from server.services.models import ModelService
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_manager(request: Request) -> ModelManager:
+    return request.app.state.manager
+
+
+def get_chat_service(request: Request) -> ChatService:
+    return ChatService(get_manager(request), get_settings(request))
+
+
+def get_completion_service(request: Request) -> CompletionService:
+    return CompletionService(get_manager(request), get_settings(request))
+
+
+def get_model_service(request: Request) -> ModelService:
+    return ModelService(get_manager(request).catalogue)
+
+
+def require_api_key(request: Request) -> None:
+    """With an API key configured, /v1 needs `Authorization: Bearer <key>` (compared in constant time)."""
+    expected = get_settings(request).api_key
+    if not expected:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), expected.encode()):
+        raise AuthenticationFailed("Incorrect API key provided. Send it as `Authorization: Bearer <key>`.")

@@ -1,0 +1,226 @@
+"""POST /v1/chat/completions: the request, the response and the stream chunks, in OpenAI's field order."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
+
+from server.schemas.common import (
+    Bias,
+    ChoiceCount,
+    FinishReason,
+    MinP,
+    OpenAIRequest,
+    Penalty,
+    RepetitionPenalty,
+    SamplingRequest,
+    Seed,
+    StreamOptions,
+    Temperature,
+    TokenCount,
+    TokenLogprob,
+    TopK,
+    TopLogprobs,
+    TopP,
+    Usage,
+)
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class ContentPart(OpenAIRequest):
+    """One part of a message's content; only text parts are understood by a text model."""
+
+    model_config = ConfigDict(extra="allow")  # image_url, input_audio, ... are named in the error below
+
+    type: str
+    text: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _text_only(cls, value: str) -> str:
+        if value != "text":
+            raise ValueError(f"content parts of type {value!r} are not supported by this model; send text parts")
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _has_text(cls, value: str | None) -> str:
+        if value is None:
+            raise ValueError("a text part needs `text`")
+        return value
+
+
+class ToolCallFunction(OpenAIRequest):
+    name: str
+    arguments: str
+
+
+class ToolCall(OpenAIRequest):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class ChatMessage(OpenAIRequest):
+    """A message of any role; assistant messages may carry tool calls instead of content."""
+
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @field_validator("content", mode="after")
+    @classmethod
+    def _content_needed(cls, value: str | list[ContentPart] | None, info: ValidationInfo) -> Any:
+        if value is None and info.data.get("role") != "assistant":
+            raise ValueError(f"a {info.data.get('role')} message needs content")
+        return value
+
+    def text(self) -> str:
+        """The content as one string (text parts joined), empty for an assistant's content-less tool call."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text or "" for part in self.content)
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates expect it: string content, tool fields only when present."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.name is not None:
+            message["name"] = self.name
+        if self.tool_calls:
+            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+class FunctionDefinition(OpenAIRequest):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(OpenAIRequest):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class ResponseFormat(OpenAIRequest):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text"] = Field(description="only plain text: Hearth has no constrained decoding yet")
+
+
+class ChatCompletionRequest(SamplingRequest):
+    """The request body, in the order of OpenAI's API reference; Hearth's extensions come last."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str
+    frequency_penalty: Penalty | None = 0.0
+    logit_bias: dict[str, Bias] | None = None
+    logprobs: bool | None = False
+    max_completion_tokens: TokenCount | None = None
+    max_tokens: TokenCount | None = Field(None, description="deprecated by OpenAI for max_completion_tokens")
+    metadata: dict[str, str] | None = Field(None, description="accepted and ignored")
+    n: ChoiceCount | None = Field(1, description="choices are generated one after another")
+    parallel_tool_calls: bool | None = Field(None, description="accepted and ignored")
+    presence_penalty: Penalty | None = 0.0
+    response_format: ResponseFormat | None = None
+    seed: Seed | None = Field(None, description="same seed and request, same output; choice i uses seed + i")
+    service_tier: str | None = Field(None, description="accepted and ignored")
+    stop: str | list[str] | None = Field(None, validate_default=True, description="up to 4 strings; never sent")
+    store: bool | None = Field(None, description="accepted and ignored: nothing is stored")
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: Temperature | None = 1.0
+    tool_choice: Literal["none", "auto"] | None = Field(None, description="tool calls are not parsed out")
+    tools: list[Tool] | None = Field(None, description="given to the chat template")
+    top_logprobs: TopLogprobs | None = None
+    top_p: TopP | None = 1.0
+    user: str | None = None
+    # Hearth's extensions.
+    top_k: TopK = 0
+    min_p: MinP = 0.0
+    repetition_penalty: RepetitionPenalty = 1.0
+
+    @field_validator("top_logprobs", mode="after")
+    @classmethod
+    def _needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs set to true")
+        return value
+
+    @field_validator("stream_options", mode="after")
+    @classmethod
+    def _needs_stream(cls, value: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        if value is not None and not info.data.get("stream"):
+            raise ValueError("stream_options is only allowed when stream is true")
+        return value
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        """The client's limit on generated tokens (max_completion_tokens wins over the older max_tokens)."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class ChatCompletionMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: str | None = None
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None
+
+
+class ChatCompletionChoice(BaseModel):
+    index: int
+    message: ChatCompletionMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReason
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class DeltaMessage(BaseModel):
+    """What a chunk adds to a choice; fields that are None are left out, as OpenAI does."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+    @model_serializer(mode="plain")
+    def _without_nones(self) -> dict[str, Any]:
+        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReason | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    choices: list[ChunkChoice]
+    usage: Usage | None = None

@@ -1,0 +1,130 @@
+"""Wire types shared by the endpoints: the request base, errors, usage, stream options, sampling fields."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from models.sampler import SamplingParams
+
+# Reusable constrained types: OpenAI's ranges, so a value OpenAI rejects is rejected here too.
+Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="0 is greedy")]
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**64)]
+TopLogprobs = Annotated[int, Field(ge=0, le=20)]
+ChoiceCount = Annotated[int, Field(ge=1, le=128)]
+TokenCount = Annotated[int, Field(ge=1)]
+Bias = Annotated[float, Field(ge=-100.0, le=100.0)]
+
+
+class OpenAIRequest(BaseModel):
+    """Base of every request body: an unknown field is a 400 naming it, as OpenAI does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(OpenAIRequest):
+    include_usage: bool = Field(False, description="send a last chunk with usage and no choices")
+
+
+# Hearth's extensions to OpenAI's sampling parameters (llama.cpp and vLLM offer the same), declared last in
+# each request so the OpenAI fields keep OpenAI's order.
+TopK = Annotated[int, Field(ge=-1, description="keep the k most likely tokens; 0 or -1 turns it off")]
+MinP = Annotated[float, Field(ge=0.0, le=1.0, description="drop tokens below min_p times the top probability")]
+RepetitionPenalty = Annotated[float, Field(gt=0.0, le=2.0, description="scale down logits of seen tokens; 1 is off")]
+
+
+class SamplingRequest(OpenAIRequest):
+    """Validators and the conversion to SamplingParams shared by chat and completions requests.
+
+    Subclasses declare temperature, top_p, presence/frequency penalties, logit_bias, seed, stop,
+    top_k, min_p and repetition_penalty.
+    """
+
+    if TYPE_CHECKING:  # declared by the subclasses, in OpenAI's order
+        temperature: float | None
+        top_p: float | None
+        presence_penalty: float | None
+        frequency_penalty: float | None
+        logit_bias: dict[str, float] | None
+        seed: int | None
+        top_k: int
+        min_p: float
+        repetition_penalty: float
+
+    @field_validator("stop", mode="after", check_fields=False)
+    @classmethod
+    def _stop_list(cls, value: str | list[str] | None) -> list[str]:
+        """A string or list of strings; empty strings cannot match anything useful and are dropped."""
+        if value is None:
+            return []
+        values = [value] if isinstance(value, str) else value
+        return [v for v in values if v]
+
+    @field_validator("logit_bias", mode="after", check_fields=False)
+    @classmethod
+    def _bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not key.strip().lstrip("-").isdigit():
+                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
+        return value
+
+    def sampling_params(self, choice: int = 0, top_logprobs: int = 0) -> SamplingParams:
+        """The sampler's parameters for one choice; with a seed, choice i samples with seed + i."""
+        return SamplingParams(
+            temperature=self.temperature if self.temperature is not None else 1.0,
+            top_k=max(self.top_k, 0),
+            top_p=self.top_p if self.top_p is not None else 1.0,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            logit_bias=tuple(sorted((int(k), float(v)) for k, v in (self.logit_bias or {}).items())),
+            # The sampler seeds a 64-bit generator: fold negative and shifted seeds into its range.
+            seed=None if self.seed is None else (self.seed + choice) % 2**64,
+            top_logprobs=top_logprobs,
+        )
+
+
+class ErrorInfo(BaseModel):
+    """OpenAI's error object."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(BaseModel):
+    """One sampled token of chat `logprobs.content`."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[TopLogprob] = []
+
+
+def dump(model: BaseModel, **kwargs: Any) -> dict[str, Any]:
+    """The JSON-ready dict of a response model (None fields kept, as OpenAI sends them)."""
+    return model.model_dump(mode="json", **kwargs)
+
+
+FinishReason = Literal["stop", "length"]

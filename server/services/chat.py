@@ -1,0 +1,110 @@
+"""Chat completions: messages through the model's chat template, then generation, whole or streamed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+
+from config.settings import Settings
+from models.chat_template import ChatTemplateError
+from server.errors import InvalidRequest
+from server.model_manager import ModelManager
+from server.schemas.chat import (
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionMessage,
+    ChatCompletionRequest,
+    ChoiceLogprobs,
+    ChunkChoice,
+    DeltaMessage,
+)
+from server.schemas.common import Usage
+from server.services import generation as gen
+from server.worker import ChoiceDone, ModelWorker, TextDelta
+
+log = logging.getLogger("hearth.server")
+
+
+class ChatService:
+    """Turns chat requests into jobs for the model's worker and its events into OpenAI responses."""
+
+    def __init__(self, manager: ModelManager, settings: Settings) -> None:
+        self.manager = manager
+        self.settings = settings
+
+    def _prompt_ids(self, worker: ModelWorker, request: ChatCompletionRequest) -> list[int]:
+        template = worker.chat_template
+        assert template is not None
+        tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
+        try:
+            text = template.render([m.for_template() for m in request.messages], tools=tools or None)
+        except ChatTemplateError as error:
+            raise InvalidRequest(str(error), param="messages") from error
+        # A template that writes the BOS token itself must not get a second one from the tokenizer.
+        add_bos = not (template.bos_token and text.startswith(template.bos_token))
+        return worker.model.tokenizer.encode(text, add_bos=add_bos)
+
+    async def create(self, request: ChatCompletionRequest, http: Request) -> ChatCompletion | AsyncIterator[dict]:
+        """The whole completion, or (with stream) an iterator of chunk payloads for the SSE helper."""
+        entry, worker = await self.manager.worker_for(request.model)
+        model = worker.model
+        gen.check_limits(request, self.settings, model.vocab_size)
+        prompt_ids = await asyncio.to_thread(self._prompt_ids, worker, request)
+        max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
+                                "messages")
+        n = request.n or 1
+        top = (request.top_logprobs or 0) if request.logprobs else None
+        job = gen.make_job(request, [prompt_ids], [max_tokens], n, top)
+        if request.user:
+            log.info("chat request for %s from user %r", entry.id, request.user)
+        handle = gen.submit(worker, job, self.settings)
+        if request.stream:
+            include_usage = bool(request.stream_options and request.stream_options.include_usage)
+            return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False)
+        results = await gen.until_disconnected(http, gen.collect(handle, n))
+        choices = [
+            ChatCompletionChoice(
+                index=i, message=ChatCompletionMessage(content=r.text), finish_reason=r.finish_reason,  # type: ignore
+                logprobs=ChoiceLogprobs(content=gen.chat_logprobs(r.tokens)) if request.logprobs else None,
+            )
+            for i, r in enumerate(results)
+        ]
+        completion_tokens = sum(r.completion_tokens for r in results)
+        return ChatCompletion(
+            id=gen.new_id("chatcmpl"), created=gen.now(), model=entry.id, choices=choices,
+            system_fingerprint=gen.SYSTEM_FINGERPRINT,
+            usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens,
+                        total_tokens=len(prompt_ids) + completion_tokens),
+        )
+
+    async def _stream(self, handle: gen.JobHandle, model: str, n: int, prompt_tokens: int, include_usage: bool,
+                      logprobs: bool) -> AsyncIterator[dict[str, Any]]:
+        """Chunks as OpenAI sends them: the role first, content deltas, a finish chunk per choice, then usage."""
+        chunk_id, created = gen.new_id("chatcmpl"), gen.now()
+        exclude = None if include_usage else {"usage"}
+
+        def chunk(choices: list[ChunkChoice], usage: Usage | None = None) -> dict[str, Any]:
+            payload = ChatCompletionChunk(id=chunk_id, created=created, model=model, choices=choices, usage=usage,
+                                          system_fingerprint=gen.SYSTEM_FINGERPRINT)
+            return payload.model_dump(mode="json", exclude=exclude)
+
+        completion_tokens = 0
+        async with handle:
+            for i in range(n):
+                yield chunk([ChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
+            async for event in handle.events():
+                if isinstance(event, TextDelta):
+                    lp = ChoiceLogprobs(content=gen.chat_logprobs(event.tokens)) if logprobs else None
+                    yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(content=event.text), logprobs=lp)])
+                elif isinstance(event, ChoiceDone):
+                    completion_tokens += event.completion_tokens
+                    yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(),
+                                             finish_reason=event.finish_reason)])  # type: ignore[arg-type]
+        if include_usage:
+            yield chunk([], Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                  total_tokens=prompt_tokens + completion_tokens))

@@ -1,0 +1,154 @@
+"""What chat and completions share: prompt checks, choice specs, running a job, logprobs on the wire.
+
+Services never touch the GPU: they turn a request into a Job for the model's worker and its events into
+OpenAI responses or stream chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from fastapi import Request
+
+from config.settings import Settings
+from server.errors import ContextLengthExceeded, HearthError, InvalidRequest
+from server.schemas.common import SamplingRequest, TokenLogprob, TopLogprob
+from server.worker import ChoiceDone, ChoiceSpec, Job, JobHandle, ModelWorker, TextDelta, TokenInfo
+
+T = TypeVar("T")
+SYSTEM_FINGERPRINT = "fp_hearth"
+_DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+
+
+class ClientGone(HearthError):
+    """The client closed the connection before the response was ready (nginx's 499); nobody reads this."""
+
+    status = 499
+    type = "client_closed_request"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def check_limits(request: SamplingRequest, settings: Settings, vocab_size: int) -> None:
+    """Checks that depend on settings or the model, each naming its parameter."""
+    limits = settings.limits
+    n = getattr(request, "n", 1) or 1
+    if n > limits.max_n:
+        raise InvalidRequest(f"n is {n}, more than this server's limit of {limits.max_n}.", param="n")
+    stops = getattr(request, "stop", [])
+    if len(stops) > limits.max_stop:
+        raise InvalidRequest(f"stop has {len(stops)} strings; at most {limits.max_stop} are allowed.", param="stop")
+    for key in request.logit_bias or {}:
+        if not 0 <= int(key) < vocab_size:
+            raise InvalidRequest(f"logit_bias names token {key}, outside this model's vocabulary [0, {vocab_size}).",
+                                 param="logit_bias")
+
+
+def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
+    bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise InvalidRequest(f"token id {bad} is outside this model's vocabulary [0, {vocab_size}).", param=param)
+
+
+def budget(prompt_tokens: int, max_tokens: int | None, context_length: int, settings: Settings,
+           prompt_param: str) -> int:
+    """The tokens a choice may generate; 400 context_length_exceeded when prompt and completion do not fit."""
+    if max_tokens is None:
+        room = context_length - prompt_tokens
+        max_tokens = min(room, settings.limits.max_tokens_default or room)
+        if max_tokens >= 1:
+            return max_tokens
+        max_tokens = 1
+    if prompt_tokens + max_tokens > context_length:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {context_length} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {prompt_param}, {max_tokens} in the "
+            f"completion). Please reduce the length of the {prompt_param} or completion.",
+            param=prompt_param,
+        )
+    return max_tokens
+
+
+def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: list[int], n: int,
+             top_logprobs: int | None) -> Job:
+    """One choice per prompt and n; choice index = prompt index * n + i, seeded with seed + i."""
+    choices = [
+        ChoiceSpec(index=p * n + i, prompt_ids=ids, max_tokens=max_tokens[p],
+                   sampling=request.sampling_params(choice=i, top_logprobs=top_logprobs or 0))
+        for p, ids in enumerate(prompts) for i in range(n)
+    ]
+    return Job(choices=choices, stop=tuple(getattr(request, "stop", [])), logprobs=top_logprobs is not None)
+
+
+def submit(worker: ModelWorker, job: Job, settings: Settings) -> JobHandle:
+    return worker.submit(job, settings.limits.retry_after_s)
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await work, cancelling it if the client disconnects first (then ClientGone)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the client is gone; nothing to report
+                pass
+            raise ClientGone("The client closed the connection.")
+
+
+@dataclass
+class ChoiceResult:
+    """A finished choice, gathered from its events."""
+
+    text: str = ""
+    tokens: list[TokenInfo] = field(default_factory=list)
+    finish_reason: str = "length"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+async def collect(handle: JobHandle, n_choices: int) -> list[ChoiceResult]:
+    """Run a job to the end and gather each choice's text, tokens and finish reason."""
+    results = [ChoiceResult() for _ in range(n_choices)]
+    async with handle:
+        async for event in handle.events():
+            result = results[event.index]
+            if isinstance(event, TextDelta):
+                result.text += event.text
+                result.tokens += event.tokens
+            elif isinstance(event, ChoiceDone):
+                result.finish_reason = event.finish_reason
+                result.prompt_tokens = event.prompt_tokens
+                result.completion_tokens = event.completion_tokens
+    return results
+
+
+async def events(handle: JobHandle) -> AsyncIterator[TextDelta | ChoiceDone]:
+    """A job's events; closing this iterator (a client gone) cancels the job."""
+    async with handle:
+        async for event in handle.events():
+            yield event
+
+
+def chat_logprobs(tokens: list[TokenInfo]) -> list[TokenLogprob]:
+    """Chat's `logprobs.content` entries."""
+    return [
+        TokenLogprob(token=t.text, logprob=t.logprob, bytes=t.bytes,
+                     top_logprobs=[TopLogprob(token=text, logprob=lp, bytes=raw) for text, raw, lp in t.top])
+        for t in tokens
+    ]

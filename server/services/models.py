@@ -1,0 +1,32 @@
+"""The model list: configured models, their aliases and the Ollama store's chat models."""
+
+from __future__ import annotations
+
+import asyncio
+
+from config.catalogue import ModelCatalogue, ModelEntry
+from server.errors import ModelNotFound
+from server.schemas.models import Model, ModelList
+
+
+def _model(entry: ModelEntry) -> Model:
+    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by)
+
+
+class ModelService:
+    """Answers /v1/models from the catalogue (the Ollama store is read on each call: a few small files)."""
+
+    def __init__(self, catalogue: ModelCatalogue) -> None:
+        self.catalogue = catalogue
+
+    async def list(self) -> ModelList:
+        entries = await asyncio.to_thread(self.catalogue.list)
+        seen: set[str] = set()
+        unique = [e for e in entries if not (e.id in seen or seen.add(e.id))]  # type: ignore[func-returns-value]
+        return ModelList(data=[_model(e) for e in unique])
+
+    async def get(self, model_id: str) -> Model:
+        entry = await asyncio.to_thread(self.catalogue.lookup, model_id)
+        if entry is None:
+            raise ModelNotFound(model_id)
+        return _model(entry)

@@ -1,0 +1,100 @@
+"""Incremental detokenisation with stop strings: text goes out as soon as it cannot be part of a stop string.
+
+Stop strings are matched on the decoded text, so they match across token boundaries. Text that could be
+the start of a stop string is held back until the next tokens decide it; a stop string itself is never
+emitted. Each token is also tracked by the span of text it produced, so per-token data (logprobs) goes
+out with the text it belongs to, and tokens that lie wholly inside a stop string are dropped with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class StreamDecoder(Protocol):
+    """The tokenizer's incremental decoder: text complete so far, never a split UTF-8 sequence."""
+
+    def push(self, token_id: int) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+@dataclass
+class Piece(Generic[T]):
+    """Text ready to send and the tokens whose text it completes."""
+
+    text: str = ""
+    tokens: list[T] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.text or self.tokens)
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """How many characters at the end of text could begin a stop string (0 when none can)."""
+    longest = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:k]):
+                longest = k
+                break
+    return longest
+
+
+class TextStream(Generic[T]):
+    """Turns sampled tokens into text deltas, stopping at the first stop string."""
+
+    def __init__(self, decoder: StreamDecoder, stops: Sequence[str] = ()) -> None:
+        self._decoder = decoder
+        self._stops = [s for s in stops if s]
+        self._text = ""  # all decoded text so far (the stop string included, once found)
+        self._sent = 0  # characters of _text already emitted
+        self._pending: list[tuple[int, int, T]] = []  # (start, end) of each token's text, not yet emitted
+        self.stopped = False  # a stop string was found; nothing more will be emitted
+
+    def push(self, token_id: int, info: T | None = None) -> Piece[T]:
+        """Add a sampled token; the text (and tokens) that can go out now."""
+        if self.stopped:
+            return Piece()
+        start = len(self._text)
+        self._text += self._decoder.push(token_id)
+        self._pending.append((start, len(self._text), info))  # type: ignore[arg-type]
+        return self._advance(final=False)
+
+    def flush(self) -> Piece[T]:
+        """At the end of generation: the rest of the text (anything held back was not a stop string)."""
+        if self.stopped:
+            return Piece()
+        self._text += self._decoder.flush()
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> Piece[T]:
+        # A stop string can only start in the unsent text: sent text never ends with a stop's prefix.
+        window_start = max(0, self._sent - max((len(s) for s in self._stops), default=0))
+        cut = min((i for s in self._stops if (i := self._text.find(s, window_start)) >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            end = cut
+        else:
+            end = len(self._text) if final else len(self._text) - held_back(self._text[self._sent:], self._stops)
+        piece: Piece[Any] = Piece(text=self._text[self._sent:end])
+        self._sent = max(self._sent, end)
+        if self.stopped:  # tokens that began before the cut go out; those inside the stop string do not
+            piece.tokens = [info for start, _, info in self._pending if start < end]
+            self._pending = []
+        elif final:
+            piece.tokens = [info for _, _, info in self._pending]
+            self._pending = []
+        else:  # a token goes out once all of its text has
+            piece.tokens = [info for _, stop, info in self._pending if stop <= end]
+            self._pending = [entry for entry in self._pending if entry[1] > end]
+        return piece
+
+    @property
+    def text(self) -> str:
+        """Everything emitted so far."""
+        return self._text[:self._sent]

@@ -1,0 +1,128 @@
+"""A tiny stand-in for TextModel that follows the model-side contract (CONTEXT.md), for fast worker tests.
+
+Its tokenizer has five special pieces and one token per byte; its "network" puts a large logit on the
+next character of SCRIPT, so greedy output is SCRIPT repeated, and each step can be slowed down to
+exercise queueing and cancellation. It counts open sessions, so tests can see KV caches being released.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
+BYTE0 = len(SPECIALS)
+SCRIPT = "Hello world. "
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS) + ")")
+
+
+class FakeDecoder:
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        return self._utf8.decode(bytes([token_id - BYTE0])) if token_id >= BYTE0 else ""
+
+    def flush(self) -> str:
+        return self._utf8.decode(b"", final=True)
+
+
+class FakeTokenizer:
+    bos_id = 1
+    eos_ids = frozenset({2, 4})
+    vocab_size = BYTE0 + 256
+    chat_template: str | None = None
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        ids = [self.bos_id] if add_bos else []
+        for part in _SPECIAL_RE.split(text):
+            if part in SPECIALS:
+                ids.append(SPECIALS.index(part))
+            else:
+                ids.extend(BYTE0 + b for b in part.encode("utf-8"))
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return bytes(i - BYTE0 for i in ids if i >= BYTE0).decode("utf-8", "replace")
+
+    def stream_decoder(self) -> FakeDecoder:
+        return FakeDecoder()
+
+    def id_to_piece(self, token_id: int) -> str:
+        return SPECIALS[token_id] if token_id < BYTE0 else f"<0x{token_id - BYTE0:02X}>"
+
+    def id_to_bytes(self, token_id: int) -> bytes:
+        return SPECIALS[token_id].encode() if token_id < BYTE0 else bytes([token_id - BYTE0])
+
+
+class FakeSession:
+    def __init__(self, model: FakeModel) -> None:
+        self.model = model
+        self.n_past = 0
+        self._generated = 0
+        with model.lock:
+            model.open_sessions += 1
+
+    def _logits(self) -> np.ndarray:
+        time.sleep(self.model.step_s)
+        logits = np.zeros(self.model.vocab_size, dtype=np.float32)
+        if self.model.eos_after is not None and self._generated >= self.model.eos_after:
+            logits[2] = 20.0
+        else:
+            logits[BYTE0 + ord(SCRIPT[self._generated % len(SCRIPT)])] = 20.0
+        return logits
+
+    def prefill(self, ids: list[int]) -> np.ndarray:
+        assert ids and self.n_past + len(ids) <= self.model.context_length
+        self.n_past += len(ids)
+        return self._logits()
+
+    def decode(self, token: int) -> np.ndarray:
+        self.n_past += 1
+        self._generated += 1
+        return self._logits()
+
+    def reset(self) -> None:
+        self.n_past = self._generated = 0
+
+    def close(self) -> None:
+        with self.model.lock:
+            self.model.open_sessions -= 1
+
+
+class FakeModel:
+    """A model that says SCRIPT over and over, step_s seconds a token."""
+
+    def __init__(self, name: str = "fake", step_s: float = 0.0, context_length: int = 256,
+                 eos_after: int | None = None) -> None:
+        self.name = name
+        self.tokenizer = FakeTokenizer()
+        self.context_length = context_length
+        self.vocab_size = FakeTokenizer.vocab_size
+        self.step_s = step_s
+        self.eos_after = eos_after
+        self.open_sessions = 0
+        self.lock = threading.Lock()
+
+    def new_session(self) -> FakeSession:
+        return FakeSession(self)
+
+
+def fake_loader(step_s: float = 0.0, fail: bool = False, **model_kwargs: Any) -> Callable[..., FakeModel]:
+    """A loader with the signature of load_text_model, reporting progress over four steps."""
+
+    def load(source: str, *, progress: Callable[[int, int], None] | None = None, **_: Any) -> FakeModel:
+        for done in range(1, 5):
+            if progress is not None:
+                progress(done, 4)
+        if fail:
+            raise RuntimeError(f"cannot load {source}")
+        return FakeModel(source, step_s=step_s, **model_kwargs)
+
+    return load

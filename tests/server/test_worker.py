@@ -1,0 +1,161 @@
+"""The model worker on a fake model: events, finish reasons, stop strings, queueing and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+
+from models.sampler import SamplingParams
+from server.errors import QueueFull
+from server.worker import ChoiceDone, ChoiceSpec, Job, ModelWorker, TextDelta
+from tests.server.fake_model import SCRIPT, fake_loader
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def make_worker(step_s: float = 0.0, max_queue: int = 4, **kwargs: object) -> ModelWorker:
+    worker = ModelWorker("fake", "fake-source", fake_loader(step_s=step_s, **kwargs), max_queue=max_queue)
+    worker.start()
+    return worker
+
+
+def job(prompt: str = "Hi", max_tokens: int = 8, n: int = 1, stop: tuple[str, ...] = (), logprobs: bool = False,
+        sampling: SamplingParams = GREEDY) -> Job:
+    ids = [1, *(5 + b for b in prompt.encode())]
+    return Job([ChoiceSpec(i, ids, sampling, max_tokens) for i in range(n)], stop=stop, logprobs=logprobs)
+
+
+async def run_job(worker: ModelWorker, j: Job) -> tuple[dict[int, str], list[ChoiceDone]]:
+    texts: dict[int, str] = {}
+    done: list[ChoiceDone] = []
+    async for event in worker.submit(j, 1).events():
+        if isinstance(event, TextDelta):
+            texts[event.index] = texts.get(event.index, "") + event.text
+        else:
+            done.append(event)
+    return texts, done
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_generates_until_length_then_until_eos() -> None:
+    async def main() -> None:
+        worker = make_worker()
+        await worker.wait_ready()
+        texts, done = await run_job(worker, job(max_tokens=8))
+        assert texts[0] == SCRIPT[:8]
+        assert (done[0].finish_reason, done[0].completion_tokens, done[0].prompt_tokens) == ("length", 8, 3)
+        worker.stop()
+
+        eos_worker = make_worker(eos_after=3)
+        await eos_worker.wait_ready()
+        texts, done = await run_job(eos_worker, job(max_tokens=8))
+        assert texts[0] == SCRIPT[:3]
+        assert (done[0].finish_reason, done[0].completion_tokens) == ("stop", 3)
+        eos_worker.stop()
+
+    asyncio.run(main())
+
+
+def test_stop_string_is_matched_across_tokens_and_never_sent() -> None:
+    async def main() -> None:
+        worker = make_worker()
+        await worker.wait_ready()
+        texts, done = await run_job(worker, job(max_tokens=12, stop=("o w", "zzz")))
+        assert texts[0] == "Hell"
+        assert done[0].finish_reason == "stop"
+        assert worker.model.open_sessions == 0
+        worker.stop()
+
+    asyncio.run(main())
+
+
+def test_choices_run_in_turn_with_their_own_indexes() -> None:
+    async def main() -> None:
+        worker = make_worker()
+        await worker.wait_ready()
+        texts, done = await run_job(worker, job(max_tokens=5, n=3))
+        assert texts == {0: SCRIPT[:5], 1: SCRIPT[:5], 2: SCRIPT[:5]}
+        assert [d.index for d in done] == [0, 1, 2]
+        worker.stop()
+
+    asyncio.run(main())
+
+
+def test_logprobs_travel_with_their_text() -> None:
+    async def main() -> None:
+        worker = make_worker()
+        await worker.wait_ready()
+        sampling = SamplingParams(temperature=0.0, top_logprobs=2)
+        tokens = []
+        async for event in worker.submit(job(max_tokens=4, logprobs=True, sampling=sampling), 1).events():
+            if isinstance(event, TextDelta):
+                tokens += event.tokens
+        assert "".join(t.text for t in tokens) == SCRIPT[:4]
+        assert all(len(t.top) == 2 and t.top[0][0] == t.text for t in tokens)
+        assert tokens[0].bytes == list(b"H")
+        worker.stop()
+
+    asyncio.run(main())
+
+
+def test_leaving_early_cancels_and_releases_the_session() -> None:
+    async def main() -> None:
+        worker = make_worker(step_s=0.02)
+        await worker.wait_ready()
+        events = worker.submit(job(max_tokens=200), 1).events()
+        async for _ in events:
+            break
+        await events.aclose()  # what a disconnecting client's stream does
+        started = time.monotonic()
+        assert await asyncio.to_thread(wait_for, lambda: worker.model.open_sessions == 0 and worker.running == 0)
+        # Cancellation is seen at the next token: well within 200 tokens' time (4 s at 20 ms a token).
+        assert time.monotonic() - started < 1.0
+        texts, _ = await run_job(worker, job(max_tokens=3))
+        assert texts[0] == SCRIPT[:3]
+        worker.stop()
+
+    asyncio.run(main())
+
+
+def test_queue_bound_gives_queue_full_and_cancelled_waiters_leave_at_once() -> None:
+    async def main() -> None:
+        worker = make_worker(step_s=0.02, max_queue=1)
+        await worker.wait_ready()
+        running = worker.submit(job(max_tokens=100), 1)
+        assert await asyncio.to_thread(wait_for, lambda: worker.running == 1)
+        waiting = worker.submit(job(max_tokens=100), 1)
+        with pytest.raises(QueueFull) as raised:
+            worker.submit(job(max_tokens=1), 7)
+        assert raised.value.status == 429 and raised.value.headers["Retry-After"] == "7"
+        waiting.cancel()
+        assert worker.queued == 0
+        worker.submit(job(max_tokens=1), 1).cancel()  # the freed place can be taken again
+        running.cancel()
+        assert await asyncio.to_thread(wait_for, lambda: worker.idle and worker.model.open_sessions == 0)
+        worker.stop()
+
+    asyncio.run(main())
+
+
+def test_load_failure_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        worker = make_worker(fail=True)
+        with pytest.raises(RuntimeError, match="cannot load"):
+            await worker.wait_ready()
+        assert worker.state == "failed" and "cannot load" in (worker.error or "")
+
+    with caplog.at_level(logging.INFO, logger="hearth.worker"):
+        asyncio.run(main())
+    assert "loading fake: 100% (4/4)" in caplog.text
