@@ -13,9 +13,14 @@ A `tokenizers` (Hugging Face, Rust) pipeline is assembled from `tokenizer.ggml.*
   `<0xXX>` byte fallback (llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4).
 
 In every case control, user-defined and unknown pieces are cut out of the raw text before the model
-runs, as llama.cpp's `tokenizer_st_partition` does with parse_special=True. Decoding follows
-llama.cpp's `token_to_piece`: "▁" becomes a space, byte pieces their byte, control pieces nothing
-unless asked for.
+runs, as llama.cpp's `tokenizer_st_partition` does with parse_special=True. llama.cpp's quirks that change
+ids are kept: pieces it makes control pieces by their text ("<end_of_turn>", "<eos>", FIM markers, ...),
+pieces cut at a NUL byte. Decoding follows llama.cpp's `token_to_piece`: "▁" becomes a space, byte pieces
+their byte, control pieces nothing unless asked for; the stream decoder never splits a UTF-8 character.
+
+Checked against llama-cpp-python (tests/models/test_tokenizer.py): the shipped Gemma 3 vocabulary, and
+small trained vocabularies of each kind ("llama" with a leading space, "gpt2" under the pre-tokenizers
+below, "gemma4").
 """
 
 from __future__ import annotations
@@ -27,14 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, Keys, TokenType
-from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Regex, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 SPACE = "\u2581"  # "▁": SentencePiece's visible space
 
 # Pieces that end a turn although the file may not say so; llama.cpp marks them end-of-generation by text.
 END_OF_TURN_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>", "<|endoftext|>",
-                     "<|end_of_text|>", "<turn|>")
+                     "<|end_of_text|>", "<turn|>", "<|return|>", "<|call|>")
 
 # Split regexes llama.cpp applies before byte-level BPE, by `tokenizer.ggml.pre` (llm_tokenizer_bpe).
 # Each regex re-splits the pieces the previous one produced, keeping matches and the text between them.
@@ -54,6 +59,22 @@ _BPE_PRE: dict[str, tuple[tuple[str, ...], bool]] = {
     "qwen2": ((_QWEN2_REGEX,), False),
     "deepseek-r1-qwen": ((_QWEN2_REGEX,), False),
 }
+
+# Pieces llama.cpp makes control pieces by their text alone (end-of-turn, end-of-generation and
+# fill-in-the-middle markers in llama_vocab::impl::load), so that they are cut out of text and hidden.
+_CONTROL_BY_TEXT = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+    "[EOT]", "[EOS]", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<end_of_utterance>", "<|eom_id|>", "<|return|>",
+    "<|call|>", "<|flush|>", "<|calls|>", "</s>", "<eos>", "<turn|>", "<|tool_response>", "[e~[",
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uff5cfim\u2581begin\uff5c>", "<PRE>", "\u2581<PRE>",
+    "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+    "<\uff5cfim\u2581hole\uff5c>", "<SUF>", "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>",
+    "<fim-middle>", "<fim_middle>", "<\uff5cfim\u2581end\uff5c>", "<MID>", "\u2581<MID>", "<|code_middle|>",
+    "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
+    "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
+})
+# gpt-oss pieces llama.cpp always renders as text.
+_USER_DEFINED_BY_TEXT = frozenset({"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
 
 # llama.cpp's default special ids where the file names none (llama_vocab::impl::load).
 _DEFAULT_BOS = {"llama": 1, "gpt2": 11}
@@ -124,8 +145,8 @@ def read_gguf_vocab(reader: GGUFReader) -> GGUFVocab:
     if not tokens:
         raise TokenizerError(f"{Keys.Tokenizer.LIST} is missing or empty")
     n = len(tokens)
-    # llama.cpp renames empty pieces so that every piece text is a distinct key.
-    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    # llama.cpp reads pieces as C strings (cut at a NUL) and renames empty ones to keep every text distinct.
+    tokens = [t.partition("\x00")[0] or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _number_array(reader, Keys.Tokenizer.SCORES, np.float32)
     types = _number_array(reader, Keys.Tokenizer.TOKEN_TYPE, np.int32)
     for key, array in ((Keys.Tokenizer.SCORES, scores), (Keys.Tokenizer.TOKEN_TYPE, types)):
@@ -137,7 +158,7 @@ def read_gguf_vocab(reader: GGUFReader) -> GGUFVocab:
         pre="gemma4" if model == "gemma4" else _scalar(reader, Keys.Tokenizer.PRE, "default"),
         tokens=tokens,
         scores=np.zeros(n, np.float32) if scores is None else scores[:n],
-        types=np.full(n, TokenType.NORMAL, np.int32) if types is None else types[:n].copy(),
+        types=_llama_cpp_types(tokens, np.full(n, TokenType.NORMAL, np.int32) if types is None else types[:n]),
         merges=_string_array(reader, Keys.Tokenizer.MERGES),
         bos_id=_scalar(reader, Keys.Tokenizer.BOS_ID, _DEFAULT_BOS.get(model)),
         eos_id=_scalar(reader, Keys.Tokenizer.EOS_ID, _DEFAULT_EOS.get(model)),
@@ -150,6 +171,30 @@ def read_gguf_vocab(reader: GGUFReader) -> GGUFVocab:
         add_space_prefix=is_spm and bool(_scalar(reader, Keys.Tokenizer.ADD_PREFIX, True)),
         chat_template=_scalar(reader, Keys.Tokenizer.CHAT_TEMPLATE, None),
     )
+
+
+def _llama_cpp_types(tokens: list[str], types: np.ndarray) -> np.ndarray:
+    """Token types after the overrides llama.cpp applies by piece text (they decide what is cut out of text).
+
+    One deliberate difference: a user-defined piece on llama.cpp's control list stays user-defined. Both
+    kinds are cut out of text alike, so ids do not change; only decoding does, where llama.cpp hides e.g.
+    Gemma 3's "</s>" (an HTML tag there) and Hearth keeps the text.
+    """
+    types = types.copy()
+    where = {t: i for i, t in enumerate(tokens) if t in _CONTROL_BY_TEXT or t in _USER_DEFINED_BY_TEXT}
+    for text, i in where.items():
+        if text in _USER_DEFINED_BY_TEXT:
+            types[i] = TokenType.USER_DEFINED
+        elif types[i] != TokenType.USER_DEFINED:
+            types[i] = TokenType.CONTROL
+    # gpt-oss and Solar Open: "<|end|>" is not an end marker when these are present.
+    present = where.keys()
+    if "<|end|>" in present and ({"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present):
+        types[where["<|end|>"]] = TokenType.USER_DEFINED
+    # Gemma 4: "</s>" is plain text when the vocabulary has "<|tool_response>".
+    if "</s>" in where and "<|tool_response>" in where:
+        types[where["</s>"]] = TokenType.NORMAL
+    return types
 
 
 def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
@@ -215,7 +260,6 @@ def _build_hf(vocab: GGUFVocab) -> HFTokenizer:
         splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        tokenizer.decoder = decoders.ByteLevel()
     else:
         raise TokenizerError(f"tokenizer model {vocab.model!r} is not supported (llama, gpt2, gemma4)")
 

