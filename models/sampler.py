@@ -118,14 +118,13 @@ class Sampler:
     def _draw(self, x: np.ndarray, peak: float, exp: np.ndarray) -> int:
         """Temperature, top_k, top_p, min_p, then one draw; `exp` is exp(x - peak)."""
         p = self.params
-        scaled = (x - peak) / p.temperature  # [V] log-weights, best = 0
-        weights = exp if p.temperature == 1 else np.exp(scaled)  # [V] in [0, 1]
+        weights = exp if p.temperature == 1 else np.exp((x - peak) / p.temperature)  # [V] in [0, 1], best = 1
         ids: np.ndarray | None = None  # candidate ids; None = the whole vocabulary
 
         if 0 < p.top_k < x.size:
             ids = np.argpartition(x, x.size - p.top_k)[x.size - p.top_k:]
         if p.top_p < 1:
-            ids = _nucleus(scaled, weights, ids, p.top_p)
+            ids = _nucleus(weights, ids, p.top_p)
         if p.min_p > 0:
             # p_i >= min_p * p_max  <=>  weight_i >= min_p, since the best token has weight 1.
             ids = np.flatnonzero(weights >= p.min_p) if ids is None else ids[weights[ids] >= p.min_p]
@@ -134,10 +133,10 @@ class Sampler:
         return k if ids is None else int(ids[k])
 
 
-def _nucleus(scaled: np.ndarray, weights: np.ndarray, ids: np.ndarray | None, top_p: float) -> np.ndarray:
+def _nucleus(weights: np.ndarray, ids: np.ndarray | None, top_p: float) -> np.ndarray:
     """The fewest most likely ids (of `ids`, or all) whose share of the weight reaches top_p.
 
-    `weights` = exp(`scaled`). A language model's mass usually sits in a few hundred tokens, found with
+    A language model's mass usually sits in a few hundred tokens, found with
     one argpartition. For a flat distribution, tokens are bucketed by log-weight instead: buckets above
     the one where the cumulative mass crosses top_p are kept whole and only that bucket is sorted.
     """
@@ -151,9 +150,10 @@ def _nucleus(scaled: np.ndarray, weights: np.ndarray, ids: np.ndarray | None, to
         keep = min(int(np.searchsorted(cumulative, target, side="left")) + 1, n)  # with the one crossing
         chosen = best[:keep]
     else:
-        pool_s = scaled if ids is None else scaled[ids]
+        with np.errstate(divide="ignore"):  # weight 0 -> log -inf -> the last bucket
+            log_w = np.log(pool_w)
         # Bucket 0 holds the heaviest tokens; everything below exp(-_LOG_WEIGHT_SPAN) shares the last one.
-        bucket = np.minimum(-pool_s * (_BUCKETS / _LOG_WEIGHT_SPAN), _BUCKETS - 1).astype(np.int64)
+        bucket = np.minimum(-log_w * (_BUCKETS / _LOG_WEIGHT_SPAN), _BUCKETS - 1).astype(np.int64)
         cumulative = np.cumsum(np.bincount(bucket, weights=pool_w, minlength=_BUCKETS))
         b = min(int(np.searchsorted(cumulative, target, side="left")), _BUCKETS - 1)
         inside = np.flatnonzero(bucket == b)
