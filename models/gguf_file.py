@@ -26,7 +26,8 @@ class GGUFFile:
             self.reader = GGUFReader(self.path, "r")
         except (OSError, ValueError) as error:
             raise GGUFFormatError(f"{self.path}: not a readable GGUF file ({error})") from error
-        self.arch: str = self.value(Keys.General.ARCHITECTURE)
+        self.arch = ""
+        self.arch = str(self.value(Keys.General.ARCHITECTURE))
         self.tensors: dict[str, ReaderTensor] = {t.name: t for t in self.reader.tensors}
 
     def has(self, key: str) -> bool:
