@@ -106,6 +106,14 @@ def test_matvec_long_rows(ex: Executor, qtype: Q, subgroups: bool) -> None:
     run_linear(ex, qtype, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups)
 
 
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+def test_matvec_short_rows(ex: Executor, subgroups: bool) -> None:
+    """K = 128: 4 threads per row, fewer than a subgroup (8 on lavapipe, 32 on NVIDIA)."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    run_linear(ex, Q.Q8_0, 128, 75, 1, 1, seed=8, kernel=LinearKernel.MATVEC, subgroups=subgroups)
+
+
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_matvec_few_tokens(ex: Executor, qtype: Q) -> None:
     run_linear(ex, qtype, small_k(qtype, 2), 19, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=1,
@@ -114,8 +122,8 @@ def test_matvec_few_tokens(ex: Executor, qtype: Q) -> None:
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_matmul(ex: Executor, qtype: Q) -> None:
-    # two token tiles (the second partial), rows not a multiple of the 64-row tile, K of 2 blocks
-    run_linear(ex, qtype, small_k(qtype, 2), 70, 70, 67, seed=2, kernel=LinearKernel.MATMUL)
+    # two token tiles and two row tiles (the second of each partial), K of 2 blocks
+    run_linear(ex, qtype, small_k(qtype, 2), 150, 70, 67, seed=2, kernel=LinearKernel.MATMUL)
 
 
 @pytest.mark.parametrize("n_tokens", [1, 5, 12])

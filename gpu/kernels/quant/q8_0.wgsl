@@ -8,6 +8,5 @@ const BLOCK_BYTES: u32 = 34u;
 fn dequant16(base: u32, g: u32) -> mat4x4<f32> {
     let d = load_f16(base);
     let q = load_16(base + 2u + 16u * g);
-    return mat4x4<f32>(vec4<f32>(unpack4xI8(q.x)) * d, vec4<f32>(unpack4xI8(q.y)) * d,
-                       vec4<f32>(unpack4xI8(q.z)) * d, vec4<f32>(unpack4xI8(q.w)) * d);
+    return mat4x4<f32>(i8x4_to_f32(q.x) * d, i8x4_to_f32(q.y) * d, i8x4_to_f32(q.z) * d, i8x4_to_f32(q.w) * d);
 }
