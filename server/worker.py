@@ -169,6 +169,7 @@ class ModelWorker:
         self.progress = 0.0
         self.running = 0
         self.last_used = time.monotonic()
+        self._current: Job | None = None
 
     # -- event-loop side -----------------------------------------------------------------
     def start(self) -> None:
@@ -204,6 +205,9 @@ class ModelWorker:
         for job in self._queue.close():
             job.cancelled.set()
             job.emit(_JobFailed(RuntimeError("the server is shutting down")))
+        current = self._current
+        if current is not None:  # stops within a token
+            current.cancelled.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
         self.state = "stopped"
@@ -212,7 +216,10 @@ class ModelWorker:
     def _on_progress(self, done: int, total: int) -> None:
         fraction = done / total if total else 1.0
         if int(fraction * 10) > int(self.progress * 10) or done == total:
-            log.info("loading %s: %3.0f%% (%d/%d)", self.name, 100 * fraction, done, total)
+            # Loaders count tensors or bytes; show bytes in MB.
+            unit, scale = ("MB", 1e6) if total >= 1e6 else ("", 1)
+            log.info("loading %s: %3.0f%% (%.0f/%.0f%s)", self.name, 100 * fraction, done / scale, total / scale,
+                     unit and f" {unit}")
         self.progress = fraction
 
     def _load(self) -> None:
@@ -249,7 +256,7 @@ class ModelWorker:
         while (job := self._queue.get()) is not None:
             if job.cancelled.is_set():
                 continue
-            self.running = 1
+            self.running, self._current = 1, job
             try:
                 for spec in job.choices:
                     if job.cancelled.is_set():
@@ -259,7 +266,7 @@ class ModelWorker:
             except BaseException as error:  # noqa: BLE001 - the request gets the error; the worker goes on
                 job.emit(_JobFailed(error))
             finally:
-                self.running = 0
+                self.running, self._current = 0, None
                 self.last_used = time.monotonic()
 
     def _token_info(self, token: SampledToken) -> TokenInfo:

@@ -67,7 +67,7 @@ class ChatMessage(OpenAIRequest):
     """A message of any role; assistant messages may carry tool calls instead of content."""
 
     role: Role
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart] | None = Field(None, validate_default=True)
     name: str | None = None
     refusal: str | None = None
     tool_calls: list[ToolCall] | None = None

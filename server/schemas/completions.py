@@ -38,7 +38,7 @@ class CompletionRequest(SamplingRequest):
     logit_bias: dict[str, Bias] | None = None
     logprobs: TopLogprobs | None = Field(None, description="alternatives per token; 0 gives the sampled only")
     max_tokens: TokenCount | None = Field(16, description="OpenAI's default for completions is 16")
-    n: ChoiceCount | None = 1
+    n: ChoiceCount | None = Field(1, validate_default=True)
     presence_penalty: Penalty | None = 0.0
     seed: Seed | None = Field(None, description="same seed and request, same output; choice i uses seed + i")
     stop: str | list[str] | None = Field(None, validate_default=True, description="up to 4 strings; never sent")

@@ -126,3 +126,8 @@ def fake_loader(step_s: float = 0.0, fail: bool = False, **model_kwargs: Any) ->
         return FakeModel(source, step_s=step_s, **model_kwargs)
 
     return load
+
+
+def load_fake_model(source: str, *, progress: Callable[[int, int], None] | None = None, **kwargs: Any) -> FakeModel:
+    """`HEARTH_MODEL_LOADER=tests.server.fake_model:load_fake_model` serves the fake from `python -m server`."""
+    return fake_loader()(source, progress=progress, **kwargs)

@@ -51,18 +51,20 @@ class ThreadServer:
 class SubprocessServer:
     """`python -m server` in a child process (its own GPU device and memory), logging to a file."""
 
-    def __init__(self, log_path: Path, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, log_path: Path, env: dict[str, str] | None = None, args: list[str] | None = None,
+                 port: int | None = None, port_flag: bool = True) -> None:
+        """port_flag=False leaves the port to HEARTH_PORT in env (which must then be `port`)."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        self._args = args or []
+        self._args = (["--port", str(self.port)] if port_flag else []) + (args or [])
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, ready_timeout: float = 600.0) -> SubprocessServer:
         """Start and wait for /ready (the default models loaded and warmed up)."""
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child writes to it for its whole life
-        self.process = subprocess.Popen([sys.executable, "-m", "server", "--port", str(self.port), *self._args],
+        self.process = subprocess.Popen([sys.executable, "-m", "server", *self._args],
                                         cwd=ROOT, env=self._env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:

@@ -1,0 +1,51 @@
+"""The `hearth` command: serve's host and port from flags and the environment, and --model resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.cli import _parser, resolve_model
+from tests.config.ollama_store import add_model, fake_gguf
+from tests.server.live_server import SubprocessServer, free_port
+
+FAKE = {"HEARTH_MODEL_LOADER": "tests.server.fake_model:load_fake_model", "HEARTH_OLLAMA": "false"}
+
+
+def test_python_m_server_honours_hearth_port_and_the_port_flag_wins(tmp_path: Path) -> None:
+    env_port = free_port()
+    server = SubprocessServer(tmp_path / "a.log", env={**FAKE, "HEARTH_PORT": str(env_port)}, port=env_port,
+                              port_flag=False)
+    try:
+        server.start(ready_timeout=60)
+        assert httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"] == "gemma-3-270m"
+    finally:
+        server.stop()
+    flagged = SubprocessServer(tmp_path / "b.log", env={**FAKE, "HEARTH_PORT": str(env_port)})
+    try:
+        flagged.start(ready_timeout=60)  # runs with --port <another free port>, which beats HEARTH_PORT
+        assert flagged.port != env_port
+        assert httpx.get(f"{flagged.url}/health").json()["status"] == "ok"
+    finally:
+        flagged.stop()
+
+
+def test_serve_and_generate_arguments() -> None:
+    args = _parser().parse_args(["serve", "--host", "0.0.0.0", "--port", "9000"])
+    assert (args.host, args.port) == ("0.0.0.0", 9000)
+    args = _parser().parse_args(["generate", "--max-tokens", "5", "--temperature", "0", "Hello"])
+    assert (args.model, args.max_tokens, args.temperature, args.prompt) == ("gemma-3-270m", 5, 0.0, "Hello")
+
+
+def test_generate_resolves_paths_and_ollama_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf = fake_gguf(tmp_path / "m.gguf", "gemma3")
+    store = tmp_path / "store"
+    add_model(store, gguf, "gemma3", "270m")
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    assert resolve_model("gemma-3-270m") == "gemma-3-270m"
+    assert resolve_model(str(gguf)) == str(gguf)
+    assert Path(resolve_model("gemma3:270m")).resolve() == gguf.resolve()
+    with pytest.raises(SystemExit, match="no model"):
+        resolve_model("missing:1b")
