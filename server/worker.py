@@ -341,6 +341,11 @@ class JobHandle:
         if not self.job.finished:
             self.worker.cancel(self.job)
 
+    def __del__(self) -> None:
+        # A stream whose response never started (its client left first) never runs its cleanup: the last
+        # reference going away is then what frees the job's place in the queue.
+        self.cancel()
+
     async def __aenter__(self) -> JobHandle:
         return self
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from gpu.errors import GPUFailure
+
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
 BYTE0 = len(SPECIALS)
 SCRIPT = "Hello world. "
@@ -86,6 +88,8 @@ class FakeSession:
     def decode(self, token: int) -> np.ndarray:
         self.n_past += 1
         self._generated += 1
+        if self.model.fail_after is not None and self._generated >= self.model.fail_after:
+            raise GPUFailure("submitting commands", "decode", RuntimeError("device lost"))
         return self._logits()
 
     def reset(self) -> None:
@@ -100,13 +104,14 @@ class FakeModel:
     """A model that says SCRIPT over and over, step_s seconds a token."""
 
     def __init__(self, name: str = "fake", step_s: float = 0.0, context_length: int = 256,
-                 eos_after: int | None = None) -> None:
+                 eos_after: int | None = None, fail_after: int | None = None) -> None:
         self.name = name
         self.tokenizer = FakeTokenizer()
         self.context_length = context_length
         self.vocab_size = FakeTokenizer.vocab_size
         self.step_s = step_s
         self.eos_after = eos_after
+        self.fail_after = fail_after  # decode raises a GPUFailure at this many generated tokens
         self.open_sessions = 0
         self.lock = threading.Lock()
 

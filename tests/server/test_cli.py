@@ -49,3 +49,14 @@ def test_generate_resolves_paths_and_ollama_names(tmp_path: Path, monkeypatch: p
     assert Path(resolve_model("gemma3:270m")).resolve() == gguf.resolve()
     with pytest.raises(SystemExit, match="no model"):
         resolve_model("missing:1b")
+
+
+def test_the_hearth_console_script_points_at_main() -> None:
+    import importlib
+    import tomllib
+
+    from tests.server.live_server import ROOT
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["hearth"]
+    module, _, function = target.partition(":")
+    assert callable(getattr(importlib.import_module(module), function))

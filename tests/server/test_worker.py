@@ -159,3 +159,20 @@ def test_load_failure_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="hearth.worker"):
         asyncio.run(main())
     assert "loading fake: 100% (4/4)" in caplog.text
+
+
+def test_a_dropped_handle_cancels_its_job() -> None:
+    """A stream whose response never started never iterates its handle; dropping it must free the place."""
+
+    async def main() -> None:
+        worker = make_worker(step_s=0.02, max_queue=2)
+        await worker.wait_ready()
+        running = worker.submit(job(max_tokens=100), 1)
+        assert await asyncio.to_thread(wait_for, lambda: worker.running == 1)
+        worker.submit(job(max_tokens=100), 1)  # the handle is dropped at once
+        assert worker.queued == 0
+        del running
+        assert await asyncio.to_thread(wait_for, lambda: worker.idle and worker.model.open_sessions == 0)
+        worker.stop()
+
+    asyncio.run(main())
