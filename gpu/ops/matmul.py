@@ -77,16 +77,21 @@ class MatvecShape(NamedTuple):
     rows: int  # rows per workgroup: workgroup size = tpr * rows
 
 
-def matvec_shape(k: int, n_rows: int) -> MatvecShape:
+def matvec_shape(k: int, n_rows: int, software: bool = False) -> MatvecShape:
     """The split of an [n_rows, k] shard over matvec threads.
 
-    Threads per row: enough threads in all (n_rows * tpr >= _MATVEC_TARGET_THREADS) to hide
-    memory latency on a big GPU, at most eight 16-value groups per thread, at least two; a power
-    of two from 4 to 64. Measured on an H100: 640 x 262144 Q8_0 best at 4 (106 us), 4096 x 16384
-    Q4_K at 32-64 (57 us), 2048 x 640 Q6_K at 32 rather than 16 (9.6 vs 12.4 us). Rows per
-    workgroup: 256 threads, fewer when that leaves few workgroups.
+    Threads per row, a power of two up to 64. On a GPU: enough threads in all (n_rows * tpr >=
+    _MATVEC_TARGET_THREADS) to hide memory latency, at most eight 16-value groups per thread, at
+    least two; measured on an H100: 640 x 262144 Q8_0 best at 4 (106 us), 4096 x 16384 Q4_K at
+    32-64 (57 us), 2048 x 640 Q6_K at 64 or 32 rather than 16. On a software adapter (lavapipe:
+    two cores, no latency to hide) about 32 groups per thread, at least two threads: 2048 x 640
+    Q6_K best at 4, 640 x 16384 Q8_0 at 2. Rows per workgroup: 256 threads, on a GPU fewer when
+    that leaves few workgroups.
     """
     groups = k // GROUP_VALUES
+    if software:
+        tpr = max(2, min(64, _pow2_floor(groups // 32)))
+        return MatvecShape(tpr, _MATVEC_THREADS // tpr)
     wanted = max(_pow2_ceil(-(-_MATVEC_TARGET_THREADS // n_rows)), _pow2_floor(groups // _MATVEC_GROUPS_PER_THREAD))
     tpr = max(4, min(wanted, 64, _pow2_floor(groups // 2)))
     rows = max(1, _MATVEC_THREADS // tpr)
@@ -121,7 +126,7 @@ def linear(
             "ROW_START": shard.row_start, "Y_STRIDE": weight.n, "T_MAX": t_max,
         }
         if kernel is LinearKernel.MATVEC:
-            shape = matvec_shape(weight.k, shard.n_rows)
+            shape = matvec_shape(weight.k, shard.n_rows, builder.device.is_software)
             constants |= {"REDUCTION": "subgroup" if subgroups else "workgroup", "TPR": shape.tpr, "ROWS": shape.rows}
             groups = -(-shard.n_rows // shape.rows)
         else:

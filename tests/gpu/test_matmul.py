@@ -17,6 +17,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
 from gpu.device import default_device
+from gpu.ops import matmul as matmul_ops
 from gpu.ops.matmul import MATVEC_MAX_TOKENS, LinearKernel, block_values, linear
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import SUPPORTED_TYPES, QuantWeight, row_bytes, upload_weight
@@ -98,17 +99,19 @@ def test_matvec_decode(ex: Executor, qtype: Q, subgroups: bool) -> None:
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
-@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q4_0], ids=lambda q: q.name)
-def test_matvec_long_rows(ex: Executor, qtype: Q, subgroups: bool) -> None:
-    """K = 2048: 64 threads per row, more than a subgroup on most adapters (lavapipe's is 8)."""
+@pytest.mark.parametrize("tpr", [2, 8, 64])
+def test_matvec_threads_per_row(ex: Executor, tpr: int, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each split of a row whatever the adapter picks: fewer threads per row than a subgroup, as many
+    (lavapipe's is 8), and more (64 is two NVIDIA subgroups), each with a partial last workgroup."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    run_linear(ex, qtype, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups)
+    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda k, n, software=False: matmul_ops.MatvecShape(tpr, 4))
+    run_linear(ex, Q.Q6_K, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups)
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 def test_matvec_short_rows(ex: Executor, subgroups: bool) -> None:
-    """K = 128: 4 threads per row, fewer than a subgroup (8 on lavapipe, 32 on NVIDIA)."""
+    """K = 128: 2 to 4 threads per row, fewer than a subgroup (8 on lavapipe, 32 on NVIDIA)."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
     run_linear(ex, Q.Q8_0, 128, 75, 1, 1, seed=8, kernel=LinearKernel.MATVEC, subgroups=subgroups)
@@ -142,6 +145,15 @@ def test_sharded(ex: Executor, kernel: LinearKernel, qtype: Q, n: int, shard_row
                         max_shard_bytes=shard_rows * row_bytes(qtype, k) + 4)
     assert len(weight.shards) == -(-n // shard_rows) >= 3
     assert [s.n_rows for s in weight.shards][:-1] == [shard_rows] * (len(weight.shards) - 1)
+
+
+@pytest.mark.parametrize("software", [False, True], ids=["gpu", "software"])
+def test_matvec_shape_choices(software: bool) -> None:
+    """Every split the heuristic picks is one the kernel takes: TPR a power of two, 256 threads at most."""
+    for k in (16, 32, 128, 640, 1024, 2048, 4096, 10240):
+        for n in (1, 45, 256, 640, 2048, 262144):
+            tpr, rows = matmul_ops.matvec_shape(k, n, software)
+            assert tpr & (tpr - 1) == 0 and 2 <= tpr <= 64 and 1 <= rows and tpr * rows <= 256, (k, n, tpr, rows)
 
 
 def test_default_kernel_choice(ex: Executor) -> None:
