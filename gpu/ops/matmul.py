@@ -30,7 +30,6 @@ from gpu.weights import QuantWeight
 GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
 MATVEC_MAX_TOKENS = 4  # up to this many tokens per step, matvec's T_MAX loop beats a 64-token tile
 MATMUL_TILE = (64, 128)  # (tokens, rows) per matmul workgroup: TM and TN of kernels/matmul.wgsl
-GET_ROWS_GROUP = 64  # threads per get_rows workgroup (WG of kernels/get_rows.wgsl)
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 _MATVEC_THREADS = 256  # target threads per matvec workgroup
 _MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
