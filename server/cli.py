@@ -79,11 +79,11 @@ def generate_text(args: argparse.Namespace) -> int:
     """Load the model with a progress bar on stderr, then stream the completion to stdout."""
     from tqdm import tqdm
 
-    from models.chat_template import ChatTemplate
     from models.generate import generate
     from models.sampler import SamplingParams
     from models.text_model import load_text_model
     from server.text_stream import TextStream
+    from server.worker import chat_template_of
 
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
     bar: Any = None
@@ -98,11 +98,12 @@ def generate_text(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.close()
     tokenizer = model.tokenizer
-    text = args.prompt
+    text, add_bos = args.prompt, True
     if args.chat:
-        bos = tokenizer.id_to_piece(tokenizer.bos_id)
-        text = ChatTemplate(tokenizer.chat_template, bos_token=bos).render([{"role": "user", "content": text}])
-    prompt_ids = tokenizer.encode(text, add_bos=not text.startswith(tokenizer.id_to_piece(tokenizer.bos_id)))
+        template = chat_template_of(tokenizer)
+        text = template.render([{"role": "user", "content": text}])
+        add_bos = not (template.bos_token and text.startswith(template.bos_token))
+    prompt_ids = tokenizer.encode(text, add_bos=add_bos)
     if len(prompt_ids) + args.max_tokens > model.context_length:
         raise SystemExit(f"hearth: {len(prompt_ids)} prompt tokens + {args.max_tokens} exceed the context of "
                          f"{model.context_length}")

@@ -227,11 +227,7 @@ class ModelWorker:
         log.info("loading %s from %s", self.name, self.source)
         self.model = self._loader(self.source, progress=self._on_progress, **self._load_kwargs)
         tokenizer = self.model.tokenizer
-        self.chat_template = ChatTemplate(
-            getattr(tokenizer, "chat_template", None),
-            bos_token=tokenizer.id_to_piece(tokenizer.bos_id),
-            eos_token=tokenizer.id_to_piece(min(tokenizer.eos_ids)) if tokenizer.eos_ids else "",
-        )
+        self.chat_template = chat_template_of(tokenizer)
         if self._warm_up:  # compile the prefill and decode pipelines now, not on the first request
             session = self.model.new_session()
             try:
@@ -299,6 +295,13 @@ class ModelWorker:
         if piece:
             job.emit(TextDelta(spec.index, piece.text, piece.tokens if job.logprobs else []))
         job.emit(ChoiceDone(spec.index, finish, len(spec.prompt_ids), count))
+
+
+def chat_template_of(tokenizer: Any) -> ChatTemplate:
+    """The tokenizer's chat template (the built-in Gemma format when it has none) with its special tokens."""
+    bos = tokenizer.id_to_piece(tokenizer.bos_id) if tokenizer.bos_id >= 0 else ""  # bos_id is -1 when absent
+    eos = tokenizer.id_to_piece(min(tokenizer.eos_ids)) if tokenizer.eos_ids else ""
+    return ChatTemplate(getattr(tokenizer, "chat_template", None), bos_token=bos, eos_token=eos)
 
 
 def _token_text(tokenizer: Any, token_id: int) -> tuple[str, list[int]]:
