@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, len(ids), args.new_tokens))
     firsts = {r.engine: r.first_token for r in results.values()}
     if len(set(firsts.values())) > 1:
-        print(f"\nnote: the engines disagree on the token after the prompt: {firsts}")
+        # Not an error by itself: llama.cpp quantises activations to 8 bits, so near ties can part.
+        print(f"\nnote: the engines' top token after the prompt differs: {firsts}")
 
     if args.json:
         report = {
