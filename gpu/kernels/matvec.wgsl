@@ -6,11 +6,12 @@
 // lane l of a row takes the row's 16-value groups l, l + TPR, ..., so adjacent threads read
 // adjacent bytes and consecutive rows continue where the previous ended. Each thread keeps one f32
 // sum per token in registers; the TPR sums of a row are added once at the end by the variant's
-// entry point, matvec/reduce_${REDUCTION}.wgsl (workgroup memory, or subgroup shuffles).
+// entry point, matvec/${ENTRY}.wgsl: reduce_workgroup (workgroup memory), reduce_subgroup
+// (subgroup shuffles), or whole_rows (software adapters: TPR = 1, four rows per thread).
 #include "common/step.wgsl"
 #include "quant/bytes.wgsl"
 #include "quant/${WEIGHT_TYPE}.wgsl"
-#include "matvec/reduce_${REDUCTION}.wgsl"
+#include "matvec/${ENTRY}.wgsl"
 
 override K: u32 = 256u;        // values per weight row, a multiple of BLOCK_VALUES
 override N_ROWS: u32 = 1u;     // rows in this shard

@@ -10,8 +10,11 @@ step's first min(n_tokens, T_MAX) rows and leave the others untouched.
 
 Kernels (each weight shard gets its own dispatch, writing its columns of y):
 - kernels/matvec.wgsl: decode, up to MATVEC_MAX_TOKENS tokens; threads split each row's K, one
-  reduction per row at the end. Two entry points: matvec/reduce_subgroup.wgsl where the adapter
-  has the "subgroup" feature, matvec/reduce_workgroup.wgsl everywhere.
+  reduction per row at the end. Entry points: matvec/reduce_subgroup.wgsl where the adapter has
+  the "subgroup" feature, matvec/reduce_workgroup.wgsl everywhere, and on software adapters
+  matvec/whole_rows.wgsl (four whole rows per thread, no reduction).
+- kernels/matvec_q8_0_rows.wgsl: decode of Q8_0 with K a multiple of 64 on software adapters
+  (four whole rows per thread, block pairs read as aligned vec4 words).
 - kernels/matmul.wgsl: prefill, 64 tokens x 128 rows per workgroup through workgroup memory.
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
@@ -36,6 +39,8 @@ _MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
 _MATVEC_TARGET_GROUPS = 256  # matvec workgroups wanted before rows per workgroup may grow
 _MATVEC_GROUPS_PER_THREAD = 8  # most 16-value groups a matvec thread should take per row
 _MATVEC_TARGET_THREADS = 65536  # matvec threads wanted in all (about 500 per H100 SM)
+_ROWS_PER_THREAD = 4  # whole-row matvec kernels (software adapters): rows per thread
+_SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CPU cores)
 
 
 class LinearKernel(Enum):
@@ -76,21 +81,16 @@ class MatvecShape(NamedTuple):
     rows: int  # rows per workgroup: workgroup size = tpr * rows
 
 
-def matvec_shape(k: int, n_rows: int, software: bool = False) -> MatvecShape:
-    """The split of an [n_rows, k] shard over matvec threads.
+def matvec_shape(k: int, n_rows: int) -> MatvecShape:
+    """The split of an [n_rows, k] shard over matvec threads (GPU adapters).
 
-    Threads per row, a power of two up to 64. On a GPU: enough threads in all (n_rows * tpr >=
+    Threads per row, a power of two from 4 up to 64: enough threads in all (n_rows * tpr >=
     _MATVEC_TARGET_THREADS) to hide memory latency, at most eight 16-value groups per thread, at
     least two; measured on an H100: 640 x 262144 Q8_0 best at 4 (106 us), 4096 x 16384 Q4_K at
-    32-64 (57 us), 2048 x 640 Q6_K at 64 or 32 rather than 16. On a software adapter (lavapipe:
-    two cores, no latency to hide) about 32 groups per thread, at least two threads: 2048 x 640
-    Q6_K best at 4, 640 x 16384 Q8_0 at 2. Rows per workgroup: 256 threads, on a GPU fewer when
-    that leaves few workgroups.
+    32-64 (57 us), 2048 x 640 Q6_K at 64 or 32 rather than 16. Rows per workgroup: 256 threads,
+    fewer when that leaves few workgroups.
     """
     groups = k // GROUP_VALUES
-    if software:
-        tpr = max(2, min(64, _pow2_floor(groups // 32)))
-        return MatvecShape(tpr, _MATVEC_THREADS // tpr)
     wanted = max(_pow2_ceil(-(-_MATVEC_TARGET_THREADS // n_rows)), _pow2_floor(groups // _MATVEC_GROUPS_PER_THREAD))
     tpr = max(4, min(wanted, 64, _pow2_floor(groups // 2)))
     rows = max(1, _MATVEC_THREADS // tpr)
@@ -99,14 +99,38 @@ def matvec_shape(k: int, n_rows: int, software: bool = False) -> MatvecShape:
     return MatvecShape(tpr, rows)
 
 
+def software_matvec_threads(n_rows: int) -> int:
+    """Workgroup size of the whole-row matvec kernels (4 rows per thread) for a shard of n_rows:
+    64, or fewer (down to one 8-lane SIMD slice) so that small shards still give every CPU core
+    workgroups."""
+    return max(8, min(64, _pow2_floor(n_rows // (_ROWS_PER_THREAD * _SOFTWARE_MIN_GROUPS))))
+
+
+def _matvec_dispatch(
+    weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool,
+) -> tuple[str, dict[str, int | str], int]:
+    """(kernel, its extra constants, workgroups) of a matvec over a shard of n_rows."""
+    if whole_rows:
+        threads = software_matvec_threads(n_rows)
+        groups = -(-n_rows // (threads * _ROWS_PER_THREAD))
+        if weight.qtype is GGMLQuantizationType.Q8_0 and weight.k % 64 == 0:
+            return "matvec_q8_0_rows", {"WG": threads}, groups
+        return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads}, groups
+    shape = matvec_shape(weight.k, n_rows)
+    entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
+    return "matvec", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
+
+
 def linear(
     builder: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, t_max: int, *,
-    kernel: LinearKernel | None = None, subgroups: bool | None = None,
+    kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
 ) -> None:
     """y[t, :] = W x[t, :] for the step's first min(n_tokens, t_max) tokens: x [t_max, K] -> y [t_max, N].
 
     kernel: matvec when t_max <= MATVEC_MAX_TOKENS, else matmul, unless given. subgroups: the
     matvec reduction by subgroup shuffles, by default where the device has the "subgroup" feature.
+    whole_rows: matvec by whole rows per thread (the software adapters' kernels), by default on a
+    software adapter; on a GPU the split rows are faster.
     """
     _check_weight(weight)
     _check_activation(x, weight.k, t_max, "x")
@@ -117,6 +141,8 @@ def linear(
         subgroups = builder.device.has("subgroup")
     elif subgroups and not builder.device.has("subgroup"):
         raise ValueError(f"{weight.name}: subgroups asked for, but the adapter lacks the feature")
+    if whole_rows is None:
+        whole_rows = builder.device.is_software
     if kernel is LinearKernel.MATVEC and t_max > MATVEC_MAX_TOKENS:
         raise ValueError(f"{weight.name}: matvec handles at most {MATVEC_MAX_TOKENS} tokens, not {t_max}")
     for shard in weight.shards:
@@ -124,14 +150,16 @@ def linear(
             "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": shard.n_rows,
             "ROW_START": shard.row_start, "Y_STRIDE": weight.n, "T_MAX": t_max,
         }
+        name = kernel.value
         if kernel is LinearKernel.MATVEC:
-            shape = matvec_shape(weight.k, shard.n_rows, builder.device.is_software)
-            constants |= {"REDUCTION": "subgroup" if subgroups else "workgroup", "TPR": shape.tpr, "ROWS": shape.rows}
-            groups = -(-shard.n_rows // shape.rows)
+            name, extra, groups = _matvec_dispatch(weight, shard.n_rows, subgroups, whole_rows)
+            if name != "matvec":
+                del constants["WEIGHT_TYPE"]
+            constants |= extra
         else:
             tokens, rows = MATMUL_TILE
             groups = -(-shard.n_rows // rows) * -(-t_max // tokens)
-        builder.dispatch(kernel.value, constants, [builder.step, shard.tensor, x, y], workgroup_grid(groups))
+        builder.dispatch(name, constants, [builder.step, shard.tensor, x, y], workgroup_grid(groups))
 
 
 def embedding(

@@ -64,6 +64,7 @@ def ex() -> Executor:
 def run_linear(
     ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, *, seed: int = 0,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, max_shard_bytes: int | None = None,
+    whole_rows: bool | None = None,
 ) -> QuantWeight:
     """Run one linear layer on random data and check it against numpy; returns the weight."""
     rng = np.random.default_rng(seed)
@@ -73,7 +74,7 @@ def run_linear(
     xt = ex.tensor("x", x.shape, data=x)
     yt = ex.tensor("y", (t_max, n), data=np.full((t_max, n), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "linear")
-    linear(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups)
+    linear(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups, whole_rows=whole_rows)
     got, = ex.run(b.build(), StepParams(n_tokens, 0), read=[yt])
     want, magnitude = reference(raw, qtype, x[:n_tokens])
     err = np.abs(got[:n_tokens] - want)
@@ -95,7 +96,7 @@ def test_matvec_decode(ex: Executor, qtype: Q, subgroups: bool) -> None:
         pytest.skip("adapter without subgroups")
     # K of several blocks (more 16-value groups than threads per row for the small blocks), N odd
     run_linear(ex, qtype, small_k(qtype, 24 if block_values(qtype) <= 32 else 3), 45, 1, 1,
-               kernel=LinearKernel.MATVEC, subgroups=subgroups)
+               kernel=LinearKernel.MATVEC, subgroups=subgroups, whole_rows=False)
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
@@ -105,8 +106,8 @@ def test_matvec_threads_per_row(ex: Executor, tpr: int, subgroups: bool, monkeyp
     (lavapipe's is 8), and more (64 is two NVIDIA subgroups), each with a partial last workgroup."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda k, n, software=False: matmul_ops.MatvecShape(tpr, 4))
-    run_linear(ex, Q.Q6_K, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups)
+    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda k, n: matmul_ops.MatvecShape(tpr, 4))
+    run_linear(ex, Q.Q6_K, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups, whole_rows=False)
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
@@ -114,13 +115,28 @@ def test_matvec_short_rows(ex: Executor, subgroups: bool) -> None:
     """K = 128: 2 to 4 threads per row, fewer than a subgroup (8 on lavapipe, 32 on NVIDIA)."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    run_linear(ex, Q.Q8_0, 128, 75, 1, 1, seed=8, kernel=LinearKernel.MATVEC, subgroups=subgroups)
+    run_linear(ex, Q.Q8_0, 128, 75, 1, 1, seed=8, kernel=LinearKernel.MATVEC, subgroups=subgroups, whole_rows=False)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_matvec_few_tokens(ex: Executor, qtype: Q) -> None:
     run_linear(ex, qtype, small_k(qtype, 2), 19, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=1,
-               kernel=LinearKernel.MATVEC, subgroups=False)
+               kernel=LinearKernel.MATVEC, subgroups=False, whole_rows=False)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_matvec_whole_rows(ex: Executor, qtype: Q) -> None:
+    """The software adapters' kernels (whole rows per thread; Q8_0 by aligned block pairs), on any
+    adapter: N not a multiple of the 4 rows per thread, fewer tokens than T_MAX."""
+    run_linear(ex, qtype, small_k(qtype, 4 if block_values(qtype) <= 32 else 2), 75, MATVEC_MAX_TOKENS,
+               MATVEC_MAX_TOKENS - 1, seed=9, kernel=LinearKernel.MATVEC, whole_rows=True)
+
+
+@pytest.mark.parametrize("k,n", [(640, 300), (96, 41)], ids=["pairs-kernel", "odd-block-count"])
+def test_matvec_whole_rows_q8_0(ex: Executor, k: int, n: int) -> None:
+    """Q8_0 by block pairs (K = 640: rows at 8-byte but not 16-byte offsets, so a pair's first word
+    takes every place in its vec4), and K = 96 (3 blocks), which falls back to the generic kernel."""
+    run_linear(ex, Q.Q8_0, k, n, 1, 1, seed=10, kernel=LinearKernel.MATVEC, whole_rows=True)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
@@ -147,13 +163,16 @@ def test_sharded(ex: Executor, kernel: LinearKernel, qtype: Q, n: int, shard_row
     assert [s.n_rows for s in weight.shards][:-1] == [shard_rows] * (len(weight.shards) - 1)
 
 
-@pytest.mark.parametrize("software", [False, True], ids=["gpu", "software"])
-def test_matvec_shape_choices(software: bool) -> None:
-    """Every split the heuristic picks is one the kernel takes: TPR a power of two, 256 threads at most."""
+def test_matvec_shape_choices() -> None:
+    """Every split the heuristics pick is one the kernels take: TPR a power of two, 256 threads at most;
+    whole-row workgroups of 8 to 64 threads (a power of two)."""
     for k in (16, 32, 128, 640, 1024, 2048, 4096, 10240):
         for n in (1, 45, 256, 640, 2048, 262144):
-            tpr, rows = matmul_ops.matvec_shape(k, n, software)
+            tpr, rows = matmul_ops.matvec_shape(k, n)
             assert tpr & (tpr - 1) == 0 and 2 <= tpr <= 64 and 1 <= rows and tpr * rows <= 256, (k, n, tpr, rows)
+    for n in (1, 45, 256, 640, 2048, 262144):
+        wg = matmul_ops.software_matvec_threads(n)
+        assert wg & (wg - 1) == 0 and 8 <= wg <= 64, (n, wg)
 
 
 def test_default_kernel_choice(ex: Executor) -> None:

@@ -1,0 +1,110 @@
+// matvec_q8_0_rows: y[t, ROW_START + r] = sum_k W[r, k] * x[t, k] for a Q8_0 weight shard, on
+// software adapters (lavapipe); the same result as kernels/matvec.wgsl, read differently.
+//
+// lavapipe runs a workgroup as a loop over 8-lane SIMD slices and compiles every buffer load with
+// lane-varying addresses into a per-lane loop of scalar loads, so the number of loads bounds it.
+// Two things cut them: (1) a thread computes 4 whole rows (rows first + j WG, j < 4), so each x
+// value loaded serves 4 rows and no reduction is needed; (2) the weight is bound as vec4 words and
+// read two blocks at a time: a pair of Q8_0 blocks is 68 bytes = 17 words at a 4-byte aligned
+// offset (K is a multiple of 64, so every row and pair starts at a word), which five aligned vec4
+// loads cover whatever the word's place in its vec4; selects pick the 17 words out of the 20.
+// Measured on lavapipe, 640 x 32768: 2-3x faster than matvec.wgsl's split rows.
+//
+// Block pair layout (words W0..W16): W0 low half d0, bytes 2..33 q of block 0 (W0 high half ..
+// W8 low half), W8 high half d1, W9..W16 q of block 1. value = d * q (int8).
+#include "common/step.wgsl"
+
+override K: u32 = 64u;         // values per weight row, a multiple of 64
+override N_ROWS: u32 = 1u;     // rows in this shard
+override ROW_START: u32 = 0u;  // y column of the shard's first row
+override Y_STRIDE: u32 = 1u;   // values per y row (all rows of the weight)
+override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
+override WG: u32 = 64u;        // threads per workgroup; a workgroup computes 4 WG rows
+
+const ROW_WORDS: u32 = K / 64u * 17u;
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;  // Q8_0 blocks as stored
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;       // [T_MAX, K]
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;       // [T_MAX, Y_STRIDE]
+
+// 64 values of x (one block pair's worth) for one token.
+struct X64 {
+    v: array<vec4<f32>, 16>,
+}
+
+// The four int8 of w as f32 (sign bits flipped to bias them unsigned; see quant/bytes.wgsl).
+fn i8x4(w: u32) -> vec4<f32> {
+    let b = (vec4<u32>(w ^ 0x80808080u) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xFFu);
+    return bitcast<vec4<f32>>(b | vec4<u32>(0x4B000000u)) - vec4<f32>(8388736.0);
+}
+
+// Words o .. o + 3 of the eight words a, b (o < 4, may differ per lane).
+fn pick(a: vec4<u32>, b: vec4<u32>, o: u32) -> vec4<u32> {
+    let hi = select(vec4<u32>(a.w, b.xyz), vec4<u32>(a.zw, b.xy), o == 2u);
+    return select(select(hi, vec4<u32>(a.yzw, b.x), o == 1u), a, o == 0u);
+}
+
+// Bytes 2 .. 17 of the eight words a, b: the q of a block whose d is a's low half.
+fn after_half(a: vec4<u32>, b: vec4<u32>) -> vec4<u32> {
+    return (a >> vec4<u32>(16u)) | (vec4<u32>(a.yzw, b.x) << vec4<u32>(16u));
+}
+
+// sum over 16 int8 q (four words) times x[i .. i + 15]
+fn dot16(q: vec4<u32>, xs: X64, i: u32) -> f32 {
+    return dot(i8x4(q.x), xs.v[i]) + dot(i8x4(q.y), xs.v[i + 1u]) + dot(i8x4(q.z), xs.v[i + 2u])
+        + dot(i8x4(q.w), xs.v[i + 3u]);
+}
+
+// The dot product of block pair p of the row at word w0 with x.
+fn pair(w0: u32, p: u32, xs: X64) -> f32 {
+    let word = w0 + 17u * p;
+    let o = word & 3u;
+    let q = word >> 2u;
+    let v0 = weight[q];
+    let v1 = weight[q + 1u];
+    let v2 = weight[q + 2u];
+    let v3 = weight[q + 3u];
+    let v4 = weight[q + 4u];
+    let a0 = pick(v0, v1, o);  // W0 .. W3
+    let a1 = pick(v1, v2, o);  // W4 .. W7
+    let a2 = pick(v2, v3, o);  // W8 .. W11
+    let a3 = pick(v3, v4, o);  // W12 .. W15
+    let w16 = pick(v4, v4, o).x;
+    let s0 = dot16(after_half(a0, a1), xs, 0u) + dot16(after_half(a1, a2), xs, 4u);
+    let s1 = dot16(vec4<u32>(a2.yzw, a3.x), xs, 8u) + dot16(vec4<u32>(a3.yzw, w16), xs, 12u);
+    // d * sum(q x) rather than sum((d q) x): the same sum up to f32 rounding of the sum
+    return unpack2x16float(a0.x).x * s0 + unpack2x16float(a2.x).y * s1;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let first_row = (wid.x + wid.y * nwg.x) * WG * 4u + lid;
+    let n = min(step.n_tokens, T_MAX);
+    if (first_row >= N_ROWS) {
+        return;
+    }
+    // rows past the shard repeat its last; their sums are not stored
+    let rows = min(vec4<u32>(first_row) + vec4<u32>(0u, 1u, 2u, 3u) * WG, vec4<u32>(N_ROWS - 1u));
+    let w0 = rows * ROW_WORDS;
+    var acc: array<vec4<f32>, T_MAX>;  // [token]: rows j = 0..3
+    for (var p = 0u; p < K / 64u; p++) {
+        for (var t = 0u; t < T_MAX; t++) {
+            if (t < n) {
+                var xs: X64;
+                for (var i = 0u; i < 16u; i++) {
+                    xs.v[i] = x[(t * K) / 4u + 16u * p + i];
+                }
+                acc[t] += vec4<f32>(pair(w0.x, p, xs), pair(w0.y, p, xs), pair(w0.z, p, xs), pair(w0.w, p, xs));
+            }
+        }
+    }
+    for (var t = 0u; t < n; t++) {
+        for (var j = 0u; j < 4u; j++) {
+            if (first_row + j * WG < N_ROWS) {
+                y[t * Y_STRIDE + ROW_START + first_row + j * WG] = acc[t][j];
+            }
+        }
+    }
+}
