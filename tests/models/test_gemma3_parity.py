@@ -42,6 +42,11 @@ def golden() -> tuple[list[dict], dict[str, np.ndarray]]:
     return prompts, reference
 
 
+@pytest.fixture(scope="module")
+def llamacpp() -> dict[str, np.ndarray]:
+    return dict(np.load(GOLDEN / "gemma3_270m_llamacpp.npz"))
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     return float(a64 @ b64 / np.linalg.norm(a64) / np.linalg.norm(b64))
@@ -84,6 +89,32 @@ def test_parity_with_transformers(model: TextModel, golden, kv_dtype: str, min_c
                 report.append(f"prompt {i} step {step}: {ours_token} vs {their_token}, margin {margins[step]:.4f}")
                 assert margins[step] < NEAR_TIE, report[-1]
     print("\n".join(report))
+
+
+def test_report_against_llamacpp(model: TextModel, golden, llamacpp) -> None:
+    """The peer people run: reported, not held to the exact bounds. llama.cpp quantises
+    activations to 8 bits inside its matmuls, so against the exact reference its logits move
+    by up to ~1.7 (cosine 0.9965-0.9999 on these prompts); a cosine under 0.99 would mean a
+    real fault on one side."""
+    prompts, ref = golden
+    lines = []
+    for i, prompt in enumerate(prompts):
+        session = model.new_session()
+        try:
+            ours = session.prefill(prompt["ids"])
+            tokens = [int(ours.argmax())]
+            for _ in range(len(llamacpp[f"greedy_{i}"]) - 1):
+                tokens.append(int(session.decode(tokens[-1]).argmax()))
+        finally:
+            session.close()
+        theirs = llamacpp[f"prefill_logits_{i}"]
+        agree = next((k for k, (a, b) in enumerate(zip(tokens, llamacpp[f"greedy_{i}"])) if a != b), None)
+        same_as_exact = next((k for k, (a, b) in enumerate(zip(tokens, ref[f"greedy_{i}"])) if a != b), None)
+        lines.append(f"prompt {i}: llama.cpp prefill cosine {cosine(ours, theirs):.6f}, "
+                     f"max |diff| {np.abs(ours - theirs).max():.3f}, greedy (f16 cache) first differs from "
+                     f"llama.cpp at {agree}, from transformers at {same_as_exact}")
+        assert cosine(ours, theirs) >= 0.99, lines[-1]
+    print("\n".join(lines))
 
 
 def test_weight_memory_within_budget(model: TextModel) -> None:
