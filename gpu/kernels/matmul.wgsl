@@ -8,6 +8,13 @@
 // tile, both in workgroup memory (24 KiB, under lavapipe's 32 KiB) and k-major, so each step of
 // the inner loop reads one vec4 of tokens and two vec4 of rows for 32 multiply-adds. Tiles wholly
 // past n_tokens or N_ROWS return at once; partial tiles compute on zeros and skip their stores.
+//
+// Software adapters (WHOLE_ROWS = 1, WG = 64): lavapipe runs a workgroup as a loop over 8-lane SIMD
+// slices and compiles every load with lane-varying addresses (workgroup memory included) into a
+// per-lane loop of scalar loads, so loads per multiply-add bound it, not arithmetic or barriers.
+// There a thread computes 8 rows x 8 tokens straight from the weight and x buffers, no workgroup
+// memory: per 16 values of k it dequantises its 8 rows once (held in registers across tokens) and
+// loads 16 values of x per token for 128 multiply-adds; a workgroup covers 64 rows x 64 tokens.
 #include "common/step.wgsl"
 #include "quant/bytes.wgsl"
 #include "quant/${WEIGHT_TYPE}.wgsl"
@@ -17,6 +24,8 @@ override N_ROWS: u32 = 1u;     // rows in this shard
 override ROW_START: u32 = 0u;  // y column of the shard's first row
 override Y_STRIDE: u32 = 1u;   // values per y row (all rows of the weight)
 override T_MAX: u32 = 64u;     // rows of x and y: the program's tokens per step
+override WHOLE_ROWS: u32 = 0u; // 1: the software adapters' split (8 rows x 8 tokens per thread)
+override WG: u32 = 256u;       // threads per workgroup: 256, or 64 where WHOLE_ROWS = 1
 
 const TM: u32 = 64u;   // tokens per tile
 const TN: u32 = 128u;  // weight rows per tile
@@ -44,10 +53,79 @@ fn store4(t: u32, r: u32, n: u32, v: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(256)
+// Products of 16 values of x with 8 dequantised rows: (rows 0..3, rows 4..7).
+struct Dot8 {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+fn dot16(w: mat4x4<f32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    return dot(w[0], x0) + dot(w[1], x1) + dot(w[2], x2) + dot(w[3], x3);
+}
+
+// The 8 rows' (the w, in row order) dot products with x[t, 16 gi .. 16 gi + 15].
+fn dot8(t: u32, gi: u32, w0: mat4x4<f32>, w1: mat4x4<f32>, w2: mat4x4<f32>, w3: mat4x4<f32>,
+        w4: mat4x4<f32>, w5: mat4x4<f32>, w6: mat4x4<f32>, w7: mat4x4<f32>) -> Dot8 {
+    let xi = (t * K + gi * GROUP_VALUES) / 4u;
+    let x0 = x[xi];
+    let x1 = x[xi + 1u];
+    let x2 = x[xi + 2u];
+    let x3 = x[xi + 3u];
+    return Dot8(vec4<f32>(dot16(w0, x0, x1, x2, x3), dot16(w1, x0, x1, x2, x3), dot16(w2, x0, x1, x2, x3),
+                          dot16(w3, x0, x1, x2, x3)),
+                vec4<f32>(dot16(w4, x0, x1, x2, x3), dot16(w5, x0, x1, x2, x3), dot16(w6, x0, x1, x2, x3),
+                          dot16(w7, x0, x1, x2, x3)));
+}
+
+// The software split: rows r0 + 8 j + lid % 8 and tokens t0 + 8 (lid / 8) + i, i, j < 8.
+fn whole_rows(tile: u32, lid: u32, n: u32) {
+    let r = (tile / ((T_MAX + 63u) / 64u)) * 64u + lid % 8u;
+    let t = (tile % ((T_MAX + 63u) / 64u)) * 64u + 8u * (lid / 8u);
+    if (r >= N_ROWS || t >= n) {
+        return;
+    }
+    // rows past the shard and tokens past n read the last one; their sums are not stored
+    let rows_lo = min(vec4<u32>(r) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(N_ROWS - 1u)) * ROW_BYTES;
+    let rows_hi = min(vec4<u32>(r) + vec4<u32>(32u, 40u, 48u, 56u), vec4<u32>(N_ROWS - 1u)) * ROW_BYTES;
+    var lo: array<vec4<f32>, 8>;  // [token i]: rows j = 0..3
+    var hi: array<vec4<f32>, 8>;  // [token i]: rows j = 4..7
+    for (var gi = 0u; gi < K / GROUP_VALUES; gi++) {
+        let offset = (gi / GROUPS_PER_BLOCK) * BLOCK_BYTES;
+        let g = gi % GROUPS_PER_BLOCK;
+        let w0 = dequant16(rows_lo.x + offset, g);
+        let w1 = dequant16(rows_lo.y + offset, g);
+        let w2 = dequant16(rows_lo.z + offset, g);
+        let w3 = dequant16(rows_lo.w + offset, g);
+        let w4 = dequant16(rows_hi.x + offset, g);
+        let w5 = dequant16(rows_hi.y + offset, g);
+        let w6 = dequant16(rows_hi.z + offset, g);
+        let w7 = dequant16(rows_hi.w + offset, g);
+        for (var i = 0u; i < 8u; i++) {
+            let d = dot8(min(t + i, n - 1u), gi, w0, w1, w2, w3, w4, w5, w6, w7);
+            lo[i] += d.lo;
+            hi[i] += d.hi;
+        }
+    }
+    for (var i = 0u; i < 8u; i++) {
+        for (var j = 0u; j < 4u; j++) {
+            if (t + i < n && r + 8u * j < N_ROWS) {
+                y[(t + i) * Y_STRIDE + ROW_START + r + 8u * j] = lo[i][j];
+            }
+            if (t + i < n && r + 32u + 8u * j < N_ROWS) {
+                y[(t + i) * Y_STRIDE + ROW_START + r + 32u + 8u * j] = hi[i][j];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let tile = wid.x + wid.y * nwg.x;
+    if (WHOLE_ROWS == 1u) {
+        whole_rows(tile, lid, min(step.n_tokens, T_MAX));
+        return;
+    }
     let r0 = (tile / TOKEN_TILES) * TN;  // neighbouring workgroups share weight rows
     let t0 = (tile % TOKEN_TILES) * TM;
     let n = min(step.n_tokens, T_MAX);

@@ -15,7 +15,8 @@ Kernels (each weight shard gets its own dispatch, writing its columns of y):
   matvec/whole_rows.wgsl (four whole rows per thread, no reduction).
 - kernels/matvec_q8_0_rows.wgsl: decode of Q8_0 with K a multiple of 64 on software adapters
   (four whole rows per thread, block pairs read as aligned vec4 words).
-- kernels/matmul.wgsl: prefill, 64 tokens x 128 rows per workgroup through workgroup memory.
+- kernels/matmul.wgsl: prefill, 64 tokens x 128 rows per workgroup through workgroup memory; on
+  software adapters (WHOLE_ROWS) 64 x 64 per workgroup, 8 x 8 per thread, no workgroup memory.
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
 
@@ -129,8 +130,8 @@ def linear(
 
     kernel: matvec when t_max <= MATVEC_MAX_TOKENS, else matmul, unless given. subgroups: the
     matvec reduction by subgroup shuffles, by default where the device has the "subgroup" feature.
-    whole_rows: matvec by whole rows per thread (the software adapters' kernels), by default on a
-    software adapter; on a GPU the split rows are faster.
+    whole_rows: matvec and matmul by whole rows per thread (the software adapters' kernels), by
+    default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
     """
     _check_weight(weight)
     _check_activation(x, weight.k, t_max, "x")
@@ -156,6 +157,9 @@ def linear(
             if name != "matvec":
                 del constants["WEIGHT_TYPE"]
             constants |= extra
+        elif whole_rows:
+            constants |= {"WHOLE_ROWS": 1, "WG": 64}
+            groups = -(-shard.n_rows // 64) * -(-t_max // 64)
         else:
             tokens, rows = MATMUL_TILE
             groups = -(-shard.n_rows // rows) * -(-t_max // tokens)

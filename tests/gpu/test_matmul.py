@@ -145,6 +145,14 @@ def test_matmul(ex: Executor, qtype: Q) -> None:
     run_linear(ex, qtype, small_k(qtype, 2), 150, 70, 67, seed=2, kernel=LinearKernel.MATMUL)
 
 
+@pytest.mark.parametrize("whole_rows", [False, True], ids=["tiled", "whole-rows"])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q5_0, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda q: q.name)
+def test_matmul_variants(ex: Executor, qtype: Q, whole_rows: bool) -> None:
+    """Both splits on any adapter (tiled for GPUs, whole rows for software adapters): two token and
+    row tiles of the whole-row split (64 x 64), the last of each partial."""
+    run_linear(ex, qtype, small_k(qtype, 2), 75, 70, 67, seed=11, kernel=LinearKernel.MATMUL, whole_rows=whole_rows)
+
+
 @pytest.mark.parametrize("n_tokens", [1, 5, 12])
 def test_matmul_token_counts(ex: Executor, n_tokens: int) -> None:
     run_linear(ex, Q.Q5_0, 64, 33, 12, n_tokens, seed=3 + n_tokens, kernel=LinearKernel.MATMUL)
