@@ -59,6 +59,7 @@ class Dispatch:
     pipeline: Any
     tensors: list[Tensor]
     workgroups: tuple[int, int, int]
+    label: str  # the kernel and its variant, for profiles
     bind_group: Any = None
 
 
@@ -105,7 +106,9 @@ class ProgramBuilder:
         if any(g > MAX_GROUPS_PER_DIM for g in groups):
             raise ValueError(f"{kernel}: {groups} workgroups exceed {MAX_GROUPS_PER_DIM} per dimension")
         pipeline = self.device.pipeline(kernel, constants)
-        self._dispatches.append(Dispatch(kernel, pipeline, list(tensors), groups))  # type: ignore[arg-type]
+        variant = ",".join(str(v) for v in constants.values() if isinstance(v, str))
+        label = f"{kernel}[{variant}]" if variant else kernel
+        self._dispatches.append(Dispatch(kernel, pipeline, list(tensors), groups, label))
 
     def build(self) -> Program:
         total = self._place_activations()

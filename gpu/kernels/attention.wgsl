@@ -2,120 +2,157 @@
 //   out[t, h, :] = sum_j softmax_j(SCALE * q[t, h] . k[j, g]) v[j, g],  g = h / (HEADS / KV_HEADS)
 // for keys j in [lo, p] where p = step.pos + t and, on sliding-window layers,
 // lo = max(0, p + 1 - WINDOW) (a key is visible while p - j < WINDOW, as HF and llama.cpp do).
-// Keys are visited in chunks of 64 with an online softmax (running max and sum), so any
-// context length fits in fixed workgroup memory.
-// Work split: one workgroup of 64 invocations per (token, head); in a chunk, invocation j
-// scores key j, then each invocation accumulates D / 64 output dims over the chunk's keys.
+//
+// Work split: a workgroup of 256 invocations takes one (token, head) row and one of SPLITS
+// equal parts of its key range (flash-decoding: a decode step has few rows, so the keys are
+// what gives the GPU parallel work). It walks its keys in chunks of 32 with an online softmax
+// (running max and sum): for scores, 8 invocations share a key, each dotting D/8 dims
+// (adjacent invocations read adjacent words of the key row), summed in workgroup memory;
+// for values, invocation i accumulates dims i, i + 256, ...
+// With SPLITS == 1 it writes the normalised result to out[row, :]; otherwise out is a scratch
+// of [rows, SPLITS, D + 2] holding (max, sum, unnormalised acc[D]) per part, merged by
+// attention_combine.wgsl.
 #include "common/step.wgsl"
 
-override D: u32 = 256u;         // head dimension (a multiple of 64, at most 512)
+override D: u32 = 256u;         // head dimension (a multiple of 16, at most 512)
 override HEADS: u32 = 4u;       // query heads
 override KV_HEADS: u32 = 1u;    // key/value heads (grouped-query attention)
 override WINDOW: u32 = 0u;      // sliding window in tokens; 0 = global attention
 override SCALE: f32 = 0.0625;   // score scale, 1/sqrt(D) for Gemma 3
 override KV_F16: bool = true;   // cache words hold two f16 values
+override SPLITS: u32 = 1u;      // parts of each row's key range, one workgroup each
 
-const WG: u32 = 64u;
-const PER_THREAD: u32 = D / WG;
-const KV_WIDTH: u32 = KV_HEADS * D;   // cache values per token
+const WG: u32 = 256u;
+const KEYS: u32 = 32u;                  // keys per chunk
+const LANES: u32 = WG / KEYS;           // invocations per key in the score phase
+const LANE_DIMS: u32 = D / LANES;       // dims each of them dots (even)
+const PER_THREAD: u32 = (D + WG - 1u) / WG;
+const KV_WIDTH: u32 = KV_HEADS * D;     // cache values per token
+const NEG_BIG: f32 = -3.4028235e38;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> q: array<f32>;          // [T_MAX, HEADS, D]
 @group(0) @binding(2) var<storage, read> k_cache: array<u32>;    // [n_ctx, KV_HEADS, D] words
 @group(0) @binding(3) var<storage, read> v_cache: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D]
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D] or partials
 
 var<workgroup> q_row: array<f32, D>;
-var<workgroup> weights: array<f32, WG>;
-var<workgroup> reduce: array<f32, WG>;
+var<workgroup> dots: array<f32, WG>;
+var<workgroup> weights: array<f32, KEYS>;
 
-fn cache_value(cache_index: u32, is_key: bool) -> f32 {
+fn value_at(index: u32) -> f32 {
     if (KV_F16) {
-        var word: u32;
-        if (is_key) { word = k_cache[cache_index >> 1u]; } else { word = v_cache[cache_index >> 1u]; }
-        return unpack2x16float(word)[cache_index & 1u];
+        return unpack2x16float(v_cache[index >> 1u])[index & 1u];
     }
-    if (is_key) { return bitcast<f32>(k_cache[cache_index]); }
-    return bitcast<f32>(v_cache[cache_index]);
+    return bitcast<f32>(v_cache[index]);
 }
 
-fn key_dot(key: u32, kv_base: u32) -> f32 {
-    let row = key * KV_WIDTH + kv_base;
+// Part of q . k over dims [first, first + LANE_DIMS) of the key row starting at value `row`.
+fn partial_dot(row: u32, first: u32) -> f32 {
     var sum = 0.0;
     if (KV_F16) {
-        for (var i = 0u; i < D; i += 2u) {
+        for (var i = first; i < first + LANE_DIMS; i += 2u) {
             let kv = unpack2x16float(k_cache[(row + i) >> 1u]);
             sum += q_row[i] * kv.x + q_row[i + 1u] * kv.y;
         }
     } else {
-        for (var i = 0u; i < D; i++) {
+        for (var i = first; i < first + LANE_DIMS; i++) {
             sum += q_row[i] * bitcast<f32>(k_cache[row + i]);
         }
     }
     return sum;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * nwg.x;       // uniform: (token, head)
+    let group = wid.x + wid.y * nwg.x;   // uniform: (row, part)
+    let row = group / SPLITS;
+    let part = group % SPLITS;
     if (row >= step.n_tokens * HEADS) {
         return;
     }
     let t = row / HEADS;
-    let head = row % HEADS;
-    let kv_base = (head / (HEADS / KV_HEADS)) * D;
+    let kv_base = (row % HEADS) / (HEADS / KV_HEADS) * D;
     let p = step.pos + t;
     var lo = 0u;
     if (WINDOW > 0u && p + 1u > WINDOW) {
         lo = p + 1u - WINDOW;
     }
+    let per_part = (p + 1u - lo + SPLITS - 1u) / SPLITS;
+    let start = lo + part * per_part;
+    let end = min(start + per_part, p + 1u);   // keys [start, end); empty when start >= end
+
     for (var i = lid; i < D; i += WG) {
         q_row[i] = q[row * D + i];
     }
     workgroupBarrier();
 
-    var running_max = -3.4028235e38;
+    var running_max = NEG_BIG;
     var running_sum = 0.0;
     var acc: array<f32, PER_THREAD>;
     for (var r = 0u; r < PER_THREAD; r++) { acc[r] = 0.0; }
 
-    for (var chunk = lo; chunk <= p; chunk += WG) {
-        let key = chunk + lid;
-        var score = -3.4028235e38;
-        if (key <= p) {
-            score = key_dot(key, kv_base) * SCALE;
+    let my_key = lid / LANES;
+    let my_lane = lid % LANES;
+    for (var chunk = start; chunk < end; chunk += KEYS) {
+        let n_keys = min(KEYS, end - chunk);
+        var d = 0.0;
+        if (my_key < n_keys) {
+            d = partial_dot((chunk + my_key) * KV_WIDTH + kv_base, my_lane * LANE_DIMS);
         }
-        reduce[lid] = score;
+        dots[lid] = d;
         workgroupBarrier();
-        for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-            if (lid < stride) { reduce[lid] = max(reduce[lid], reduce[lid + stride]); }
-            workgroupBarrier();
+        if (lid < KEYS) {
+            var score = NEG_BIG;
+            if (lid < n_keys) {
+                score = 0.0;
+                for (var l = 0u; l < LANES; l++) { score += dots[lid * LANES + l]; }
+                score *= SCALE;
+            }
+            weights[lid] = score;
         }
-        let new_max = max(running_max, reduce[0]);
+        workgroupBarrier();
+        var chunk_max = NEG_BIG;
+        for (var j = 0u; j < n_keys; j++) { chunk_max = max(chunk_max, weights[j]); }
+        let new_max = max(running_max, chunk_max);
         let correction = exp(running_max - new_max);
-        var weight = 0.0;
-        if (key <= p) { weight = exp(score - new_max); }
-        weights[lid] = weight;
+        workgroupBarrier();   // every invocation has read the scores
+        if (lid < n_keys) {
+            weights[lid] = exp(weights[lid] - new_max);
+        }
         workgroupBarrier();
         var chunk_sum = 0.0;
-        let n_keys = min(WG, p + 1u - chunk);
-        for (var j = 0u; j < n_keys; j++) {
-            chunk_sum += weights[j];
-        }
+        for (var j = 0u; j < n_keys; j++) { chunk_sum += weights[j]; }
         running_sum = running_sum * correction + chunk_sum;
         running_max = new_max;
         for (var r = 0u; r < PER_THREAD; r++) {
             let dim = lid + r * WG;
-            var a = acc[r] * correction;
-            for (var j = 0u; j < n_keys; j++) {
-                a += weights[j] * cache_value((chunk + j) * KV_WIDTH + kv_base + dim, false);
+            if (dim < D) {
+                var a = acc[r] * correction;
+                for (var j = 0u; j < n_keys; j++) {
+                    a += weights[j] * value_at((chunk + j) * KV_WIDTH + kv_base + dim);
+                }
+                acc[r] = a;
             }
-            acc[r] = a;
         }
-        workgroupBarrier();   // weights and reduce are rewritten by the next chunk
+        workgroupBarrier();   // dots and weights are rewritten by the next chunk
+    }
+
+    if (SPLITS == 1u) {
+        for (var r = 0u; r < PER_THREAD; r++) {
+            let dim = lid + r * WG;
+            if (dim < D) { out[row * D + dim] = acc[r] / running_sum; }
+        }
+        return;
+    }
+    let base = group * (D + 2u);
+    if (lid == 0u) {
+        out[base] = running_max;
+        out[base + 1u] = running_sum;
     }
     for (var r = 0u; r < PER_THREAD; r++) {
-        out[row * D + lid + r * WG] = acc[r] / running_sum;
+        let dim = lid + r * WG;
+        if (dim < D) { out[base + 2u + dim] = acc[r]; }
     }
 }

@@ -49,16 +49,28 @@ def kv_store(b: ProgramBuilder, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: 
 
 def attention(
     b: ProgramBuilder, q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor, *,
-    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, kv_f16: bool,
+    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, kv_f16: bool, splits: int | None = None,
 ) -> None:
-    """Causal attention of the step's queries over the cache (kernels/attention.wgsl)."""
-    if head_dim % 64 or head_dim > 512:
-        raise ValueError(f"attention supports head_dim multiple of 64 up to 512, not {head_dim}")
-    b.dispatch(
-        "attention",
-        {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": kv_f16},
-        [b.step, q, k_cache, v_cache, out], workgroup_grid(_rows(q) * heads),
-    )
+    """Causal attention of the step's queries over the cache (kernels/attention.wgsl).
+
+    splits > 1 divides each row's keys over that many workgroups and merges their partial
+    softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
+    rows (decode) is split so that a GPU gets ~128 workgroups; a CPU adapter gets 2 parts.
+    """
+    if head_dim % 16 or head_dim > 512:
+        raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
+    rows = _rows(q) * heads
+    if splits is None:
+        splits = 1 if rows >= 64 else (2 if b.device.is_software else max(1, 128 // rows))
+    constants = {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale,
+                 "KV_F16": kv_f16, "SPLITS": splits}
+    if splits == 1:
+        b.dispatch("attention", constants, [b.step, q, k_cache, v_cache, out], workgroup_grid(rows))
+        return
+    partials = b.activation("attention_partials", (rows * splits, head_dim + 2))
+    b.dispatch("attention", constants, [b.step, q, k_cache, v_cache, partials], workgroup_grid(rows * splits))
+    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits}, [b.step, partials, out],
+               workgroup_grid(rows))
 
 
 def gelu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor) -> None:

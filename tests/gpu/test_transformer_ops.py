@@ -110,10 +110,12 @@ def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale):
     return out
 
 
-@pytest.mark.parametrize("kv_f16,window,heads,kv_heads,d", [
-    (True, 0, 4, 1, 256), (False, 0, 4, 1, 256), (True, 50, 8, 2, 128), (False, 70, 2, 2, 64),
+@pytest.mark.parametrize("kv_f16,window,heads,kv_heads,d,splits", [
+    (True, 0, 4, 1, 256, 1), (False, 0, 4, 1, 256, 1), (True, 50, 8, 2, 128, 1), (False, 70, 2, 2, 64, 1),
+    (True, 0, 4, 1, 256, 7), (False, 40, 2, 1, 64, 16),  # parts of ~22 keys; 16 parts of <= 3 keys, some empty
 ])
-def test_kv_store_and_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int) -> None:
+def test_kv_store_and_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
+                                splits: int) -> None:
     rng = np.random.default_rng(3)
     n_ctx, t_max, n, pos = 256, 8, 6, 150  # keys span several 64-key chunks and the window edge
     width = kv_heads * d
@@ -138,7 +140,7 @@ def test_kv_store_and_attention(ex: Executor, kv_f16: bool, window: int, heads: 
     def build(b: ProgramBuilder) -> None:
         ops.kv_store(b, kt, vt, cache.keys[0], cache.values[0], kv_f16)
         ops.attention(b, qt, cache.keys[0], cache.values[0], out, heads=heads, kv_heads=kv_heads, head_dim=d,
-                      window=window, scale=scale, kv_f16=kv_f16)
+                      window=window, scale=scale, kv_f16=kv_f16, splits=splits)
 
     got, = _run(ex, build, StepParams(n, pos), [out])
     k_all, v_all = past_k.copy(), past_v.copy()

@@ -1,0 +1,57 @@
+"""Per-kernel GPU time of a program from timestamp queries.
+
+Each dispatch runs in a compute pass of its own with timestamps at the pass's start and
+end, so the figures include no encoding cost but do include a pass boundary per dispatch;
+they show where a step's GPU time goes, not the step's wall time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import wgpu
+
+from gpu.errors import gpu_stage
+from gpu.program import Executor, Program, StepParams
+
+
+@dataclass
+class KernelTime:
+    kernel: str
+    calls: int
+    total_us: float
+
+
+def profile_program(executor: Executor, program: Program, step: StepParams, repeats: int = 3) -> list[KernelTime]:
+    """GPU time per kernel name (median over repeats), largest first."""
+    device = executor.device
+    if not device.has("timestamp-query"):
+        raise RuntimeError(f"{device.name} has no timestamp-query feature: cannot profile")
+    n = len(program.dispatches)
+    with gpu_stage("profiling", program.name):
+        query_set = device.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
+        resolve = device.create_buffer(16 * n, "profile.resolve",
+                                       wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        device.queue.write_buffer(executor.step_tensor.buffer, 0, step.pack())
+        runs = []
+        for _ in range(repeats):
+            encoder = device.device.create_command_encoder()
+            for i, d in enumerate(program.dispatches):
+                compute_pass = encoder.begin_compute_pass(timestamp_writes={
+                    "query_set": query_set, "beginning_of_pass_write_index": 2 * i,
+                    "end_of_pass_write_index": 2 * i + 1})
+                compute_pass.set_pipeline(d.pipeline)
+                compute_pass.set_bind_group(0, d.bind_group)
+                compute_pass.dispatch_workgroups(*d.workgroups)
+                compute_pass.end()
+            encoder.resolve_query_set(query_set, 0, 2 * n, resolve, 0)
+            device.queue.submit([encoder.finish()])
+            stamps = np.frombuffer(device.queue.read_buffer(resolve, 0, 16 * n), dtype=np.uint64).reshape(n, 2)
+            runs.append((stamps[:, 1] - stamps[:, 0]).astype(np.float64) / 1000.0)  # ns -> us
+    per_dispatch = np.median(np.stack(runs), axis=0)
+    totals: dict[str, list[float]] = defaultdict(list)
+    for d, us in zip(program.dispatches, per_dispatch):
+        totals[d.label].append(float(us))
+    return sorted((KernelTime(k, len(v), sum(v)) for k, v in totals.items()), key=lambda t: -t.total_us)
