@@ -164,6 +164,9 @@ class ChatCompletionRequest(SamplingRequest):
             raise ValueError("stream_options is only allowed when stream is true")
         return value
 
+    def alternatives(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
     @property
     def max_new_tokens(self) -> int | None:
         """The client's limit on generated tokens (max_completion_tokens wins over the older max_tokens)."""

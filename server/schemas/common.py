@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -53,6 +53,12 @@ class SamplingRequest(OpenAIRequest):
         top_k: int
         min_p: float
         repetition_penalty: float
+
+    alternatives_param: ClassVar[str] = "top_logprobs"
+
+    def alternatives(self) -> int | None:
+        """Alternatives to report per token (0: the sampled token's logprob only); None: no logprobs."""
+        raise NotImplementedError
 
     @field_validator("stop", mode="after", check_fields=False)
     @classmethod

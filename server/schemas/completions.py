@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
@@ -88,6 +88,11 @@ class CompletionRequest(SamplingRequest):
         if value:
             raise ValueError("suffix is not supported by this model")
         return value
+
+    alternatives_param: ClassVar[str] = "logprobs"
+
+    def alternatives(self) -> int | None:
+        return self.logprobs
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts, each text or token ids."""

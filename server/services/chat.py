@@ -58,8 +58,7 @@ class ChatService:
         max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
                                 "messages")
         n = request.n or 1
-        top = (request.top_logprobs or 0) if request.logprobs else None
-        job = gen.make_job(request, [prompt_ids], [max_tokens], n, top)
+        job = gen.make_job(request, [prompt_ids], [max_tokens], n, request.alternatives())
         if request.user:
             log.info("chat request for %s from user %r", entry.id, request.user)
         handle = gen.submit(worker, job, self.settings)

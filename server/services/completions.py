@@ -63,7 +63,7 @@ class CompletionService:
         budgets = [gen.budget(len(ids), request.max_tokens, model.context_length, self.settings, "prompt")
                    for ids in prompt_ids]
         n = request.n or 1
-        job = gen.make_job(request, prompt_ids, budgets, n, request.logprobs)
+        job = gen.make_job(request, prompt_ids, budgets, n, request.alternatives())
         echoes = [self._prompt_text(worker, p) if request.echo else "" for p in prompts]
         prompt_tokens = sum(len(ids) for ids in prompt_ids)
         handle = gen.submit(worker, job, self.settings)

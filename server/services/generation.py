@@ -49,6 +49,10 @@ def check_limits(request: SamplingRequest, settings: Settings, vocab_size: int) 
     stops = getattr(request, "stop", [])
     if len(stops) > limits.max_stop:
         raise InvalidRequest(f"stop has {len(stops)} strings; at most {limits.max_stop} are allowed.", param="stop")
+    top = request.alternatives()
+    if top is not None and top > limits.max_top_logprobs:
+        param = request.alternatives_param
+        raise InvalidRequest(f"{param} is {top}; this server allows at most {limits.max_top_logprobs}.", param=param)
     for key in request.logit_bias or {}:
         if not 0 <= int(key) < vocab_size:
             raise InvalidRequest(f"logit_bias names token {key}, outside this model's vocabulary [0, {vocab_size}).",

@@ -196,3 +196,16 @@ def test_server_keeps_serving_after_client_errors(server: ThreadServer) -> None:
         assert response.status_code == 400, body
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}
     assert httpx.post(f"{server.url}/v1/chat/completions", json={**CHAT, "max_tokens": 2}).status_code == 200
+
+
+def test_logprobs_shapes(server: ThreadServer) -> None:
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+    chat = client.chat.completions.create(**CHAT, max_tokens=3, logprobs=True, top_logprobs=2)  # type: ignore
+    content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert [t.token for t in content] == list(SCRIPT[:3])  # type: ignore[union-attr]
+    assert all(len(t.top_logprobs) == 2 for t in content)  # type: ignore[union-attr]
+    plain = client.chat.completions.create(**CHAT, max_tokens=2, logprobs=True)  # type: ignore[arg-type]
+    assert all(t.top_logprobs == [] for t in plain.choices[0].logprobs.content)  # type: ignore[union-attr]
+    assert client.chat.completions.create(**CHAT, max_tokens=2).choices[0].logprobs is None  # type: ignore
+    legacy = client.completions.create(model="gemma-3-270m", prompt="x", max_tokens=3, logprobs=1, echo=False)
+    assert legacy.choices[0].logprobs.text_offset == [0, 1, 2]  # type: ignore[union-attr]

@@ -100,6 +100,8 @@ def test_sixteen_streaming_clients(tmp_path: Path) -> None:
         assert (status["queued"], status["running"]) == (0, 0)  # cancelled streams gave their places back
         time.sleep(2)
         growth = server.rss_bytes() - rss_start
+        print(f"load test: {counts} in {seconds:.0f} s; RSS {rss_start / 2**20:.0f} MiB after warm-up, "
+              f"{growth / 2**20:+.1f} MiB at the end")
         assert growth < RSS_GROWTH_LIMIT, f"RSS grew {growth / 2**20:.0f} MiB over the run ({counts})"
         assert "Traceback" not in server.log()
     finally:
