@@ -14,7 +14,6 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from config.settings import SHIPPED_MODEL, SettingsError, load_settings
 
@@ -86,16 +85,17 @@ def generate_text(args: argparse.Namespace) -> int:
     from server.worker import chat_template_of
 
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
-    bar: Any = None
+    # The bar shows from the start; its total arrives with the loader's first report (bytes of weights).
+    bar = tqdm(desc=f"loading {args.model}", unit="B", unit_scale=True, file=sys.stderr, leave=False)
 
     def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, desc="loading", unit="tensor", file=sys.stderr, leave=False)
+        if bar.total != total:
+            bar.total = total
         bar.update(done - bar.n)
 
-    model = load_text_model(resolve_model(args.model), progress=progress)
-    if bar is not None:
+    try:
+        model = load_text_model(resolve_model(args.model), progress=progress)
+    finally:
         bar.close()
     tokenizer = model.tokenizer
     text, add_bos = args.prompt, True

@@ -179,5 +179,7 @@ async def _handle(_request: Request, exc: Exception) -> JSONResponse:
 
 def install_handlers(app: FastAPI) -> None:
     """Route every exception the app can raise through error_response."""
-    for exc_type in (HearthError, RequestValidationError, StarletteHTTPException, Exception):
+    # Handlers for Exception itself run in Starlette's outermost middleware, which re-raises after answering
+    # (uvicorn then logs it and closes the connection): right for bugs, so GPU failures get their own.
+    for exc_type in (HearthError, RequestValidationError, StarletteHTTPException, GPUFailure, Exception):
         app.add_exception_handler(exc_type, _handle)

@@ -22,7 +22,7 @@ from typing import Any
 from models.chat_template import ChatTemplate
 from models.generate import generate
 from models.sampler import SampledToken, SamplingParams
-from server.errors import QueueFull
+from server.errors import QueueFull, to_hearth_error
 from server.text_stream import TextStream
 
 log = logging.getLogger("hearth.worker")
@@ -334,7 +334,9 @@ class JobHandle:
                     return
                 if isinstance(event, _JobFailed):
                     self.job.finished = True
-                    raise event.error
+                    # As a HearthError the app answers it (a 500 for a GPU fault or a bug, logged with its
+                    # traceback) and keeps the connection; a bare exception would make uvicorn drop it.
+                    raise to_hearth_error(event.error) from event.error
                 yield event
         finally:
             self.cancel()
