@@ -1,1 +1,0 @@
-"""Shared fixtures for the server tests."""
