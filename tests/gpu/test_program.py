@@ -1,0 +1,82 @@
+"""The executor core: step struct layout, activation pooling by liveness, errors that name the op."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from gpu.device import choose_adapter, default_device
+from gpu.errors import GPUFailure
+from gpu.ops import transformer as ops
+from gpu.program import Executor, ProgramBuilder, StepParams, workgroup_grid
+from gpu.shaders import KERNEL_DIR, ShaderSourceError, compile_source
+from gpu.tensor import Tensor
+
+
+@pytest.fixture(scope="module")
+def ex() -> Executor:
+    return Executor(default_device())
+
+
+def test_step_struct_matches_python_mirror() -> None:
+    source = (KERNEL_DIR / "common" / "step.wgsl").read_text()
+    fields = re.findall(r"^\s+(\w+): u32,", source, re.MULTILINE)
+    assert fields == ["n_tokens", "pos", "kv_len", "seed"]
+    assert len(fields) * 4 == StepParams.STRUCT_BYTES == len(StepParams(3, 5).pack())
+    assert np.frombuffer(StepParams(3, 5, seed=9).pack(), np.uint32).tolist() == [3, 5, 8, 9]
+
+
+def test_workgroup_grid_covers_large_counts() -> None:
+    for n in (1, 65535, 65536, 262144, 10_000_000):
+        x, y, z = workgroup_grid(n)
+        assert x <= 65535 and y <= 65535 and z == 1 and x * y >= n
+
+
+def test_activations_share_buffers_only_when_lifetimes_do_not_overlap(ex: Executor) -> None:
+    x = ex.tensor("x", (2, 64), data=np.ones((2, 64), np.float32))
+    b = ProgramBuilder(ex, "pool")
+    a1, a2, a3 = (b.activation(f"a{i}", (2, 64)) for i in range(3))
+    out = ex.tensor("out", (2, 64))
+    ops.add(b, x, x, a1)      # a1 = 2
+    ops.add(b, a1, x, a2)     # a2 = 3; a1 dies here
+    ops.add(b, a2, x, a3)     # a3 = 4 may reuse a1's buffer, not a2's
+    ops.add(b, a3, a2, out)   # out = 7
+    program = b.build()
+    assert a3.buffer is a1.buffer
+    assert a2.buffer is not a1.buffer
+    assert program.activation_bytes == 2 * a1.nbytes
+    got, = ex.run(program, StepParams(2, 0), read=[out])
+    np.testing.assert_array_equal(got, np.full((2, 64), 7.0, np.float32))
+
+
+def test_unused_activation_is_an_error(ex: Executor) -> None:
+    b = ProgramBuilder(ex, "unused")
+    b.activation("never", (1, 4))
+    with pytest.raises(ValueError, match="never"):
+        b.build()
+
+
+def test_unknown_constant_names_the_kernel() -> None:
+    with pytest.raises(ShaderSourceError, match="rms_norm.*NOT_A_CONSTANT"):
+        compile_source("rms_norm", {"NOT_A_CONSTANT": 1})
+
+
+def test_validation_error_names_stage_and_op(ex: Executor) -> None:
+    small = Tensor("too_small", (1,), "f32")
+    small.buffer = ex.device.create_buffer(4, "too_small")
+    w = ex.tensor("w", (640,))
+    b = ProgramBuilder(ex, "bad")
+    out = b.activation("out", (1, 640))
+    # The uniform step buffer bound where a storage buffer belongs: wgpu rejects the bind group.
+    b.dispatch("rms_norm", {"D": 640}, [small, small, w, out], workgroup_grid(1))
+    with pytest.raises(GPUFailure, match="creating bind group for rms_norm"):
+        b.build()
+
+
+def test_adapter_choice_by_name() -> None:
+    device = default_device()
+    assert choose_adapter(device.name.split()[0]).info["device"] == device.name
+    with pytest.raises(GPUFailure, match="matches none"):
+        choose_adapter("no adapter is called this")
