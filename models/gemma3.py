@@ -172,28 +172,26 @@ class Gemma3:
         x = b.activation("x", (t_max, c.d_model))  # residual stream
         embedding(b, self.token_embd, ids, x, t_max, scale=math.sqrt(c.d_model))
         scale = 1.0 / math.sqrt(c.head_dim)
+        h = b.activation("h0", (t_max, c.d_model))  # the next block's normalised input
+        ops.rms_norm(b, x, self.layers[0].attn_norm, h, c.eps)
         for i, w in enumerate(self.layers):
             sliding = c.is_sliding(i)
             rope = self.rope_local if sliding else self.rope_global
-            h = b.activation(f"h{i}", (t_max, c.d_model))
-            ops.rms_norm(b, x, w.attn_norm, h, c.eps)
             q = b.activation(f"q{i}", (t_max, c.q_width))
             k = b.activation(f"k{i}", (t_max, c.kv_width))
             v = b.activation(f"v{i}", (t_max, c.kv_width))
             linear(b, w.q, h, q, t_max)
             linear(b, w.k, h, k, t_max)
             linear(b, w.v, h, v, t_max)
-            ops.norm_rope(b, q, w.q_norm, rope, c.n_heads, c.eps)
-            ops.norm_rope(b, k, w.k_norm, rope, c.n_kv_heads, c.eps)
-            ops.kv_store(b, k, v, cache.keys[i], cache.values[i], cache.f16)
+            ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, cache.keys[i], cache.values[i],
+                                   heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps, kv_f16=cache.f16)
             a = b.activation(f"attn{i}", (t_max, c.q_width))
             ops.attention(b, q, cache.keys[i], cache.values[i], a, heads=c.n_heads, kv_heads=c.n_kv_heads,
                           head_dim=c.head_dim, window=c.window if sliding else 0, scale=scale, kv_f16=cache.f16)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
-            ops.rms_norm(b, o, w.post_attention_norm, x, c.eps, accumulate=True)
             h2 = b.activation(f"h2_{i}", (t_max, c.d_model))
-            ops.rms_norm(b, x, w.ffn_norm, h2, c.eps)
+            ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, h2, c.eps)  # x += ..., h2 = norm(x)
             gate = b.activation(f"gate{i}", (t_max, c.d_ffn))
             up = b.activation(f"up{i}", (t_max, c.d_ffn))
             linear(b, w.gate, h2, gate, t_max)
@@ -202,10 +200,13 @@ class Gemma3:
             ops.gelu_mul(b, gate, up, act)
             down = b.activation(f"down{i}", (t_max, c.d_model))
             linear(b, w.down, act, down, t_max)
-            ops.rms_norm(b, down, w.post_ffw_norm, x, c.eps, accumulate=True)
-        last = b.activation("last", (1, c.d_model))
-        ops.rms_norm(b, x, self.output_norm, last, c.eps, last_row=True)
-        linear(b, self.output, last, self.logits, 1)
+            if i + 1 < c.n_layers:
+                h = b.activation(f"h{i + 1}", (t_max, c.d_model))
+                ops.residual_norm(b, down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, h, c.eps)
+            else:  # only the last token reaches the output head
+                h = b.activation("last", (1, c.d_model))
+                ops.residual_norm(b, down, w.post_ffw_norm, x, self.output_norm, h, c.eps, last_row=True)
+        linear(b, self.output, h, self.logits, 1)
         return StepProgram(b.build(), ids, t_max)
 
 

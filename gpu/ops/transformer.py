@@ -18,6 +18,16 @@ def _rows(t: Tensor) -> int:
     return t.shape[0]
 
 
+def _reduce(b: ProgramBuilder, subgroups: bool | None) -> str:
+    """The norms' row-sum variant (kernels/common/row_sum_<variant>.wgsl): "subgroup" where the
+    adapter has the feature (unless subgroups is False), else "workgroup"."""
+    if subgroups is None:
+        subgroups = b.device.has("subgroup")
+    elif subgroups and not b.device.has("subgroup"):
+        raise ValueError("subgroup reductions asked for, but the adapter lacks the feature")
+    return "subgroup" if subgroups else "workgroup"
+
+
 def rms_norm(
     b: ProgramBuilder, x: Tensor, weight: Tensor, out: Tensor, eps: float, *,
     heads: int = 1, accumulate: bool = False, last_row: bool = False,
@@ -32,11 +42,41 @@ def rms_norm(
                [b.step, x, weight, out], workgroup_grid(rows))
 
 
+def residual_norm(
+    b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, next_weight: Tensor, h: Tensor, eps: float, *,
+    last_row: bool = False, subgroups: bool | None = None,
+) -> None:
+    """x += rms_norm(y) * post_weight, then h = rms_norm(x) * next_weight, per row (kernels/residual_norm.wgsl).
+
+    One dispatch for Gemma's post-norm residual add and the next pre-norm. last_row: only the
+    step's last token, into h[0] (x's other rows are then left stale: use it after the last layer).
+    """
+    d = post_weight.numel
+    b.dispatch("residual_norm", {"D": d, "EPS": eps, "LAST_ROW": last_row, "REDUCE": _reduce(b, subgroups)},
+               [b.step, y, post_weight, x, next_weight, h], workgroup_grid(1 if last_row else _rows(x)))
+
+
 def norm_rope(b: ProgramBuilder, x: Tensor, weight: Tensor, rope_table: Tensor, heads: int, eps: float) -> None:
     """In place: x[t, h] = rope(rms_norm(x[t, h]) * weight) at position step.pos + t (kernels/norm_rope.wgsl)."""
     d = weight.numel
     b.dispatch("norm_rope", {"D": d, "HEADS": heads, "EPS": eps}, [b.step, x, weight, rope_table],
                workgroup_grid(_rows(x) * heads))
+
+
+def qk_norm_rope_store(
+    b: ProgramBuilder, q: Tensor, k: Tensor, v: Tensor, q_weight: Tensor, k_weight: Tensor, rope_table: Tensor,
+    k_cache: Tensor, v_cache: Tensor, *, heads: int, kv_heads: int, eps: float, kv_f16: bool,
+    subgroups: bool | None = None,
+) -> None:
+    """norm_rope on q (in place) and on k, and k, v appended to the cache at step.pos, in one
+    dispatch (kernels/qk_norm_rope_store.wgsl); k and v are left as they were."""
+    d = q_weight.numel
+    if d % 4:
+        raise ValueError(f"qk_norm_rope_store needs a head dimension multiple of 4, not {d}")
+    constants = {"D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "KV_F16": kv_f16,
+                 "REDUCE": _reduce(b, subgroups)}
+    b.dispatch("qk_norm_rope_store", constants, [b.step, q, k, v, q_weight, k_weight, rope_table, k_cache, v_cache],
+               workgroup_grid(_rows(q) * (heads + kv_heads)))
 
 
 def kv_store(b: ProgramBuilder, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, kv_f16: bool) -> None:

@@ -177,3 +177,114 @@ def test_gelu_mul_and_add(ex: Executor) -> None:
     want = 0.5 * g64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64 ** 3))) * u
     np.testing.assert_allclose(got[:n], want[:n], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_sum[:n], (g + u)[:n], rtol=0, atol=0)
+
+
+# -- fused kernels and the row-sum variants ---------------------------------------------------
+# Each fused kernel is checked against numpy, and against the separate kernels it replaces run on
+# the same adapter: with the workgroup-memory row sum (the separate kernels' tree) they do the same
+# f32 operations in the same order, so the results must agree bit for bit; the subgroup row sum adds
+# in another order, so there they agree to f32 rounding (RTOL, ATOL as above).
+
+REDUCES = [False, True]  # subgroups off (workgroup-memory tree) and on
+
+
+def _subgroups(ex: Executor, subgroups: bool) -> bool:
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter lacks the subgroup feature")
+    return subgroups
+
+
+def _tolerance(subgroups: bool, atol: float) -> dict[str, float]:
+    """Keyword arguments for comparing with the separate kernels: none for exact equality."""
+    return {"rtol": RTOL, "atol": atol} if subgroups else {}
+
+
+def _residual_norm_reference(y, x, w_post, w_next, eps):
+    x_new = (x.astype(np.float64) + _rms(y, w_post, eps)).astype(np.float32)
+    return x_new, _rms(x_new, w_next, eps)
+
+
+@pytest.mark.parametrize("subgroups", REDUCES)
+@pytest.mark.parametrize("last_row", [False, True])
+def test_residual_norm(ex: Executor, subgroups: bool, last_row: bool) -> None:
+    rng = np.random.default_rng(6)
+    t_max, n, d = 6, 4, 640
+    y = rng.standard_normal((t_max, d)).astype(np.float32) * 5
+    x = rng.standard_normal((t_max, d)).astype(np.float32) * 20
+    w_post, w_next = (rng.standard_normal(d).astype(np.float32) for _ in range(2))
+    yt, wpt, wnt = (ex.tensor(name, a.shape, data=a) for name, a in (("y", y), ("wp", w_post), ("wn", w_next)))
+    x_fused, x_split = ex.tensor("xf", x.shape, data=x), ex.tensor("xs", x.shape, data=x)
+    h_rows = 1 if last_row else t_max
+    h_fused, h_split = ex.tensor("hf", (h_rows, d)), ex.tensor("hs", (h_rows, d))
+    sg = _subgroups(ex, subgroups)
+
+    def build(b: ProgramBuilder) -> None:
+        ops.residual_norm(b, yt, wpt, x_fused, wnt, h_fused, 1e-6, last_row=last_row, subgroups=sg)
+        ops.rms_norm(b, yt, wpt, x_split, 1e-6, accumulate=True)
+        ops.rms_norm(b, x_split, wnt, h_split, 1e-6, last_row=last_row)
+
+    gx, gh, sx, sh = _run(ex, build, StepParams(n, 0), [x_fused, h_fused, x_split, h_split])
+    want_x, want_h = _residual_norm_reference(y[:n], x[:n], w_post, w_next, 1e-6)
+    rows = slice(n - 1, n) if last_row else slice(0, n)
+    np.testing.assert_allclose(gx[rows], want_x[rows], rtol=RTOL, atol=ATOL * 20)  # |x| ~ 60: f32 ulps of it
+    np.testing.assert_allclose(gh[:n], want_h[rows], rtol=RTOL, atol=ATOL)
+    same = np.testing.assert_allclose if sg else np.testing.assert_array_equal
+    same(gx[rows], sx[rows], **_tolerance(sg, ATOL * 20))
+    same(gh, sh, **_tolerance(sg, ATOL))
+    np.testing.assert_array_equal(gx[n:], x[n:])  # rows past n_tokens untouched
+    if last_row:
+        np.testing.assert_array_equal(gx[:n - 1], x[:n - 1])  # only the last row is updated
+
+
+@pytest.mark.parametrize("subgroups", REDUCES)
+@pytest.mark.parametrize("kv_f16,heads,kv_heads,d", [(True, 4, 1, 256), (False, 4, 2, 64), (True, 2, 2, 36)])
+def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: int, kv_heads: int,
+                            d: int) -> None:
+    rng = np.random.default_rng(7)
+    t_max, n, pos, n_ctx, base = 5, 3, 1000, 1024, 10000.0
+    width = kv_heads * d
+    q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
+    k = rng.standard_normal((t_max, width)).astype(np.float32) * 2
+    v = rng.standard_normal((t_max, width)).astype(np.float32)
+    q_w, k_w = (rng.standard_normal(d).astype(np.float32) for _ in range(2))
+    table = rope_table(d, n_ctx, base)
+    kv_dtype = "f16" if kv_f16 else "f32"
+    fused, split = (KVCache.allocate(ex, name, [width], n_ctx, kv_dtype) for name in ("cf", "cs"))
+    qf, qs = ex.tensor("qf", q.shape, data=q), ex.tensor("qs", q.shape, data=q)
+    kf, ks = ex.tensor("kf", k.shape, data=k), ex.tensor("ks", k.shape, data=k)
+    vt, qwt, kwt, rt = (ex.tensor(name, a.shape, data=a)
+                        for name, a in (("v", v), ("qw", q_w), ("kw", k_w), ("rope", table)))
+    sg = _subgroups(ex, subgroups)
+
+    def build(b: ProgramBuilder) -> None:
+        ops.qk_norm_rope_store(b, qf, kf, vt, qwt, kwt, rt, fused.keys[0], fused.values[0], heads=heads,
+                               kv_heads=kv_heads, eps=1e-6, kv_f16=kv_f16, subgroups=sg)
+        ops.norm_rope(b, qs, qwt, rt, heads, 1e-6)
+        ops.norm_rope(b, ks, kwt, rt, kv_heads, 1e-6)
+        ops.kv_store(b, ks, vt, split.keys[0], split.values[0], kv_f16)
+
+    got_q, got_k = _run(ex, build, StepParams(n, pos), [qf, kf])
+    caches = [ex.read(t) for t in (fused.keys[0], fused.values[0], split.keys[0], split.values[0])]
+
+    def as_f32(words: np.ndarray) -> np.ndarray:
+        return words.view(np.float16).astype(np.float32) if kv_f16 else words.view(np.float32)
+
+    k_cache, v_cache, k_split, v_split = (as_f32(c) for c in caches)
+    positions = np.arange(pos, pos + n, dtype=np.float64)
+    want_q = _rope_reference(_rms(q.reshape(t_max, heads, d), q_w, 1e-6)[:n].astype(np.float64), positions, base)
+    want_k = _rope_reference(_rms(k.reshape(t_max, kv_heads, d), k_w, 1e-6)[:n].astype(np.float64), positions, base)
+    # Angles up to ~1000 rad are rounded to f32 (as the reference model does): |error| <= 1e-4;
+    # the f16 cache adds f16 rounding (2^-11 relative).
+    np.testing.assert_allclose(got_q[:n], want_q.reshape(n, -1), rtol=0, atol=1e-4 * np.abs(want_q).max())
+    k_tol = (1e-3 if kv_f16 else 1e-4) * np.abs(want_k).max()
+    np.testing.assert_allclose(k_cache[pos:pos + n], want_k.reshape(n, -1), rtol=0, atol=k_tol)
+    want_v = v[:n].astype(np.float16).astype(np.float32) if kv_f16 else v[:n]
+    np.testing.assert_array_equal(v_cache[pos:pos + n], want_v)
+    # The same f32 operations as norm_rope + kv_store; k and v left as they were, other cache rows untouched.
+    same = np.testing.assert_allclose if sg else np.testing.assert_array_equal
+    same(got_q, ex.read(qs), **_tolerance(sg, ATOL))
+    # f16 words of the two paths may round apart by one f16 ulp where the f32 values differ by an ulp
+    same(k_cache, k_split, **_tolerance(sg, (2e-3 if kv_f16 else ATOL) * np.abs(k_split).max()))
+    np.testing.assert_array_equal(v_cache, v_split)
+    np.testing.assert_array_equal(got_k, k)
+    assert not k_cache[:pos].any() and not k_cache[pos + n:].any()

@@ -1,0 +1,106 @@
+// qk_norm_rope_store: attention's per-head norms, RoPE and cache append in one dispatch.
+//   q[t, h, :] = rope(q[t, h, :] / rms * q_w, p)                         in place, h < HEADS
+//   k_cache[p, g, :] = rope(k[t, g, :] / rms * k_w, p),  v_cache[p, g, :] = v[t, g, :],  g < KV_HEADS
+// at position p = step.pos + t (rms over the head's D values, as norm_rope.wgsl, then the cache
+// words as kv_store.wgsl writes them: two f16 per u32 when KV_F16, else f32 bits). k and v are
+// only read; attention reads them from the cache.
+// RoPE is NeoX-style (dims i and i + D/2 rotate together), angles from the host's (cos, sin) table.
+// Work split: one workgroup of 64 invocations per head row: the step's n_tokens * HEADS q rows
+// first, then its n_tokens * KV_HEADS k rows, each of which also copies its v row. An invocation
+// takes dims {i, i + 1, i + D/2, i + D/2 + 1} for even i, so a pair of adjacent outputs shares one
+// f16 cache word. Sums of squares go through common/row_sum_${REDUCE}.wgsl ("subgroup" or "workgroup").
+#include "common/step.wgsl"
+#include "common/row_sum_${REDUCE}.wgsl"
+
+override D: u32 = 256u;         // head dimension, a multiple of 4
+override HEADS: u32 = 4u;       // query heads per token
+override KV_HEADS: u32 = 1u;    // key/value heads per token
+override EPS: f32 = 1e-6;
+override KV_F16: bool = true;   // cache words hold two f16 values
+
+const WG: u32 = 64u;
+const HALF: u32 = D / 2u;
+const KV_WIDTH: u32 = KV_HEADS * D;  // cache values per position
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read_write> q: array<f32>;        // [T_MAX, HEADS, D]
+@group(0) @binding(2) var<storage, read> k: array<f32>;              // [T_MAX, KV_HEADS, D]
+@group(0) @binding(3) var<storage, read> v: array<f32>;              // [T_MAX, KV_HEADS, D]
+@group(0) @binding(4) var<storage, read> q_w: array<f32>;            // [D] q norm weight
+@group(0) @binding(5) var<storage, read> k_w: array<f32>;            // [D] k norm weight
+@group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>;     // [n_ctx, D/2] (cos, sin)
+@group(0) @binding(7) var<storage, read_write> k_cache: array<u32>;  // [n_ctx, KV_WIDTH] values as words
+@group(0) @binding(8) var<storage, read_write> v_cache: array<u32>;
+
+// Store value index `at` (and at + 1) of a cache row: one packed word, or two f32 words.
+fn store_pair(is_value: bool, at: u32, a: f32, b: f32) {
+    if (KV_F16) {
+        let word = pack2x16float(vec2<f32>(a, b));
+        if (is_value) { v_cache[at / 2u] = word; } else { k_cache[at / 2u] = word; }
+    } else if (is_value) {
+        v_cache[at] = bitcast<u32>(a);
+        v_cache[at + 1u] = bitcast<u32>(b);
+    } else {
+        k_cache[at] = bitcast<u32>(a);
+        k_cache[at + 1u] = bitcast<u32>(b);
+    }
+}
+
+fn row_main(row: u32, lid: u32) {
+    let q_rows = step.n_tokens * HEADS;   // uniform: which tensor a workgroup takes is uniform
+    let is_q = row < q_rows;
+    if (!is_q && row - q_rows >= step.n_tokens * KV_HEADS) {
+        return;
+    }
+    var base: u32;       // first value of the head row in q or k
+    var position: u32;
+    if (is_q) {
+        base = row * D;
+        position = step.pos + row / HEADS;
+    } else {
+        base = (row - q_rows) * D;
+        position = step.pos + (row - q_rows) / KV_HEADS;
+    }
+    var sum = 0.0;
+    for (var i = lid; i < D; i += WG) {
+        var x: f32;
+        if (is_q) { x = q[base + i]; } else { x = k[base + i]; }
+        sum += x * x;
+    }
+    let inv_rms = inverseSqrt(row_sum(sum) / f32(D) + EPS);
+    // the k row's place in the cache: position's row, this head's D values
+    let cache_base = position * KV_WIDTH + base % KV_WIDTH;
+    for (var i = 2u * lid; i < HALF; i += 2u * WG) {
+        var a: vec2<f32>;   // dims i, i + 1 (normalised)
+        var b: vec2<f32>;   // dims i + HALF, i + HALF + 1
+        if (is_q) {
+            a = vec2<f32>(q[base + i], q[base + i + 1u]) * inv_rms * vec2<f32>(q_w[i], q_w[i + 1u]);
+            b = vec2<f32>(q[base + i + HALF], q[base + i + HALF + 1u]) * inv_rms
+                * vec2<f32>(q_w[i + HALF], q_w[i + HALF + 1u]);
+        } else {
+            a = vec2<f32>(k[base + i], k[base + i + 1u]) * inv_rms * vec2<f32>(k_w[i], k_w[i + 1u]);
+            b = vec2<f32>(k[base + i + HALF], k[base + i + HALF + 1u]) * inv_rms
+                * vec2<f32>(k_w[i + HALF], k_w[i + HALF + 1u]);
+        }
+        let c0 = rope[position * HALF + i];
+        let c1 = rope[position * HALF + i + 1u];
+        let cs = vec2<f32>(c0.x, c1.x);
+        let sn = vec2<f32>(c0.y, c1.y);
+        let ra = a * cs - b * sn;
+        let rb = b * cs + a * sn;
+        if (is_q) {
+            q[base + i] = ra.x;
+            q[base + i + 1u] = ra.y;
+            q[base + i + HALF] = rb.x;
+            q[base + i + HALF + 1u] = rb.y;
+        } else {
+            store_pair(false, cache_base + i, ra.x, ra.y);
+            store_pair(false, cache_base + i + HALF, rb.x, rb.y);
+        }
+    }
+    if (!is_q) {
+        for (var i = 2u * lid; i < D; i += 2u * WG) {
+            store_pair(true, cache_base + i, v[base + i], v[base + i + 1u]);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+// residual_norm: Gemma's post-norm residual add and the next pre-norm in one pass per token row:
+//   x[t] += y[t] / rms(y[t]) * w_post        (rms(v) = sqrt(mean(v^2) + EPS))
+//   h[t]  = x[t] / rms(x[t]) * w_next
+// with the same f32 operations as rms_norm.wgsl with ACCUMULATE followed by rms_norm.wgsl.
+// LAST_ROW: only the step's last token (before the output head): its x row is updated and its
+// h goes to h row 0; x's other rows are left stale, so use it only where x is not read again.
+// Work split: one workgroup of 64 invocations per row; each takes a strided slice of the row and
+// reads back the x values it wrote itself; the two sums of squares go through
+// common/row_sum_${REDUCE}.wgsl (REDUCE: "subgroup" or "workgroup").
+#include "common/step.wgsl"
+#include "common/row_sum_${REDUCE}.wgsl"
+
+override D: u32 = 640u;          // values per row (model width)
+override EPS: f32 = 1e-6;        // added to the mean squares
+override LAST_ROW: bool = false;
+
+const WG: u32 = 64u;
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> y: array<f32>;          // [T_MAX, D] block output
+@group(0) @binding(2) var<storage, read> w_post: array<f32>;     // [D] its post-norm weight
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;    // [T_MAX, D] residual stream
+@group(0) @binding(4) var<storage, read> w_next: array<f32>;     // [D] the next pre-norm weight
+@group(0) @binding(5) var<storage, read_write> h: array<f32>;    // [T_MAX, D], or [1, D] when LAST_ROW
+
+fn row_main(row: u32, lid: u32) {
+    var in_row = row;   // uniform across the workgroup
+    var out_row = row;
+    if (LAST_ROW) {
+        if (row >= 1u) { return; }
+        in_row = step.n_tokens - 1u;
+    } else if (row >= step.n_tokens) {
+        return;
+    }
+    let base = in_row * D;
+    var sum_y = 0.0;
+    for (var i = lid; i < D; i += WG) {
+        let v = y[base + i];
+        sum_y += v * v;
+    }
+    let inv_y = inverseSqrt(row_sum(sum_y) / f32(D) + EPS);
+    var sum_x = 0.0;
+    for (var i = lid; i < D; i += WG) {
+        let r = x[base + i] + y[base + i] * inv_y * w_post[i];
+        x[base + i] = r;
+        sum_x += r * r;
+    }
+    let inv_x = inverseSqrt(row_sum(sum_x) / f32(D) + EPS);
+    let dst = out_row * D;
+    for (var i = lid; i < D; i += WG) {
+        h[dst + i] = x[base + i] * inv_x * w_next[i];
+    }
+}
