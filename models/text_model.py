@@ -109,15 +109,16 @@ class Session:
         self.n_past = 0
         self._programs: dict[int, StepProgram] = {}
 
-    def _program(self, t_max: int) -> StepProgram:
+    def program_for(self, n_tokens: int) -> StepProgram:
+        """The step program that runs n_tokens (at most 512) at once: decode's for one, else a bucket's."""
+        t_max = 1 if n_tokens == 1 else next(b for b in PREFILL_BUCKETS if b >= n_tokens)
         if t_max not in self._programs:
             self._programs[t_max] = self.model.arch.build_step(self.cache, t_max)
         return self._programs[t_max]
 
     def _step(self, ids: list[int]) -> np.ndarray:
         n = len(ids)
-        bucket = 1 if n == 1 else next(b for b in PREFILL_BUCKETS if b >= n)
-        step = self._program(bucket)
+        step = self.program_for(n)
         executor = self.model.executor
         executor.write(step.ids, np.asarray(ids, dtype=np.uint32))
         logits, = executor.run(step.program, StepParams(n_tokens=n, pos=self.n_past), read=[self.model.arch.logits])

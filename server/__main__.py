@@ -1,4 +1,4 @@
-"""`python -m server [serve options]` runs the server (`python -m server generate ...` works too)."""
+"""`python -m server [serve options]` runs the server (`python -m server generate ...` and `profile` work too)."""
 
 import sys
 
@@ -6,6 +6,6 @@ from server.cli import main
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if not args or args[0] not in ("serve", "generate", "-h", "--help"):
+    if not args or args[0] not in ("serve", "generate", "profile", "-h", "--help"):
         args = ["serve", *args]
     sys.exit(main(args))

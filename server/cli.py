@@ -2,6 +2,7 @@
 
     hearth serve [--host H] [--port P] [--config FILE] [--api-key KEY]
     hearth generate [--model PATH_OR_NAME] [--max-tokens N] [--temperature T] "prompt"
+    hearth profile [--model PATH_OR_NAME] [--prompt-tokens N]
 
 `generate` prints only the generated text on stdout, as it is produced; the loading progress bar and
 any messages go to stderr. Without --model it uses the shipped Gemma 3 270M (`gemma-3-270m`).
@@ -42,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0, help="0 turns it off")
     gen.add_argument("--seed", type=int, help="same seed and prompt, same output")
     gen.add_argument("--chat", action="store_true", help="treat the prompt as a user message of a chat")
+
+    prof = commands.add_parser("profile", help="GPU time per kernel of a prefill step and a decode step")
+    prof.add_argument("--model", default=SHIPPED_MODEL, help="as for generate")
+    prof.add_argument("--prompt-tokens", type=int, default=512, help="prefill length, then decode at that position")
     return parser
 
 
@@ -123,11 +128,41 @@ def generate_text(args: argparse.Namespace) -> int:
     return 0
 
 
+def profile(args: argparse.Namespace) -> int:
+    """Print where a step's GPU time goes, per kernel variant, from timestamp queries."""
+    import numpy as np
+
+    from gpu.profile import profile_program
+    from gpu.program import StepParams
+    from models.text_model import PREFILL_BUCKETS, load_text_model
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    model = load_text_model(resolve_model(args.model))
+    n = max(1, min(args.prompt_tokens, PREFILL_BUCKETS[-1], model.context_length - 1))
+    ids = [int(i) for i in np.random.default_rng(0).integers(10, model.vocab_size, n)]
+    session = model.new_session()
+    try:
+        session.prefill(ids)  # fills the cache so decode attends over n keys
+        for label, tokens, pos in (("prefill", n, 0), ("decode", 1, n)):
+            program = session.program_for(tokens).program
+            times = profile_program(model.executor, program, StepParams(n_tokens=tokens, pos=pos))
+            total = sum(t.total_us for t in times)
+            print(f"{label}: {tokens} token(s) at position {pos}, {len(program.dispatches)} dispatches, "
+                  f"{total:.0f} us of GPU time ({model.executor.device.name})")
+            for t in times:
+                print(f"  {t.total_us:10.1f} us {100 * t.total_us / total:5.1f}% {t.calls:5d}x  {t.kernel}")
+    finally:
+        session.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `hearth` console script."""
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "profile":
+        return profile(args)
     return generate_text(args)
 
 
