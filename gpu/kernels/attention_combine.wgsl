@@ -1,8 +1,9 @@
 // attention_combine: merge the SPLITS partial softmaxes of attention.wgsl into each row's output.
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out[row, :] = sum_s acc_s e^(m_s - M) / L
 // A part with no keys has m = -max f32 and l = 0, so its weight is 0.
-// Work split: one workgroup of 64 invocations per (token, head) row; the part weights
-// e^(m_s - M) / L are computed once into workgroup memory, then each invocation sums D/64 dims.
+// Work split: one workgroup of 64 invocations per (token, head) row. Invocation s reads part s's
+// (m, l) (loads in parallel, not one invocation walking all parts), invocation 0 forms the part
+// weights e^(m_s - M) / L in workgroup memory, then each invocation sums D/64 dims.
 #include "common/step.wgsl"
 
 override D: u32 = 256u;
@@ -15,6 +16,7 @@ const WG: u32 = 64u;
 @group(0) @binding(1) var<storage, read> partials: array<f32>;   // [T_MAX * HEADS, SPLITS, D + 2]
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D]
 
+var<workgroup> part_max: array<f32, SPLITS>;
 var<workgroup> part_weight: array<f32, SPLITS>;
 
 @compute @workgroup_size(64)
@@ -25,20 +27,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let first = row * SPLITS * (D + 2u);
+    for (var s = lid; s < SPLITS; s += WG) {
+        part_max[s] = partials[first + s * (D + 2u)];
+        part_weight[s] = partials[first + s * (D + 2u) + 1u];  // the part's sum l_s, for now
+    }
+    workgroupBarrier();
     if (lid == 0u) {
         var m = -3.4028235e38;
         for (var s = 0u; s < SPLITS; s++) {
-            m = max(m, partials[first + s * (D + 2u)]);
+            m = max(m, part_max[s]);
         }
         var total = 0.0;
         for (var s = 0u; s < SPLITS; s++) {
-            let base = first + s * (D + 2u);
-            let w = exp(partials[base] - m);
-            part_weight[s] = w;
-            total += partials[base + 1u] * w;
+            let w = exp(part_max[s] - m);
+            total += part_weight[s] * w;
+            part_max[s] = w;
         }
         for (var s = 0u; s < SPLITS; s++) {
-            part_weight[s] /= total;
+            part_weight[s] = part_max[s] / total;
         }
     }
     workgroupBarrier();
