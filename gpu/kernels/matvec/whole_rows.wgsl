@@ -1,10 +1,11 @@
 // matvec entry point for software adapters (lavapipe): one thread computes 4 whole rows (rows
-// first + lid + j WG, j < 4; TPR = 1, ROWS = WG threads), so no reduction is needed and each 16 values of x, loaded
-// once, serve RPT rows. lavapipe runs a workgroup as a loop over 8-lane SIMD slices and turns every
-// buffer load with lane-varying addresses into a per-lane loop of scalar loads, so loads, not
-// arithmetic, bound it: sharing x over rows cuts them most (measured: x loads were 60% of the time
-// with one row per thread; 8 rows per thread measured slower than 4). Rows are in vec4 accumulators, unrolled by hand: lavapipe's compiler
-// does not unroll loops, and arrays indexed by a loop counter would live in scratch memory.
+// first + lid + j WG, j < 4; TPR = 1, ROWS = WG threads), so no reduction is needed and each 16
+// values of x, loaded once, serve RPT rows. lavapipe runs a workgroup as a loop over 8-lane SIMD
+// slices and turns every buffer load with lane-varying addresses into a per-lane loop of scalar
+// loads, so loads, not arithmetic, bound it: sharing x over rows cuts them most (measured: x loads
+// were 60% of the time with one row per thread; 8 rows per thread measured slower than 4). Rows
+// are in vec4 accumulators, unrolled by hand: lavapipe's compiler does not unroll loops, and arrays
+// indexed by a loop counter would live in scratch memory.
 
 // sum of the 16 products of a dequantised group with four vec4 of x
 fn dot16(w: mat4x4<f32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
