@@ -3,8 +3,10 @@
 // RoPE is NeoX-style (HF's rotate_half): dims i and i + D/2 rotate together by angle
 // position * inv_freq[i]. The angles come from a host-computed table of (cos, sin) per
 // position and pair, so the GPU's sin/cos accuracy at large arguments never matters.
-// Work split: one workgroup of 64 invocations per (token, head) row.
+// Work split: one workgroup of 64 invocations per (token, head) row; the sum of squares is
+// common/row_sum_workgroup.wgsl's tree.
 #include "common/step.wgsl"
+#include "common/row_sum_workgroup.wgsl"
 
 override D: u32 = 256u;      // head dimension
 override HEADS: u32 = 1u;    // heads per token
@@ -18,12 +20,7 @@ const HALF: u32 = D / 2u;
 @group(0) @binding(2) var<storage, read> w: array<f32>;            // [D] norm weight
 @group(0) @binding(3) var<storage, read> rope: array<vec2<f32>>;   // [n_ctx, D/2] (cos, sin)
 
-var<workgroup> partial: array<f32, WG>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * nwg.x;
+fn row_main(row: u32, lid: u32) {
     if (row >= step.n_tokens * HEADS) {
         return;
     }
@@ -34,15 +31,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let v = x[base + i];
         sum += v * v;
     }
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let inv_rms = inverseSqrt(partial[0] / f32(D) + EPS);
+    let inv_rms = inverseSqrt(row_sum(sum) / f32(D) + EPS);
     for (var i = lid; i < HALF; i += WG) {
         let a = x[base + i] * inv_rms * w[i];
         let b = x[base + i + HALF] * inv_rms * w[i + HALF];

@@ -4,8 +4,9 @@
 // stream: x += norm(y) * w); LAST_ROW normalises only the step's last token into out row 0
 // (the output head needs one row after prefill).
 // Work split: one workgroup of 64 invocations per row; each sums a strided slice of the row,
-// then a tree reduction in workgroup memory.
+// then a tree reduction in workgroup memory (common/row_sum_workgroup.wgsl).
 #include "common/step.wgsl"
+#include "common/row_sum_workgroup.wgsl"
 
 override D: u32 = 640u;          // values per normalised row
 override HEADS: u32 = 1u;        // normalised rows per token
@@ -20,13 +21,8 @@ const WG: u32 = 64u;
 @group(0) @binding(2) var<storage, read> w: array<f32>;        // [D]
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // like x, or [1, HEADS * D] when LAST_ROW
 
-var<workgroup> partial: array<f32, WG>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * nwg.x;  // uniform across the workgroup
-    var in_row = row;
+fn row_main(row: u32, lid: u32) {
+    var in_row = row;   // uniform across the workgroup
     var out_row = row;
     if (LAST_ROW) {
         if (row >= HEADS) { return; }
@@ -40,15 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let v = x[src + i];
         sum += v * v;
     }
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let inv_rms = inverseSqrt(partial[0] / f32(D) + EPS);
+    let inv_rms = inverseSqrt(row_sum(sum) / f32(D) + EPS);
     let dst = out_row * D;
     for (var i = lid; i < D; i += WG) {
         let v = x[src + i] * inv_rms * w[i];
