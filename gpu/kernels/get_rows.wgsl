@@ -2,6 +2,9 @@
 // min(n_tokens, T_MAX) tokens whose id lies in this shard's rows [ROW_START, ROW_START + N_ROWS);
 // a sharded weight takes one dispatch per shard and each writes only its own ids' rows.
 // W is read as GGUF stores it (quant/${WEIGHT_TYPE}.wgsl decodes 16 values at a time).
+// TOKEN_SOURCE: a row whose row-table entry says so (rows[t].z == 1, see common/rows.wgsl) takes
+// its id from slot_tokens[rows[t].y], the token the GPU sampled last for its sequence, instead of
+// ids[t]; without TOKEN_SOURCE, rows and slot_tokens are bound but not read.
 //
 // Work split: one workgroup per token; its 64 threads dequantise the row's 16-value groups
 // lid, lid + 64, ... and write them as four vec4 each.
@@ -14,6 +17,7 @@ override N_ROWS: u32 = 1u;     // rows in this shard
 override ROW_START: u32 = 0u;  // id of the shard's first row
 override T_MAX: u32 = 1u;      // rows of ids and out: the program's tokens per step
 override SCALE: f32 = 1.0;     // factor on every value (Gemma: sqrt(d_model))
+override TOKEN_SOURCE: bool = false;
 
 const WG: u32 = 64u;
 const ROW_BYTES: u32 = K / BLOCK_VALUES * BLOCK_BYTES;
@@ -24,6 +28,8 @@ const GROUPS_PER_ROW: u32 = K / GROUP_VALUES;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;              // [T_MAX] token ids
 @group(0) @binding(2) var<storage, read> weight: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;  // [T_MAX, K]
+@group(0) @binding(4) var<storage, read> rows: array<vec4<u32>>;       // [T_MAX] (position, slot, source, -)
+@group(0) @binding(5) var<storage, read> slot_tokens: array<u32>;      // [slots] last sampled token
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -32,7 +38,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (t >= min(step.n_tokens, T_MAX)) {
         return;
     }
-    let id = ids[t];
+    var id = ids[t];
+    if (TOKEN_SOURCE) {
+        let row = rows[t];
+        if (row.z == 1u) {
+            id = slot_tokens[row.y];
+        }
+    }
     if (id < ROW_START || id - ROW_START >= N_ROWS) {
         return;
     }
