@@ -1,0 +1,144 @@
+"""Host side of the encoder kernels (embedding models): each function adds one dispatch to a program.
+
+An encoder step runs a batch of sequences of uneven lengths packed row after row, with no padding:
+T is the program's maximum token rows per step (T_MAX) and kernels skip rows past the step's
+n_tokens. Each token row knows its sequence's rows through a span table (u32 [T, 2]: first row,
+end row), which is the attention's padding mask; pooling reads a sequence table (u32 [B, 2]).
+Linear layers are gpu/ops/matmul.py's `linear` (W x only): biases are added here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpu.program import ProgramBuilder, workgroup_grid
+from gpu.tensor import Tensor
+
+ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
+ROWS_PER_GROUP = 64  # (token, head) rows per workgroup of encoder_attention.wgsl
+POOLING_MODES = {"mean": 0, "cls": 1, "last": 2, "max": 3, "mean_sqrt_len": 4}  # MODE of kernels/pool.wgsl
+
+
+def _reduce(b: ProgramBuilder, subgroups: bool | None) -> str:
+    """The row-sum variant (kernels/common/row_sum_<variant>.wgsl): "subgroup" where the adapter has
+    the feature (unless subgroups is False), else "workgroup"."""
+    if subgroups is None:
+        subgroups = b.device.has("subgroup")
+    elif subgroups and not b.device.has("subgroup"):
+        raise ValueError("subgroup reductions asked for, but the adapter lacks the feature")
+    return "subgroup" if subgroups else "workgroup"
+
+
+def _check(t: Tensor, width: int, what: str, dtype: str = "f32") -> None:
+    if t.dtype != dtype or len(t.shape) != 2 or t.shape[1] != width:
+        raise ValueError(f"{what} {t} must be {dtype} [rows, {width}]")
+
+
+def layer_norm(
+    b: ProgramBuilder, x: Tensor, gamma: Tensor, out: Tensor, eps: float, *, beta: Tensor | None = None,
+    bias: Tensor | None = None, residual: Tensor | None = None, rms: bool = False, accumulate: bool = False,
+    subgroups: bool | None = None,
+) -> None:
+    """out = norm(x + bias + residual) * gamma (+ beta) per token row (kernels/layer_norm.wgsl).
+
+    LayerNorm (mean and biased variance, then beta) unless rms (RMSNorm, no beta). bias: [D],
+    added to every row (the previous linear's bias); residual: [T, D]; accumulate: out += ...
+    """
+    d = gamma.numel
+    _check(x, d, "x")
+    _check(out, d, "out")
+    if residual is not None:
+        _check(residual, d, "residual")
+    if not rms and beta is None:
+        raise ValueError("LayerNorm needs beta")
+    constants = {"D": d, "EPS": eps, "RMS": rms, "HAS_BIAS": bias is not None,
+                 "HAS_RESIDUAL": residual is not None, "ACCUMULATE": accumulate, "REDUCE": _reduce(b, subgroups)}
+    # Unread bindings are bound to tensors of the right kind: the kernel keeps them in its layout.
+    tensors = [b.step, x, bias or gamma, residual or x, gamma, beta or gamma, out]
+    b.dispatch("layer_norm", constants, tensors, workgroup_grid(x.shape[0]))
+
+
+def bias_add(b: ProgramBuilder, x: Tensor, bias: Tensor) -> None:
+    """x += bias on every token row, in place (kernels/bias_add.wgsl)."""
+    width = bias.numel
+    _check(x, width, "x")
+    b.dispatch("bias_add", {"D": width}, [b.step, x, bias],
+               workgroup_grid(math.ceil(x.shape[0] * width / ELEMENTWISE_GROUP)))
+
+
+def gelu(
+    b: ProgramBuilder, x: Tensor, out: Tensor, *, bias: Tensor | None = None, up: Tensor | None = None,
+    tanh: bool = False,
+) -> None:
+    """out = gelu(x + bias) * up (kernels/gelu.wgsl): exact erf GELU unless tanh; bias and up optional."""
+    width = x.shape[1]
+    _check(out, width, "out")
+    if up is not None:
+        _check(up, width, "up")
+    constants = {"D": width, "TANH": tanh, "HAS_BIAS": bias is not None, "GATED": up is not None}
+    b.dispatch("gelu", constants, [b.step, x, bias or x, up or x, out],
+               workgroup_grid(math.ceil(x.shape[0] * width / ELEMENTWISE_GROUP)))
+
+
+def attention(
+    b: ProgramBuilder, q: Tensor, k: Tensor, v: Tensor, spans: Tensor, out: Tensor, *, heads: int, kv_heads: int,
+    head_dim: int, scale: float, offsets: tuple[int, int, int] = (0, 0, 0), window: int = 0,
+) -> None:
+    """Bidirectional attention of each token over its own sequence (kernels/encoder_attention.wgsl).
+
+    q, k, v: [T, width] tensors (the same fused tensor three times with offsets, for a fused QKV);
+    head h of a row starts at offsets[i] + h * head_dim. spans: u32 [T, 2] (first row, end row) of
+    each token's sequence. window > 0: keys at most that many rows away (sliding layers).
+    out: [T, heads * head_dim].
+    """
+    if head_dim % 4 or heads % kv_heads:
+        raise ValueError(f"attention needs head_dim % 4 == 0 and heads % kv_heads == 0 ({head_dim}, {heads})")
+    for offset, t in zip(offsets, (q, k, v)):
+        if offset % 4 or t.shape[1] % 4:
+            raise ValueError(f"{t}: row width and head offset {offset} must be multiples of 4")
+    _check(spans, 2, "spans", "u32")
+    _check(out, heads * head_dim, "out")
+    constants = {
+        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "SCALE": scale, "WINDOW": window,
+        "Q_STRIDE": q.shape[1], "Q_OFFSET": offsets[0], "K_STRIDE": k.shape[1], "K_OFFSET": offsets[1],
+        "V_STRIDE": v.shape[1], "V_OFFSET": offsets[2],
+    }
+    rows = q.shape[0] * heads
+    b.dispatch("encoder_attention", constants, [b.step, q, k, v, spans, out],
+               workgroup_grid(math.ceil(rows / ROWS_PER_GROUP)))
+
+
+def qk_norm_rope(
+    b: ProgramBuilder, q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, positions: Tensor, rope: Tensor, *,
+    heads: int, kv_heads: int, eps: float, subgroups: bool | None = None,
+) -> None:
+    """In place: each head of q and k RMS-normalised (times its weight), then rotated by RoPE at the
+    token's position (kernels/encoder_qk_norm_rope.wgsl). rope: [positions, head_dim] cos | sin."""
+    d = q_weight.numel
+    _check(q, heads * d, "q")
+    _check(k, kv_heads * d, "k")
+    _check(rope, d, "rope")
+    constants = {"D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "REDUCE": _reduce(b, subgroups)}
+    b.dispatch("encoder_qk_norm_rope", constants, [b.step, q, k, q_weight, k_weight, positions, rope],
+               workgroup_grid(q.shape[0] * (heads + kv_heads)))
+
+
+def pool(b: ProgramBuilder, h: Tensor, seqs: Tensor, out: Tensor, mode: str) -> None:
+    """out[s] = the pooled token rows of sequence s (kernels/pool.wgsl); mode: one of POOLING_MODES."""
+    if mode not in POOLING_MODES:
+        raise ValueError(f"pooling {mode!r} is not supported (supported: {', '.join(POOLING_MODES)})")
+    d = h.shape[1]
+    _check(seqs, 2, "seqs", "u32")
+    _check(out, d, "out")
+    b_max = seqs.shape[0]
+    if out.shape[0] < b_max:
+        raise ValueError(f"out {out} has fewer rows than the {b_max} sequence slots")
+    b.dispatch("pool", {"D": d, "B_MAX": b_max, "MODE": POOLING_MODES[mode]}, [b.step, h, seqs, out],
+               workgroup_grid(b_max))
+
+
+def l2_normalize(b: ProgramBuilder, x: Tensor, *, eps: float = 1e-12, subgroups: bool | None = None) -> None:
+    """x[r] /= max(||x[r]||, eps) for every row of x, in place (kernels/l2_normalize.wgsl)."""
+    rows, d = x.shape
+    b.dispatch("l2_normalize", {"D": d, "ROWS": rows, "EPS": eps, "REDUCE": _reduce(b, subgroups)}, [b.step, x],
+               workgroup_grid(rows))
