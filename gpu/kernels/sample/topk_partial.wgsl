@@ -3,7 +3,7 @@
 // among equal values, NaN counted as -inf), and the chunk's softmax statistics (max, sum of
 // exp(value - max) over finite values). topk_combine.wgsl merges a row's chunks. A chunk with
 // fewer than K values fills the rest with empty slots (key 0, index 0xFFFFFFFF).
-// Work split: ROWS * CHUNKS workgroups of 256 invocations. The statistics take two strided walks
+// Work split: ROWS * CHUNKS workgroups of 256 invocations. The statistics take one strided walk
 // over the chunk and two workgroup reductions; the K best are found by sample/radix_select.wgsl
 // (a few more walks over the chunk, which stays in cache) and written through an atomic slot count.
 #include "sample/order_key.wgsl"
@@ -43,20 +43,33 @@ fn group_main(group: u32, lid: u32) {
     let count = min(CHUNK, V - chunk_first);
     let out = group * PART;
 
+    // One walk for the statistics: each invocation keeps the max key of its values and, over its
+    // finite ones, a running max m and sum of exp(value - m), rescaled when m grows.
     var local_max = EMPTY_KEY;
+    var m = 0.0;
+    var sum = 0.0;  // 0 until the first finite value
     for (var n = lid; n < count; n += WG) {
-        local_max = max(local_max, cand_key(n));
-    }
-    let max_key = max_u32(local_max);
-    var sum = 0.0;
-    if (key_is_finite(max_key)) {
-        let m = bitcast<f32>(key_bits(max_key));
-        for (var n = lid; n < count; n += WG) {
-            let bits = logits[chunk_base + n];
-            if (key_is_finite(order_key(bits))) {
-                sum += exp(bitcast<f32>(bits) - m);
+        let bits = logits[chunk_base + n];
+        let key = order_key(bits);
+        local_max = max(local_max, key);
+        if (key_is_finite(key)) {
+            let value = bitcast<f32>(bits);
+            if (sum == 0.0) {
+                m = value;
+                sum = 1.0;
+            } else if (value > m) {
+                sum = sum * exp(m - value) + 1.0;
+                m = value;
+            } else {
+                sum += exp(value - m);
             }
         }
+    }
+    let max_key = max_u32(local_max);
+    if (sum > 0.0 && key_is_finite(max_key)) {
+        sum *= exp(m - bitcast<f32>(key_bits(max_key)));
+    } else {
+        sum = 0.0;
     }
     let total = sum_f32(sum);
     if (lid == 0u) {
