@@ -1,6 +1,7 @@
 // argmax_partial: pass 1 of argmax. Each workgroup takes CHUNK consecutive logits of one row and
-// writes the chunk's best (order key, index): the largest value, the lowest index among equal ones,
-// NaN counted as -inf (sample/order_key.wgsl). argmax_combine.wgsl then picks each row's best chunk.
+// writes the chunk's best (order key, index): the largest value, the lowest index among equal
+// ones, NaN counted as -inf (sample/order_key.wgsl). argmax_combine.wgsl then picks each row's
+// best chunk.
 // Work split: ROWS * CHUNKS workgroups of 256 invocations (group = row * CHUNKS + chunk); an
 // invocation walks the chunk with stride 256 (adjacent invocations read adjacent words) keeping
 // its first best, then sample/reduce_${REDUCE}.wgsl reduces the workgroup's pairs.

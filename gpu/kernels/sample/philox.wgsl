@@ -35,11 +35,12 @@ fn philox4x32_10(counter: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
 }
 
 // -log(U) for U uniform on the 2^32 points (j + 1/2) / 2^32 and 1 - (j + 1/2) / 2^32, j < 2^31,
-// with a relative error below 2e-6 everywhere (given Vulkan's precision of log). The top bit picks the half of (0, 1): below 1/2,
-// U itself is formed with full relative precision and log is accurate to a few ulps; above,
-// w = 1 - U is formed instead, since U = 1 - w would round away the small w that decide the
-// largest Gumbel values (the winners). GPU log is only accurate to 2^-21 absolute near 1, so
-// -log(1 - w) is summed as a series while w < 1/4 (12 terms: truncation < 1e-8 relative).
+// with a relative error below 2e-6 everywhere (given Vulkan's precision of log). The top bit
+// picks the half of (0, 1): below 1/2, U itself is formed with full relative precision and log is
+// accurate to a few ulps; above, w = 1 - U is formed instead, since U = 1 - w would round away the
+// small w that decide the largest Gumbel values (the winners). GPU log is only accurate to 2^-21
+// absolute near 1, so -log(1 - w) is summed as a series while w < 1/4 (12 terms: truncation
+// < 1e-8 relative).
 fn exponential(h: u32) -> f32 {
     if (h >= 0x80000000u) {
         let u = (f32(~h) + 0.5) * 2.3283064365386963e-10;  // 2^-32
