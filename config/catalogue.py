@@ -32,6 +32,7 @@ class ModelEntry:
     context_length: int | None = None
     kv_dtype: str = "f16"
     alias_of: str | None = None
+    kind: str = "text"  # "text" (chat, completions) or "embedding" (/v1/embeddings)
 
 
 def shipped_model_path() -> Path | None:
@@ -56,12 +57,18 @@ class ModelCatalogue:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._configured = {m.id: self._entry(m) for m in settings.models}
+        self._embedding = {m.id: self._embedding_entry(m) for m in settings.embedding_models}
 
     @staticmethod
     def _entry(config: ModelConfig) -> ModelEntry:
         key = _key(config.source, config.context_length, config.kv_dtype)
         return ModelEntry(id=config.id, source=config.source, key=key, owned_by="hearth", created=_STARTED,
                           preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype)
+
+    @staticmethod
+    def _embedding_entry(config: ModelConfig) -> ModelEntry:
+        return ModelEntry(id=config.id, source=config.source, key=f"embedding:{_key(config.source)}",
+                          owned_by="hearth", created=_STARTED, preload=config.preload, kind="embedding")
 
     @property
     def ollama_root(self) -> Path | None:
@@ -71,7 +78,7 @@ class ModelCatalogue:
 
     def preloaded(self) -> list[ModelEntry]:
         """The configured models to load at startup."""
-        return [entry for entry in self._configured.values() if entry.preload]
+        return [entry for entry in (*self._configured.values(), *self._embedding.values()) if entry.preload]
 
     def lookup(self, name: str) -> ModelEntry | None:
         """The model a request's `model` names, or None."""
@@ -80,6 +87,12 @@ class ModelCatalogue:
         target = self.settings.alias_target(name)
         if target is not None:
             base = self._configured[target]
+            return ModelEntry(**{**base.__dict__, "id": name, "alias_of": base.id})
+        if name in self._embedding:
+            return self._embedding[name]
+        target = self.settings.embedding_alias_target(name)
+        if target is not None:
+            base = self._embedding[target]
             return ModelEntry(**{**base.__dict__, "id": name, "alias_of": base.id})
         root = self.ollama_root
         if root is None:
@@ -90,9 +103,11 @@ class ModelCatalogue:
         return self._ollama_entry(found, name)
 
     def list(self) -> list[ModelEntry]:
-        """Configured models, then aliases, then the Ollama store's chat models."""
+        """Configured models, their aliases, embedding models and theirs, then the Ollama store's chat models."""
         entries = list(self._configured.values())
         entries += [entry for alias in self.settings.aliases if (entry := self.lookup(alias)) is not None]
+        entries += list(self._embedding.values())
+        entries += [e for alias in self.settings.embedding_aliases if (e := self.lookup(alias)) is not None]
         root = self.ollama_root
         if root is not None:
             entries += [self._ollama_entry(found, found.name) for found in ollama.list_models(root)]

@@ -20,6 +20,9 @@ DEFAULT_CONFIG_FILE = CONFIG_DIR / "hearth.toml"
 SHIPPED_MODEL = "gemma-3-270m"
 # OpenAI model names that clients hard-code; they reach the default chat model.
 OPENAI_ALIASES = ("gpt-4o-mini", "gpt-3.5-turbo")
+SHIPPED_EMBEDDING_MODEL = "all-minilm-l6-v2"
+# OpenAI embedding model names that clients hard-code; they reach the default embedding model.
+OPENAI_EMBEDDING_ALIASES = ("text-embedding-3-small", "text-embedding-ada-002")
 
 
 class SettingsError(ValueError):
@@ -72,12 +75,22 @@ class Settings(_Frozen):
     default_model: str = SHIPPED_MODEL
     models: tuple[ModelConfig, ...] = (ModelConfig(id=SHIPPED_MODEL, source=SHIPPED_MODEL),)
     aliases: dict[str, str] = Field(default_factory=lambda: {name: "" for name in OPENAI_ALIASES})
+    # Embedding models (/v1/embeddings): a sentence-transformers directory, a GGUF file, or the shipped name.
+    # The shipped one loads on its first request unless `preload` is set.
+    embedding_models: tuple[ModelConfig, ...] = (
+        ModelConfig(id=SHIPPED_EMBEDDING_MODEL, source=SHIPPED_EMBEDDING_MODEL, preload=False),)
+    default_embedding_model: str | None = SHIPPED_EMBEDDING_MODEL
+    embedding_aliases: dict[str, str] = Field(
+        default_factory=lambda: {name: "" for name in OPENAI_EMBEDDING_ALIASES},
+        description="names that reach an embedding model; an empty target means the default embedding model")
     limits: Limits = Limits()
     ollama: OllamaConfig = OllamaConfig()
     model_loader: str = Field(
         "server.worker:load_on_own_device",
         description="module:function that loads a model; tests point it at a fake",
     )
+    embedding_loader: str = Field("server.embedding_worker:load_on_own_device",
+                                  description="module:function that loads an embedding model")
 
     @model_validator(mode="after")
     def _check_names(self) -> Settings:
@@ -92,6 +105,29 @@ class Settings(_Frozen):
             if target and target not in ids:
                 raise ValueError(f"alias {alias!r} points at {target!r}, which is not one of the models {ids}")
         return self
+
+    @model_validator(mode="after")
+    def _check_embedding_names(self) -> Settings:
+        ids = [m.id for m in self.embedding_models]
+        taken = {m.id for m in self.models} | set(self.aliases)
+        if len(set(ids)) != len(ids) or taken & set(ids):
+            raise ValueError(f"embedding model ids repeat or shadow a chat model or alias: {ids}")
+        if self.default_embedding_model is not None and self.default_embedding_model not in ids:
+            raise ValueError(f"default_embedding_model {self.default_embedding_model!r} is not one of the "
+                             f"embedding models {ids}")
+        for alias, target in self.embedding_aliases.items():
+            if alias in taken or alias in ids:
+                raise ValueError(f"embedding alias {alias!r} shadows a model or alias of the same name")
+            if target and target not in ids:
+                raise ValueError(f"embedding alias {alias!r} points at {target!r}, which is not one of the "
+                                 f"embedding models {ids}")
+        return self
+
+    def embedding_alias_target(self, alias: str) -> str | None:
+        """The embedding model id an embedding alias names (None: not an alias, or no default to reach)."""
+        if alias not in self.embedding_aliases:
+            return None
+        return self.embedding_aliases[alias] or self.default_embedding_model
 
     def alias_target(self, alias: str) -> str | None:
         """The model id an alias names; an empty target means the default model."""
@@ -175,6 +211,8 @@ def load_settings(
     # One model and no default named: that model is the default.
     if "models" in data and "default_model" not in data and data["models"]:
         data["default_model"] = data["models"][0].get("id")
+    if "embedding_models" in data and "default_embedding_model" not in data:
+        data["default_embedding_model"] = data["embedding_models"][0].get("id") if data["embedding_models"] else None
     try:
         return Settings.model_validate(data)
     except ValidationError as error:
