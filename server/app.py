@@ -18,7 +18,7 @@ from server import __version__
 from server.errors import install_handlers
 from server.middleware import BodySizeLimit
 from server.model_manager import ModelManager
-from server.routers import chat, completions, health, models
+from server.routers import chat, completions, embeddings, health, models
 from server.worker import Loader
 
 log = logging.getLogger("hearth.server")
@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
         lifespan=lifespan,
     )
     install_handlers(app)
-    for router in (health.router, models.router, chat.router, completions.router):
+    for router in (health.router, models.router, chat.router, completions.router, embeddings.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_body_bytes)
     return app

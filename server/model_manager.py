@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from typing import Any
 
 from config.catalogue import ModelCatalogue, ModelEntry
 from config.settings import Settings
-from server.errors import ModelNotFound, ModelUnavailable
+from server.embedding_worker import EmbeddingWorker
+from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
 from server.worker import Loader, ModelWorker
 
 log = logging.getLogger("hearth.server")
@@ -35,14 +37,24 @@ class ModelManager:
         self.settings = settings
         self.catalogue = catalogue or ModelCatalogue(settings)
         self._loader = loader or import_loader(settings.model_loader)
+        self._embedding_loader = import_loader(settings.embedding_loader)
         self._warm_up = warm_up
         self._workers: dict[str, ModelWorker] = {}  # by ModelEntry.key
         self._preloaded: set[str] = set()
 
-    def _start(self, entry: ModelEntry) -> ModelWorker:
+    def _start(self, entry: ModelEntry) -> ModelWorker | EmbeddingWorker:
+        if entry.kind == "embedding":
+            return self._start_embedding(entry)
         worker = ModelWorker(entry.alias_of or entry.id, entry.source, self._loader,
                              max_queue=self.settings.limits.max_queue, context_length=entry.context_length,
                              kv_dtype=entry.kv_dtype, warm_up=self._warm_up)
+        self._workers[entry.key] = worker
+        worker.start()
+        return worker
+
+    def _start_embedding(self, entry: ModelEntry) -> EmbeddingWorker:
+        worker = EmbeddingWorker(entry.alias_of or entry.id, entry.source, self._embedding_loader,
+                                 max_queue=self.settings.limits.max_queue, warm_up=self._warm_up)
         self._workers[entry.key] = worker
         worker.start()
         return worker
@@ -81,11 +93,17 @@ class ModelManager:
         log.info("unloading %s to make room (limit %d loaded models)", worker.name, limit)
         worker.stop(timeout=None)
 
-    async def worker_for(self, name: str) -> tuple[ModelEntry, ModelWorker]:
-        """The catalogue entry and the ready worker for a request's model, loading it if needed."""
+    async def worker_for(self, name: str, kind: str = "text") -> tuple[ModelEntry, Any]:
+        """The catalogue entry and the ready worker for a request's model, loading it if needed.
+
+        kind: what the endpoint serves, "text" or "embedding"; a model of the other kind is a 400.
+        """
         entry = await asyncio.to_thread(self.catalogue.lookup, name)  # may read the Ollama store
         if entry is None:
             raise ModelNotFound(name)
+        if entry.kind != kind:
+            what = "an embedding model (use /v1/embeddings)" if entry.kind == "embedding" else "not an embedding model"
+            raise InvalidRequest(f"The model `{name}` is {what}.", param="model", code="model_not_supported")
         worker = self._workers.get(entry.key)
         if worker is None or worker.state == "stopped":
             self._make_room()
