@@ -3,13 +3,15 @@
 #   make setup   virtual environment, packages, Vulkan driver check, default model file
 #   make serve   run the OpenAI-compatible server on the default models
 #   make test    the whole pytest suite (heavy tests included, as in CI)
-#   make bench   Hearth vs llama-cpp-python on the shipped GGUF (installs llama-cpp-python first)
+#   make bench   Hearth vs llama-cpp-python on the shipped GGUF, and vs sentence-transformers on the
+#                shipped embedding model (installs both peers first)
 # Extra arguments: SERVE_ARGS, PYTEST_ARGS, BENCH_ARGS, e.g. `make test PYTEST_ARGS="-m 'not heavy'"`.
 
 PY := .venv/bin/python
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+EMBEDDINGS_BENCH_ARGS ?=
 
 .PHONY: setup serve test bench
 
@@ -30,3 +32,4 @@ test: setup
 bench: setup
 	HEARTH_EXTRAS=test,models,bench bash scripts/setup.sh
 	$(PY) bench/text.py $(BENCH_ARGS)
+	$(PY) bench/embeddings.py $(EMBEDDINGS_BENCH_ARGS)

