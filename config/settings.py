@@ -46,7 +46,8 @@ class ModelConfig(_Frozen):
 class Limits(_Frozen):
     """Bounds that protect the server from one client; every one is a setting, none is hidden."""
 
-    max_queue: int = Field(32, ge=0, description="requests waiting per model beyond the running one; then 429")
+    max_queue: int = Field(32, ge=0, description="requests waiting per model beyond the running batch; then 429")
+    max_batch: int = Field(32, ge=1, le=64, description="sequences decoding together per model (continuous batching)")
     retry_after_s: int = Field(2, ge=1, description="seconds sent in Retry-After with a 429")
     max_body_bytes: int = Field(4 << 20, ge=1024, description="largest request body; then 413")
     max_n: int = Field(8, ge=1, description="most choices per request")
@@ -148,6 +149,7 @@ _ENV_KEYS = {
     "HEARTH_DEFAULT_MODEL": "default_model",
     "HEARTH_MODEL_LOADER": "model_loader",
     "HEARTH_MAX_QUEUE": "limits.max_queue",
+    "HEARTH_MAX_BATCH": "limits.max_batch",
     "HEARTH_RETRY_AFTER": "limits.retry_after_s",
     "HEARTH_MAX_BODY_BYTES": "limits.max_body_bytes",
     "HEARTH_MAX_N": "limits.max_n",

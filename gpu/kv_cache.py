@@ -1,28 +1,54 @@
-"""The KV cache of one sequence: per layer, keys and values for every position.
+"""The paged KV cache: one pool of key and value rows per layer, shared by every sequence.
 
-Stored as u32 words: two f16 values per word (pack2x16float) by default, or one f32 per
-word when exact arithmetic is wanted (parity tests). f16 halves the memory and the bytes
-attention reads; its rounding moves Gemma 3 270M's logits by ~1e-3 (see tests/models).
+A sequence holds a slot (its row of the page table) and pages of PAGE_TOKENS positions taken
+from the pool as it grows, so sequences of any length share the memory without reserving a
+whole context each, and a batch step can hold tokens of many sequences. Kernels find a
+position's pool row through the page table (kernels/common/rows.wgsl).
+
+Rows are u32 words: two f16 values per word (pack2x16float) by default, or one f32 per word
+when exact arithmetic is wanted (parity tests). f16 halves the memory and the bytes attention
+reads; its rounding moves Gemma 3 270M's logits by ~1e-3 (see tests/models).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from gpu.program import Executor
-from gpu.tensor import Tensor
 
 KV_DTYPES = ("f16", "f32")
+PAGE_TOKENS = 128  # positions per page: a multiple of attention's 32-key chunks
 
 
-@dataclass
-class KVCache:
-    n_ctx: int  # positions per layer
-    kv_dtype: str  # "f16" or "f32"
-    keys: list[Tensor]  # per layer: [n_ctx, width] words
-    values: list[Tensor]
+class PoolExhausted(RuntimeError):
+    """No free slot or page is left in the KV pool."""
+
+
+class KVPool:
+    """Per layer a key and a value pool of n_pages * PAGE_TOKENS rows; slots and pages handed out
+    to sequences on demand and taken back when they close."""
+
+    def __init__(self, executor: Executor, name: str, widths: list[int], n_ctx: int, pool_tokens: int,
+                 n_slots: int, kv_dtype: str) -> None:
+        """widths[i] = kv_heads * head_dim of layer i; n_ctx = most positions of one sequence;
+        pool_tokens = positions in the pool for all sequences together; n_slots = most sequences."""
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, not {kv_dtype!r}")
+        self.executor = executor
+        self.kv_dtype = kv_dtype
+        self.n_ctx = n_ctx
+        self.max_pages = -(-n_ctx // PAGE_TOKENS)  # pages one sequence may need
+        self.n_pages = max(self.max_pages, -(-pool_tokens // PAGE_TOKENS))
+        self.n_slots = n_slots
+        rows = self.n_pages * PAGE_TOKENS
+        words = [(w // 2 if self.f16 else w) for w in widths]
+        self.keys = [executor.tensor(f"{name}.k{i}", (rows, n), "u32") for i, n in enumerate(words)]
+        self.values = [executor.tensor(f"{name}.v{i}", (rows, n), "u32") for i, n in enumerate(words)]
+        self.page_table = executor.tensor(f"{name}.pages", (n_slots, self.max_pages), "u32")
+        self._table = np.zeros((n_slots, self.max_pages), np.uint32)
+        self._pages: list[list[int]] = [[] for _ in range(n_slots)]  # pages held by each slot, in order
+        self._free_pages = list(range(self.n_pages - 1, -1, -1))  # a stack: low pages first
+        self._free_slots = list(range(n_slots - 1, -1, -1))
 
     @property
     def f16(self) -> bool:
@@ -32,15 +58,53 @@ class KVCache:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.keys + self.values)
 
-    @classmethod
-    def allocate(cls, executor: Executor, name: str, widths: list[int], n_ctx: int, kv_dtype: str) -> KVCache:
-        """One key and one value tensor per layer; widths[i] = kv_heads * head_dim of layer i."""
-        if kv_dtype not in KV_DTYPES:
-            raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, not {kv_dtype!r}")
-        words = [(w // 2 if kv_dtype == "f16" else w) for w in widths]
-        keys = [executor.tensor(f"{name}.k{i}", (n_ctx, n), "u32") for i, n in enumerate(words)]
-        values = [executor.tensor(f"{name}.v{i}", (n_ctx, n), "u32") for i, n in enumerate(words)]
-        return cls(n_ctx, kv_dtype, keys, values)
+    @property
+    def free_slots(self) -> int:
+        return len(self._free_slots)
+
+    @property
+    def free_tokens(self) -> int:
+        return len(self._free_pages) * PAGE_TOKENS
+
+    def open_slot(self) -> int:
+        """A slot for a new sequence (holding no pages yet)."""
+        if not self._free_slots:
+            raise PoolExhausted(f"all {self.n_slots} sequence slots of the KV cache are in use")
+        return self._free_slots.pop()
+
+    def close_slot(self, slot: int) -> None:
+        """Give a sequence's pages and slot back."""
+        self._free_pages.extend(reversed(self._pages[slot]))
+        self._pages[slot] = []
+        self._free_slots.append(slot)
+
+    def pages_needed(self, slot: int, n_positions: int) -> int:
+        """Pages a slot still lacks to hold positions [0, n_positions)."""
+        return max(0, -(-n_positions // PAGE_TOKENS) - len(self._pages[slot]))
+
+    def reserve(self, slot: int, n_positions: int) -> None:
+        """Make sure positions [0, n_positions) of the slot have pages (new entries written to the
+        GPU's page table before the next submit)."""
+        if n_positions > self.n_ctx:
+            raise PoolExhausted(f"{n_positions} positions exceed the context of {self.n_ctx}")
+        held = self._pages[slot]
+        need = self.pages_needed(slot, n_positions)
+        if need > len(self._free_pages):
+            raise PoolExhausted(f"the KV cache has {self.free_tokens} free positions, "
+                                f"{need * PAGE_TOKENS} more are needed")
+        if not need:
+            return
+        first = len(held)
+        for _ in range(need):
+            held.append(self._free_pages.pop())
+        self._table[slot, first:len(held)] = held[first:]
+        self.executor.write(self.page_table, self._table[slot, first:len(held)],
+                            offset_elements=slot * self.max_pages + first)
+
+    def pool_rows(self, slot: int, positions: np.ndarray) -> np.ndarray:
+        """Pool rows of a slot's positions (tests and tools)."""
+        positions = np.asarray(positions)
+        return self._table[slot, positions // PAGE_TOKENS].astype(np.int64) * PAGE_TOKENS + positions % PAGE_TOKENS
 
 
 def rope_table(head_dim: int, n_ctx: int, base: float, scale: float = 1.0) -> np.ndarray:

@@ -4,7 +4,7 @@
     h = builder.activation("h", (T, D))
     builder.dispatch("rms_norm", {"D": D}, [builder.step, x, w, h], workgroups=(T, 1, 1))
     program = builder.build()          # places activations, builds every bind group once
-    executor.run(program, StepParams(n_tokens=1, pos=41), read=[logits])
+    executor.run(program, StepParams(n_tokens=1), read=[logits])
 
 Every architecture (causal decoder, encoder, encoder-decoder, convolutional vocoder) is a
 program of kernels over tensors; adding one adds kernels and a model file, not an executor.
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from gpu.device import Device
+from gpu.device import STORAGE_USAGE, Device
 from gpu.errors import gpu_stage
 from gpu.tensor import NUMPY_DTYPES, Lifetime, Tensor
 
@@ -42,15 +42,15 @@ def workgroup_grid(n_groups: int) -> tuple[int, int, int]:
 class StepParams:
     """Mirror of `struct Step` in kernels/common/step.wgsl (16 bytes, all u32)."""
 
-    n_tokens: int  # tokens processed in this step (rows of the activations)
-    pos: int  # sequence position of the step's first token
-    seed: int = 0  # reserved for sampling on the GPU
+    n_tokens: int  # token rows processed in this step
+    n_out: int = 1  # rows that reach the output head (one per sequence in the step)
+    iteration: int = 0  # index of the step among the decode steps of one submission
+    seed: int = 0  # sampling counter, different for every step
 
     STRUCT_BYTES = 16
 
     def pack(self) -> bytes:
-        # kv_len = pos + n_tokens: the keys visible to the step's last token
-        return struct.pack("<4I", self.n_tokens, self.pos, self.pos + self.n_tokens, self.seed)
+        return struct.pack("<4I", self.n_tokens, self.n_out, self.iteration, self.seed & 0xFFFFFFFF)
 
 
 @dataclass
@@ -163,7 +163,8 @@ class Executor:
             StepParams.STRUCT_BYTES, "step", wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
         )
         self.step_tensor = Tensor("step", (StepParams.STRUCT_BYTES // 4,), "u32", Lifetime.PERSISTENT, buffer)
-        self._staging: dict[int, Any] = {}
+        self._staging: dict[int, list[Any]] = {}  # free MAP_READ buffers by size
+        self._rings: dict[int, list[Any]] = {}  # free step-struct rings by size
 
     def tensor(self, name: str, shape: Sequence[int], dtype: str = "f32", data: np.ndarray | None = None) -> Tensor:
         """A persistent tensor with its own buffer (weights, caches, inputs, outputs)."""
@@ -180,44 +181,130 @@ class Executor:
 
     def run(self, program: Program, step: StepParams, read: Sequence[Tensor] = ()) -> list[np.ndarray]:
         """Replay program once and return the tensors in `read` as numpy arrays."""
-        device = self.device
-        with gpu_stage("running step", program.name):
-            device.queue.write_buffer(self.step_tensor.buffer, 0, step.pack())
-            encoder = device.device.create_command_encoder()
-            compute_pass = encoder.begin_compute_pass()
-            program.encode(compute_pass)
-            compute_pass.end()
-            staged = []
-            offset = 0
-            if read:
-                staging = self._staging_buffer(sum(t.nbytes for t in read))
-                for t in read:
-                    encoder.copy_buffer_to_buffer(t.buffer, t.offset, staging, offset, t.nbytes)
-                    staged.append((t, offset))
-                    offset += t.nbytes
-            device.queue.submit([encoder.finish()])
-            if not read:
-                return []
-            staging.map_sync(wgpu.MapMode.READ, 0, offset)
-            try:
-                raw = staging.read_mapped(0, offset, copy=True)
-            finally:
-                staging.unmap()
-        out = []
-        for t, start in staged:
-            dtype = NUMPY_DTYPES[t.dtype]
-            out.append(np.frombuffer(raw, dtype=dtype, count=t.numel, offset=start).reshape(t.shape).copy())
-        return out
+        submission = self.submission()
+        submission.step(program, step)
+        for t in read:
+            submission.read(t)
+        return submission.submit().wait()
+
+    def submission(self) -> Submission:
+        """An empty batch of commands: steps, copies and reads, submitted together."""
+        return Submission(self)
 
     def read(self, tensor: Tensor) -> np.ndarray:
         """Copy one tensor back outside a step (tests, tools)."""
         raw = self.device.read(tensor.buffer, tensor.nbytes, tensor.name, tensor.offset)
         return np.frombuffer(raw, dtype=NUMPY_DTYPES[tensor.dtype], count=tensor.numel).reshape(tensor.shape).copy()
 
-    def _staging_buffer(self, nbytes: int) -> Any:
+    def _take_buffer(self, pool: dict[int, list[Any]], nbytes: int, usage: int, label: str) -> Any:
         size = 1 << max(8, (nbytes - 1).bit_length())
-        if size not in self._staging:
-            self._staging[size] = self.device.create_buffer(
-                size, f"staging{size}", wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
-            )
-        return self._staging[size]
+        free = pool.setdefault(size, [])
+        return free.pop() if free else self.device.create_buffer(size, f"{label}{size}", usage)
+
+    def _give_buffer(self, pool: dict[int, list[Any]], buffer: Any) -> None:
+        pool.setdefault(buffer.size, []).append(buffer)
+
+
+class Submission:
+    """Several steps (and the copies between them) in one command buffer and one submit.
+
+        submission = executor.submission()
+        for i in range(8):                       # eight decode steps, tokens staying on the GPU
+            submission.step(program, StepParams(n_tokens=4, iteration=i, seed=s + i))
+            submission.copy(sampled, history, dst_offset=16 * i)
+        pending = submission.submit()            # returns at once; encode the next while it runs
+        tokens, = pending.wait()
+
+    Each step's 16-byte Step struct goes into a ring written once at submit and copied into the
+    step uniform before the step's compute pass, so the steps of one submission can differ.
+    """
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.device = executor.device
+        self.encoder = self.device.device.create_command_encoder()
+        self._params: list[bytes] = []
+        self._ring: Any = None
+        self._reads: list[tuple[Tensor, int, int, int]] = []  # (tensor, byte offset, bytes, staging offset)
+        self._read_bytes = 0
+        self._names: list[str] = []
+
+    def step(self, program: Program, params: StepParams) -> None:
+        """Record one replay of program with these step values."""
+        index = len(self._params)
+        if self._ring is None:
+            self._ring = self.executor._take_buffer(self.executor._rings, 64 * StepParams.STRUCT_BYTES,
+                                                    STORAGE_USAGE, "step_ring")
+        if (index + 1) * StepParams.STRUCT_BYTES > self._ring.size:
+            raise ValueError(f"a submission holds at most {self._ring.size // StepParams.STRUCT_BYTES} steps")
+        self._params.append(params.pack())
+        self._names.append(program.name)
+        self.encoder.copy_buffer_to_buffer(self._ring, index * StepParams.STRUCT_BYTES,
+                                           self.executor.step_tensor.buffer, 0, StepParams.STRUCT_BYTES)
+        compute_pass = self.encoder.begin_compute_pass()
+        program.encode(compute_pass)
+        compute_pass.end()
+
+    def copy(self, src: Tensor, dst: Tensor, nbytes: int | None = None, src_offset: int = 0,
+             dst_offset: int = 0) -> None:
+        """Copy bytes between tensors after the steps recorded so far (offsets in bytes)."""
+        nbytes = min(src.nbytes - src_offset, dst.nbytes - dst_offset) if nbytes is None else nbytes
+        self.encoder.copy_buffer_to_buffer(src.buffer, src.offset + src_offset, dst.buffer,
+                                           dst.offset + dst_offset, nbytes)
+
+    def read(self, tensor: Tensor, nbytes: int | None = None, offset: int = 0) -> None:
+        """Copy (part of) a tensor back once everything recorded before this call has run."""
+        nbytes = tensor.nbytes - offset if nbytes is None else nbytes
+        self._reads.append((tensor, offset, nbytes, self._read_bytes))
+        self._read_bytes += (nbytes + 3) & ~3
+
+    def submit(self) -> PendingResult:
+        """Submit the commands; the result's wait() maps the reads back."""
+        executor = self.executor
+        staging = None
+        if self._reads:
+            staging = executor._take_buffer(executor._staging, self._read_bytes,
+                                            wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "staging")
+            for tensor, offset, nbytes, at in self._reads:
+                self.encoder.copy_buffer_to_buffer(tensor.buffer, tensor.offset + offset, staging, at,
+                                                   (nbytes + 3) & ~3)
+        with gpu_stage("running step", ", ".join(dict.fromkeys(self._names)) or "copies"):
+            if self._params:
+                self.device.queue.write_buffer(self._ring, 0, b"".join(self._params))
+            self.device.queue.submit([self.encoder.finish()])
+        return PendingResult(self.executor, staging, self._reads, self._read_bytes, self._ring, self._names)
+
+
+class PendingResult:
+    """A submitted batch of commands; wait() returns its reads (and recycles its buffers)."""
+
+    def __init__(self, executor: Executor, staging: Any, reads: list[tuple[Tensor, int, int, int]],
+                 read_bytes: int, ring: Any, names: list[str]) -> None:
+        self.executor, self.staging, self.reads, self.read_bytes = executor, staging, reads, read_bytes
+        self.ring, self.names = ring, names
+
+    def wait(self) -> list[np.ndarray]:
+        """Block until the submission has run; each read as a flat numpy array of its tensor's dtype
+        (the whole tensor in its shape when the read took all of it)."""
+        executor, out = self.executor, []
+        try:
+            if self.staging is not None:
+                with gpu_stage("running step", ", ".join(dict.fromkeys(self.names))):
+                    self.staging.map_sync(wgpu.MapMode.READ, 0, self.read_bytes)
+                    try:
+                        raw = self.staging.read_mapped(0, self.read_bytes, copy=True)
+                    finally:
+                        self.staging.unmap()
+                for tensor, offset, nbytes, at in self.reads:
+                    dtype = np.dtype(NUMPY_DTYPES[tensor.dtype])
+                    array = np.frombuffer(raw, dtype=dtype, count=nbytes // dtype.itemsize, offset=at).copy()
+                    out.append(array.reshape(tensor.shape) if offset == 0 and nbytes == tensor.nbytes
+                               and array.size == tensor.numel else array)
+        finally:
+            if self.staging is not None:
+                executor._give_buffer(executor._staging, self.staging)
+                self.staging = None
+            if self.ring is not None:
+                executor._give_buffer(executor._rings, self.ring)
+                self.ring = None
+        return out

@@ -7,12 +7,17 @@ One step, for T tokens at positions pos..pos+T-1:
         h = rms_norm(x) * attn_norm
         q, k, v = h Wq, h Wk, h Wv                             # q: [T, H, Dh], k, v: [T, Hkv, Dh]
         q = rope(rms_norm(q) * q_norm); k = rope(rms_norm(k) * k_norm)
-        cache[pos:pos+T] = k, v
+        cache[pos:pos+T] = k, v                                # paged: rows of a shared pool
         a = attention(q, cache)   (sliding window on 5 of every 6 layers, global on the 6th)
         x += rms_norm(a Wo) * post_attention_norm
         h = rms_norm(x) * ffn_norm
         x += rms_norm((gelu_tanh(h Wgate) * h Wup) Wdown) * post_ffw_norm
-    logits = rms_norm(x[T-1]) * output_norm  E^T              # tied output head: [V]
+    logits = rms_norm(x[last]) * output_norm  E^T             # tied output head: [R, V]
+    next = sample(logits)                                      # on the GPU: argmax or Gumbel-max
+
+The T tokens may belong to several sequences (a prefill chunk, or one decode token each of a
+batch): the row table gives each token's position and sequence, `last` lists each sequence's
+last token (see models/step_io.py).
 
 GGUF particulars: the converter bakes HF's (1 + w) RMSNorm scale into the stored weights,
 so norms multiply by the stored weight as is. Sliding layers use RoPE base 10k, global
@@ -27,13 +32,15 @@ from dataclasses import dataclass
 
 from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys
 
-from gpu.kv_cache import KVCache, rope_table
+from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import transformer as ops
 from gpu.ops.matmul import embedding, linear
+from gpu.ops.sampling import gumbel_sample as sample
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight, upload_weight
 from models.gguf_file import GGUFFile
+from models.step_io import StepIO
 
 SWA_PATTERN = 6  # llama.cpp and HF: every 6th layer attends globally
 ROPE_BASE_LOCAL = 10_000.0  # sliding-window layers (not stored in Gemma 3 GGUFs)
@@ -110,15 +117,6 @@ class LayerWeights:
     post_ffw_norm: Tensor
 
 
-@dataclass
-class StepProgram:
-    """A recorded step for up to t_max tokens, bound to one KV cache."""
-
-    program: Program
-    ids: Tensor  # [t_max] u32, written before each run
-    t_max: int
-
-
 class Gemma3:
     """Gemma 3's weights on the GPU and the programs that run its steps."""
 
@@ -157,20 +155,21 @@ class Gemma3:
         self.rope_global = executor.tensor(
             "rope_global", (n_ctx, c.head_dim),
             data=rope_table(c.head_dim, n_ctx, c.rope_base_global, c.rope_scale_global))
-        # One logits buffer: a worker runs one step at a time and reads it right after.
-        self.logits = executor.tensor("logits", (1, c.vocab_size))
 
-    def new_cache(self, kv_dtype: str) -> KVCache:
+    def new_pool(self, kv_dtype: str, pool_tokens: int, n_slots: int) -> KVPool:
         c = self.config
-        return KVCache.allocate(self.executor, "kv", [c.kv_width] * c.n_layers, self.n_ctx, kv_dtype)
+        return KVPool(self.executor, f"kv_{kv_dtype}", [c.kv_width] * c.n_layers, self.n_ctx, pool_tokens, n_slots,
+                      kv_dtype)
 
-    def build_step(self, cache: KVCache, t_max: int) -> StepProgram:
-        """Record the step program for up to t_max tokens against `cache`."""
+    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program:
+        """Record the step program for up to t_max token rows (of any sequences in the pool), of
+        which up to r_max reach the output head and the sampler."""
         c = self.config
-        b = ProgramBuilder(self.executor, f"gemma3.t{t_max}")
-        ids = self.executor.tensor(f"ids.t{t_max}", (t_max,), "u32")
+        b = ProgramBuilder(self.executor, f"gemma3.t{t_max}r{r_max}")
+        rows = io.rows
         x = b.activation("x", (t_max, c.d_model))  # residual stream
-        embedding(b, self.token_embd, ids, x, t_max, scale=math.sqrt(c.d_model))
+        embedding(b, self.token_embd, io.ids, x, t_max, scale=math.sqrt(c.d_model), rows=rows,
+                  slot_tokens=io.slot_tokens)
         scale = 1.0 / math.sqrt(c.head_dim)
         h = b.activation("h0", (t_max, c.d_model))  # the next block's normalised input
         ops.rms_norm(b, x, self.layers[0].attn_norm, h, c.eps)
@@ -183,11 +182,11 @@ class Gemma3:
             linear(b, w.q, h, q, t_max)
             linear(b, w.k, h, k, t_max)
             linear(b, w.v, h, v, t_max)
-            ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, cache.keys[i], cache.values[i],
-                                   heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps, kv_f16=cache.f16)
+            ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, i, rows,
+                                   heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
             a = b.activation(f"attn{i}", (t_max, c.q_width))
-            ops.attention(b, q, cache.keys[i], cache.values[i], a, heads=c.n_heads, kv_heads=c.n_kv_heads,
-                          head_dim=c.head_dim, window=c.window if sliding else 0, scale=scale, kv_f16=cache.f16)
+            ops.attention(b, q, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+                          window=c.window if sliding else 0, scale=scale)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
             h2 = b.activation(f"h2_{i}", (t_max, c.d_model))
@@ -203,11 +202,14 @@ class Gemma3:
             if i + 1 < c.n_layers:
                 h = b.activation(f"h{i + 1}", (t_max, c.d_model))
                 ops.residual_norm(b, down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, h, c.eps)
-            else:  # only the last token reaches the output head
-                h = b.activation("last", (1, c.d_model))
-                ops.residual_norm(b, down, w.post_ffw_norm, x, self.output_norm, h, c.eps, last_row=True)
-        linear(b, self.output, h, self.logits, 1)
-        return StepProgram(b.build(), ids, t_max)
+            else:  # only each sequence's last token reaches the output head
+                h = b.activation("last", (r_max, c.d_model))
+                ops.residual_norm(b, down, w.post_ffw_norm, x, self.output_norm, h, c.eps, out_rows=io.out_rows)
+        out = io.outputs(r_max)
+        linear(b, self.output, h, out.logits, r_max)
+        sample(b, out.logits, out.sampling, out.sampled)
+        ops.store_tokens(b, out.sampled, io.out_rows, rows, io.slot_tokens)
+        return b.build()
 
 
 class _WeightLoader:

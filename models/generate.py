@@ -1,23 +1,59 @@
-"""The token loop: prefill the prompt, then sample and decode one token at a time."""
+"""The token loop of one sequence: prefill the prompt, then decode token after token.
+
+Two paths, the same tokens for the same choice of sampler:
+- on the GPU (greedy, or plain temperature sampling, no logprobs): the GPU samples each token and
+  feeds it to the next step itself, several decode steps go in one submission, and the next
+  submission is recorded while the GPU runs the current one; only token ids come back.
+- on the CPU (penalties, logit_bias, top_k / top_p / min_p, logprobs): each step's logits come
+  back and models.sampler picks the token.
+"""
 
 from __future__ import annotations
 
+import math
+import secrets
 from collections.abc import Iterator, Sequence
 
 from models.sampler import SampledToken, Sampler, SamplingParams
-from models.text_model import Session, TextModel
+from models.text_model import PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, Session, TextModel
+
+STEPS_PER_SUBMIT = 8  # decode steps per submission on the GPU path (tokens then stream in bursts of 8)
+
+
+def gpu_sampling(params: SamplingParams, logprobs: bool = False) -> GpuSampling | None:
+    """The GPU sampler that does exactly what params ask, or None when only the CPU's can: greedy,
+    or a draw at a temperature with no truncation, penalty, bias or logprobs."""
+    if logprobs or params.top_logprobs or params.logit_bias:
+        return None
+    if params.repetition_penalty != 1 or params.presence_penalty or params.frequency_penalty:
+        return None
+    if params.temperature == 0:
+        return GpuSampling(0.0, 0)
+    if params.top_k or params.top_p < 1 or params.min_p:
+        return None
+    seed = params.seed if params.seed is not None else secrets.randbits(32)
+    return GpuSampling(params.temperature, seed & 0xFFFFFFFF)
 
 
 def generate(
     model: TextModel, session: Session, prompt_ids: Sequence[int], sampling: SamplingParams, max_tokens: int,
-    stop_ids: frozenset[int] | None = None,
+    stop_ids: frozenset[int] | None = None, logprobs: bool = False,
 ) -> Iterator[SampledToken]:
     """Yield up to max_tokens sampled tokens; an end-of-sequence or stop id ends the loop unyielded.
 
-    The session must be fresh (or reset); the caller closes it. Stopping early (closing the
-    generator) leaves the session usable for reset.
+    logprobs: the tokens must carry their log-probabilities (the CPU path); on the GPU path a
+    token's logprob is NaN. The session must be fresh (or reset); the caller closes it.
     """
     stops = model.tokenizer.eos_ids if stop_ids is None else stop_ids
+    on_gpu = gpu_sampling(sampling, logprobs)
+    if on_gpu is None:
+        yield from _generate_on_cpu(session, prompt_ids, sampling, max_tokens, stops)
+    else:
+        yield from _generate_on_gpu(session, prompt_ids, on_gpu, max_tokens, stops)
+
+
+def _generate_on_cpu(session: Session, prompt_ids: Sequence[int], sampling: SamplingParams, max_tokens: int,
+                     stops: frozenset[int]) -> Iterator[SampledToken]:
     sampler = Sampler(sampling)
     history = list(prompt_ids)
     logits = session.prefill(list(prompt_ids))
@@ -29,3 +65,38 @@ def generate(
         history.append(token.id)
         if produced + 1 < max_tokens:
             logits = session.decode(token.id)
+
+
+def _generate_on_gpu(session: Session, prompt_ids: Sequence[int], on_gpu: GpuSampling, max_tokens: int,
+                     stops: frozenset[int]) -> Iterator[SampledToken]:
+    if max_tokens <= 0:
+        return
+    ids = list(prompt_ids)
+    session._check_ids(ids)
+    engine = session.engine
+    chunk = PREFILL_BUCKETS[-1]
+    for start in range(0, len(ids), chunk):  # the chunks queue up; only the last one's token is read
+        pending = engine.submit_prefill(session, ids[start:start + chunk], sampling=on_gpu)
+    first = int(pending.wait()[0][0, 0])
+    if first in stops:
+        return
+    yield SampledToken(first, math.nan)
+    left = max_tokens - 1  # tokens still wanted, each one decode step
+
+    def submit(n_wanted: int) -> PendingStep | None:
+        room = session.model.context_length - session.n_past
+        n = min(STEPS_PER_SUBMIT, n_wanted, max(room, 1))  # past the room, _reserve raises the context error
+        return engine.submit_decode([DecodeRow(session, sampling=on_gpu)], n) if n_wanted > 0 else None
+
+    current = submit(left)
+    queued = current.n_steps if current else 0
+    while current is not None:
+        following = submit(left - queued)  # recorded and queued while the GPU runs `current`
+        queued += following.n_steps if following else 0
+        tokens, _ = current.wait()
+        for token in tokens[:, 0].tolist():
+            if token in stops:
+                return
+            yield SampledToken(token, math.nan)
+        left -= current.n_steps
+        current = following

@@ -5,9 +5,11 @@
     logits = session.prefill(model.tokenizer.encode("The capital of France is"))
     logits = session.decode(int(logits.argmax()))
 
-A session owns a KV cache and the step programs recorded against it: one for decode
-(one token) and one per prefill bucket (up to 16, 64, 256 or 512 tokens a step; a longer
-prompt is prefilled in chunks of 512).
+A session is one sequence in the model's paged KV pool. The engine (models.text_model.Engine)
+runs steps for any sequences of the pool: prefill chunks (up to 16, 64, 256 or 512 tokens a
+step; a longer prompt goes in chunks of 512) and batched decode steps of up to MAX_BATCH
+sequences, several steps per submission, the next token sampled on the GPU and fed to the
+next step without a round trip to the host.
 """
 
 from __future__ import annotations
@@ -15,33 +17,42 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from gpu.device import Device, default_device
-from gpu.kv_cache import KVCache
-from gpu.program import Executor, StepParams
-from models.gemma3 import Gemma3, StepProgram
+from gpu.kv_cache import PAGE_TOKENS, KVPool
+from gpu.program import Executor, PendingResult, Program, StepParams
+from models.gemma3 import Gemma3
 from models.gguf_file import GGUFFile, GGUFFormatError
+from models.step_io import StepIO
 from models.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from models.batch import BatchGenerator
 
 log = logging.getLogger("hearth.models")
 
 DEFAULT_MODEL = "gemma-3-270m"
-DEFAULT_CONTEXT = 8192  # positions per session unless asked otherwise (KV memory grows with it)
-PREFILL_BUCKETS = (16, 64, 256, 512)
+DEFAULT_CONTEXT = 8192  # positions per session unless asked otherwise
+PREFILL_BUCKETS = (16, 64, 256, 512)  # token rows of the prefill programs; longer prompts go in chunks
+DECODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # sequences of the batched decode programs
+MAX_BATCH = 32  # most sequences decoding together
+SPARE_SLOTS = 4  # KV slots beyond the batch: sequences prefilling while the batch is full
+DEFAULT_POOL_CONTEXTS = 2  # KV pool size in whole contexts, unless told (pages go to whoever needs them)
+MAX_STEPS_PER_SUBMIT = 16  # decode steps recorded into one submission
 
 
 class Architecture(Protocol):
     config: object
     weight_bytes: int
-    logits: object
 
-    def new_cache(self, kv_dtype: str) -> KVCache: ...
+    def new_pool(self, kv_dtype: str, pool_tokens: int, n_slots: int) -> KVPool: ...
 
-    def build_step(self, cache: KVCache, t_max: int) -> StepProgram: ...
+    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program: ...
 
 
 ARCHITECTURES: dict[str, type] = {Gemma3.architecture: Gemma3}
@@ -68,11 +79,173 @@ def resolve_model_path(name_or_path: str) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class GpuSampling:
+    """How the GPU picks a row's next token: the argmax (temperature 0) or an exact draw from
+    softmax(logits / temperature) by the Gumbel-max trick, its noise keyed by (seed, position)
+    so a seeded request gives the same tokens however the server batches it."""
+
+    temperature: float = 0.0
+    seed: int = 0
+
+    def words(self, position: int) -> tuple[int, int, int, int]:
+        inv_t = 0.0 if self.temperature == 0 else 1.0 / self.temperature
+        # (1/temperature bits, Philox key low word = seed, high word = the first sampled position);
+        # the step counts 0, 1, ... within a submission (gpu/kernels/sample/gumbel_partial.wgsl)
+        return (int(np.float32(inv_t).view(np.uint32)), self.seed & 0xFFFFFFFF, position, 0)
+
+
+@dataclass
+class DecodeRow:
+    """One sequence's row in a batched decode submission."""
+
+    session: Session
+    token: int | None = None  # the input token; None: the token the GPU sampled last for this sequence
+    sampling: GpuSampling = field(default_factory=GpuSampling)
+    read_logits: bool = False  # copy this row's logits back (single-step submissions only)
+
+
+class PendingStep:
+    """A submitted step (or run of decode steps); wait() gives the sampled tokens and any logits."""
+
+    def __init__(self, pending: PendingResult, n_steps: int, n_rows: int, logit_rows: list[int]) -> None:
+        self._pending, self.n_steps, self.n_rows, self.logit_rows = pending, n_steps, n_rows, logit_rows
+        self._result: tuple[np.ndarray, dict[int, np.ndarray]] | None = None
+
+    def wait(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """(tokens [n_steps, n_rows] the GPU sampled, {row: logits [V]} of the rows that asked)."""
+        if self._result is None:
+            arrays = self._pending.wait()
+            tokens = arrays[0].reshape(-1)[: self.n_steps * self.n_rows].reshape(self.n_steps, self.n_rows)
+            self._result = (tokens.astype(np.int64), dict(zip(self.logit_rows, arrays[1:], strict=True)))
+        return self._result
+
+
+class Engine:
+    """A model's KV pool (of one cache type) and its step programs: runs steps for any of the
+    sequences in the pool, one at a time (prefill chunks) or many together (batched decode)."""
+
+    def __init__(self, model: TextModel, kv_dtype: str) -> None:
+        self.model = model
+        self.executor = executor = model.executor
+        arch = model.arch
+        n_slots = model.max_batch + SPARE_SLOTS
+        pool_tokens = model.pool_tokens or DEFAULT_POOL_CONTEXTS * model.context_length
+        self.pool = arch.new_pool(kv_dtype, pool_tokens, n_slots)
+        self.io = StepIO(executor, f"io_{kv_dtype}", PREFILL_BUCKETS[-1], model.max_batch, n_slots, model.vocab_size)
+        self.max_steps = MAX_STEPS_PER_SUBMIT
+        self.history = executor.tensor(f"history_{kv_dtype}", (self.max_steps, model.max_batch), "u32")
+        self.rows_ring = executor.tensor(f"rows_ring_{kv_dtype}", (self.max_steps, model.max_batch, 4), "u32")
+        self._programs: dict[tuple[int, int], Program] = {}
+        log.info("KV cache %s: %d positions in pages of %d, %d sequences, %.0f MB", kv_dtype,
+                 self.pool.n_pages * PAGE_TOKENS, PAGE_TOKENS, n_slots, self.pool.nbytes / 1e6)
+
+    def program(self, t_max: int, r_max: int) -> Program:
+        """The step program for up to t_max token rows and r_max output rows (built on first use)."""
+        if (t_max, r_max) not in self._programs:
+            self._programs[(t_max, r_max)] = self.model.arch.build_step(self.pool, self.io, t_max, r_max)
+        return self._programs[(t_max, r_max)]
+
+    def prefill_program(self, n_tokens: int) -> tuple[Program, int]:
+        """The program for a prompt chunk of n_tokens (at most the largest bucket) and its t_max."""
+        t_max = 1 if n_tokens == 1 else next(b for b in PREFILL_BUCKETS if b >= n_tokens)
+        return self.program(t_max, 1), t_max
+
+    def stage_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
+                      ) -> tuple[Program, StepParams]:
+        """Write the inputs of a prompt chunk at the session's next positions (pages reserved);
+        the program and step values that run it. The session's position is not advanced."""
+        n = len(ids)
+        program, _ = self.prefill_program(n)
+        session._reserve(n)
+        rows = np.zeros((n, 4), np.uint32)
+        rows[:, 0], rows[:, 1] = np.arange(session.n_past, session.n_past + n), session.slot
+        ex = self.executor
+        ex.write(self.io.ids, np.asarray(ids, np.uint32))
+        ex.write(self.io.rows, rows)
+        ex.write(self.io.out_rows, np.array([n - 1], np.uint32))
+        words = (sampling or GpuSampling()).words(session.n_past + n - 1)
+        ex.write(self.io.outputs(1).sampling, np.array([words], np.uint32))
+        return program, StepParams(n_tokens=n, n_out=1)
+
+    def submit_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
+                       read_logits: bool = False) -> PendingStep:
+        """Run one chunk of a sequence's prompt (at most PREFILL_BUCKETS[-1] tokens) at its next
+        positions; the GPU samples the token after the chunk's last (kept for the next decode step)."""
+        program, step = self.stage_prefill(session, ids, sampling)
+        out = self.io.outputs(1)
+        submission = self.executor.submission()
+        submission.step(program, step)
+        submission.read(out.sampled)
+        if read_logits:
+            submission.read(out.logits)
+        session.n_past += len(ids)
+        return PendingStep(submission.submit(), 1, 1, [0] if read_logits else [])
+
+    def stage_decode(self, sessions: list[Session]) -> tuple[Program, StepParams]:
+        """Write the inputs of one decode step of these sessions (each decoding the token the GPU
+        sampled last for it); the program and step values that run it (profiles, tools)."""
+        n = len(sessions)
+        r_max = next(b for b in DECODE_BUCKETS if b >= n)
+        rows = np.zeros((n, 4), np.uint32)
+        for i, s in enumerate(sessions):
+            s._reserve(1)
+            rows[i] = (s.n_past, s.slot, 1, 0)
+        self.executor.write(self.io.rows, rows)
+        self.executor.write(self.io.out_rows, np.arange(n, dtype=np.uint32))
+        return self.program(r_max, r_max), StepParams(n_tokens=n, n_out=n)
+
+    def submit_decode(self, rows: list[DecodeRow], n_steps: int = 1) -> PendingStep:
+        """n_steps decode steps of every row's sequence in one submission: each step's sampled
+        tokens feed the next on the GPU. Logits can be read back only with n_steps == 1."""
+        n = len(rows)
+        if not 1 <= n <= self.model.max_batch:
+            raise ValueError(f"a decode batch holds 1 to {self.model.max_batch} sequences, not {n}")
+        if not 1 <= n_steps <= self.max_steps:
+            raise ValueError(f"n_steps must be in [1, {self.max_steps}], not {n_steps}")
+        logit_rows = [i for i, r in enumerate(rows) if r.read_logits]
+        if logit_rows and n_steps > 1:
+            raise ValueError("logits can be read back from single-step submissions only")
+        r_max = next(b for b in DECODE_BUCKETS if b >= n)
+        program = self.program(r_max, r_max)
+        out = self.io.outputs(r_max)
+        for r in rows:
+            r.session._reserve(n_steps)
+        starts = np.array([r.session.n_past for r in rows], np.uint32)
+        ring = np.zeros((n_steps, n, 4), np.uint32)
+        ring[:, :, 0] = starts[None, :] + np.arange(n_steps, dtype=np.uint32)[:, None]
+        ring[:, :, 1] = [r.session.slot for r in rows]
+        ring[:, :, 2] = 1  # every step reads the token sampled for its sequence ...
+        host_tokens = np.array([r.token if r.token is not None else 0 for r in rows], np.uint32)
+        ring[0, :, 2] = [0 if r.token is not None else 1 for r in rows]  # ... but a first token given by the host
+        sampling = np.array([r.sampling.words(int(p)) for r, p in zip(rows, starts, strict=True)], np.uint32)
+        ex = self.executor
+        ex.write(self.rows_ring, ring.reshape(n_steps * n, 4), offset_elements=0)
+        ex.write(self.io.ids, host_tokens)
+        ex.write(self.io.out_rows, np.arange(n, dtype=np.uint32))
+        ex.write(out.sampling, sampling)
+        submission = ex.submission()
+        row_bytes = n * 16
+        for step in range(n_steps):
+            submission.copy(self.rows_ring, self.io.rows, row_bytes, src_offset=step * row_bytes)
+            # Gumbel noise keyed by (seed, first position) of the row and counted by the step
+            submission.step(program, StepParams(n_tokens=n, n_out=n, iteration=step, seed=step))
+            submission.copy(out.sampled, self.history, n * 4, dst_offset=step * n * 4)
+        submission.read(self.history, n_steps * n * 4)
+        vocab_bytes = self.model.vocab_size * 4
+        for i in logit_rows:
+            submission.read(out.logits, vocab_bytes, offset=i * vocab_bytes)
+        for r in rows:
+            r.session.n_past += n_steps
+        return PendingStep(submission.submit(), n_steps, n, logit_rows)
+
+
 class TextModel:
     """A loaded causal language model: weights on the GPU, tokenizer, sessions."""
 
     def __init__(self, name: str, path: Path, executor: Executor, arch: Architecture, tokenizer: Tokenizer,
-                 context_length: int, kv_dtype: str) -> None:
+                 context_length: int, kv_dtype: str, max_batch: int = MAX_BATCH, pool_tokens: int | None = None,
+                 ) -> None:
         self.name = name
         self.path = path
         self.executor = executor
@@ -81,87 +254,83 @@ class TextModel:
         self.context_length = context_length
         self.vocab_size: int = arch.config.vocab_size  # type: ignore[attr-defined]
         self.kv_dtype = kv_dtype
-        self._idle: list[Session] = []
+        self.max_batch = max_batch
+        self.pool_tokens = pool_tokens
+        self._engines: dict[str, Engine] = {}
+
+    def engine(self, kv_dtype: str | None = None) -> Engine:
+        """The engine (KV pool and programs) for a cache type, the model's own by default."""
+        kv_dtype = kv_dtype or self.kv_dtype
+        if kv_dtype not in self._engines:
+            self._engines[kv_dtype] = Engine(self, kv_dtype)
+        return self._engines[kv_dtype]
 
     def new_session(self, kv_dtype: str | None = None) -> Session:
-        """A session with an empty KV cache (reusing a closed session's cache and programs).
+        """A new sequence in the KV pool; kv_dtype ("f16" or "f32") overrides the model's cache type."""
+        return Session(self, self.engine(kv_dtype))
 
-        kv_dtype overrides the model's cache type ("f16" or "f32") for this session.
-        """
-        kv_dtype = kv_dtype or self.kv_dtype
-        for session in self._idle:
-            if session.cache.kv_dtype == kv_dtype:
-                self._idle.remove(session)
-                session.reset()
-                return session
-        return Session(self, kv_dtype)
+    def generator(self, kv_dtype: str | None = None) -> BatchGenerator:
+        """A continuous-batching generator over this model (models/batch.py)."""
+        from models.batch import BatchGenerator  # models.batch builds on this module
 
-    def _release(self, session: Session) -> None:
-        self._idle.append(session)
+        return BatchGenerator(self, kv_dtype)
 
 
 class Session:
-    """One sequence: its KV cache, its recorded step programs and its position."""
+    """One sequence: its slot and pages in the KV pool and its position. Close it to free them."""
 
-    def __init__(self, model: TextModel, kv_dtype: str) -> None:
+    def __init__(self, model: TextModel, engine: Engine) -> None:
         self.model = model
-        self.cache = model.arch.new_cache(kv_dtype)
+        self.engine = engine
+        self.slot = engine.pool.open_slot()
         self.n_past = 0
-        self._programs: dict[int, StepProgram] = {}
+        self.closed = False
 
-    def program_for(self, n_tokens: int) -> StepProgram:
-        """The step program that runs n_tokens (at most 512) at once: decode's for one, else a bucket's."""
-        t_max = 1 if n_tokens == 1 else next(b for b in PREFILL_BUCKETS if b >= n_tokens)
-        if t_max not in self._programs:
-            self._programs[t_max] = self.model.arch.build_step(self.cache, t_max)
-        return self._programs[t_max]
-
-    def _step(self, ids: list[int]) -> np.ndarray:
-        n = len(ids)
-        step = self.program_for(n)
-        executor = self.model.executor
-        executor.write(step.ids, np.asarray(ids, dtype=np.uint32))
-        logits, = executor.run(step.program, StepParams(n_tokens=n, pos=self.n_past), read=[self.model.arch.logits])
-        self.n_past += n
-        return logits[0]
-
-    def _check_room(self, n: int) -> None:
+    def _reserve(self, n: int) -> None:
         if self.n_past + n > self.model.context_length:
             raise ContextLengthExceeded(
                 f"{self.n_past} + {n} tokens exceed the context of {self.model.context_length}")
+        self.engine.pool.reserve(self.slot, self.n_past + n)
+
+    def _check_ids(self, ids: list[int]) -> None:
+        vocab = self.model.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise ValueError(f"token ids must lie in [0, {vocab})")
 
     def prefill(self, ids: list[int]) -> np.ndarray:
         """Run the prompt (in chunks of at most 512 tokens); logits of its last position."""
         if not ids:
             raise ValueError("prefill needs at least one token")
-        vocab = self.model.vocab_size
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise ValueError(f"token ids must lie in [0, {vocab})")
-        self._check_room(len(ids))
-        logits = None
-        for start in range(0, len(ids), PREFILL_BUCKETS[-1]):
-            logits = self._step(list(ids[start:start + PREFILL_BUCKETS[-1]]))
-        assert logits is not None
-        return logits
+        self._check_ids(ids)
+        self._reserve(len(ids))
+        chunk = PREFILL_BUCKETS[-1]
+        for start in range(0, len(ids), chunk):
+            last = start + chunk >= len(ids)
+            pending = self.engine.submit_prefill(self, list(ids[start:start + chunk]), read_logits=last)
+        _, logits = pending.wait()
+        return logits[0].reshape(-1)
 
     def decode(self, token: int) -> np.ndarray:
         """Run one token; logits of its position."""
-        if not 0 <= token < self.model.vocab_size:
-            raise ValueError(f"token id {token} outside [0, {self.model.vocab_size})")
-        self._check_room(1)
-        return self._step([token])
+        self._check_ids([token])
+        _, logits = self.engine.submit_decode([DecodeRow(self, token, read_logits=True)]).wait()
+        return logits[0].reshape(-1)
 
     def reset(self) -> None:
-        """Forget the sequence (the cache is overwritten as positions are reused)."""
+        """Forget the sequence (its pages are overwritten as positions are reused)."""
         self.n_past = 0
 
     def close(self) -> None:
-        self.model._release(self)
+        """Give the slot and pages back to the pool (idempotent)."""
+        if not self.closed:
+            self.closed = True
+            self.engine.pool.close_slot(self.slot)
 
 
 def load_text_model(
     name_or_path: str = DEFAULT_MODEL, *, progress: Callable[[int, int], None] | None = None,
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
+    max_batch: int = MAX_BATCH, pool_tokens: int | None = None,
 ) -> TextModel:
     """Load a GGUF model onto the GPU (the shipped default when no name is given)."""
     path = resolve_model_path(name_or_path)
@@ -178,4 +347,4 @@ def load_text_model(
     name = name_or_path if name_or_path == DEFAULT_MODEL else path.stem
     log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s) in %.1f s", name, f.arch,
              arch.weight_bytes / 1e6, n_ctx, kv_dtype, time.perf_counter() - started)
-    return TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype)
+    return TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens)

@@ -2,7 +2,7 @@
 
     hearth serve [--host H] [--port P] [--config FILE] [--api-key KEY]
     hearth generate [--model PATH_OR_NAME] [--max-tokens N] [--temperature T] "prompt"
-    hearth profile [--model PATH_OR_NAME] [--prompt-tokens N]
+    hearth profile [--model PATH_OR_NAME] [--prompt-tokens N] [--batch B]
 
 `generate` prints only the generated text on stdout, as it is produced; the loading progress bar and
 any messages go to stderr. Without --model it uses the shipped Gemma 3 270M (`gemma-3-270m`).
@@ -15,6 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from config.settings import SHIPPED_MODEL, SettingsError, load_settings
 
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     prof = commands.add_parser("profile", help="GPU time per kernel of a prefill step and a decode step")
     prof.add_argument("--model", default=SHIPPED_MODEL, help="as for generate")
     prof.add_argument("--prompt-tokens", type=int, default=512, help="prefill length, then decode at that position")
+    prof.add_argument("--batch", type=int, default=32, help="also profile a decode step of this many sequences")
     return parser
 
 
@@ -129,31 +131,41 @@ def generate_text(args: argparse.Namespace) -> int:
 
 
 def profile(args: argparse.Namespace) -> int:
-    """Print where a step's GPU time goes, per kernel variant, from timestamp queries."""
+    """Print where a step's GPU time goes, per kernel variant, from timestamp queries: a prefill of
+    --prompt-tokens tokens, then decode steps of 1 and --batch sequences at that position."""
     import numpy as np
 
-    from gpu.profile import profile_program
-    from gpu.program import StepParams
     from models.text_model import PREFILL_BUCKETS, load_text_model
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
-    model = load_text_model(resolve_model(args.model))
+    model = load_text_model(resolve_model(args.model), max_batch=max(args.batch, 1))
     n = max(1, min(args.prompt_tokens, PREFILL_BUCKETS[-1], model.context_length - 1))
     ids = [int(i) for i in np.random.default_rng(0).integers(10, model.vocab_size, n)]
-    session = model.new_session()
+    engine = model.engine()
+    sessions = [model.new_session() for _ in range(max(args.batch, 1))]
     try:
-        session.prefill(ids)  # fills the cache so decode attends over n keys
-        for label, tokens, pos in (("prefill", n, 0), ("decode", 1, n)):
-            program = session.program_for(tokens).program
-            times = profile_program(model.executor, program, StepParams(n_tokens=tokens, pos=pos))
-            total = sum(t.total_us for t in times)
-            print(f"{label}: {tokens} token(s) at position {pos}, {len(program.dispatches)} dispatches, "
-                  f"{total:.0f} us of GPU time ({model.executor.device.name})")
-            for t in times:
-                print(f"  {t.total_us:10.1f} us {100 * t.total_us / total:5.1f}% {t.calls:5d}x  {t.kernel}")
+        for s in sessions:  # fill the caches so decode attends over n keys
+            engine.submit_prefill(s, ids).wait()
+        sessions[0].reset()
+        _print_profile(model, "prefill", *engine.stage_prefill(sessions[0], ids))
+        sessions[0].n_past = n
+        for b in sorted({1, max(args.batch, 1)}):
+            _print_profile(model, f"decode of {b} sequence(s) at position {n}", *engine.stage_decode(sessions[:b]))
     finally:
-        session.close()
+        for s in sessions:
+            s.close()
     return 0
+
+
+def _print_profile(model: Any, label: str, program: Any, step: Any) -> None:
+    from gpu.profile import profile_program
+
+    times = profile_program(model.executor, program, step)
+    total = sum(t.total_us for t in times)
+    print(f"{label}: {step.n_tokens} token row(s), {len(program.dispatches)} dispatches, {total:.0f} us of GPU time "
+          f"({model.executor.device.name})")
+    for t in times:
+        print(f"  {t.total_us:10.1f} us {100 * t.total_us / total:5.1f}% {t.calls:5d}x  {t.kernel}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,7 +46,8 @@ class ModelManager:
         if entry.kind == "embedding":
             return self._start_embedding(entry)
         worker = ModelWorker(entry.alias_of or entry.id, entry.source, self._loader,
-                             max_queue=self.settings.limits.max_queue, context_length=entry.context_length,
+                             max_queue=self.settings.limits.max_queue, max_batch=self.settings.limits.max_batch,
+                             context_length=entry.context_length,
                              kv_dtype=entry.kv_dtype, warm_up=self._warm_up)
         self._workers[entry.key] = worker
         worker.start()

@@ -1,10 +1,10 @@
 """A worker per loaded model: a thread that owns the model (its wgpu device, weights, KV cache, executor).
 
-Requests reach it through a bounded queue and run one sequence at a time (until continuous batching);
-a job's choices run one after another. Tokens travel back to the event loop as events put on an
-asyncio.Queue with loop.call_soon_threadsafe. A job's cancel flag is checked at every token: a client
-that goes away stops its generation within one token, and the session (its KV cache) goes back to the
-model at once.
+Requests reach it through a bounded queue; their choices join the model's running batch
+(models.batch.BatchGenerator: continuous batching) as soon as it has room for them, and leave it
+when they end. Tokens travel back to the event loop as events put on an asyncio.Queue with
+loop.call_soon_threadsafe. Cancel flags are checked at every round of the batch: a client that goes
+away leaves the batch within one round, and its KV pages go back to the pool.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.chat_template import ChatTemplate
-from models.generate import generate
+from models.batch import EndEvent
 from models.sampler import SampledToken, SamplingParams
 from server.errors import QueueFull, to_hearth_error
 from server.text_stream import TextStream
@@ -93,7 +93,9 @@ class Job:
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)
-    finished: bool = False
+    finished: bool = False  # the event loop has seen its end
+    remaining: int = 0  # worker side: choices not yet ended
+    finished_sent: bool = False  # worker side: its end (done or failed) has been emitted
     _loop: asyncio.AbstractEventLoop | None = None
     _events: asyncio.Queue[Any] | None = None
 
@@ -131,6 +133,22 @@ class JobQueue:
                 self._cond.wait()
             return None if self._closed else self._jobs.popleft()
 
+    def wait(self) -> bool:
+        """Block until a job waits (True) or the queue is closed (False)."""
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            return not self._closed
+
+    def get_nowait(self) -> Job | None:
+        """The next job, or None when none waits (or the queue is closed)."""
+        with self._cond:
+            return None if self._closed or not self._jobs else self._jobs.popleft()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def remove(self, job: Job) -> None:
         with self._cond:
             if job in self._jobs:
@@ -153,11 +171,13 @@ class ModelWorker:
     """Loads one model in its own thread, then serves its queue until stopped."""
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
-                 kv_dtype: str = "f16", warm_up: bool = True) -> None:
+                 kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None) -> None:
         self.name = name
         self.source = source
         self._loader = loader
-        self._load_kwargs = {"kv_dtype": kv_dtype, "context_length": context_length}
+        self._load_kwargs: dict[str, Any] = {"kv_dtype": kv_dtype, "context_length": context_length}
+        if max_batch is not None:
+            self._load_kwargs["max_batch"] = max_batch
         self._warm_up = warm_up
         self._queue = JobQueue(max_queue)
         self._loaded: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -249,52 +269,122 @@ class ModelWorker:
             return
         self.state = "ready"
         self._loaded.set_result(None)
-        while (job := self._queue.get()) is not None:
-            if job.cancelled.is_set():
-                continue
-            self.running, self._current = 1, job
+        self._serve(self.model.generator())
+
+    def _serve(self, generator: Any) -> None:
+        """The batch loop: admit choices while the batch has room, run a round, route its events."""
+        admitting: deque[tuple[Job, deque[ChoiceSpec]]] = deque()  # jobs taken from the queue, choices left
+        runs: dict[tuple[int, int], _ChoiceRun] = {}  # by (id(job), choice index)
+        while True:
+            if not generator.busy and not admitting and not self._queue.wait():
+                break  # closed
+            if self._queue.closed:
+                break
+            self._admit(generator, admitting, runs)
             try:
-                for spec in job.choices:
-                    if job.cancelled.is_set():
-                        break
-                    self._run_choice(job, spec)
-                job.emit(_JOB_DONE)
-            except BaseException as error:  # noqa: BLE001 - the request gets the error; the worker goes on
-                job.emit(_JobFailed(error))
-            finally:
-                self.running, self._current = 0, None
+                events = generator.step()
+            except BaseException as error:  # noqa: BLE001 - a bug in the batch loop: fail its jobs, go on
+                log.exception("%s: batch step failed", self.name)
+                events = [EndEvent(key, "error", error) for key in runs]
+            for event in events:
+                run = runs.get(event.key)
+                if run is not None:
+                    self._route(generator, run, event, runs)
+            for key, run in list(runs.items()):
+                if run.job.cancelled.is_set():
+                    generator.cancel(key)
+                    self._end_run(run, runs, None)
+            self.running = len({id(run.job) for run in runs.values()})
+            self._current = next(iter(runs.values())).job if runs else None
+            if not runs and not admitting:
                 self.last_used = time.monotonic()
+        for run in list(runs.values()):
+            run.job.cancelled.set()
+        for job, _ in admitting:
+            job.cancelled.set()
+        self.running, self._current = 0, None
+
+    def _admit(self, generator: Any, admitting: deque[tuple[Job, deque[ChoiceSpec]]],
+               runs: dict[tuple[int, int], _ChoiceRun]) -> None:
+        """Move choices into the batch, in order of arrival, while it has room."""
+        while True:
+            if not admitting:
+                job = self._queue.get_nowait()
+                if job is None:
+                    return
+                admitting.append((job, deque(job.choices)))
+                job.remaining = len(job.choices)
+            job, specs = admitting[0]
+            if job.cancelled.is_set() or not specs:
+                admitting.popleft()
+                continue
+            spec = specs[0]
+            if not generator.can_admit(len(spec.prompt_ids), spec.max_tokens):
+                return
+            specs.popleft()
+            key = (id(job), spec.index)
+            stream: TextStream[TokenInfo] = TextStream(self.model.tokenizer.stream_decoder(), job.stop)
+            runs[key] = _ChoiceRun(job, spec, stream)
+            try:
+                generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs)
+            except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
+                self._end_run(runs[key], runs, error)
+
+    def _route(self, generator: Any, run: _ChoiceRun, event: Any, runs: dict[tuple[int, int], _ChoiceRun]) -> None:
+        job, spec = run.job, run.spec
+        if isinstance(event, EndEvent):
+            if event.reason == "error":
+                self._end_run(run, runs, event.error or RuntimeError("generation failed"))
+                return
+            self._flush(run)
+            job.emit(ChoiceDone(spec.index, event.reason, len(spec.prompt_ids), run.count))
+            self._end_run(run, runs, None)
+            return
+        run.count += 1
+        token = event.token
+        piece = run.stream.push(token.id, self._token_info(token) if job.logprobs else None)
+        if piece:
+            job.emit(TextDelta(spec.index, piece.text, piece.tokens if job.logprobs else []))
+        if run.stream.stopped:
+            generator.cancel((id(job), spec.index))
+            self._flush(run)
+            job.emit(ChoiceDone(spec.index, "stop", len(spec.prompt_ids), run.count))
+            self._end_run(run, runs, None)
+
+    def _flush(self, run: _ChoiceRun) -> None:
+        piece = run.stream.flush()
+        if piece:
+            run.job.emit(TextDelta(run.spec.index, piece.text, piece.tokens if run.job.logprobs else []))
+
+    def _end_run(self, run: _ChoiceRun, runs: dict[tuple[int, int], _ChoiceRun], error: BaseException | None) -> None:
+        """A choice has left the batch: the job ends with its last choice, or at once with an error."""
+        key = (id(run.job), run.spec.index)
+        if runs.pop(key, None) is None:
+            return
+        job = run.job
+        if error is not None and not job.finished_sent:
+            job.finished_sent = True
+            job.cancelled.set()  # its other choices leave the batch too
+            job.emit(_JobFailed(error))
+            return
+        job.remaining -= 1
+        if job.remaining == 0 and not job.finished_sent:
+            job.finished_sent = True
+            job.emit(_JOB_DONE)
 
     def _token_info(self, token: SampledToken) -> TokenInfo:
         top = [(*_token_text(self.model.tokenizer, tid), lp) for tid, lp in token.top]
         return TokenInfo(token.id, *_token_text(self.model.tokenizer, token.id), token.logprob, top)
 
-    def _run_choice(self, job: Job, spec: ChoiceSpec) -> None:
-        model = self.model
-        session = model.new_session()
-        stream: TextStream[TokenInfo] = TextStream(model.tokenizer.stream_decoder(), job.stop)
-        tokens = generate(model, session, spec.prompt_ids, spec.sampling, spec.max_tokens)
-        count, finish = 0, "length"
-        try:
-            for token in tokens:
-                count += 1
-                if job.cancelled.is_set():
-                    return
-                piece = stream.push(token.id, self._token_info(token) if job.logprobs else None)
-                if piece:
-                    job.emit(TextDelta(spec.index, piece.text, piece.tokens if job.logprobs else []))
-                if stream.stopped:
-                    finish = "stop"
-                    break
-            else:
-                finish = "stop" if count < spec.max_tokens else "length"  # fewer tokens: end of sequence
-        finally:
-            tokens.close()
-            session.close()  # the KV cache goes back to the model for the next request
-        piece = stream.flush()
-        if piece:
-            job.emit(TextDelta(spec.index, piece.text, piece.tokens if job.logprobs else []))
-        job.emit(ChoiceDone(spec.index, finish, len(spec.prompt_ids), count))
+
+@dataclass
+class _ChoiceRun:
+    """A choice in the batch: its job, its spec, its text stream and the tokens it has had."""
+
+    job: Job
+    spec: ChoiceSpec
+    stream: TextStream[TokenInfo]
+    count: int = 0
 
 
 def chat_template_of(tokenizer: Any) -> ChatTemplate:

@@ -1,7 +1,9 @@
 // attention: causal multi-head attention of the step's queries over a layer's KV cache.
 //   out[t, h, :] = sum_j softmax_j(SCALE * q[t, h] . k[j, g]) v[j, g],  g = h / (HEADS / KV_HEADS)
-// for keys j in [lo, p] where p = step.pos + t and, on sliding-window layers,
-// lo = max(0, p + 1 - WINDOW) (a key is visible while p - j < WINDOW, as HF and llama.cpp do).
+// for keys j in [lo, p] of the token's sequence, where p = rows[t].x is the token's position and,
+// on sliding-window layers, lo = max(0, p + 1 - WINDOW) (a key is visible while p - j < WINDOW, as
+// HF and llama.cpp do). Key j sits in the pool row its sequence's pages give (common/rows.wgsl),
+// so one step may hold queries of many sequences (batched decode).
 //
 // Work split: a workgroup of 256 invocations takes one (token, head) row and one of SPLITS
 // equal parts of its key range (flash-decoding: a decode step has few rows, so the keys are
@@ -13,6 +15,7 @@
 // of [rows, SPLITS, D + 2] holding (max, sum, unnormalised acc[D]) per part, merged by
 // attention_combine.wgsl.
 #include "common/step.wgsl"
+#include "common/rows.wgsl"
 
 override D: u32 = 256u;         // head dimension (a multiple of 16, at most 512)
 override HEADS: u32 = 4u;       // query heads
@@ -21,6 +24,8 @@ override WINDOW: u32 = 0u;      // sliding window in tokens; 0 = global attentio
 override SCALE: f32 = 0.0625;   // score scale, 1/sqrt(D) for Gemma 3
 override KV_F16: bool = true;   // cache words hold two f16 values
 override SPLITS: u32 = 1u;      // parts of each row's key range, one workgroup each
+override PAGE_TOKENS: u32 = 128u;  // positions per KV page
+override MAX_PAGES: u32 = 64u;     // page-table entries per sequence
 
 const WG: u32 = 256u;
 const KEYS: u32 = 32u;                  // keys per chunk
@@ -35,10 +40,13 @@ const NEG_BIG: f32 = -3.4028235e38;
 @group(0) @binding(2) var<storage, read> k_cache: array<u32>;    // [n_ctx, KV_HEADS, D] words
 @group(0) @binding(3) var<storage, read> v_cache: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D] or partials
+@group(0) @binding(5) var<storage, read> rows: array<vec4<u32>>; // [T_MAX] (position, slot, -, -)
+@group(0) @binding(6) var<storage, read> page_table: array<u32>; // [slots, MAX_PAGES]
 
 var<workgroup> q_row: array<f32, D>;
 var<workgroup> dots: array<f32, WG>;
 var<workgroup> weights: array<f32, KEYS>;
+var<workgroup> key_rows: array<u32, KEYS>;  // first cache word index of each key of the chunk
 
 fn value_at(index: u32) -> f32 {
     if (KV_F16) {
@@ -74,7 +82,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let t = row / HEADS;
     let kv_base = (row % HEADS) / (HEADS / KV_HEADS) * D;
-    let p = step.pos + t;
+    let p = rows[t].x;
+    let slot = rows[t].y;
     var lo = 0u;
     if (WINDOW > 0u && p + 1u > WINDOW) {
         lo = p + 1u - WINDOW;
@@ -99,13 +108,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let n_keys = min(KEYS, end - chunk);
         var d = 0.0;
         if (my_key < n_keys) {
-            d = partial_dot((chunk + my_key) * KV_WIDTH + kv_base, my_lane * LANE_DIMS);
+            d = partial_dot(pool_row(slot, chunk + my_key) * KV_WIDTH + kv_base, my_lane * LANE_DIMS);
         }
         dots[lid] = d;
         workgroupBarrier();
         if (lid < KEYS) {
             var score = NEG_BIG;
             if (lid < n_keys) {
+                key_rows[lid] = pool_row(slot, chunk + lid) * KV_WIDTH + kv_base;
                 score = 0.0;
                 for (var l = 0u; l < LANES; l++) { score += dots[lid * LANES + l]; }
                 score *= SCALE;
@@ -131,7 +141,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (dim < D) {
                 var a = acc[r] * correction;
                 for (var j = 0u; j < n_keys; j++) {
-                    a += weights[j] * value_at((chunk + j) * KV_WIDTH + kv_base + dim);
+                    a += weights[j] * value_at(key_rows[j] + dim);
                 }
                 acc[r] = a;
             }

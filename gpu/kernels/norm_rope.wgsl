@@ -1,5 +1,5 @@
 // norm_rope: per-head RMS norm then rotary position embedding, in place on q or k.
-//   x[t, h, :] = rope(x[t, h, :] / rms * w, position step.pos + t)
+//   x[t, h, :] = rope(x[t, h, :] / rms * w, position rows[t].x)   (the row table, common/rows.wgsl)
 // RoPE is NeoX-style (HF's rotate_half): dims i and i + D/2 rotate together by angle
 // position * inv_freq[i]. The angles come from a host-computed table of (cos, sin) per
 // position and pair, so the GPU's sin/cos accuracy at large arguments never matters.
@@ -19,13 +19,14 @@ const HALF: u32 = D / 2u;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;      // [T_MAX, HEADS, D]
 @group(0) @binding(2) var<storage, read> w: array<f32>;            // [D] norm weight
 @group(0) @binding(3) var<storage, read> rope: array<vec2<f32>>;   // [n_ctx, D/2] (cos, sin)
+@group(0) @binding(4) var<storage, read> rows: array<vec4<u32>>;   // [T_MAX] (position, slot, -, -)
 
 fn row_main(row: u32, lid: u32) {
     if (row >= step.n_tokens * HEADS) {
         return;
     }
     let base = row * D;
-    let position = step.pos + row / HEADS;
+    let position = rows[row / HEADS].x;
     var sum = 0.0;
     for (var i = lid; i < D; i += WG) {
         let v = x[base + i];

@@ -1,9 +1,9 @@
 // qk_norm_rope_store: attention's per-head norms, RoPE and cache append in one dispatch.
 //   q[t, h, :] = rope(q[t, h, :] / rms * q_w, p)                         in place, h < HEADS
-//   k_cache[p, g, :] = rope(k[t, g, :] / rms * k_w, p),  v_cache[p, g, :] = v[t, g, :],  g < KV_HEADS
-// at position p = step.pos + t (rms over the head's D values, as norm_rope.wgsl, then the cache
-// words as kv_store.wgsl writes them: two f16 per u32 when KV_F16, else f32 bits). k and v are
-// only read; attention reads them from the cache.
+//   k_cache[r, g, :] = rope(k[t, g, :] / rms * k_w, p),  v_cache[r, g, :] = v[t, g, :],  g < KV_HEADS
+// at the token's position p = rows[t].x, whose pool row r comes from its sequence's pages
+// (common/rows.wgsl); rms over the head's D values, as norm_rope.wgsl; cache words hold two f16
+// per u32 when KV_F16, else f32 bits. k and v are only read; attention reads them from the cache.
 // RoPE is NeoX-style (dims i and i + D/2 rotate together), angles from the host's (cos, sin) table.
 // Work split: one workgroup of 64 invocations per head row: the step's n_tokens * HEADS q rows
 // first, then its n_tokens * KV_HEADS k rows, each of which also copies its v row. An invocation
@@ -11,12 +11,15 @@
 // f16 cache word. Sums of squares go through common/row_sum_${REDUCE}.wgsl ("subgroup" or "workgroup").
 #include "common/step.wgsl"
 #include "common/row_sum_${REDUCE}.wgsl"
+#include "common/rows.wgsl"
 
 override D: u32 = 256u;         // head dimension, a multiple of 4
 override HEADS: u32 = 4u;       // query heads per token
 override KV_HEADS: u32 = 1u;    // key/value heads per token
 override EPS: f32 = 1e-6;
 override KV_F16: bool = true;   // cache words hold two f16 values
+override PAGE_TOKENS: u32 = 128u;  // positions per KV page
+override MAX_PAGES: u32 = 64u;     // page-table entries per sequence
 
 const WG: u32 = 64u;
 const HALF: u32 = D / 2u;
@@ -29,8 +32,10 @@ const KV_WIDTH: u32 = KV_HEADS * D;  // cache values per position
 @group(0) @binding(4) var<storage, read> q_w: array<f32>;            // [D] q norm weight
 @group(0) @binding(5) var<storage, read> k_w: array<f32>;            // [D] k norm weight
 @group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>;     // [n_ctx, D/2] (cos, sin)
-@group(0) @binding(7) var<storage, read_write> k_cache: array<u32>;  // [n_ctx, KV_WIDTH] values as words
+@group(0) @binding(7) var<storage, read_write> k_cache: array<u32>;  // [pool rows, KV_WIDTH] values as words
 @group(0) @binding(8) var<storage, read_write> v_cache: array<u32>;
+@group(0) @binding(9) var<storage, read> rows: array<vec4<u32>>;     // [T_MAX] (position, slot, -, -)
+@group(0) @binding(10) var<storage, read> page_table: array<u32>;    // [slots, MAX_PAGES]
 
 // Store value index `at` (and at + 1) of a cache row: one packed word, or two f32 words.
 fn store_pair(is_value: bool, at: u32, a: f32, b: f32) {
@@ -53,14 +58,15 @@ fn row_main(row: u32, lid: u32) {
         return;
     }
     var base: u32;       // first value of the head row in q or k
-    var position: u32;
+    var t: u32;          // the token
     if (is_q) {
         base = row * D;
-        position = step.pos + row / HEADS;
+        t = row / HEADS;
     } else {
         base = (row - q_rows) * D;
-        position = step.pos + (row - q_rows) / KV_HEADS;
+        t = (row - q_rows) / KV_HEADS;
     }
+    let position = rows[t].x;
     var sum = 0.0;
     for (var i = lid; i < D; i += WG) {
         var x: f32;
@@ -68,8 +74,11 @@ fn row_main(row: u32, lid: u32) {
         sum += x * x;
     }
     let inv_rms = inverseSqrt(row_sum(sum) / f32(D) + EPS);
-    // the k row's place in the cache: position's row, this head's D values
-    let cache_base = position * KV_WIDTH + base % KV_WIDTH;
+    // the k row's place in the cache: the position's pool row, this head's D values
+    var cache_base = 0u;
+    if (!is_q) {
+        cache_base = pool_row(rows[t].y, position) * KV_WIDTH + base % KV_WIDTH;
+    }
     for (var i = 2u * lid; i < HALF; i += 2u * WG) {
         var a: vec2<f32>;   // dims i, i + 1 (normalised)
         var b: vec2<f32>;   // dims i + HALF, i + HALF + 1

@@ -2,8 +2,10 @@
 //   x[t] += y[t] / rms(y[t]) * w_post        (rms(v) = sqrt(mean(v^2) + EPS))
 //   h[t]  = x[t] / rms(x[t]) * w_next
 // with the same f32 operations as rms_norm.wgsl with ACCUMULATE followed by rms_norm.wgsl.
-// LAST_ROW: only the step's last token (before the output head): its x row is updated and its
-// h goes to h row 0; x's other rows are left stale, so use it only where x is not read again.
+// GATHER: only the rows that reach the output head (before it): h[r] comes from token row
+// out_rows[r] for r < step.n_out (the last token of each sequence in the step); those x rows are
+// updated and the others left stale, so use it only where x is not read again. Without GATHER,
+// out_rows is bound but not read.
 // Work split: one workgroup of 64 invocations per row; each takes a strided slice of the row and
 // reads back the x values it wrote itself; the two sums of squares go through
 // common/row_sum_${REDUCE}.wgsl (REDUCE: "subgroup" or "workgroup").
@@ -12,7 +14,7 @@
 
 override D: u32 = 640u;          // values per row (model width)
 override EPS: f32 = 1e-6;        // added to the mean squares
-override LAST_ROW: bool = false;
+override GATHER: bool = false;
 
 const WG: u32 = 64u;
 
@@ -21,14 +23,15 @@ const WG: u32 = 64u;
 @group(0) @binding(2) var<storage, read> w_post: array<f32>;     // [D] its post-norm weight
 @group(0) @binding(3) var<storage, read_write> x: array<f32>;    // [T_MAX, D] residual stream
 @group(0) @binding(4) var<storage, read> w_next: array<f32>;     // [D] the next pre-norm weight
-@group(0) @binding(5) var<storage, read_write> h: array<f32>;    // [T_MAX, D], or [1, D] when LAST_ROW
+@group(0) @binding(5) var<storage, read_write> h: array<f32>;    // [T_MAX, D], or [R_MAX, D] when GATHER
+@group(0) @binding(6) var<storage, read> out_rows: array<u32>;   // [R_MAX] token rows of the output head
 
 fn row_main(row: u32, lid: u32) {
     var in_row = row;   // uniform across the workgroup
     var out_row = row;
-    if (LAST_ROW) {
-        if (row >= 1u) { return; }
-        in_row = step.n_tokens - 1u;
+    if (GATHER) {
+        if (row >= step.n_out) { return; }
+        in_row = out_rows[row];
     } else if (row >= step.n_tokens) {
         return;
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from gpu.kv_cache import PAGE_TOKENS, KVPool
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
@@ -44,54 +45,58 @@ def rms_norm(
 
 def residual_norm(
     b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, next_weight: Tensor, h: Tensor, eps: float, *,
-    last_row: bool = False, subgroups: bool | None = None,
+    out_rows: Tensor | None = None, subgroups: bool | None = None,
 ) -> None:
     """x += rms_norm(y) * post_weight, then h = rms_norm(x) * next_weight, per row (kernels/residual_norm.wgsl).
 
-    One dispatch for Gemma's post-norm residual add and the next pre-norm. last_row: only the
-    step's last token, into h[0] (x's other rows are then left stale: use it after the last layer).
+    One dispatch for Gemma's post-norm residual add and the next pre-norm. out_rows (u32 [R]):
+    only the step's first n_out rows listed there, into h[0..n_out) (x's other rows are then left
+    stale: use it after the last layer, before the output head).
     """
     d = post_weight.numel
-    b.dispatch("residual_norm", {"D": d, "EPS": eps, "LAST_ROW": last_row, "REDUCE": _reduce(b, subgroups)},
-               [b.step, y, post_weight, x, next_weight, h], workgroup_grid(1 if last_row else _rows(x)))
+    gather = out_rows is not None
+    constants = {"D": d, "EPS": eps, "GATHER": gather, "REDUCE": _reduce(b, subgroups)}
+    # without GATHER the out_rows binding is not read: post_weight stands in
+    tensors = [b.step, y, post_weight, x, next_weight, h, out_rows or post_weight]
+    b.dispatch("residual_norm", constants, tensors, workgroup_grid(out_rows.numel if out_rows else _rows(x)))
 
 
-def norm_rope(b: ProgramBuilder, x: Tensor, weight: Tensor, rope_table: Tensor, heads: int, eps: float) -> None:
-    """In place: x[t, h] = rope(rms_norm(x[t, h]) * weight) at position step.pos + t (kernels/norm_rope.wgsl)."""
+def norm_rope(
+    b: ProgramBuilder, x: Tensor, weight: Tensor, rope_table: Tensor, rows: Tensor, heads: int, eps: float,
+) -> None:
+    """In place: x[t, h] = rope(rms_norm(x[t, h]) * weight) at position rows[t].x (kernels/norm_rope.wgsl)."""
     d = weight.numel
-    b.dispatch("norm_rope", {"D": d, "HEADS": heads, "EPS": eps}, [b.step, x, weight, rope_table],
+    b.dispatch("norm_rope", {"D": d, "HEADS": heads, "EPS": eps}, [b.step, x, weight, rope_table, rows],
                workgroup_grid(_rows(x) * heads))
+
+
+def _paging(pool: KVPool) -> dict[str, int]:
+    return {"PAGE_TOKENS": PAGE_TOKENS, "MAX_PAGES": pool.max_pages}
 
 
 def qk_norm_rope_store(
     b: ProgramBuilder, q: Tensor, k: Tensor, v: Tensor, q_weight: Tensor, k_weight: Tensor, rope_table: Tensor,
-    k_cache: Tensor, v_cache: Tensor, *, heads: int, kv_heads: int, eps: float, kv_f16: bool,
-    subgroups: bool | None = None,
+    pool: KVPool, layer: int, rows: Tensor, *, heads: int, kv_heads: int, eps: float, subgroups: bool | None = None,
 ) -> None:
-    """norm_rope on q (in place) and on k, and k, v appended to the cache at step.pos, in one
-    dispatch (kernels/qk_norm_rope_store.wgsl); k and v are left as they were."""
+    """norm_rope on q (in place) and on k, and k, v stored in the layer's paged cache at each row's
+    position (rows: the row table), in one dispatch (kernels/qk_norm_rope_store.wgsl); k and v are
+    left as they were."""
     d = q_weight.numel
     if d % 4:
         raise ValueError(f"qk_norm_rope_store needs a head dimension multiple of 4, not {d}")
-    constants = {"D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "KV_F16": kv_f16,
-                 "REDUCE": _reduce(b, subgroups)}
-    b.dispatch("qk_norm_rope_store", constants, [b.step, q, k, v, q_weight, k_weight, rope_table, k_cache, v_cache],
-               workgroup_grid(_rows(q) * (heads + kv_heads)))
-
-
-def kv_store(b: ProgramBuilder, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, kv_f16: bool) -> None:
-    """Append the step's k and v rows to the cache at step.pos (kernels/kv_store.wgsl)."""
-    width = k.shape[1]
-    words = width // 2 if kv_f16 else width
-    b.dispatch("kv_store", {"WIDTH": width, "KV_F16": kv_f16}, [b.step, k, v, k_cache, v_cache],
-               workgroup_grid(math.ceil(_rows(k) * words / ELEMENTWISE_GROUP)))
+    constants = {"D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "KV_F16": pool.f16,
+                 "REDUCE": _reduce(b, subgroups), **_paging(pool)}
+    tensors = [b.step, q, k, v, q_weight, k_weight, rope_table, pool.keys[layer], pool.values[layer], rows,
+               pool.page_table]
+    b.dispatch("qk_norm_rope_store", constants, tensors, workgroup_grid(_rows(q) * (heads + kv_heads)))
 
 
 def attention(
-    b: ProgramBuilder, q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor, *,
-    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, kv_f16: bool, splits: int | None = None,
+    b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
+    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, splits: int | None = None,
 ) -> None:
-    """Causal attention of the step's queries over the cache (kernels/attention.wgsl).
+    """Causal attention of the step's queries over their sequences' keys in the layer's paged
+    cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence).
 
     splits > 1 divides each row's keys over that many workgroups and merges their partial
     softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
@@ -99,18 +104,20 @@ def attention(
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
-    rows = _rows(q) * heads
+    n_rows = _rows(q) * heads
     if splits is None:
-        splits = 1 if rows >= 64 else (2 if b.device.is_software else max(1, 128 // rows))
+        splits = 1 if n_rows >= 64 else (2 if b.device.is_software else max(1, 128 // n_rows))
     constants = {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale,
-                 "KV_F16": kv_f16, "SPLITS": splits}
+                 "KV_F16": pool.f16, "SPLITS": splits, **_paging(pool)}
+    cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
-        b.dispatch("attention", constants, [b.step, q, k_cache, v_cache, out], workgroup_grid(rows))
+        b.dispatch("attention", constants, [b.step, q, *cache, out, rows, pool.page_table], workgroup_grid(n_rows))
         return
-    partials = b.activation("attention_partials", (rows * splits, head_dim + 2))
-    b.dispatch("attention", constants, [b.step, q, k_cache, v_cache, partials], workgroup_grid(rows * splits))
+    partials = b.activation("attention_partials", (n_rows * splits, head_dim + 2))
+    b.dispatch("attention", constants, [b.step, q, *cache, partials, rows, pool.page_table],
+               workgroup_grid(n_rows * splits))
     b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits}, [b.step, partials, out],
-               workgroup_grid(rows))
+               workgroup_grid(n_rows))
 
 
 def gelu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor) -> None:
@@ -125,3 +132,9 @@ def add(b: ProgramBuilder, x: Tensor, y: Tensor, out: Tensor) -> None:
     width = x.shape[1]
     b.dispatch("add", {"D": width}, [b.step, x, y, out],
                workgroup_grid(math.ceil(_rows(x) * width / ELEMENTWISE_GROUP)))
+
+
+def store_tokens(b: ProgramBuilder, sampled: Tensor, out_rows: Tensor, rows: Tensor, slot_tokens: Tensor) -> None:
+    """slot_tokens[slot of out row r] = sampled[r] for r < n_out (kernels/store_tokens.wgsl): each
+    sequence's sampled token becomes the input of its next decode step without leaving the GPU."""
+    b.dispatch("store_tokens", {}, [b.step, sampled, out_rows, rows, slot_tokens], (1, 1, 1))

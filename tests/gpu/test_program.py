@@ -23,9 +23,9 @@ def ex() -> Executor:
 def test_step_struct_matches_python_mirror() -> None:
     source = (KERNEL_DIR / "common" / "step.wgsl").read_text()
     fields = re.findall(r"^\s+(\w+): u32,", source, re.MULTILINE)
-    assert fields == ["n_tokens", "pos", "kv_len", "seed"]
+    assert fields == ["n_tokens", "n_out", "iteration", "seed"]
     assert len(fields) * 4 == StepParams.STRUCT_BYTES == len(StepParams(3, 5).pack())
-    assert np.frombuffer(StepParams(3, 5, seed=9).pack(), np.uint32).tolist() == [3, 5, 8, 9]
+    assert np.frombuffer(StepParams(3, 2, 7, seed=9).pack(), np.uint32).tolist() == [3, 2, 7, 9]
 
 
 def test_workgroup_grid_covers_large_counts() -> None:
@@ -49,6 +49,28 @@ def test_activations_share_buffers_only_when_lifetimes_do_not_overlap(ex: Execut
     assert program.activation_bytes == 2 * a1.nbytes
     got, = ex.run(program, StepParams(2, 0), read=[out])
     np.testing.assert_array_equal(got, np.full((2, 64), 7.0, np.float32))
+
+
+def test_submission_runs_steps_with_their_own_params_and_copies_between_them(ex: Executor) -> None:
+    """Three steps in one submission: each sees its own Step struct (n_tokens differs), copies
+    recorded between steps see the state after the step before, and reads come back at once."""
+    x = ex.tensor("sx", (3, 64), data=np.ones((3, 64), np.float32))
+    w = ex.tensor("sw", (64,), data=np.ones(64, np.float32))
+    acc = ex.tensor("acc", (3, 64))
+    history = ex.tensor("hist", (3, 3, 64))
+    b = ProgramBuilder(ex, "accumulate")
+    ops.rms_norm(b, x, w, acc, 0.0, accumulate=True)  # acc[:n_tokens] += 1 (the norm of a row of ones)
+    program = b.build()
+    submission = ex.submission()
+    for i, n in enumerate((3, 1, 2)):
+        submission.step(program, StepParams(n, iteration=i))
+        submission.copy(acc, history, dst_offset=i * acc.nbytes)
+    submission.read(acc)
+    submission.read(history, nbytes=acc.nbytes, offset=acc.nbytes)  # the second step's snapshot
+    pending = submission.submit()
+    final, second = pending.wait()
+    np.testing.assert_allclose(final[:, 0], [3, 2, 1], rtol=1e-6)
+    np.testing.assert_allclose(second.reshape(3, 64)[:, 0], [2, 1, 1], rtol=1e-6)
 
 
 def test_unused_activation_is_an_error(ex: Executor) -> None:

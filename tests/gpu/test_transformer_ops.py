@@ -1,4 +1,5 @@
-"""Transformer kernels against numpy: rms_norm, norm_rope, kv_store, attention, gelu_mul, add.
+"""Transformer kernels against numpy: rms_norm, norm_rope, qk_norm_rope_store, attention over the
+paged KV cache (tokens of several sequences in one step), residual_norm, gelu_mul, add, store_tokens.
 
 Tolerances: these kernels compute in f32 like the numpy reference but sum in another
 order, so results agree to a few f32 ulps of the values' magnitude (rtol 1e-5, atol 1e-5).
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpu.device import default_device
-from gpu.kv_cache import KVCache, rope_table
+from gpu.kv_cache import PAGE_TOKENS, KVPool, rope_table
 from gpu.ops import transformer as ops
 from gpu.program import Executor, ProgramBuilder, StepParams
 
@@ -79,20 +80,46 @@ def _rope_reference(x: np.ndarray, positions: np.ndarray, base: float) -> np.nda
     return x * cos + rot * sin
 
 
+def _rows_table(ex: Executor, t_max: int, positions: list[int], slots: list[int] | None = None):
+    """The row table tensor for tokens at these positions (of these slots)."""
+    rows = np.zeros((t_max, 4), np.uint32)
+    rows[:len(positions), 0] = positions
+    rows[:len(positions), 1] = slots if slots is not None else 0
+    return ex.tensor("rows", rows.shape, "u32", data=rows)
+
+
 def test_norm_rope(ex: Executor) -> None:
     rng = np.random.default_rng(2)
-    t_max, n, heads, d, pos, base = 8, 5, 4, 256, 1000, 10000.0
+    t_max, heads, d, base = 8, 4, 256, 10000.0
+    positions = [1000, 3, 1001, 0, 517]  # each row its own position (rows of several sequences)
+    n = len(positions)
     x = rng.standard_normal((t_max, heads * d)).astype(np.float32)
     w = rng.standard_normal(d).astype(np.float32)
     table = rope_table(d, 2048, base)
     xt, wt = ex.tensor("x", x.shape, data=x), ex.tensor("w", w.shape, data=w)
-    rt = ex.tensor("rope", table.shape, data=table)
-    got, = _run(ex, lambda b: ops.norm_rope(b, xt, wt, rt, heads, 1e-6), StepParams(n, pos), [xt])
+    rt, rows = ex.tensor("rope", table.shape, data=table), _rows_table(ex, t_max, positions)
+    got, = _run(ex, lambda b: ops.norm_rope(b, xt, wt, rt, rows, heads, 1e-6), StepParams(n), [xt])
     normed = _rms(x.reshape(t_max, heads, d), w, 1e-6).astype(np.float64)
-    want = _rope_reference(normed[:n], np.arange(pos, pos + n, dtype=np.float64), base).reshape(n, heads * d)
+    want = _rope_reference(normed[:n], np.array(positions, np.float64), base).reshape(n, heads * d)
     # Angles up to ~1000 rad are rounded to f32 (as the reference model does): |error| <= 1e-4.
     np.testing.assert_allclose(got[:n], want, rtol=0, atol=1e-4 * np.abs(want).max())
     np.testing.assert_array_equal(got[n:], x[n:])
+
+
+def _pool(ex: Executor, width: int, kv_dtype: str, n_ctx: int, lengths: tuple[int, int]) -> tuple[KVPool, int, int]:
+    """A pool with two sequences of these lengths whose pages interleave (a, b, a, a, ...)."""
+    pages = sum(-(-n // PAGE_TOKENS) for n in lengths) + 1
+    pool = KVPool(ex, "c", [width], n_ctx, pages * PAGE_TOKENS, 3, kv_dtype)
+    a, b = pool.open_slot(), pool.open_slot()
+    pool.reserve(a, min(lengths[0], PAGE_TOKENS))
+    pool.reserve(b, lengths[1])
+    pool.reserve(a, lengths[0])
+    assert (np.diff(pool.pool_rows(a, np.arange(lengths[0]))) != 1).any(), "a's pages should not be contiguous"
+    return pool, a, b
+
+
+def _as_f32(words: np.ndarray, kv_f16: bool) -> np.ndarray:
+    return words.view(np.float16).astype(np.float32) if kv_f16 else words.view(np.float32)
 
 
 def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale):
@@ -114,49 +141,40 @@ def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale):
     (True, 0, 4, 1, 256, 1), (False, 0, 4, 1, 256, 1), (True, 50, 8, 2, 128, 1), (False, 70, 2, 2, 64, 1),
     (True, 0, 4, 1, 256, 7), (False, 40, 2, 1, 64, 16),  # parts of ~22 keys; 16 parts of <= 3 keys, some empty
 ])
-def test_kv_store_and_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
-                                splits: int) -> None:
+def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
+                         splits: int) -> None:
+    """Six prompt tokens of sequence a (positions 150-155, keys across a page edge and the
+    window edge) and one decode token of sequence b (position 200) in one step."""
     rng = np.random.default_rng(3)
-    n_ctx, t_max, n, pos = 256, 8, 6, 150  # keys span several 64-key chunks and the window edge
-    width = kv_heads * d
+    n_ctx, t_max, width = 512, 8, kv_heads * d
     kv_dtype = "f16" if kv_f16 else "f32"
-    cache = KVCache.allocate(ex, "c", [width], n_ctx, kv_dtype)
-    past_k = rng.standard_normal((n_ctx, width)).astype(np.float32)
-    past_v = rng.standard_normal((n_ctx, width)).astype(np.float32)
-    if kv_f16:
-        past_k, past_v = past_k.astype(np.float16).astype(np.float32), past_v.astype(np.float16).astype(np.float32)
-        ex.write(cache.keys[0], past_k.astype(np.float16).view(np.uint32).reshape(n_ctx, width // 2))
-        ex.write(cache.values[0], past_v.astype(np.float16).view(np.uint32).reshape(n_ctx, width // 2))
-    else:
-        ex.write(cache.keys[0], past_k.view(np.uint32))
-        ex.write(cache.values[0], past_v.view(np.uint32))
-    new_k = rng.standard_normal((t_max, width)).astype(np.float32)
-    new_v = rng.standard_normal((t_max, width)).astype(np.float32)
+    pool, a, b = _pool(ex, width, kv_dtype, n_ctx, (300, 201))
+    keys = {s: rng.standard_normal((n, width)).astype(np.float32) for s, n in ((a, 300), (b, 201))}
+    values = {s: rng.standard_normal((n, width)).astype(np.float32) for s, n in ((a, 300), (b, 201))}
+    pool_rows = pool.n_pages * PAGE_TOKENS
+    for cache, per_slot in ((pool.keys[0], keys), (pool.values[0], values)):
+        table = np.zeros((pool_rows, width), np.float32)
+        for slot, data in per_slot.items():
+            if kv_f16:
+                data[:] = data.astype(np.float16)
+            table[pool.pool_rows(slot, np.arange(len(data)))] = data
+        ex.write(cache, table.astype(np.float16).view(np.uint32) if kv_f16 else table.view(np.uint32))
+    positions, slots = [150, 151, 152, 153, 154, 155, 200], [a] * 6 + [b]
+    n = len(positions)
     q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
-    kt, vt, qt = (ex.tensor(name, a.shape, data=a) for name, a in (("k", new_k), ("v", new_v), ("q", q)))
-    out = ex.tensor("o", (t_max, heads * d))
+    qt, out = ex.tensor("q", q.shape, data=q), ex.tensor("o", (t_max, heads * d))
+    rows = _rows_table(ex, t_max, positions, slots)
     scale = 1 / np.sqrt(d)
-
-    def build(b: ProgramBuilder) -> None:
-        ops.kv_store(b, kt, vt, cache.keys[0], cache.values[0], kv_f16)
-        ops.attention(b, qt, cache.keys[0], cache.values[0], out, heads=heads, kv_heads=kv_heads, head_dim=d,
-                      window=window, scale=scale, kv_f16=kv_f16, splits=splits)
-
-    got, = _run(ex, build, StepParams(n, pos), [out])
-    k_all, v_all = past_k.copy(), past_v.copy()
-    stored_k, stored_v = new_k[:n], new_v[:n]
-    if kv_f16:
-        stored_k, stored_v = stored_k.astype(np.float16), stored_v.astype(np.float16)
-    k_all[pos:pos + n], v_all[pos:pos + n] = stored_k, stored_v
-    want = _attention_reference(q[:n].reshape(n, heads, d).astype(np.float64),
-                                k_all.reshape(n_ctx, kv_heads, d).astype(np.float64),
-                                v_all.reshape(n_ctx, kv_heads, d).astype(np.float64), pos, heads, kv_heads,
-                                window, scale)
-    np.testing.assert_allclose(got[:n].reshape(n, heads, d), want, rtol=1e-4, atol=1e-5)
-    # The cache rows written are exactly the step's rows (rounded to f16 when packed).
-    stored = ex.read(cache.keys[0])
-    as_f32 = stored.view(np.float16).astype(np.float32) if kv_f16 else stored.view(np.float32)
-    np.testing.assert_array_equal(as_f32[pos:pos + n], stored_k.astype(np.float32))
+    got, = _run(ex, lambda bld: ops.attention(bld, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads,
+                                              head_dim=d, window=window, scale=scale, splits=splits),
+                StepParams(n), [out])
+    for t, (p, slot) in enumerate(zip(positions, slots, strict=True)):
+        k = keys[slot].reshape(-1, kv_heads, d).astype(np.float64)
+        v = values[slot].reshape(-1, kv_heads, d).astype(np.float64)
+        want = _attention_reference(q[t:t + 1].reshape(1, heads, d).astype(np.float64), k, v, p, heads, kv_heads,
+                                    window, scale)
+        np.testing.assert_allclose(got[t].reshape(1, heads, d), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(got[n:], 0)  # rows past n_tokens untouched
 
 
 def test_gelu_mul_and_add(ex: Executor) -> None:
@@ -205,8 +223,7 @@ def _residual_norm_reference(y, x, w_post, w_next, eps):
 
 
 @pytest.mark.parametrize("subgroups", REDUCES)
-@pytest.mark.parametrize("last_row", [False, True])
-def test_residual_norm(ex: Executor, subgroups: bool, last_row: bool) -> None:
+def test_residual_norm(ex: Executor, subgroups: bool) -> None:
     rng = np.random.default_rng(6)
     t_max, n, d = 6, 4, 640
     y = rng.standard_normal((t_max, d)).astype(np.float32) * 5
@@ -214,34 +231,65 @@ def test_residual_norm(ex: Executor, subgroups: bool, last_row: bool) -> None:
     w_post, w_next = (rng.standard_normal(d).astype(np.float32) for _ in range(2))
     yt, wpt, wnt = (ex.tensor(name, a.shape, data=a) for name, a in (("y", y), ("wp", w_post), ("wn", w_next)))
     x_fused, x_split = ex.tensor("xf", x.shape, data=x), ex.tensor("xs", x.shape, data=x)
-    h_rows = 1 if last_row else t_max
-    h_fused, h_split = ex.tensor("hf", (h_rows, d)), ex.tensor("hs", (h_rows, d))
+    h_fused, h_split = ex.tensor("hf", (t_max, d)), ex.tensor("hs", (t_max, d))
     sg = _subgroups(ex, subgroups)
 
     def build(b: ProgramBuilder) -> None:
-        ops.residual_norm(b, yt, wpt, x_fused, wnt, h_fused, 1e-6, last_row=last_row, subgroups=sg)
+        ops.residual_norm(b, yt, wpt, x_fused, wnt, h_fused, 1e-6, subgroups=sg)
         ops.rms_norm(b, yt, wpt, x_split, 1e-6, accumulate=True)
-        ops.rms_norm(b, x_split, wnt, h_split, 1e-6, last_row=last_row)
+        ops.rms_norm(b, x_split, wnt, h_split, 1e-6)
 
-    gx, gh, sx, sh = _run(ex, build, StepParams(n, 0), [x_fused, h_fused, x_split, h_split])
+    gx, gh, sx, sh = _run(ex, build, StepParams(n), [x_fused, h_fused, x_split, h_split])
     want_x, want_h = _residual_norm_reference(y[:n], x[:n], w_post, w_next, 1e-6)
-    rows = slice(n - 1, n) if last_row else slice(0, n)
-    np.testing.assert_allclose(gx[rows], want_x[rows], rtol=RTOL, atol=ATOL * 20)  # |x| ~ 60: f32 ulps of it
-    np.testing.assert_allclose(gh[:n], want_h[rows], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(gx[:n], want_x, rtol=RTOL, atol=ATOL * 20)  # |x| ~ 60: f32 ulps of it
+    np.testing.assert_allclose(gh[:n], want_h, rtol=RTOL, atol=ATOL)
     same = np.testing.assert_allclose if sg else np.testing.assert_array_equal
-    same(gx[rows], sx[rows], **_tolerance(sg, ATOL * 20))
+    same(gx, sx, **_tolerance(sg, ATOL * 20))
     same(gh, sh, **_tolerance(sg, ATOL))
     np.testing.assert_array_equal(gx[n:], x[n:])  # rows past n_tokens untouched
-    if last_row:
-        np.testing.assert_array_equal(gx[:n - 1], x[:n - 1])  # only the last row is updated
+
+
+@pytest.mark.parametrize("subgroups", REDUCES)
+def test_residual_norm_gather(ex: Executor, subgroups: bool) -> None:
+    """Only the output rows (the last token of each sequence) are normalised, into h[0..n_out)."""
+    rng = np.random.default_rng(16)
+    t_max, n, d, r_max, picked = 6, 5, 640, 4, [4, 1]
+    y = rng.standard_normal((t_max, d)).astype(np.float32) * 5
+    x = rng.standard_normal((t_max, d)).astype(np.float32) * 20
+    w_post, w_next = (rng.standard_normal(d).astype(np.float32) for _ in range(2))
+    yt, wpt, wnt, xt = (ex.tensor(name, a.shape, data=a)
+                        for name, a in (("y", y), ("wp", w_post), ("wn", w_next), ("x", x)))
+    out_rows = ex.tensor("out_rows", (r_max,), "u32", data=np.array(picked + [0, 0], np.uint32))
+    h = ex.tensor("h", (r_max, d), data=np.full((r_max, d), 7.0, np.float32))
+    sg = _subgroups(ex, subgroups)
+    gx, gh = _run(ex, lambda b: ops.residual_norm(b, yt, wpt, xt, wnt, h, 1e-6, out_rows=out_rows, subgroups=sg),
+                  StepParams(n, n_out=len(picked)), [xt, h])
+    want_x, want_h = _residual_norm_reference(y[picked], x[picked], w_post, w_next, 1e-6)
+    np.testing.assert_allclose(gx[picked], want_x, rtol=RTOL, atol=ATOL * 20)
+    np.testing.assert_allclose(gh[:len(picked)], want_h, rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(gh[len(picked):], 7.0)  # rows past n_out untouched
+    others = [i for i in range(t_max) if i not in picked]
+    np.testing.assert_array_equal(gx[others], x[others])  # x rows not gathered stay stale
+
+
+def test_store_tokens(ex: Executor) -> None:
+    rows = _rows_table(ex, 6, [5, 6, 7, 9, 3], [2, 2, 2, 0, 1])
+    sampled = ex.tensor("sampled", (4,), "u32", data=np.array([11, 22, 33, 44], np.uint32))
+    out_rows = ex.tensor("out_rows", (4,), "u32", data=np.array([2, 4, 3, 0], np.uint32))
+    slot_tokens = ex.tensor("slot_tokens", (4,), "u32", data=np.full(4, 99, np.uint32))
+    got, = _run(ex, lambda b: ops.store_tokens(b, sampled, out_rows, rows, slot_tokens), StepParams(5, n_out=3),
+                [slot_tokens])
+    # out row 0 is token row 2 (slot 2), row 1 is token row 4 (slot 1), row 2 is token row 3 (slot 0)
+    assert got.tolist() == [33, 22, 11, 99]
 
 
 @pytest.mark.parametrize("subgroups", REDUCES)
 @pytest.mark.parametrize("kv_f16,heads,kv_heads,d", [(True, 4, 1, 256), (False, 4, 2, 64), (True, 2, 2, 36)])
 def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: int, kv_heads: int,
                             d: int) -> None:
+    """Two tokens of sequence a (positions 1000, 1001) and one of sequence b (position 5) in one step."""
     rng = np.random.default_rng(7)
-    t_max, n, pos, n_ctx, base = 5, 3, 1000, 1024, 10000.0
+    t_max, n_ctx, base = 5, 1024, 10000.0
     width = kv_heads * d
     q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
     k = rng.standard_normal((t_max, width)).astype(np.float32) * 2
@@ -249,42 +297,42 @@ def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: 
     q_w, k_w = (rng.standard_normal(d).astype(np.float32) for _ in range(2))
     table = rope_table(d, n_ctx, base)
     kv_dtype = "f16" if kv_f16 else "f32"
-    fused, split = (KVCache.allocate(ex, name, [width], n_ctx, kv_dtype) for name in ("cf", "cs"))
+    pool, a, b = _pool(ex, width, kv_dtype, n_ctx, (1002, 6))
+    positions, slots = [1000, 1001, 5], [a, a, b]
+    n = len(positions)
+    rows = _rows_table(ex, t_max, positions, slots)
     qf, qs = ex.tensor("qf", q.shape, data=q), ex.tensor("qs", q.shape, data=q)
     kf, ks = ex.tensor("kf", k.shape, data=k), ex.tensor("ks", k.shape, data=k)
-    vt, qwt, kwt, rt = (ex.tensor(name, a.shape, data=a)
-                        for name, a in (("v", v), ("qw", q_w), ("kw", k_w), ("rope", table)))
+    vt, qwt, kwt, rt = (ex.tensor(name, arr.shape, data=arr)
+                        for name, arr in (("v", v), ("qw", q_w), ("kw", k_w), ("rope", table)))
     sg = _subgroups(ex, subgroups)
 
-    def build(b: ProgramBuilder) -> None:
-        ops.qk_norm_rope_store(b, qf, kf, vt, qwt, kwt, rt, fused.keys[0], fused.values[0], heads=heads,
-                               kv_heads=kv_heads, eps=1e-6, kv_f16=kv_f16, subgroups=sg)
-        ops.norm_rope(b, qs, qwt, rt, heads, 1e-6)
-        ops.norm_rope(b, ks, kwt, rt, kv_heads, 1e-6)
-        ops.kv_store(b, ks, vt, split.keys[0], split.values[0], kv_f16)
+    def build(bld: ProgramBuilder) -> None:
+        ops.qk_norm_rope_store(bld, qf, kf, vt, qwt, kwt, rt, pool, 0, rows, heads=heads, kv_heads=kv_heads,
+                               eps=1e-6, subgroups=sg)
+        ops.norm_rope(bld, qs, qwt, rt, rows, heads, 1e-6)
+        ops.norm_rope(bld, ks, kwt, rt, rows, kv_heads, 1e-6)
 
-    got_q, got_k = _run(ex, build, StepParams(n, pos), [qf, kf])
-    caches = [ex.read(t) for t in (fused.keys[0], fused.values[0], split.keys[0], split.values[0])]
-
-    def as_f32(words: np.ndarray) -> np.ndarray:
-        return words.view(np.float16).astype(np.float32) if kv_f16 else words.view(np.float32)
-
-    k_cache, v_cache, k_split, v_split = (as_f32(c) for c in caches)
-    positions = np.arange(pos, pos + n, dtype=np.float64)
-    want_q = _rope_reference(_rms(q.reshape(t_max, heads, d), q_w, 1e-6)[:n].astype(np.float64), positions, base)
-    want_k = _rope_reference(_rms(k.reshape(t_max, kv_heads, d), k_w, 1e-6)[:n].astype(np.float64), positions, base)
+    got_q, got_k, k_split = _run(ex, build, StepParams(n), [qf, kf, ks])
+    k_cache, v_cache = (_as_f32(ex.read(t), kv_f16) for t in (pool.keys[0], pool.values[0]))
+    written = np.concatenate([pool.pool_rows(s, np.array([p])) for p, s in zip(positions, slots, strict=True)])
+    want_q = _rope_reference(_rms(q.reshape(t_max, heads, d), q_w, 1e-6)[:n].astype(np.float64),
+                             np.array(positions, np.float64), base)
+    want_k = _rope_reference(_rms(k.reshape(t_max, kv_heads, d), k_w, 1e-6)[:n].astype(np.float64),
+                             np.array(positions, np.float64), base)
     # Angles up to ~1000 rad are rounded to f32 (as the reference model does): |error| <= 1e-4;
     # the f16 cache adds f16 rounding (2^-11 relative).
     np.testing.assert_allclose(got_q[:n], want_q.reshape(n, -1), rtol=0, atol=1e-4 * np.abs(want_q).max())
     k_tol = (1e-3 if kv_f16 else 1e-4) * np.abs(want_k).max()
-    np.testing.assert_allclose(k_cache[pos:pos + n], want_k.reshape(n, -1), rtol=0, atol=k_tol)
+    np.testing.assert_allclose(k_cache[written], want_k.reshape(n, -1), rtol=0, atol=k_tol)
     want_v = v[:n].astype(np.float16).astype(np.float32) if kv_f16 else v[:n]
-    np.testing.assert_array_equal(v_cache[pos:pos + n], want_v)
-    # The same f32 operations as norm_rope + kv_store; k and v left as they were, other cache rows untouched.
+    np.testing.assert_array_equal(v_cache[written], want_v)
+    # The same f32 operations as norm_rope; k and v left as they were; no other cache row written.
     same = np.testing.assert_allclose if sg else np.testing.assert_array_equal
     same(got_q, ex.read(qs), **_tolerance(sg, ATOL))
+    k_ref = k_split[:n].astype(np.float16).astype(np.float32) if kv_f16 else k_split[:n]
     # f16 words of the two paths may round apart by one f16 ulp where the f32 values differ by an ulp
-    same(k_cache, k_split, **_tolerance(sg, (2e-3 if kv_f16 else ATOL) * np.abs(k_split).max()))
-    np.testing.assert_array_equal(v_cache, v_split)
+    same(k_cache[written], k_ref, **_tolerance(sg, (2e-3 if kv_f16 else ATOL) * np.abs(k_ref).max()))
     np.testing.assert_array_equal(got_k, k)
-    assert not k_cache[:pos].any() and not k_cache[pos + n:].any()
+    others = np.setdiff1d(np.arange(len(k_cache)), written)
+    assert not k_cache[others].any() and not v_cache[others].any()

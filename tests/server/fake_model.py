@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 from gpu.errors import GPUFailure
+from models.batch import EndEvent, Event, TokenEvent
+from models.sampler import Sampler, SamplingParams
+from models.text_model import ContextLengthExceeded
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
 BYTE0 = len(SPECIALS)
@@ -100,11 +103,65 @@ class FakeSession:
             self.model.open_sessions -= 1
 
 
+class FakeGenerator:
+    """The BatchGenerator protocol (models/batch.py) over fake sessions: each round gives every
+    running sequence one token, sampled on the CPU; at most model.max_batch run together."""
+
+    def __init__(self, model: FakeModel) -> None:
+        self.model = model
+        self._seqs: dict[Any, dict[str, Any]] = {}
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._seqs)
+
+    def can_admit(self, n_prompt: int, max_tokens: int, n_sequences: int = 1) -> bool:
+        return len(self._seqs) + n_sequences <= self.model.max_batch
+
+    def add(self, key: Any, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
+            logprobs: bool = False, stop_ids: frozenset[int] | None = None) -> None:
+        if len(prompt_ids) + max_tokens - 1 > self.model.context_length:
+            raise ContextLengthExceeded(f"{len(prompt_ids)} + {max_tokens} tokens exceed the context")
+        self._seqs[key] = {"session": FakeSession(self.model), "prompt": list(prompt_ids), "sampler": Sampler(sampling),
+                           "history": list(prompt_ids), "max": max_tokens, "produced": 0, "last": None,
+                           "stops": self.model.tokenizer.eos_ids if stop_ids is None else stop_ids}
+
+    def cancel(self, key: Any) -> None:
+        seq = self._seqs.pop(key, None)
+        if seq is not None:
+            seq["session"].close()
+
+    def step(self) -> list[Event]:
+        events: list[Event] = []
+        for key, seq in list(self._seqs.items()):
+            session = seq["session"]
+            try:
+                if seq["max"] <= 0:
+                    raise StopIteration("length")
+                logits = session.prefill(seq["prompt"]) if seq["last"] is None else session.decode(seq["last"])
+                token = seq["sampler"].sample(logits, seq["history"])
+                if token.id in seq["stops"]:
+                    raise StopIteration("stop")
+                events.append(TokenEvent(key, token))
+                seq["produced"] += 1
+                seq["last"] = token.id
+                seq["history"].append(token.id)
+                if seq["produced"] >= seq["max"]:
+                    raise StopIteration("length")
+            except StopIteration as end:
+                events.append(EndEvent(key, str(end)))
+                self.cancel(key)
+            except Exception as error:  # noqa: BLE001 - as BatchGenerator: the sequence ends with its error
+                events.append(EndEvent(key, "error", error))
+                self.cancel(key)
+        return events
+
+
 class FakeModel:
     """A model that says SCRIPT over and over, step_s seconds a token."""
 
     def __init__(self, name: str = "fake", step_s: float = 0.0, context_length: int = 256,
-                 eos_after: int | None = None, fail_after: int | None = None) -> None:
+                 eos_after: int | None = None, fail_after: int | None = None, max_batch: int = 4) -> None:
         self.name = name
         self.tokenizer = FakeTokenizer()
         self.context_length = context_length
@@ -112,11 +169,15 @@ class FakeModel:
         self.step_s = step_s
         self.eos_after = eos_after
         self.fail_after = fail_after  # decode raises a GPUFailure at this many generated tokens
+        self.max_batch = max_batch
         self.open_sessions = 0
         self.lock = threading.Lock()
 
     def new_session(self) -> FakeSession:
         return FakeSession(self)
+
+    def generator(self) -> FakeGenerator:
+        return FakeGenerator(self)
 
 
 def fake_loader(step_s: float = 0.0, fail: bool = False, **model_kwargs: Any) -> Callable[..., FakeModel]:

@@ -120,7 +120,7 @@ def test_oversized_bodies_get_413_declared_or_streamed() -> None:
 
 
 def test_full_queue_gives_429_with_retry_after_and_cancelled_streams_free_their_places() -> None:
-    srv = start(env={"HEARTH_MAX_QUEUE": "1", "HEARTH_RETRY_AFTER": "3"}, step_s=0.05)
+    srv = start(env={"HEARTH_MAX_QUEUE": "1", "HEARTH_RETRY_AFTER": "3"}, step_s=0.05, max_batch=1)
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0)
     try:
         running = client.chat.completions.create(**CHAT, max_tokens=200, stream=True)

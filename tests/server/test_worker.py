@@ -81,13 +81,34 @@ def test_stop_string_is_matched_across_tokens_and_never_sent() -> None:
     asyncio.run(main())
 
 
-def test_choices_run_in_turn_with_their_own_indexes() -> None:
+def test_choices_run_together_with_their_own_indexes() -> None:
     async def main() -> None:
-        worker = make_worker()
+        worker = make_worker(max_batch=2)  # three choices: two in the batch, the third joins when one ends
         await worker.wait_ready()
         texts, done = await run_job(worker, job(max_tokens=5, n=3))
         assert texts == {0: SCRIPT[:5], 1: SCRIPT[:5], 2: SCRIPT[:5]}
-        assert [d.index for d in done] == [0, 1, 2]
+        assert sorted(d.index for d in done) == [0, 1, 2]
+        assert worker.model.open_sessions == 0
+        worker.stop()
+
+    asyncio.run(main())
+
+
+def test_requests_share_the_batch() -> None:
+    """Two requests generate at the same time: the second starts before the first has ended."""
+
+    async def main() -> None:
+        worker = make_worker(step_s=0.01)
+        await worker.wait_ready()
+        first, second = (worker.submit(job(max_tokens=30), 1) for _ in range(2))
+        order: list[str] = []
+
+        async def consume(name: str, handle: object) -> None:
+            async for event in handle.events():  # type: ignore[attr-defined]
+                order.append(f"{name}:{type(event).__name__}")
+
+        await asyncio.gather(consume("a", first), consume("b", second))
+        assert order.index("b:TextDelta") < order.index("a:ChoiceDone")
         worker.stop()
 
     asyncio.run(main())
@@ -131,7 +152,7 @@ def test_leaving_early_cancels_and_releases_the_session() -> None:
 
 def test_queue_bound_gives_queue_full_and_cancelled_waiters_leave_at_once() -> None:
     async def main() -> None:
-        worker = make_worker(step_s=0.02, max_queue=1)
+        worker = make_worker(step_s=0.02, max_queue=1, max_batch=1)
         await worker.wait_ready()
         running = worker.submit(job(max_tokens=100), 1)
         assert await asyncio.to_thread(wait_for, lambda: worker.running == 1)
@@ -165,7 +186,7 @@ def test_a_dropped_handle_cancels_its_job() -> None:
     """A stream whose response never started never iterates its handle; dropping it must free the place."""
 
     async def main() -> None:
-        worker = make_worker(step_s=0.02, max_queue=2)
+        worker = make_worker(step_s=0.02, max_queue=2, max_batch=1)
         await worker.wait_ready()
         running = worker.submit(job(max_tokens=100), 1)
         assert await asyncio.to_thread(wait_for, lambda: worker.running == 1)

@@ -1,0 +1,16 @@
+// The row table and the paged KV cache, shared by the kernels that need a token's place.
+//
+// rows[t] = (position, slot, token source, 0) for token row t of a step:
+//   position      the token's position in its sequence (RoPE angle, causal limit)
+//   slot          the sequence's row in the page table
+//   token source  0: the token id is ids[t] (prompts); 1: it is slot_tokens[slot], the token the
+//                 GPU sampled for that sequence in the previous step (decode needs no host round trip)
+// A sequence's KV positions live in pages of PAGE_TOKENS positions scattered over one pool per
+// layer: page_table[slot * MAX_PAGES + position / PAGE_TOKENS] is the pool page holding a position.
+// The including kernel declares `rows: array<vec4<u32>>` and `page_table: array<u32>` bindings
+// and the overrides PAGE_TOKENS and MAX_PAGES.
+
+// The pool row (position in the pool) of a sequence position.
+fn pool_row(slot: u32, position: u32) -> u32 {
+    return page_table[slot * MAX_PAGES + position / PAGE_TOKENS] * PAGE_TOKENS + position % PAGE_TOKENS;
+}
