@@ -86,6 +86,155 @@ def make_minilm() -> None:
                         ids=np.concatenate(ids).astype(np.int32), offsets=offsets.astype(np.int32))
     print(f"all-MiniLM-L6-v2: {len(texts)} texts, {offsets[-1]} tokens")
 
+# The tiny EmbeddingGemma: real layer structure (sliding and full layers, grouped heads, QK-norm, GeGLU,
+# two Dense projections) at toy sizes; six layers so that llama.cpp's fixed pattern (every 6th layer full)
+# and HF's layer_types agree; a window of 8 so that test sequences reach past it.
+TINY = {"hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 3,
+        "num_key_value_heads": 1, "head_dim": 32, "query_pre_attn_scalar": 32, "sliding_window": 8,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-6}
+TINY_VOCAB = 300
+TINY_DENSE = 160  # 2_Dense: 96 -> 160, 3_Dense: 160 -> 96
+TINY_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # Gemma's ids 0..3
+
+
+def _tiny_tokenizer(texts: list[str]):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=TINY_VOCAB, special_tokens=TINY_SPECIALS, show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", special_tokens=[("<bos>", 2), ("<eos>", 1)])
+    return tokenizer
+
+
+def _write_dir(out: Path, model, tokenizer, dense: list[np.ndarray]) -> None:
+    from safetensors.numpy import save_file
+
+    model.save_pretrained(out)
+    tokenizer.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<eos>",
+        "pad_token": "<pad>", "unk_token": "<unk>", "padding_side": "right", "model_max_length": 128}) + "\n")
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+               {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"},
+               {"idx": 4, "name": "4", "path": "4_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (out / "modules.json").write_text(json.dumps(modules, indent=1) + "\n")
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": TINY["hidden_size"], "pooling_mode_mean_tokens": True,
+        "pooling_mode_cls_token": False, "pooling_mode_max_tokens": False, "pooling_mode_lasttoken": False}))
+    for name, w in zip(("2_Dense", "3_Dense"), dense):
+        (out / name).mkdir(exist_ok=True)
+        (out / name / "config.json").write_text(json.dumps({
+            "in_features": w.shape[1], "out_features": w.shape[0], "bias": False,
+            "activation_function": "torch.nn.modules.linear.Identity"}))
+        save_file({"linear.weight": w}, str(out / name / "model.safetensors"))
+
+
+def write_gemma_gguf(path: Path, state: dict[str, np.ndarray], dense: list[np.ndarray], tokenizer) -> None:
+    """The tiny model as llama.cpp's converter writes a `gemma-embedding` GGUF: norms with Gemma's +1 baked
+    in, dense_2/dense_3, the original sliding window, mean pooling, a SentencePiece-style vocabulary."""
+    import gguf
+
+    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GEMMA_EMBEDDING]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(TINY["max_position_embeddings"])
+    w.add_embedding_length(TINY["hidden_size"])
+    w.add_block_count(TINY["num_hidden_layers"])
+    w.add_feed_forward_length(TINY["intermediate_size"])
+    w.add_head_count(TINY["num_attention_heads"])
+    w.add_head_count_kv(TINY["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(TINY["rms_norm_eps"])
+    w.add_key_length(TINY["head_dim"])
+    w.add_value_length(TINY["head_dim"])
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_sliding_window(TINY["sliding_window"])
+    w.add_pooling_type(gguf.PoolingType.MEAN)
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([t for t, _ in vocab])
+    w.add_token_scores([0.0 if i < 4 else -float(i) for _, i in vocab])
+    w.add_token_types([gguf.TokenType.CONTROL if i < 4 else gguf.TokenType.NORMAL for _, i in vocab])
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_unk_token_id(3)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(True)
+    names = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "self_attn.o_proj": "attn_output", "post_attention_layernorm": "post_attention_norm",
+             "pre_feedforward_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "post_feedforward_layernorm": "post_ffw_norm"}
+    w.add_tensor("token_embd.weight", state["embed_tokens.weight"])
+    for i in range(TINY["num_hidden_layers"]):
+        for hf, ours in names.items():
+            t = state[f"layers.{i}.{hf}.weight"]
+            w.add_tensor(f"blk.{i}.{ours}.weight", t + 1 if ours.endswith("norm") else t)
+    w.add_tensor("output_norm.weight", state["norm.weight"] + 1)
+    w.add_tensor("dense_2.weight", dense[0])
+    w.add_tensor("dense_3.weight", dense[1])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_gemma(out: Path) -> None:
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    torch.manual_seed(0)
+    texts = corpus()
+    tokenizer = _tiny_tokenizer(texts)
+    layer_types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                   for i in range(TINY["num_hidden_layers"])]
+    config = Gemma3TextConfig(vocab_size=tokenizer.get_vocab_size(), layer_types=layer_types,
+                              use_bidirectional_attention=True, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+                              attn_implementation="eager", **TINY)
+    model = Gemma3TextModel(config).eval()
+    with torch.no_grad():  # larger than the default init, so that every part of the model shows in the output
+        for name, p in model.named_parameters():
+            p.normal_(0.0, 0.3 if "norm" in name else 0.15)
+    dense = [(torch.randn(TINY_DENSE, TINY["hidden_size"]) * 0.2).numpy(),
+             (torch.randn(TINY["hidden_size"], TINY_DENSE) * 0.2).numpy()]
+    out.mkdir(parents=True, exist_ok=True)
+    _write_dir(out, model, tokenizer, dense)
+    state = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    write_gemma_gguf(out.parent / "embeddings_gemma_tiny.gguf", state, dense, tokenizer)
+
+    # Inputs of uneven lengths, some past the window of 8 and one near the 128-token limit.
+    picked = [0, 1, 13, 21, 30, 44, 47, 55, 60, 63, 70, 91, 104]
+    st = SentenceTransformer(str(out), device="cpu")
+    want = st.encode([texts[i] for i in picked], batch_size=8, convert_to_numpy=True)
+    ids = [tokenizer.encode(texts[i]).ids[:128] for i in picked]
+    ids = [i if len(i) < 128 else i[:127] + [1] for i in ids]
+
+    # The same through transformers directly, each sequence alone (no padding): a check on the pipeline.
+    with torch.no_grad():
+        alone = []
+        for seq in ids:
+            h = model(input_ids=torch.tensor([seq])).last_hidden_state[0].mean(0)
+            v = torch.from_numpy(dense[1]) @ (torch.from_numpy(dense[0]) @ h)
+            alone.append((v / v.norm()).numpy())
+    direct = np.stack(alone)
+    st_ids = st.tokenizer([texts[i] for i in picked], truncation=True, max_length=128)["input_ids"]
+    assert st_ids == ids, "the tokenizer sentence-transformers uses differs from tokenizer.json"
+    cos = (want * direct).sum(1) / np.linalg.norm(want, axis=1) / np.linalg.norm(direct, axis=1)
+    assert cos.min() > 0.99999, cos
+    offsets = np.cumsum([0] + [len(i) for i in ids])
+    np.savez_compressed(out / "golden.npz", embeddings=want.astype(np.float32), texts=np.array(picked),
+                        ids=np.concatenate(ids).astype(np.int32), offsets=offsets.astype(np.int32))
+    print(f"tiny EmbeddingGemma: {len(ids)} inputs of {min(map(len, ids))}..{max(map(len, ids))} tokens; "
+          f"sentence-transformers vs transformers alone: cosine >= {cos.min():.7f}")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,8 +243,6 @@ def main() -> None:
     if args.only in (None, "minilm"):
         make_minilm()
     if args.only in (None, "gemma"):
-        from scripts.make_embedding_gemma_golden import make_gemma  # noqa: PLC0415
-
         make_gemma(GOLDEN / "embeddings_gemma_tiny")
 
 

@@ -1,0 +1,292 @@
+"""EmbeddingGemma on the executor: a Gemma 3 encoder with bidirectional attention, mean pooling and two
+Dense projections, from a sentence-transformers directory (Gemma3TextModel with use_bidirectional_attention)
+or a GGUF file as llama.cpp's converter writes it (architecture "gemma-embedding").
+
+One step over a packed batch of T tokens (gpu/ops/encoder.py):
+
+    x = embed[ids] * sqrt(D)                                     # lookup on the host; x: [T, D]
+    for each layer:
+        h = rms_norm(x) * attn_norm
+        q, k, v = h Wq, h Wk, h Wv                               # q: [T, H, Dh], k, v: [T, Hkv, Dh]
+        q = rope(rms_norm(q) * q_norm); k = rope(rms_norm(k) * k_norm)   at each token's position in its sequence
+        a = attention(q, k, v) over the token's own sequence     # sliding layers: keys within WINDOW rows
+        x += rms_norm(a Wo) * post_attention_norm
+        h = rms_norm(x) * ffn_norm
+        x += rms_norm((gelu_tanh(h Wgate) * h Wup) Wdown) * post_ffw_norm
+    e = normalize(W3 (W2 mean_pool(rms_norm(x) * output_norm)))
+
+Particulars: HF's RMSNorm scales by (1 + w); llama.cpp's converter bakes the +1 into the GGUF, so the
+directory loader adds it. HF's bidirectional sliding mask lets a query see keys with |i - j| < window // 2 + 1,
+which is llama.cpp's symmetric window (|i - j| <= window / 2): WINDOW = sliding_window // 2 rows either side.
+Sliding layers use RoPE base 10k, the others the file's base (1M). Scores are scaled by
+query_pre_attn_scalar^-0.5 (GGUF: head_dim^-0.5, as llama.cpp does). EmbeddingGemma was trained with
+Matryoshka truncation, so /v1/embeddings' `dimensions` may shorten its vectors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, Keys, PoolingType
+
+from gpu.ops import encoder as ops
+from gpu.ops.matmul import linear
+from gpu.program import Executor, ProgramBuilder
+from gpu.tensor import Tensor
+from gpu.weights import QuantWeight
+from models.embedding_model import (
+    DirSource,
+    EncoderInputs,
+    GGUFSource,
+    Head,
+    HFTextEncoder,
+    Matrix,
+    Progress,
+    Uploader,
+    dequantize_rows,
+    record_head,
+)
+from models.gguf_file import GGUFFile, GGUFFormatError
+from models.safetensors_dir import ModelDir, ModelDirError
+from models.tokenizer import Tokenizer
+
+SWA_PATTERN = 6  # llama.cpp: every 6th layer attends to the whole sequence
+ROPE_BASE_LOCAL = 10_000.0
+_GGUF_POOLING = {PoolingType.MEAN: "mean", PoolingType.CLS: "cls", PoolingType.LAST: "last"}
+
+
+@dataclass(frozen=True)
+class EmbeddingGemmaConfig:
+    n_layers: int
+    d_model: int  # D
+    n_heads: int  # H
+    n_kv_heads: int  # Hkv
+    head_dim: int  # Dh
+    d_ffn: int
+    eps: float
+    window: int  # sliding window as configured (HF's and llama.cpp's `sliding_window`)
+    sliding: tuple[bool, ...]  # per layer
+    rope_base_global: float
+    rope_base_local: float
+    attn_scale: float
+    max_positions: int
+    vocab_size: int
+
+    @classmethod
+    def from_hf(cls, c: dict[str, Any]) -> EmbeddingGemmaConfig:
+        if not c.get("use_bidirectional_attention"):
+            raise ModelDirError("a causal Gemma 3 is not an embedding model (use_bidirectional_attention is false)")
+        n_layers = c["num_hidden_layers"]
+        types = c.get("layer_types") or [
+            "full_attention" if (i + 1) % c.get("sliding_window_pattern", SWA_PATTERN) == 0 else "sliding_attention"
+            for i in range(n_layers)]
+        rope = c.get("rope_parameters") or {}
+
+        def theta(kind: str, legacy: str, default: float) -> float:
+            params = rope.get(kind, rope if "rope_theta" in rope else {})
+            if params.get("rope_type", "default") != "default":
+                raise ModelDirError(f"RoPE type {params['rope_type']!r} is not supported")
+            return float(params.get("rope_theta", c.get(legacy, default)))
+
+        head_dim = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
+        return cls(
+            n_layers=n_layers, d_model=c["hidden_size"], n_heads=c["num_attention_heads"],
+            n_kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]), head_dim=head_dim,
+            d_ffn=c["intermediate_size"], eps=float(c.get("rms_norm_eps", 1e-6)), window=int(c["sliding_window"]),
+            sliding=tuple(t == "sliding_attention" for t in types),
+            rope_base_global=theta("full_attention", "rope_theta", 1_000_000.0),
+            rope_base_local=theta("sliding_attention", "rope_local_base_freq", ROPE_BASE_LOCAL),
+            attn_scale=float(c.get("query_pre_attn_scalar", head_dim)) ** -0.5,
+            max_positions=c["max_position_embeddings"], vocab_size=c["vocab_size"],
+        )
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> EmbeddingGemmaConfig:
+        _, shape, _ = f.raw(TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD] + ".weight")
+        n_layers = int(f.value(Keys.LLM.BLOCK_COUNT))
+        n_heads = int(f.value(Keys.Attention.HEAD_COUNT))
+        d_model = int(f.value(Keys.LLM.EMBEDDING_LENGTH))
+        head_dim = int(f.value(Keys.Attention.KEY_LENGTH, d_model // n_heads))
+        pattern = int(f.value(Keys.Attention.SLIDING_WINDOW_PATTERN, SWA_PATTERN))
+        return cls(
+            n_layers=n_layers, d_model=d_model, n_heads=n_heads,
+            n_kv_heads=int(f.value(Keys.Attention.HEAD_COUNT_KV, n_heads)), head_dim=head_dim,
+            d_ffn=int(f.value(Keys.LLM.FEED_FORWARD_LENGTH)), eps=float(f.value(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6)),
+            window=int(f.value(Keys.Attention.SLIDING_WINDOW)),
+            sliding=tuple((i + 1) % pattern != 0 for i in range(n_layers)),
+            rope_base_global=float(f.value(Keys.Rope.FREQ_BASE, 1_000_000.0)),
+            rope_base_local=float(f.value(Keys.Rope.FREQ_BASE_SWA, ROPE_BASE_LOCAL)),
+            attn_scale=head_dim ** -0.5, max_positions=int(f.value(Keys.LLM.CONTEXT_LENGTH)), vocab_size=int(shape[1]),
+        )
+
+
+# Checkpoint names: (HF name under the model, gguf MODEL_TENSOR); ".weight" is added. Norms are marked.
+_LAYER = {
+    "attn_norm": ("layers.{i}.input_layernorm", MODEL_TENSOR.ATTN_NORM),
+    "q": ("layers.{i}.self_attn.q_proj", MODEL_TENSOR.ATTN_Q),
+    "k": ("layers.{i}.self_attn.k_proj", MODEL_TENSOR.ATTN_K),
+    "v": ("layers.{i}.self_attn.v_proj", MODEL_TENSOR.ATTN_V),
+    "q_norm": ("layers.{i}.self_attn.q_norm", MODEL_TENSOR.ATTN_Q_NORM),
+    "k_norm": ("layers.{i}.self_attn.k_norm", MODEL_TENSOR.ATTN_K_NORM),
+    "o": ("layers.{i}.self_attn.o_proj", MODEL_TENSOR.ATTN_OUT),
+    "post_attention_norm": ("layers.{i}.post_attention_layernorm", MODEL_TENSOR.ATTN_POST_NORM),
+    "ffn_norm": ("layers.{i}.pre_feedforward_layernorm", MODEL_TENSOR.FFN_NORM),
+    "gate": ("layers.{i}.mlp.gate_proj", MODEL_TENSOR.FFN_GATE),
+    "up": ("layers.{i}.mlp.up_proj", MODEL_TENSOR.FFN_UP),
+    "down": ("layers.{i}.mlp.down_proj", MODEL_TENSOR.FFN_DOWN),
+    "post_ffw_norm": ("layers.{i}.post_feedforward_layernorm", MODEL_TENSOR.FFN_POST_NORM),
+}
+_MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def rope_table(head_dim: int, n_positions: int, base: float) -> np.ndarray:
+    """[n_positions, head_dim] float32: cos of the angles, then their sin (HF's default RoPE, angles in f32)."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = np.float32(1.0) / np.power(np.float32(base), exponents, dtype=np.float32)
+    angles = np.arange(n_positions, dtype=np.float32)[:, None] * inv_freq[None, :]  # f32 products, as torch
+    return np.concatenate([np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))], 1).astype(np.float32)
+
+
+@dataclass
+class GemmaLayer:
+    norms: dict[str, Tensor]  # attn_norm, q_norm, k_norm, post_attention_norm, ffn_norm, post_ffw_norm
+    mats: dict[str, QuantWeight]  # q, k, v, o, gate, up, down
+
+
+class EmbeddingGemma:
+    """EmbeddingGemma's weights (token table on the host, layers on the GPU) and its step program."""
+
+    matryoshka = True
+
+    def __init__(self, executor: Executor, config: EmbeddingGemmaConfig, source: DirSource | GGUFSource, gguf: bool,
+                 head: tuple[str, list[Matrix], bool], max_tokens: int, progress: Progress | None) -> None:
+        self.config = c = config
+        self.d_model = c.d_model
+        self.vocab_size = c.vocab_size
+        self.max_tokens = min(max_tokens, c.max_positions)
+        self._gguf, self._source = gguf, source
+        self._embed_scale = np.float32(math.sqrt(c.d_model))
+        total = 4 * c.d_model * (c.vocab_size + c.n_layers * (4 * c.d_model + 3 * c.d_ffn))
+        up = Uploader(executor, total, progress)
+        embed_name = self._name(("embed_tokens", MODEL_TENSOR.TOKEN_EMBD))
+        if gguf:  # rows stay in their block format, memory-mapped; a step dequantises the ones it needs
+            self._embed_type, _, raw = source.f.raw(embed_name)  # type: ignore[union-attr]
+            self._embed_rows = raw.reshape(c.vocab_size, -1)
+        else:
+            self._embed_type, self._embed_rows = GGMLQuantizationType.F32, source.array(embed_name)
+        up.host(self._embed_rows.nbytes)
+        self.layers = [self._layer(up, i) for i in range(c.n_layers)]
+        self.output_norm = self._norm(up, self._name(("norm", MODEL_TENSOR.OUTPUT_NORM)))
+        pooling, dense, normalize = head
+        self.head = Head(pooling, tuple((up.matrix(f"dense{j}", m), None) for j, m in enumerate(dense)), normalize)
+        self.d_out = dense[-1].n if dense else c.d_model
+        n_rope = self.max_tokens
+        self.rope_local = executor.tensor("rope_local", (n_rope, c.head_dim),
+                                          data=rope_table(c.head_dim, n_rope, c.rope_base_local))
+        self.rope_global = executor.tensor("rope_global", (n_rope, c.head_dim),
+                                           data=rope_table(c.head_dim, n_rope, c.rope_base_global))
+        self.weight_bytes = up.uploaded_bytes
+
+    def _name(self, names: tuple[str, MODEL_TENSOR], i: int | None = None) -> str:
+        hf, kind = names
+        if self._gguf:
+            base = TENSOR_NAMES[kind]
+            return (base.format(bid=i) if i is not None else base) + ".weight"
+        return (hf.format(i=i) if i is not None else hf) + ".weight"
+
+    def _norm(self, up: Uploader, name: str) -> Tensor:
+        w = self._source.array(name)
+        return up.vector(name, w if self._gguf else w + np.float32(1.0))  # HF's (1 + w); the GGUF has it baked in
+
+    def _layer(self, up: Uploader, i: int) -> GemmaLayer:
+        norms = {key: self._norm(up, self._name(names, i)) for key, names in _LAYER.items() if key not in _MATRICES}
+        mats = {}
+        for key in _MATRICES:
+            name = self._name(_LAYER[key], i)
+            mats[key] = up.matrix(name, self._source.matrix(name))
+        return GemmaLayer(norms, mats)
+
+    def input_rows(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """embed[ids] * sqrt(D) in float32, as HF's scaled word embedding."""
+        return dequantize_rows(self._embed_rows[ids], self._embed_type) * self._embed_scale
+
+    def record(self, b: ProgramBuilder, inputs: EncoderInputs) -> None:
+        c, t = self.config, inputs.t_max
+        d, qw, kvw = c.d_model, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        x = inputs.x  # the residual stream, in place: the host writes the input rows again before every step
+        for i, w in enumerate(self.layers):
+            h = b.activation(f"h{i}", (t, d))
+            ops.layer_norm(b, x, w.norms["attn_norm"], h, c.eps, rms=True)
+            q, k, v = b.activation(f"q{i}", (t, qw)), b.activation(f"k{i}", (t, kvw)), b.activation(f"v{i}", (t, kvw))
+            for key, y in (("q", q), ("k", k), ("v", v)):
+                linear(b, w.mats[key], h, y, t)
+            rope = self.rope_local if c.sliding[i] else self.rope_global
+            ops.qk_norm_rope(b, q, k, w.norms["q_norm"], w.norms["k_norm"], inputs.positions, rope,
+                             heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
+            a = b.activation(f"attn{i}", (t, qw))
+            ops.attention(b, q, k, v, inputs.spans, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+                          scale=c.attn_scale, window=c.window // 2 if c.sliding[i] else 0)
+            o = b.activation(f"o{i}", (t, d))
+            linear(b, w.mats["o"], a, o, t)
+            ops.layer_norm(b, o, w.norms["post_attention_norm"], x, c.eps, rms=True, accumulate=True)
+            h2 = b.activation(f"h2_{i}", (t, d))
+            ops.layer_norm(b, x, w.norms["ffn_norm"], h2, c.eps, rms=True)
+            gate, up = b.activation(f"gate{i}", (t, c.d_ffn)), b.activation(f"up{i}", (t, c.d_ffn))
+            linear(b, w.mats["gate"], h2, gate, t)
+            linear(b, w.mats["up"], h2, up, t)
+            act = b.activation(f"act{i}", (t, c.d_ffn))
+            ops.gelu(b, gate, act, up=up, tanh=True)
+            down = b.activation(f"down{i}", (t, d))
+            linear(b, w.mats["down"], act, down, t)
+            ops.layer_norm(b, down, w.norms["post_ffw_norm"], x, c.eps, rms=True, accumulate=True)
+        out = b.activation("final", (t, d))
+        ops.layer_norm(b, x, self.output_norm, out, c.eps, rms=True)
+        record_head(b, out, inputs, self.head)
+
+
+class GGUFTextEncoder:
+    """A GGUF vocabulary (models/tokenizer.py) with BOS, and EOS where the file asks for it; truncation keeps
+    the special tokens at both ends, as the HF tokenizer's post-processor does."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_bos=True)
+
+    def encode_truncated(self, text: str, max_tokens: int) -> list[int]:
+        ids = self.encode(text)
+        if len(ids) <= max_tokens:
+            return ids
+        tail = ids[-1:] if ids[-1] in self.tokenizer.eos_ids else []
+        return ids[:max_tokens - len(tail)] + tail
+
+
+def from_dir(d: ModelDir, executor: Executor, progress: Progress | None) -> tuple[EmbeddingGemma, HFTextEncoder]:
+    """A sentence-transformers EmbeddingGemma directory (weights named as Gemma3TextModel's, `model.` optional)."""
+    prefix = "model." if d.has("model.embed_tokens.weight") else ""
+    config = EmbeddingGemmaConfig.from_hf(d.config)
+    p = d.pipeline
+    if any(m.bias is not None for m in p.dense):
+        raise ModelDirError(f"{d.path.name}: Dense modules with a bias are not supported for EmbeddingGemma")
+    dense = [Matrix(GGMLQuantizationType.F32, m.weight.shape[1], m.weight.shape[0], m.weight) for m in p.dense]
+    arch = EmbeddingGemma(executor, config, DirSource(d, prefix), False, (p.pooling, dense, p.normalize),
+                          p.max_seq_length or config.max_positions, progress)
+    return arch, HFTextEncoder(d.tokenizer())
+
+
+def from_gguf(f: GGUFFile, executor: Executor, progress: Progress | None) -> tuple[EmbeddingGemma, GGUFTextEncoder]:
+    """A GGUF `gemma-embedding` file: pooling from its pooling_type, dense_2 and dense_3, L2-normalised."""
+    config = EmbeddingGemmaConfig.from_gguf(f)
+    kind = PoolingType(int(f.value(Keys.LLM.POOLING_TYPE, PoolingType.MEAN)))
+    if kind not in _GGUF_POOLING:
+        raise GGUFFormatError(f"{f.path.name}: pooling type {kind.name} is not supported for embeddings")
+    source = GGUFSource(f)
+    dense = [source.matrix(TENSOR_NAMES[t] + ".weight") for t in (MODEL_TENSOR.DENSE_2_OUT, MODEL_TENSOR.DENSE_3_OUT)
+             if TENSOR_NAMES[t] + ".weight" in f.tensors]
+    arch = EmbeddingGemma(executor, config, source, True, (_GGUF_POOLING[kind], dense, True), config.max_positions,
+                          progress)
+    return arch, GGUFTextEncoder(Tokenizer.from_gguf(f.reader))
