@@ -1,28 +1,37 @@
-// matvec: y[t, ROW_START + r] = sum_k W[r, k] * x[t, k] for the rows r of one weight shard and the
-// step's first min(n_tokens, T_MAX) tokens, T_MAX a few (decode). W is read as GGUF stores it
-// (quant/${WEIGHT_TYPE}.wgsl decodes 16 values at a time); x and y are f32 rows.
+// matvec: y[t, ROW_START + r] = sum_k W[FIRST_ROW + r, k] * x[t, k] for N_ROWS rows of one weight
+// shard and the step's first min(n_tokens, T_MAX) tokens, T_MAX a few (decode). W is read as GGUF
+// stores it (quant/${WEIGHT_TYPE}.wgsl decodes 16 values at a time); x and y are f32 rows.
+//
+// GLU = 1 (the fused gate-up linear): the shard holds 2 N_ROWS rows, gate rows then up rows, and
+// y[t, ROW_START + r] = gelu_tanh(g) * u with g, u the sums of gate row r and up row N_ROWS + r.
+// The threads of row r compute both, reading x once for the two, and combine them after the sums.
 //
 // Work split: a workgroup computes ROWS consecutive rows with TPR threads per row; the thread in
 // lane l of a row takes the row's 16-value groups l, l + TPR, ..., so adjacent threads read
 // adjacent bytes and consecutive rows continue where the previous ended. Each thread keeps one f32
-// sum per token in registers; the TPR sums of a row are added once at the end by the variant's
-// entry point, matvec/${ENTRY}.wgsl: reduce_workgroup (workgroup memory), reduce_subgroup
+// sum per token (two with GLU) in registers; the TPR sums of a row are added once at the end by the
+// variant's entry point, matvec/${ENTRY}.wgsl: reduce_workgroup (workgroup memory), reduce_subgroup
 // (subgroup shuffles), or whole_rows (software adapters: TPR = 1, four rows per thread).
 #include "common/step.wgsl"
 #include "quant/bytes.wgsl"
 #include "quant/${WEIGHT_TYPE}.wgsl"
+#include "matmul/gelu_glu.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 
 override K: u32 = 256u;        // values per weight row, a multiple of BLOCK_VALUES
-override N_ROWS: u32 = 1u;     // rows in this shard
-override ROW_START: u32 = 0u;  // y column of the shard's first row
-override Y_STRIDE: u32 = 1u;   // values per y row (all rows of the weight)
+override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
+override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
+override ROW_START: u32 = 0u;  // y column of the dispatch's first row
+override Y_STRIDE: u32 = 1u;   // values per y row
 override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
 override TPR: u32 = 32u;       // threads per row, a power of two
 override ROWS: u32 = 8u;       // rows per workgroup
+override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
 
 const WG: u32 = TPR * ROWS;
+const OUTS: u32 = T_MAX * (1u + GLU);  // sums per row: [token] (gate), then [token] of the up row
 const ROW_BYTES: u32 = K / BLOCK_VALUES * BLOCK_BYTES;
+const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;  // from a gate row to its up row
 const GROUPS_PER_BLOCK: u32 = BLOCK_VALUES / GROUP_VALUES;
 const GROUPS_PER_ROW: u32 = K / GROUP_VALUES;
 
@@ -36,20 +45,41 @@ fn n_tokens() -> u32 {
     return min(step.n_tokens, T_MAX);
 }
 
-// This thread's share of row first_row + slot: the dot products of its groups with each token.
-fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, T_MAX> {
-    var acc: array<f32, T_MAX>;
+// The values of the 16-value group gi of the row at byte row_base.
+fn group16(row_base: u32, gi: u32) -> mat4x4<f32> {
+    return dequant16(row_base + (gi / GROUPS_PER_BLOCK) * BLOCK_BYTES, gi % GROUPS_PER_BLOCK);
+}
+
+// sum of the 16 products of a dequantised group with four vec4 of x
+fn dot16(w: mat4x4<f32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    return dot(w[0], x0) + dot(w[1], x1) + dot(w[2], x2) + dot(w[3], x3);
+}
+
+// This thread's share of row first_row + slot: the dot products of its groups with each token
+// ([t]; with GLU, the up row's at [T_MAX + t]).
+fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
+    var acc: array<f32, OUTS>;
     let row = first_row + slot;
     let n = n_tokens();
     if (row < N_ROWS) {
-        let row_base = row * ROW_BYTES;
+        let row_base = (FIRST_ROW + row) * ROW_BYTES;
         for (var gi = lane; gi < GROUPS_PER_ROW; gi += TPR) {
-            let w = dequant16(row_base + (gi / GROUPS_PER_BLOCK) * BLOCK_BYTES, gi % GROUPS_PER_BLOCK);
+            let w = group16(row_base, gi);
+            var u = mat4x4<f32>();
+            if (GLU == 1u) {
+                u = group16(row_base + UP_BYTES, gi);
+            }
             for (var t = 0u; t < T_MAX; t++) {
                 if (t < n) {
                     let xi = (t * K + gi * GROUP_VALUES) / 4u;
-                    acc[t] += dot(w[0], x[xi]) + dot(w[1], x[xi + 1u]) + dot(w[2], x[xi + 2u])
-                        + dot(w[3], x[xi + 3u]);
+                    let x0 = x[xi];
+                    let x1 = x[xi + 1u];
+                    let x2 = x[xi + 2u];
+                    let x3 = x[xi + 3u];
+                    acc[t] += dot16(w, x0, x1, x2, x3);
+                    if (GLU == 1u) {
+                        acc[min(T_MAX + t, OUTS - 1u)] += dot16(u, x0, x1, x2, x3);
+                    }
                 }
             }
         }
@@ -57,9 +87,17 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, T_MAX> {
     return acc;
 }
 
-// Write the sum of row first_row + slot for token t.
-fn store(first_row: u32, slot: u32, t: u32, total: f32) {
-    if (first_row + slot < N_ROWS && t < n_tokens()) {
-        y[t * Y_STRIDE + ROW_START + first_row + slot] = total;
+// Write row first_row + slot's totals (with GLU, gelu_tanh(gate) * up) for the step's tokens.
+fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
+    let row = first_row + slot;
+    if (row >= N_ROWS) {
+        return;
+    }
+    for (var t = 0u; t < n_tokens(); t++) {
+        var v = totals[t];
+        if (GLU == 1u) {
+            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
+        }
+        y[t * Y_STRIDE + ROW_START + row] = v;
     }
 }

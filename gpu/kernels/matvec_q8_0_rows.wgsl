@@ -9,17 +9,22 @@
 // offset (K is a multiple of 64, so every row and pair starts at a word), which five aligned vec4
 // loads cover whatever the word's place in its vec4; selects pick the 17 words out of the 20.
 // Measured on lavapipe, 640 x 32768: 2-3x faster than matvec.wgsl's split rows.
+// GLU = 1 (the fused gate-up linear, as in matvec.wgsl): the thread also computes its 4 rows' up
+// rows N_ROWS + r and stores gelu_tanh(gate) * up.
 //
 // Block pair layout (words W0..W16): W0 low half d0, bytes 2..33 q of block 0 (W0 high half ..
 // W8 low half), W8 high half d1, W9..W16 q of block 1. value = d * q (int8).
 #include "common/step.wgsl"
+#include "matmul/gelu_glu.wgsl"
 
 override K: u32 = 64u;         // values per weight row, a multiple of 64
-override N_ROWS: u32 = 1u;     // rows in this shard
-override ROW_START: u32 = 0u;  // y column of the shard's first row
-override Y_STRIDE: u32 = 1u;   // values per y row (all rows of the weight)
+override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
+override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
+override ROW_START: u32 = 0u;  // y column of the dispatch's first row
+override Y_STRIDE: u32 = 1u;   // values per y row
 override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
 override WG: u32 = 64u;        // threads per workgroup; a workgroup computes 4 WG rows
+override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
 
 const ROW_WORDS: u32 = K / 64u * 17u;
 
@@ -87,8 +92,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     // rows past the shard repeat its last; their sums are not stored
     let rows = min(vec4<u32>(first_row) + vec4<u32>(0u, 1u, 2u, 3u) * WG, vec4<u32>(N_ROWS - 1u));
-    let w0 = rows * ROW_WORDS;
+    let w0 = (vec4<u32>(FIRST_ROW) + rows) * ROW_WORDS;
+    let wu = w0 + vec4<u32>(N_ROWS * ROW_WORDS * GLU);  // their up rows
     var acc: array<vec4<f32>, T_MAX>;  // [token]: rows j = 0..3
+    var acc_u: array<vec4<f32>, T_MAX>;  // [token]: up rows (GLU)
     for (var p = 0u; p < K / 64u; p++) {
         for (var t = 0u; t < T_MAX; t++) {
             if (t < n) {
@@ -97,13 +104,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     xs.v[i] = x[(t * K) / 4u + 16u * p + i];
                 }
                 acc[t] += vec4<f32>(pair(w0.x, p, xs), pair(w0.y, p, xs), pair(w0.z, p, xs), pair(w0.w, p, xs));
+                if (GLU == 1u) {
+                    acc_u[t] += vec4<f32>(pair(wu.x, p, xs), pair(wu.y, p, xs), pair(wu.z, p, xs), pair(wu.w, p, xs));
+                }
             }
         }
     }
     for (var t = 0u; t < n; t++) {
         for (var j = 0u; j < 4u; j++) {
             if (first_row + j * WG < N_ROWS) {
-                y[t * Y_STRIDE + ROW_START + first_row + j * WG] = acc[t][j];
+                var v = acc[t][j];
+                if (GLU == 1u) {
+                    v = gelu_glu(v, acc_u[t][j]);
+                }
+                y[t * Y_STRIDE + ROW_START + first_row + j * WG] = v;
             }
         }
     }

@@ -1,5 +1,6 @@
-"""Host side of the quantised matrix kernels: linear layers and embedding lookups over weights
-kept on the GPU in their GGUF block format (no dequantisation at load).
+"""Host side of the quantised matrix kernels: linear layers (plain, and the fused gate-up GLU of
+Gemma's feed-forward) and embedding lookups over weights kept on the GPU in their GGUF block format
+(no dequantisation at load).
 
 Supported weight types: those of gpu.weights.SUPPORTED_TYPES (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), decoded in the shader by kernels/quant/<type>.wgsl.
@@ -8,15 +9,20 @@ block (32 for Q*_0 / Q*_1, 256 for the K-quants, 16 for the float types, whose k
 values at a time); N is any. Activations are f32 row-major [T_MAX, width]; kernels compute the
 step's first min(n_tokens, T_MAX) rows and leave the others untouched.
 
-Kernels (each weight shard gets its own dispatch, writing its columns of y):
+Kernels (each weight shard gets its own dispatch, writing its columns of y, or two for a matmul
+split over k; each takes GLU = 1, the fused gate-up linear, which reads gate row r and up row F + r
+and stores gelu_tanh(g) * u):
 - kernels/matvec.wgsl: decode, up to MATVEC_MAX_TOKENS tokens; threads split each row's K, one
   reduction per row at the end. Entry points: matvec/reduce_subgroup.wgsl where the adapter has
   the "subgroup" feature, matvec/reduce_workgroup.wgsl everywhere, and on software adapters
   matvec/whole_rows.wgsl (four whole rows per thread, no reduction).
 - kernels/matvec_q8_0_rows.wgsl: decode of Q8_0 with K a multiple of 64 on software adapters
   (four whole rows per thread, block pairs read as aligned vec4 words).
-- kernels/matmul.wgsl: prefill, 64 tokens x 128 rows per workgroup through workgroup memory; on
-  software adapters (WHOLE_ROWS) 64 x 64 per workgroup, 8 x 8 per thread, no workgroup memory.
+- kernels/matmul.wgsl: prefill. On GPUs matmul/tiles.wgsl: register tiles (4 tokens x 4 or 8 rows
+  per thread) fed through workgroup memory in f32 (f16 tiles, where the adapter has "shader-f16",
+  are tested but off: slower on an H200, see F16_TILES), the tile and k split picked by
+  `matmul_tile`; a split's parts are added by kernels/matmul_reduce.wgsl. On software adapters
+  matmul/whole_rows.wgsl: 64 x 64 per workgroup, 8 x 8 per thread, no workgroup memory.
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
 
@@ -27,13 +33,14 @@ from typing import NamedTuple
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from gpu.device import Device
+from gpu.ops.transformer import gelu_mul
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 
 GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
 MATVEC_MAX_TOKENS = 4  # up to this many tokens per step, matvec's T_MAX loop beats a 64-token tile
-MATMUL_TILE = (64, 128)  # (tokens, rows) per matmul workgroup: TM and TN of kernels/matmul.wgsl
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 _MATVEC_THREADS = 256  # target threads per matvec workgroup
 _MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
@@ -107,10 +114,123 @@ def software_matvec_threads(n_rows: int) -> int:
     return max(8, min(64, _pow2_floor(n_rows // (_ROWS_PER_THREAD * _SOFTWARE_MIN_GROUPS))))
 
 
+class MatmulTile(NamedTuple):
+    """How the GPU matmul (kernels/matmul/tiles.wgsl) splits a dispatch: BT, BR, RR, BK and SPLIT."""
+
+    tokens: int  # tokens per workgroup (BT), a multiple of 4 (4 per thread)
+    rows: int  # weight rows per workgroup (BR); with GLU, half gate rows and their up rows
+    thread_rows: int  # weight rows per thread (RR): 4, or 8 (the GLU needs 8)
+    k_chunk: int  # k values per workgroup-memory chunk (BK), 16 or 32
+    split: int = 1  # workgroups sharing a tile's k range (SPLIT), their parts added by matmul_reduce
+
+    @property
+    def threads(self) -> int:
+        return (self.tokens // 4) * (self.rows // self.thread_rows)
+
+    def storage_bytes(self, f16: bool) -> int:
+        """Workgroup memory of the x and weight tiles."""
+        return self.k_chunk * (self.tokens + self.rows) * (2 if f16 else 4)
+
+    def problem(self, k: int, glu: bool) -> str | None:
+        """Why the kernel cannot take this tile for rows of k values, or None."""
+        if self.thread_rows not in (4, 8) or (glu and self.thread_rows != 8):
+            return "4 or 8 rows per thread (8 with GLU)"
+        if self.tokens % 4 or self.rows % (4 * self.thread_rows) or self.k_chunk % GROUP_VALUES:
+            return "tokens a multiple of 4, rows of 4 RR, BK of 16"
+        if k % (self.k_chunk * self.split):
+            return f"K = {k} is not a multiple of BK x SPLIT"
+        if self.rows * self.k_chunk > 32 * self.threads or self.tokens * self.k_chunk > 16 * self.threads:
+            return "at most 2 weight groups and 4 vec4 of x per thread and chunk"
+        return None
+
+    def groups(self, n_cols: int, t_max: int, glu: bool) -> int:
+        """Workgroups of a dispatch over n_cols y columns."""
+        return -(-n_cols // (self.rows // (2 if glu else 1))) * -(-t_max // self.tokens) * self.split
+
+
+_MATMUL_MIN_GROUPS = 128  # workgroups wanted (about one per H100/H200 SM) before k is split further
+_MATMUL_MAX_SPLIT = 8
+_MATMUL_PART = 256  # k values per split part wanted (parts of 256 to 511 values)
+_MATMUL_MIN_PART = 128  # k values a part keeps at least
+_MATMUL_MAX_PARTS_BYTES = 64 << 20  # the parts' scratch activation at most
+# f16 tiles measured 5-20% slower than f32 tiles on an H200 (Vulkan) at every 270M shape and tile: NVIDIA
+# converts each f16 read to f32 in an extra instruction; so they are off, kept for adapters where they pay.
+F16_TILES = False
+
+
+def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile:
+    """The tile of the GPU matmul for n_cols y columns (weight rows; gate rows with GLU), rows of k
+    values and t_max tokens, and its k split.
+
+    Measured on an H200 (bench/kernels.py --sweep, 54 to 72 tiles and splits per shape, Gemma 3 270M at
+    512 tokens); these rules give each shape's fastest or one within 10% of it: 640 x 1024: 64 x 128, 4 x 8
+    per thread, k in 2 parts (51 us; the previous 64 x 128 kernel 126 us); 640 x 256: 64 x 64, 4 x 4, 4 parts
+    (23 us, was 126); 1024 x 640: 64 x 64, 4 parts (57 us, was 207); 2048 x 640: 64 x 64, 8 parts (95 us, was
+    400); 640 x 2048: 128 x 64, 4 x 8, 2 parts; GLU 640 x 2 x 2048: 128 x 64, one part (134 us, the two
+    linears and gelu_mul it replaces were 261). k is split into parts of about _MATMUL_PART values (short k
+    loops measured fastest; the GLU keeps one dispatch and splits only for workgroups), then further while
+    there are fewer than _MATMUL_MIN_GROUPS workgroups. Few tokens take 16- or 32-token tiles.
+    """
+    if t_max <= 16:
+        tile = MatmulTile(16, 64, 8 if glu else 4, 16)
+    elif t_max <= 32:
+        tile = MatmulTile(32, 128, 8, 16) if glu or n_cols >= 1024 else MatmulTile(32, 64, 4, 32)
+    elif t_max >= 128 and (glu or n_cols >= 2048):
+        tile = MatmulTile(128, 64, 8, 32)
+    elif glu or n_cols >= 1024:
+        tile = MatmulTile(64, 128, 8, 32)
+    else:
+        tile = MatmulTile(64, 64, 4, 32)
+    width = n_cols * (2 if glu else 1)
+
+    def can_double(split: int, min_part: int) -> bool:
+        return (split < _MATMUL_MAX_SPLIT and k % (2 * split * tile.k_chunk) == 0 and k // (2 * split) >= min_part
+                and 2 * split * t_max * width * 4 <= _MATMUL_MAX_PARTS_BYTES)
+
+    split = 1
+    while not glu and can_double(split, _MATMUL_PART):
+        split *= 2
+    while tile.groups(n_cols, t_max, glu) * split < _MATMUL_MIN_GROUPS and can_double(split, _MATMUL_MIN_PART):
+        split *= 2
+    return tile._replace(split=split)
+
+
+def tiles_in_f16(device: Device, qtype: GGMLQuantizationType) -> bool:
+    """Whether the GPU matmul keeps its tiles in f16: where F16_TILES is on and the adapter has
+    "shader-f16", except for F32 and BF16 weights, whose values f16 would round coarsely or overflow."""
+    return (F16_TILES and device.has("shader-f16")
+            and qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.BF16))
+
+
+class _Plan(NamedTuple):
+    """A linear's kernel choice, every default resolved."""
+
+    kernel: LinearKernel
+    subgroups: bool
+    whole_rows: bool
+
+
+def _plan(
+    builder: ProgramBuilder, weight: QuantWeight, t_max: int,
+    kernel: LinearKernel | None, subgroups: bool | None, whole_rows: bool | None,
+) -> _Plan:
+    if kernel is None:
+        kernel = LinearKernel.MATVEC if t_max <= MATVEC_MAX_TOKENS else LinearKernel.MATMUL
+    if subgroups is None:
+        subgroups = builder.device.has("subgroup")
+    elif subgroups and not builder.device.has("subgroup"):
+        raise ValueError(f"{weight.name}: subgroups asked for, but the adapter lacks the feature")
+    if whole_rows is None:
+        whole_rows = builder.device.is_software
+    if kernel is LinearKernel.MATVEC and t_max > MATVEC_MAX_TOKENS:
+        raise ValueError(f"{weight.name}: matvec handles at most {MATVEC_MAX_TOKENS} tokens, not {t_max}")
+    return _Plan(kernel, subgroups, whole_rows)
+
+
 def _matvec_dispatch(
     weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool,
 ) -> tuple[str, dict[str, int | str], int]:
-    """(kernel, its extra constants, workgroups) of a matvec over a shard of n_rows."""
+    """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns)."""
     if whole_rows:
         threads = software_matvec_threads(n_rows)
         groups = -(-n_rows // (threads * _ROWS_PER_THREAD))
@@ -120,6 +240,54 @@ def _matvec_dispatch(
     shape = matvec_shape(weight.k, n_rows)
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
     return "matvec", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
+
+
+def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int, glu: bool) -> tuple[MatmulTile, bool]:
+    """(tile, f16 tiles) of a GPU matmul over n_rows y columns."""
+    return matmul_tile(weight.k, n_rows, t_max, glu), tiles_in_f16(device, weight.qtype)
+
+
+def _dispatch(
+    builder: ProgramBuilder, plan: _Plan, weight: QuantWeight, shard: Tensor, x: Tensor, y: Tensor, t_max: int, *,
+    first_row: int, n_rows: int, row_start: int, y_stride: int, glu: bool = False,
+) -> None:
+    """The dispatches of y[:, row_start + r] for rows first_row + r, r < n_rows, of one shard (with glu,
+    gelu_tanh(gate) * up, the up rows following the n_rows gate rows): one, or two for a matmul split
+    over k (the parts, then matmul_reduce)."""
+    constants: dict[str, int | str] = {
+        "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": n_rows, "FIRST_ROW": first_row,
+        "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "GLU": int(glu),
+    }
+    if plan.kernel is LinearKernel.MATVEC:
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows)
+        if name != "matvec":
+            del constants["WEIGHT_TYPE"]
+        builder.dispatch(name, constants | extra, [builder.step, shard, x, y], workgroup_grid(groups))
+        return
+    if plan.whole_rows:
+        groups = -(-n_rows // (32 if glu else 64)) * -(-t_max // 64)
+        builder.dispatch("matmul", constants | {"ENTRY": "whole_rows", "WG": 64}, [builder.step, shard, x, y],
+                         workgroup_grid(groups))
+        return
+    device = builder.device
+    tile, f16 = _matmul_config(device, weight, n_rows, t_max, glu)
+    problem = tile.problem(weight.k, glu)
+    if problem:
+        raise ValueError(f"{weight.name}: matmul tile {tile}: the kernel needs {problem}")
+    if tile.storage_bytes(f16) > device.limits.workgroup_storage_bytes or tile.threads > device.limits.max_invocations:
+        raise ValueError(f"{weight.name}: matmul tile {tile} exceeds the adapter's workgroup limits")
+    constants |= {"ENTRY": "tiles", "TILE": "f16" if f16 else "f32", "BT": tile.tokens, "BR": tile.rows,
+                  "RR": tile.thread_rows, "BK": tile.k_chunk, "SPLIT": tile.split}
+    groups = workgroup_grid(tile.groups(n_rows, t_max, glu))
+    if tile.split == 1:
+        builder.dispatch("matmul", constants, [builder.step, shard, x, y], groups)
+        return
+    width = n_rows * (2 if glu else 1)
+    parts = builder.activation(f"{weight.name}.parts", (tile.split * t_max, width))
+    builder.dispatch("matmul", constants | {"ROW_START": 0, "Y_STRIDE": width}, [builder.step, shard, x, parts], groups)
+    reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": tile.split,
+              "GLU": int(glu)}
+    builder.dispatch("matmul_reduce", reduce, [builder.step, parts, y], workgroup_grid(-(-t_max * n_rows // 256)))
 
 
 def linear(
@@ -132,38 +300,53 @@ def linear(
     matvec reduction by subgroup shuffles, by default where the device has the "subgroup" feature.
     whole_rows: matvec and matmul by whole rows per thread (the software adapters' kernels), by
     default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
+    One dispatch per weight shard.
     """
     _check_weight(weight)
     _check_activation(x, weight.k, t_max, "x")
     _check_activation(y, weight.n, t_max, "y")
-    if kernel is None:
-        kernel = LinearKernel.MATVEC if t_max <= MATVEC_MAX_TOKENS else LinearKernel.MATMUL
-    if subgroups is None:
-        subgroups = builder.device.has("subgroup")
-    elif subgroups and not builder.device.has("subgroup"):
-        raise ValueError(f"{weight.name}: subgroups asked for, but the adapter lacks the feature")
-    if whole_rows is None:
-        whole_rows = builder.device.is_software
-    if kernel is LinearKernel.MATVEC and t_max > MATVEC_MAX_TOKENS:
-        raise ValueError(f"{weight.name}: matvec handles at most {MATVEC_MAX_TOKENS} tokens, not {t_max}")
+    plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows)
     for shard in weight.shards:
-        constants: dict[str, int | str] = {
-            "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": shard.n_rows,
-            "ROW_START": shard.row_start, "Y_STRIDE": weight.n, "T_MAX": t_max,
-        }
-        name = kernel.value
-        if kernel is LinearKernel.MATVEC:
-            name, extra, groups = _matvec_dispatch(weight, shard.n_rows, subgroups, whole_rows)
-            if name != "matvec":
-                del constants["WEIGHT_TYPE"]
-            constants |= extra
-        elif whole_rows:
-            constants |= {"WHOLE_ROWS": 1, "WG": 64}
-            groups = -(-shard.n_rows // 64) * -(-t_max // 64)
-        else:
-            tokens, rows = MATMUL_TILE
-            groups = -(-shard.n_rows // rows) * -(-t_max // tokens)
-        builder.dispatch(name, constants, [builder.step, shard.tensor, x, y], workgroup_grid(groups))
+        _dispatch(builder, plan, weight, shard.tensor, x, y, t_max, first_row=0, n_rows=shard.n_rows,
+                  row_start=shard.row_start, y_stride=weight.n)
+
+
+def linear_glu(
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, t_max: int, *,
+    kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
+) -> None:
+    """y = gelu_tanh(x Wg^T) * (x Wu^T) for the step's first min(n_tokens, t_max) tokens: x [t_max, K]
+    -> y [t_max, F], Gemma's gated feed-forward (GeGLU) before its down projection.
+
+    weight: 2F rows, the gate projection's F rows then the up projection's F (the two GGUF tensors'
+    bytes concatenated: same type, rows contiguous). One dispatch computing both and combining them
+    in its epilogue, as gpu/kernels/gelu_mul.wgsl would; a weight split over several shards (the
+    binding limit) falls back to two linears into activations and a gelu_mul dispatch. kernel,
+    subgroups and whole_rows choose the kernel as for `linear`.
+    """
+    _check_weight(weight)
+    if weight.n % 2:
+        raise ValueError(f"{weight.name}: a gate-up weight needs an even number of rows, not {weight.n}")
+    f = weight.n // 2
+    _check_activation(x, weight.k, t_max, "x")
+    _check_activation(y, f, t_max, "y")
+    plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows)
+    if len(weight.shards) == 1:
+        _dispatch(builder, plan, weight, weight.shards[0].tensor, x, y, t_max, first_row=0, n_rows=f,
+                  row_start=0, y_stride=f, glu=True)
+        return
+    gate = builder.activation(f"{weight.name}.gate", (t_max, f))
+    up = builder.activation(f"{weight.name}.up", (t_max, f))
+    for shard in weight.shards:
+        end = shard.row_start + shard.n_rows
+        if shard.row_start < f:  # its gate rows
+            _dispatch(builder, plan, weight, shard.tensor, x, gate, t_max, first_row=0,
+                      n_rows=min(end, f) - shard.row_start, row_start=shard.row_start, y_stride=f)
+        if end > f:  # its up rows
+            begin = max(shard.row_start, f)
+            _dispatch(builder, plan, weight, shard.tensor, x, up, t_max, first_row=begin - shard.row_start,
+                      n_rows=end - begin, row_start=begin - f, y_stride=f)
+    gelu_mul(builder, gate, up, y)
 
 
 def embedding(

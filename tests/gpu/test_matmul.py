@@ -7,6 +7,11 @@ The reference is gguf-py's `dequantize(raw, qtype)` (float64) @ x.
 Tolerance: the kernels dequantise exactly as ggml does (up to one f32 rounding where a fused
 multiply-add is used) and sum in f32 in another order than numpy's float64, so each output may
 differ by a few f32 ulps of the row's L1 magnitude sum_k |W[r, k] x[t, k]|: we allow 1e-5 of it.
+The GPU matmul with f16 tiles (adapters with "shader-f16", lavapipe included) rounds each x and
+each dequantised weight to f16 (relative error <= 2^-11 each, absolute <= 2^-25 for values in
+f16's subnormal range) before its f32 products and sums, so there each product may be off by
+2^-10 of its magnitude (plus 2^-25 |w| or 2^-25 |x| for a subnormal x or w): we allow 2^-10 of
+the L1 magnitude, 2^-25 of sum_k |W[r, k]| + sum_k |x[t, k]|, and the f32 allowance above.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import SUPPORTED_TYPES, QuantWeight, row_bytes, upload_weight
 
 REL_TOL = 1e-5  # of the row's L1 magnitude, see the module docstring
+F16_REL_TOL = 2.0 ** -10  # of the L1 magnitude where tiles are f16
+F16_ABS_TOL = 2.0 ** -25  # of sum_k |W[r, k]| + |x[t, k]| where tiles are f16 (f16 subnormals)
 SENTINEL = 1234.5  # y rows past n_tokens must keep it
 
 TYPES = list(SUPPORTED_TYPES)
@@ -49,11 +56,22 @@ def random_weight_bytes(rng: np.random.Generator, qtype: Q, k: int, n: int) -> n
     return blocks.reshape(n, row_bytes(qtype, k))
 
 
-def reference(raw: np.ndarray, qtype: Q, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(W @ x per token, the L1 magnitudes sum_k |W x|) in float64, as [T, N]."""
+def reference(raw: np.ndarray, qtype: Q, x: np.ndarray, f16_tiles: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(W @ x per token, the error allowed: see the module docstring) in float64, as [T, N]."""
     w = dequantize(raw, qtype).astype(np.float64)
     x64 = x.astype(np.float64)
-    return x64 @ w.T, np.abs(x64) @ np.abs(w).T
+    magnitude = np.abs(x64) @ np.abs(w).T
+    if f16_tiles:
+        subnormal = np.abs(w).sum(axis=1)[None, :] + np.abs(x64).sum(axis=1)[:, None]
+        return x64 @ w.T, (REL_TOL + F16_REL_TOL) * magnitude + F16_ABS_TOL * subnormal
+    return x64 @ w.T, REL_TOL * magnitude
+
+
+def uses_f16_tiles(ex: Executor, qtype: Q, t_max: int, kernel: LinearKernel | None, whole_rows: bool | None) -> bool:
+    """Whether linear with these arguments runs the GPU matmul with f16 tiles."""
+    matmul = kernel is LinearKernel.MATMUL or (kernel is None and t_max > MATVEC_MAX_TOKENS)
+    tiled = not (ex.device.is_software if whole_rows is None else whole_rows)
+    return matmul and tiled and matmul_ops.tiles_in_f16(ex.device, qtype)
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +93,11 @@ def run_linear(
     yt = ex.tensor("y", (t_max, n), data=np.full((t_max, n), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "linear")
     linear(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups, whole_rows=whole_rows)
-    got, = ex.run(b.build(), StepParams(n_tokens, 0), read=[yt])
-    want, magnitude = reference(raw, qtype, x[:n_tokens])
+    got, = ex.run(b.build(), StepParams(n_tokens), read=[yt])
+    want, allowed = reference(raw, qtype, x[:n_tokens], uses_f16_tiles(ex, qtype, t_max, kernel, whole_rows))
     err = np.abs(got[:n_tokens] - want)
-    worst = np.unravel_index(np.argmax(err / magnitude), err.shape)
-    assert np.all(err <= REL_TOL * magnitude), (
+    worst = np.unravel_index(np.argmax(err / allowed), err.shape)
+    assert np.all(err <= allowed), (
         f"{qtype.name} {k}x{n}: token {worst[0]} row {worst[1]}: got {got[worst]}, want {want[worst]}")
     assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
     return weight
@@ -151,6 +169,52 @@ def test_matmul_variants(ex: Executor, qtype: Q, whole_rows: bool) -> None:
     """Both splits on any adapter (tiled for GPUs, whole rows for software adapters): two token and
     row tiles of the whole-row split (64 x 64), the last of each partial."""
     run_linear(ex, qtype, small_k(qtype, 2), 75, 70, 67, seed=11, kernel=LinearKernel.MATMUL, whole_rows=whole_rows)
+
+
+@pytest.mark.parametrize("f16", [False, True], ids=["f32-tiles", "f16-tiles"])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_matmul_tiles(ex: Executor, qtype: Q, f16: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU matmul with f32 and with f16 tiles on every weight type, on any adapter: two token
+    and two row tiles of the default tile (64 x 128), the last of each partial."""
+    if f16 and not ex.device.has("shader-f16"):
+        pytest.skip("adapter without shader-f16")
+    monkeypatch.setattr(matmul_ops, "tiles_in_f16", lambda device, qtype: f16)
+    run_linear(ex, qtype, small_k(qtype, 2), 150, 70, 67, seed=12, kernel=LinearKernel.MATMUL, whole_rows=False)
+
+
+# Every tile matmul_tile picks, with k in 1 to 8 parts (added by matmul_reduce), and 4 vec4 of x per thread.
+T = matmul_ops.MatmulTile
+TILE_SHAPES = [T(64, 128, 8, 32), T(128, 64, 8, 32), T(64, 64, 4, 32), T(32, 128, 8, 16), T(32, 64, 4, 32),
+               T(16, 64, 8, 16), T(16, 64, 4, 16), T(64, 128, 8, 32, 2), T(64, 64, 4, 32, 8), T(64, 64, 8, 32, 4)]
+
+
+@pytest.mark.parametrize("tile", TILE_SHAPES, ids=lambda t: "x".join(map(str, t)))
+def test_matmul_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tile shape: partial token and row tiles, K of several chunks."""
+    assert tile.problem(512, False) is None
+    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False: tile)
+    run_linear(ex, Q.Q4_K, 512, 150, 70, 67, seed=13, kernel=LinearKernel.MATMUL, whole_rows=False)
+
+
+def test_matmul_split_sharded(ex: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """k split over workgroups on a sharded weight: each shard's parts and reduction."""
+    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False: T(32, 64, 4, 32, 2))
+    weight = run_linear(ex, Q.Q8_0, 128, 90, 8, 7, seed=14, kernel=LinearKernel.MATMUL, whole_rows=False,
+                        max_shard_bytes=30 * row_bytes(Q.Q8_0, 128) + 4)
+    assert len(weight.shards) == 3
+
+
+def test_matmul_tile_choice() -> None:
+    """matmul_tile gives a tile the kernel takes, whose threads and f16 workgroup memory fit every adapter
+    Hearth meets (256 threads, 16 KiB), f32 tiles lavapipe's 32 KiB."""
+    for k in (256, 640, 1024, 2048, 2560, 6912, 10240):
+        for n in (64, 256, 640, 1024, 2048, 6912, 10240, 262144):
+            for t_max in (5, 64, 512, 2048):
+                for glu in (False, True):
+                    tile = matmul_ops.matmul_tile(k, n, t_max, glu)
+                    assert tile.problem(k, glu) is None, (k, n, t_max, glu, tile)
+                    assert tile.threads <= 256 and tile.storage_bytes(True) <= 16384
+                    assert tile.storage_bytes(False) <= 32768
 
 
 @pytest.mark.parametrize("n_tokens", [1, 5, 12])

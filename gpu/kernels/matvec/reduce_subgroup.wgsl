@@ -5,7 +5,7 @@
 // does not promise full subgroups; if they are not full the numbering falls back to
 // local_invocation_index and every lane's sum goes through workgroup memory (still correct).
 
-var<workgroup> partial: array<f32, WG * T_MAX>;  // [T_MAX, WG]: segment sums
+var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]: segment sums
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -23,23 +23,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let lane = tid % TPR;
     var acc = row_partial(first_row, slot, lane);
     for (var mask = segment / 2u; mask > 0u; mask >>= 1u) {
-        for (var t = 0u; t < T_MAX; t++) {
+        for (var t = 0u; t < OUTS; t++) {
             acc[t] += subgroupShuffleXor(acc[t], mask);
         }
     }
     if (lane % segment == 0u) {
-        for (var t = 0u; t < T_MAX; t++) {
+        for (var t = 0u; t < OUTS; t++) {
             partial[t * WG + tid] = acc[t];
         }
     }
     workgroupBarrier();
     if (lane == 0u) {
-        for (var t = 0u; t < T_MAX; t++) {
-            var total = 0.0;
+        var totals: array<f32, OUTS>;
+        for (var t = 0u; t < OUTS; t++) {
             for (var i = 0u; i < TPR; i += segment) {
-                total += partial[t * WG + tid + i];
+                totals[t] += partial[t * WG + tid + i];
             }
-            store(first_row, slot, t, total);
         }
+        store_row(first_row, slot, totals);
     }
 }

@@ -1,7 +1,7 @@
 // matvec entry point, portable variant: each row's TPR partial sums are added by a tree in
 // workgroup memory (log2(TPR) barriers).
 
-var<workgroup> partial: array<f32, WG * T_MAX>;  // [T_MAX, WG]
+var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -13,21 +13,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let slot = lid / TPR;
     let lane = lid % TPR;
     let acc = row_partial(first_row, slot, lane);
-    for (var t = 0u; t < T_MAX; t++) {
+    for (var t = 0u; t < OUTS; t++) {
         partial[t * WG + lid] = acc[t];
     }
     workgroupBarrier();
     for (var stride = TPR / 2u; stride > 0u; stride >>= 1u) {
         if (lane < stride) {
-            for (var t = 0u; t < T_MAX; t++) {
+            for (var t = 0u; t < OUTS; t++) {
                 partial[t * WG + lid] += partial[t * WG + lid + stride];
             }
         }
         workgroupBarrier();
     }
     if (lane == 0u) {
-        for (var t = 0u; t < T_MAX; t++) {
-            store(first_row, slot, t, partial[t * WG + lid]);
+        var totals: array<f32, OUTS>;
+        for (var t = 0u; t < OUTS; t++) {
+            totals[t] = partial[t * WG + lid];
         }
+        store_row(first_row, slot, totals);
     }
 }

@@ -5,12 +5,8 @@
 // loads, so loads, not arithmetic, bound it: sharing x over rows cuts them most (measured: x loads
 // were 60% of the time with one row per thread; 8 rows per thread measured slower than 4). Rows
 // are in vec4 accumulators, unrolled by hand: lavapipe's compiler does not unroll loops, and arrays
-// indexed by a loop counter would live in scratch memory.
-
-// sum of the 16 products of a dequantised group with four vec4 of x
-fn dot16(w: mat4x4<f32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
-    return dot(w[0], x0) + dot(w[1], x1) + dot(w[2], x2) + dot(w[3], x3);
-}
+// indexed by a loop counter would live in scratch memory. With GLU the thread also computes the 4
+// rows' up rows (x serves 8 rows).
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -22,8 +18,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n = n_tokens();
     // byte offsets of the thread's rows (rows past the shard repeat its last; their sums are not stored)
     let rows_a = min(vec4<u32>(first_row) + vec4<u32>(0u, 1u, 2u, 3u) * WG, vec4<u32>(N_ROWS - 1u));
-    let base_a = rows_a * ROW_BYTES;
+    let base_a = (vec4<u32>(FIRST_ROW) + rows_a) * ROW_BYTES;
+    let base_u = base_a + vec4<u32>(UP_BYTES);
     var acc_a: array<vec4<f32>, T_MAX>;  // [token]: rows j = 0..3
+    var acc_u: array<vec4<f32>, T_MAX>;  // [token]: their up rows (GLU)
     for (var gi = 0u; gi < GROUPS_PER_ROW; gi++) {
         let offset = (gi / GROUPS_PER_BLOCK) * BLOCK_BYTES;
         let g = gi % GROUPS_PER_BLOCK;
@@ -38,12 +36,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                                       dot16(dequant16(base_a.y + offset, g), x0, x1, x2, x3),
                                       dot16(dequant16(base_a.z + offset, g), x0, x1, x2, x3),
                                       dot16(dequant16(base_a.w + offset, g), x0, x1, x2, x3));
+                if (GLU == 1u) {
+                    acc_u[t] += vec4<f32>(dot16(dequant16(base_u.x + offset, g), x0, x1, x2, x3),
+                                          dot16(dequant16(base_u.y + offset, g), x0, x1, x2, x3),
+                                          dot16(dequant16(base_u.z + offset, g), x0, x1, x2, x3),
+                                          dot16(dequant16(base_u.w + offset, g), x0, x1, x2, x3));
+                }
             }
         }
     }
-    for (var t = 0u; t < T_MAX; t++) {
+    for (var t = 0u; t < n; t++) {
+        var v = acc_a[t];
+        if (GLU == 1u) {
+            v = gelu_glu4(v, acc_u[t]);
+        }
         for (var j = 0u; j < 4u; j++) {
-            store(first_row + j * WG, 0u, t, acc_a[t][j]);
+            if (first_row + j * WG < N_ROWS) {
+                y[t * Y_STRIDE + ROW_START + first_row + j * WG] = v[j];
+            }
         }
     }
 }

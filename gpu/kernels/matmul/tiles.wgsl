@@ -1,0 +1,259 @@
+// matmul entry point for GPUs: a workgroup of (BT / 4) x (BR / RR) threads computes BT tokens x BR
+// weight rows over K / SPLIT values of k, each thread 4 tokens x RR rows (RR = 4 or 8) in f32
+// registers. Its k range is walked in chunks of BK values: per chunk the threads dequantise the
+// weight tile (BR rows x BK, each value once) and copy the x tile (BT tokens x BK) into workgroup
+// memory as ${TILE} (matmul/tile_${TILE}.wgsl), both k-major, so each step of the inner loop reads
+// one vec4 of tokens and RR / 4 vec4 of rows for 4 RR multiply-adds. The next chunk is read from the
+// buffers (and dequantised) into registers while the current one is multiplied, so memory latency
+// overlaps arithmetic. Accumulators and loads are named variables, not arrays: NVIDIA's Vulkan
+// compiler kept loop-indexed arrays in local memory (measured 5x slower on an H200).
+// A thread's rows are quads tx (and tx + BR / 8 when RR = 8) of the tile's BR / 4, its tokens quad
+// ty, so neighbouring threads read neighbouring workgroup words. With GLU the tile's first BR / 2
+// rows are gate rows and the next BR / 2 their up rows (RR = 8: a thread's second quad is the up
+// rows of its first).
+// SPLIT > 1 (short k loops measured fastest, and small shapes need more workgroups): workgroup s of a
+// tile sums k in [s K / SPLIT, (s + 1) K / SPLIT) and stores its raw sums (with GLU, gate sums at
+// column c and up sums at N_ROWS + c) at y[s T_MAX + t, c]; kernels/matmul_reduce.wgsl adds the
+// SPLIT parts into the real y. Tiles wholly past n_tokens return at once; partial tiles compute on
+// repeated rows (or zero tokens) and skip their stores.
+#include "matmul/tile_${TILE}.wgsl"
+
+override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4
+override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 4 RR
+override RR: u32 = 8u;     // weight rows per thread: 4, or 8 (two quads; GLU needs 8)
+override BK: u32 = 32u;    // k per chunk, a multiple of 16 dividing K / SPLIT
+override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
+
+const TX: u32 = BR / RR;            // threads across rows
+const WG: u32 = TX * (BT / 4u);
+const COLS: u32 = BR / (1u + GLU);  // y columns per tile
+const TOKEN_TILES: u32 = (T_MAX + BT - 1u) / BT;
+const ROW_TILES: u32 = (N_ROWS + COLS - 1u) / COLS;
+const K_PART: u32 = K / SPLIT;      // k values per workgroup
+const W_COUNT: u32 = BR * BK / GROUP_VALUES;  // dequant16 calls per chunk: 1 or 2 per thread
+const X_COUNT: u32 = BT * BK / 4u;            // vec4 of x per chunk: 1, 2 or 4 per thread
+const W_JOBS: u32 = (W_COUNT + WG - 1u) / WG;
+const X_JOBS: u32 = (X_COUNT + WG - 1u) / WG;
+
+var<workgroup> xs: array<vec4<tile_t>, BK * BT / 4u>;  // [BK][BT / 4]: x[t0 + 4 j + c, k0 + kk] at [kk][j][c]
+var<workgroup> ws: array<vec4<tile_t>, BK * BR / 4u>;  // [BK][BR / 4]: tile row 4 j + c, k0 + kk at [kk][j][c]
+
+// Byte offset of the weight row that tile row rho (of the tile at column r0) reads; rows past the
+// shard read its last row (their sums are not stored).
+fn tile_row_byte(r0: u32, rho: u32) -> u32 {
+    let up = GLU == 1u && rho >= COLS;
+    let col = min(r0 + rho - select(0u, COLS, up), N_ROWS - 1u);
+    return row_byte(col + select(0u, N_ROWS, up));
+}
+
+// Weight job j (j < W_COUNT): tile row j % BR, 16-value group j / BR of each chunk. Thread lid has
+// jobs lid and lid + WG (where W_JOBS = 2); threads past the count, whole warps, skip them.
+
+fn store_w(j: u32, w: mat4x4<f32>) {
+    let base = (j / BR) * GROUP_VALUES * (BR / 4u) + (j % BR) / 4u;
+    let c4 = j % 4u;
+    for (var c = 0u; c < 4u; c++) {
+        ws[base + (4u * c) * (BR / 4u)][c4] = to_tile(w[c].x);
+        ws[base + (4u * c + 1u) * (BR / 4u)][c4] = to_tile(w[c].y);
+        ws[base + (4u * c + 2u) * (BR / 4u)][c4] = to_tile(w[c].z);
+        ws[base + (4u * c + 3u) * (BR / 4u)][c4] = to_tile(w[c].w);
+    }
+}
+
+// x job j (j < X_COUNT): tile token j % BT, vec4 j / BT of each chunk; thread lid has jobs lid + m WG.
+
+// vec4 j / BT of chunk k0 for tile token j % BT (zeros past n).
+fn fetch_x(t0: u32, n: u32, j: u32, k0: u32) -> vec4<f32> {
+    let t = t0 + j % BT;
+    return select(vec4<f32>(), x[min(t, n - 1u) * (K / 4u) + (k0 / 4u) + j / BT], t < n);
+}
+
+fn store_x(j: u32, v: vec4<f32>) {
+    let base = 4u * (j / BT) * (BT / 4u) + (j % BT) / 4u;
+    let c4 = j % 4u;
+    xs[base][c4] = to_tile(v.x);
+    xs[base + BT / 4u][c4] = to_tile(v.y);
+    xs[base + 2u * (BT / 4u)][c4] = to_tile(v.z);
+    xs[base + 3u * (BT / 4u)][c4] = to_tile(v.w);
+}
+
+// Store 4 columns from r of token t (t < n).
+fn store4(t: u32, r: u32, n: u32, v: vec4<f32>) {
+    store(t, r, n, v.x);
+    store(t, r + 1u, n, v.y);
+    store(t, r + 2u, n, v.z);
+    store(t, r + 3u, n, v.w);
+}
+
+// The raw sums of a split: y[s T_MAX + t, offset + c .. + 3] for columns c < N_ROWS (Y_STRIDE = the
+// parts' width).
+fn store_part(s: u32, t: u32, c: u32, offset: u32, n: u32, v: vec4<f32>) {
+    if (t < n) {
+        for (var e = 0u; e < 4u; e++) {
+            if (c + e < N_ROWS) {
+                y[(s * T_MAX + t) * Y_STRIDE + offset + c + e] = v[e];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let id = wid.x + wid.y * nwg.x;
+    let s = id / (ROW_TILES * TOKEN_TILES);
+    let tile = id % (ROW_TILES * TOKEN_TILES);
+    let r0 = (tile / TOKEN_TILES) * COLS;  // neighbouring workgroups share weight rows
+    let t0 = (tile % TOKEN_TILES) * BT;
+    let n = n_tokens();
+    if (s >= SPLIT || t0 >= n) {
+        return;
+    }
+    let tx = lid % TX;
+    let ty = lid / TX;
+    let k_begin = s * K_PART;
+    let k_last = k_begin + K_PART - BK;
+
+    // this thread's loads, prefetched one chunk ahead
+    let wj0 = lid;
+    let wj1 = lid + WG;
+    let w_ok0 = wj0 < W_COUNT;
+    let w_ok1 = W_JOBS > 1u && wj1 < W_COUNT;
+    let wb0 = tile_row_byte(r0, wj0 % BR);
+    let wb1 = tile_row_byte(r0, wj1 % BR);
+    let xj0 = lid;
+    let xj1 = lid + WG;
+    let xj2 = lid + 2u * WG;
+    let xj3 = lid + 3u * WG;
+    let x_ok0 = xj0 < X_COUNT;
+    let x_ok1 = X_JOBS > 1u && xj1 < X_COUNT;
+    let x_ok2 = X_JOBS > 2u && xj2 < X_COUNT;
+    let x_ok3 = X_JOBS > 2u && xj3 < X_COUNT;
+    var w0 = mat4x4<f32>();
+    var w1 = mat4x4<f32>();
+    var x0 = vec4<f32>();
+    var x1 = vec4<f32>();
+    var x2 = vec4<f32>();
+    var x3 = vec4<f32>();
+    if (w_ok0) {
+        w0 = group16(wb0, k_begin / GROUP_VALUES + wj0 / BR);
+    }
+    if (w_ok1) {
+        w1 = group16(wb1, k_begin / GROUP_VALUES + wj1 / BR);
+    }
+    if (x_ok0) {
+        x0 = fetch_x(t0, n, xj0, k_begin);
+    }
+    if (x_ok1) {
+        x1 = fetch_x(t0, n, xj1, k_begin);
+    }
+    if (x_ok2) {
+        x2 = fetch_x(t0, n, xj2, k_begin);
+    }
+    if (x_ok3) {
+        x3 = fetch_x(t0, n, xj3, k_begin);
+    }
+
+    // a<i>: token 4 ty + i, rows of quad tx; b<i>: rows of quad tx + BR / 8 (RR = 8)
+    var a0 = vec4<f32>();
+    var a1 = vec4<f32>();
+    var a2 = vec4<f32>();
+    var a3 = vec4<f32>();
+    var b0 = vec4<f32>();
+    var b1 = vec4<f32>();
+    var b2 = vec4<f32>();
+    var b3 = vec4<f32>();
+    for (var k0 = k_begin; k0 <= k_last; k0 += BK) {
+        if (w_ok0) {
+            store_w(wj0, w0);
+        }
+        if (w_ok1) {
+            store_w(wj1, w1);
+        }
+        if (x_ok0) {
+            store_x(xj0, x0);
+        }
+        if (x_ok1) {
+            store_x(xj1, x1);
+        }
+        if (x_ok2) {
+            store_x(xj2, x2);
+        }
+        if (x_ok3) {
+            store_x(xj3, x3);
+        }
+        workgroupBarrier();
+        // the next chunk, read while this one is multiplied (the last fetches itself again, unused)
+        let k1 = min(k0 + BK, k_last);
+        if (w_ok0) {
+            w0 = group16(wb0, k1 / GROUP_VALUES + wj0 / BR);
+        }
+        if (w_ok1) {
+            w1 = group16(wb1, k1 / GROUP_VALUES + wj1 / BR);
+        }
+        if (x_ok0) {
+            x0 = fetch_x(t0, n, xj0, k1);
+        }
+        if (x_ok1) {
+            x1 = fetch_x(t0, n, xj1, k1);
+        }
+        if (x_ok2) {
+            x2 = fetch_x(t0, n, xj2, k1);
+        }
+        if (x_ok3) {
+            x3 = fetch_x(t0, n, xj3, k1);
+        }
+        for (var kk = 0u; kk < BK; kk++) {
+            let xa = vec4<f32>(xs[kk * (BT / 4u) + ty]);
+            let wa = vec4<f32>(ws[kk * (BR / 4u) + tx]);
+            a0 += xa.x * wa;
+            a1 += xa.y * wa;
+            a2 += xa.z * wa;
+            a3 += xa.w * wa;
+            if (RR == 8u) {
+                let wb = vec4<f32>(ws[kk * (BR / 4u) + tx + BR / 8u]);
+                b0 += xa.x * wb;
+                b1 += xa.y * wb;
+                b2 += xa.z * wb;
+                b3 += xa.w * wb;
+            }
+        }
+        workgroupBarrier();
+    }
+
+    let t = t0 + 4u * ty;
+    if (SPLIT > 1u) {
+        // raw sums; with GLU the up sums N_ROWS columns further
+        let c = r0 + 4u * tx;
+        store_part(s, t, c, 0u, n, a0);
+        store_part(s, t + 1u, c, 0u, n, a1);
+        store_part(s, t + 2u, c, 0u, n, a2);
+        store_part(s, t + 3u, c, 0u, n, a3);
+        if (RR == 8u) {
+            let cb = select(c + BR / 2u, c, GLU == 1u);
+            let offset = select(0u, N_ROWS, GLU == 1u);
+            store_part(s, t, cb, offset, n, b0);
+            store_part(s, t + 1u, cb, offset, n, b1);
+            store_part(s, t + 2u, cb, offset, n, b2);
+            store_part(s, t + 3u, cb, offset, n, b3);
+        }
+    } else if (GLU == 1u) {
+        let r = r0 + 4u * tx;
+        store4(t, r, n, gelu_glu4(a0, b0));
+        store4(t + 1u, r, n, gelu_glu4(a1, b1));
+        store4(t + 2u, r, n, gelu_glu4(a2, b2));
+        store4(t + 3u, r, n, gelu_glu4(a3, b3));
+    } else {
+        let r = r0 + 4u * tx;
+        store4(t, r, n, a0);
+        store4(t + 1u, r, n, a1);
+        store4(t + 2u, r, n, a2);
+        store4(t + 3u, r, n, a3);
+        if (RR == 8u) {
+            store4(t, r + BR / 2u, n, b0);
+            store4(t + 1u, r + BR / 2u, n, b1);
+            store4(t + 2u, r + BR / 2u, n, b2);
+            store4(t + 3u, r + BR / 2u, n, b3);
+        }
+    }
+}
