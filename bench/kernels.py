@@ -1,0 +1,320 @@
+"""Kernel benchmark: GPU time of `linear` and `linear_glu` on the layer shapes of Gemma 3 270M, 1B
+and 4B, for decode (T = 1) and prefill (T = 512), with the bytes and FLOPs each call moves.
+
+A program holds one call (its dispatches) per copy of the weight; for decode the weight is copied
+until the copies exceed the L2 cache (256 MiB), so that each call reads its weight from memory as
+in a model. The program is replayed `reps` times inside one compute pass with timestamp queries at
+the pass's start and end; a call's time is the pass's time over the calls (median of 3 passes),
+barriers between dependent dispatches included, as in a model's step. The wall-clock time of the
+same submissions is printed beside it as a check.
+
+Peers, measured in the same run: the fused gate-up linear against the two linears and gelu_mul
+it replaces; with --torch, torch.matmul on the GPU (fp32 without TF32: CUDA cores, like these
+kernels; the operands dense and random, so it moves more bytes than a quantised weight).
+
+    python bench/kernels.py                              # 270M shapes and types, T = 1 and 512
+    python bench/kernels.py --models 270m,1b,4b --types q4_k,q6_k,q8_0 --torch
+    python bench/kernels.py --sweep --json sweep.json    # matmul tiles and k splits, 270M prefill shapes
+    python bench/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
+    python bench/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
+
+The sweep times many short passes with compilation between them: an idle GPU may not raise its
+clocks for them (on an H200 most shapes read about 5x slower in the sweep than in the kernel
+benchmark right after it), so compare its figures with each other only, and confirm the fastest
+with the kernel benchmark (--tiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import wgpu
+from gguf import GGMLQuantizationType as Q
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpu.device import default_device  # noqa: E402
+from gpu.ops import matmul as matmul_ops  # noqa: E402
+from gpu.ops.matmul import linear, linear_glu  # noqa: E402
+from gpu.ops.transformer import gelu_mul  # noqa: E402
+from gpu.program import Executor, Program, ProgramBuilder, StepParams  # noqa: E402
+from gpu.weights import QuantWeight, row_bytes, upload_weight  # noqa: E402
+
+# Gemma 3 text shapes (HF configs): hidden D, feed-forward F, q and kv widths, vocabulary
+MODELS = {
+    "270m": dict(d=640, f=2048, q=1024, kv=256, vocab=262144),
+    "1b": dict(d=1152, f=6912, q=1024, kv=256, vocab=262144),
+    "4b": dict(d=2560, f=10240, q=2048, kv=1024, vocab=262208),
+}
+# The shipped Gemma 3 270M Q4_K_M's type per op (half its layers have Q8_0 v and Q6_K down)
+MIX = {"q": Q.Q5_0, "k": Q.Q5_0, "v": Q.Q8_0, "o": Q.Q4_K, "gate_up": Q.Q5_0, "down": Q.Q6_K, "output": Q.Q8_0}
+ROTATE_BYTES = 256 << 20  # decode weights are copied until they exceed this (past any L2)
+TARGET_PASS_S = 0.01  # GPU time per timed pass
+# tile shapes for --sweep (BT, BR, RR, BK), each with k split in 1, 2, 4 (and 8 where K >= 2048)
+SWEEP_TILES = [(64, 128, 8, 32), (32, 128, 8, 16), (128, 64, 8, 32), (64, 64, 8, 32), (32, 64, 8, 16), (16, 64, 8, 16),
+               (64, 64, 4, 32), (32, 64, 4, 32), (16, 64, 4, 16)]
+
+
+def ops_of(model: str, types: list[Q] | None) -> list[tuple[str, int, int, Q]]:
+    """(op, K, N, type) of one layer and the output head; N of gate_up is F (the GLU's 2F rows)."""
+    m = MODELS[model]
+    shapes = [("q", m["d"], m["q"]), ("k", m["d"], m["kv"]), ("v", m["d"], m["kv"]), ("o", m["q"], m["d"]),
+              ("gate_up", m["d"], m["f"]), ("down", m["f"], m["d"]), ("output", m["d"], m["vocab"])]
+    if types is None:
+        return [(op, k, n, MIX[op]) for op, k, n in shapes]
+    return [(op, k, n, t) for op, k, n in shapes for t in types]
+
+
+class Bench:
+    """Builds the programs of one shape and times them with timestamp queries."""
+
+    def __init__(self, ex: Executor, rotate_bytes: int = ROTATE_BYTES) -> None:
+        self.ex = ex
+        self.rotate_bytes = rotate_bytes
+        self.device = ex.device
+        self.rng = np.random.default_rng(0)
+        self.timestamps = self.device.has("timestamp-query")
+        if self.timestamps:
+            self.query_set = self.device.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+            self.resolve = self.device.create_buffer(
+                16, "bench.resolve", wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+
+    def weights(self, name: str, qtype: Q, k: int, n: int, copies: int) -> list[QuantWeight]:
+        """copies of one random weight (random bytes: the values do not change the time)."""
+        raw = np.frombuffer(self.rng.bytes(row_bytes(qtype, k) * n), np.uint8)
+        return [upload_weight(self.ex, f"{name}{c}", qtype, k, n, raw) for c in range(copies)]
+
+    def copies(self, qtype: Q, k: int, n: int, t: int) -> int:
+        return 1 if t > 4 else max(1, min(512, math.ceil(self.rotate_bytes / (row_bytes(qtype, k) * n))))
+
+    def _pass(self, program: Program, reps: int, n_tokens: int) -> tuple[float, float]:
+        """(GPU seconds from timestamps, or nan, wall seconds) of one pass replaying program reps times."""
+        dev = self.device
+        dev.queue.write_buffer(self.ex.step_tensor.buffer, 0, StepParams(n_tokens).pack())
+        encoder = dev.device.create_command_encoder()
+        writes = {"query_set": self.query_set, "beginning_of_pass_write_index": 0,
+                  "end_of_pass_write_index": 1} if self.timestamps else None
+        compute_pass = encoder.begin_compute_pass(timestamp_writes=writes)
+        for _ in range(reps):
+            program.encode(compute_pass)
+        compute_pass.end()
+        if self.timestamps:
+            encoder.resolve_query_set(self.query_set, 0, 2, self.resolve, 0)
+        start = time.perf_counter()
+        dev.queue.submit([encoder.finish()])
+        if self.timestamps:
+            stamps = np.frombuffer(dev.queue.read_buffer(self.resolve, 0, 16), np.uint64)
+            gpu = float(stamps[1] - stamps[0]) * 1e-9
+        else:
+            dev.queue.read_buffer(self.ex.step_tensor.buffer, 0, 4)  # waits for the submission
+            gpu = float("nan")
+        return gpu, time.perf_counter() - start
+
+    def time(self, program: Program, calls: int, n_tokens: int) -> tuple[float, float]:
+        """(GPU, wall) microseconds per call of a program holding `calls` calls."""
+        gpu, wall = self._pass(program, 1, n_tokens)  # warm-up and estimate
+        once = gpu if gpu == gpu else wall
+        reps = max(1, min(1000, math.ceil(TARGET_PASS_S / max(once, 1e-6))))
+        runs = [self._pass(program, reps, n_tokens) for _ in range(3)]
+        per_call = 1e6 / (reps * calls)
+        return (statistics.median(r[0] for r in runs) * per_call, statistics.median(r[1] for r in runs) * per_call)
+
+    def build(self, name: str, record: Callable[[ProgramBuilder, int], None], copies: int) -> Program:
+        b = ProgramBuilder(self.ex, name)
+        for c in range(copies):
+            record(b, c)
+        return b.build()
+
+
+def glu_unfused(linear_fn: Callable) -> Callable:
+    def record(b: ProgramBuilder, gate: QuantWeight, up: QuantWeight, x, y, t: int) -> None:
+        g = b.activation("gate", (t, gate.n))
+        u = b.activation("up", (t, gate.n))
+        linear_fn(b, gate, x, g, t)
+        linear_fn(b, up, x, u, t)
+        gelu_mul(b, g, u, y)
+    return record
+
+
+def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: argparse.Namespace) -> list[dict]:
+    """Rows of results for one op at one token count: each variant's time, GB/s and GFLOP/s."""
+    ex = bench.ex
+    rows = []
+    x = ex.tensor("x", (t, k), data=bench.rng.standard_normal((t, k)).astype(np.float32))
+    copies = bench.copies(qtype, k, 2 * n if op == "gate_up" else n, t)
+    variants: dict[str, Callable[[ProgramBuilder, int], None]] = {}
+    if op == "gate_up":
+        fused = bench.weights("gu", qtype, k, 2 * n, copies)
+        ups = bench.weights("u", qtype, k, n, copies)
+        gates = bench.weights("g", qtype, k, n, copies)
+        y = ex.tensor("y", (t, n))
+        variants["glu fused"] = lambda b, c: linear_glu(b, fused[c], x, y, t)
+        unfused = glu_unfused(linear)
+        variants["glu unfused"] = lambda b, c: unfused(b, gates[c], ups[c], x, y, t)
+        n_out, flops, weight_bytes = n, 2 * t * k * 2 * n, fused[0].nbytes
+    else:
+        weights = bench.weights(op, qtype, k, n, copies)
+        y = ex.tensor("y", (t, n))
+        variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
+        n_out, flops, weight_bytes = n, 2 * t * k * n, weights[0].nbytes
+    moved = weight_bytes + 4 * t * (k + n_out)
+    base = None
+    for name, record in variants.items():
+        program = bench.build(f"{op}.{name}", record, copies)
+        dispatches = len(program.dispatches) // copies
+        gpu_us, wall_us = bench.time(program, copies, t)
+        us = gpu_us if gpu_us == gpu_us else wall_us
+        base = base or us
+        row = dict(op=op, k=k, n=n, type=qtype.name, tokens=t, variant=name, dispatches=dispatches, us=gpu_us,
+                   wall_us=wall_us, gb_s=moved / us * 1e-3, gflop_s=flops / us * 1e-3, vs_first=us / base)
+        rows.append(row)
+        print(f"{op:8s} {k:6d}x{n:<7d} {qtype.name:5s} T={t:<4d} {name:20s} {dispatches}d "
+              f"{gpu_us:9.1f} us (wall {wall_us:8.1f}) {row['gb_s']:8.1f} GB/s {row['gflop_s']:9.1f} GFLOP/s"
+              f"  x{row['vs_first']:.2f}", flush=True)
+    if args.torch and op != "output":
+        rows.append(torch_peer(op, k, 2 * n if op == "gate_up" else n, t))
+    return rows
+
+
+def torch_peer(op: str, k: int, n: int, t: int) -> dict:
+    """torch.matmul of dense random fp32 operands (TF32 off) on the GPU, CUDA events."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(t, k, device="cuda")
+    w = torch.randn(n, k, device="cuda")
+    for _ in range(3):
+        a @ w.T
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reps = 200
+    start.record()
+    for _ in range(reps):
+        a @ w.T
+    end.record()
+    torch.cuda.synchronize()
+    us = start.elapsed_time(end) * 1e3 / reps
+    print(f"{op:8s} {k:6d}x{n:<7d} fp32  T={t:<4d} {'torch fp32':20s}    {us:9.1f} us"
+          f"{' ' * 16}{2 * t * k * n / us * 1e-3:22.1f} GFLOP/s", flush=True)
+    return dict(op=op, k=k, n=n, type="torch-fp32", tokens=t, variant="torch", us=us)
+
+
+def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | None) -> list[dict]:
+    """Every tile of SWEEP_TILES in f16 and f32 on the models' prefill shapes (t tokens, the 270M's types)."""
+    rows = []
+    f16_options = [True, False] if bench.device.has("shader-f16") else [False]
+    shapes = [o for model in models for o in ops_of(model, None)]
+    shapes += [("gate", k, n, qtype) for op, k, n, qtype in shapes if op == "gate_up"]  # the unfused linears
+    for op, k, n, qtype in shapes:
+        if op == "output" or (only and op not in only):
+            continue
+        x = bench.ex.tensor("x", (t, k), data=bench.rng.standard_normal((t, k)).astype(np.float32))
+        glu = op == "gate_up"
+        w = bench.weights(op, qtype, k, 2 * n if glu else n, 1)[0]
+        y = bench.ex.tensor("y", (t, n))
+        for split in (1, 2, 4, 8):
+            for tile in [matmul_ops.MatmulTile(*v, split) for v in SWEEP_TILES]:
+                if tile.problem(k, glu) or (split == 8 and k < 2048):
+                    continue
+                for f16 in f16_options:
+                    matmul_ops._matmul_config = lambda *a, _tile=tile, _f16=f16: (_tile, _f16)
+                    record = (lambda b, c: linear_glu(b, w, x, y, t)) if glu else (lambda b, c: linear(b, w, x, y, t))
+                    program = bench.build(f"sweep.{op}", record, 1)
+                    us, _ = bench.time(program, 1, t)
+                    flops = 2 * t * k * w.n
+                    rows.append(dict(op=op, k=k, n=n, glu=glu, type=qtype.name, tile=list(tile), f16=f16, us=us))
+                    print(f"sweep {op:8s} {k:5d}x{n:<6d} {qtype.name:5s} tile {'x'.join(map(str, tile)):14s} "
+                          f"{'f16' if f16 else 'f32'} {us:8.1f} us {flops / us * 1e-3:9.1f} GFLOP/s", flush=True)
+        if out:  # after each shape, so that a run cut short keeps what it measured
+            out.write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def use_sweep_picks(path: Path) -> None:
+    """Make linear and linear_glu run, for each shape a sweep measured, its fastest tile (and f16 or f32)."""
+    best: dict[tuple[int, int, bool], dict] = {}
+    for row in json.loads(path.read_text()):
+        key = (row["k"], row["n"], row["glu"])
+        if key not in best or row["us"] < best[key]["us"]:
+            best[key] = row
+    default = matmul_ops._matmul_config
+
+    def config(device, weight, n_rows, t_max, glu):
+        row = best.get((weight.k, n_rows, glu))
+        if row is None:
+            return default(device, weight, n_rows, t_max, glu)
+        return matmul_ops.MatmulTile(*row["tile"]), row["f16"]
+
+    matmul_ops._matmul_config = config
+    for (k, n, glu), row in sorted(best.items()):
+        print(f"# pick {k}x{n}{' glu' if glu else ''}: {'x'.join(map(str, row['tile']))} "
+              f"{'f16' if row['f16'] else 'f32'} {row['us']:.1f} us", flush=True)
+
+
+def end_to_end(path: str, prompt_tokens: int) -> dict:
+    """Prefill tok/s of a GGUF (median of 3 after a warm-up)."""
+    from models.text_model import load_text_model
+
+    model = load_text_model(path, context_length=prompt_tokens + 128)
+    session = model.new_session()
+    ids = [int(i) for i in np.random.default_rng(0).integers(10, 200000, prompt_tokens)]
+    session.prefill(ids)
+    rates = []
+    for _ in range(3):
+        session.reset()
+        start = time.perf_counter()
+        session.prefill(ids)
+        rates.append(prompt_tokens / (time.perf_counter() - start))
+    print(f"end-to-end: prefill {prompt_tokens} tokens {statistics.median(rates):.0f} tok/s "
+          f"({', '.join(f'{r:.0f}' for r in rates)})", flush=True)
+    return dict(model=path, prefill_tok_s=rates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="270m", help="comma-separated: 270m, 1b, 4b")
+    parser.add_argument("--types", default="mix", help="'mix' (the 270M Q4_K_M's types) or e.g. q4_k,q6_k")
+    parser.add_argument("--tokens", default="1,512")
+    parser.add_argument("--ops", default="", help="only these ops (q, k, v, o, gate_up, down, output)")
+    parser.add_argument("--torch", action="store_true", help="also torch.matmul fp32 on CUDA")
+    parser.add_argument("--sweep", action="store_true", help="tile shapes of the GPU matmul instead")
+    parser.add_argument("--model", help="a GGUF: end-to-end prefill tok/s instead")
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--tiles", type=Path, help="a --sweep JSON: run each measured shape with its fastest tile")
+    parser.add_argument("--rotate-mib", type=int, default=ROTATE_BYTES >> 20, help="decode weight copies' total")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.tiles:
+        use_sweep_picks(args.tiles)
+    if args.model:
+        rows = [end_to_end(args.model, args.prompt_tokens)]
+    else:
+        ex = Executor(default_device())
+        bench = Bench(ex, args.rotate_mib << 20)
+        print(f"# {ex.device.name} ({ex.device.adapter_type}, {ex.device.backend}); features "
+              f"{sorted(ex.device.features)}; timestamps: {bench.timestamps}", flush=True)
+        only = set(filter(None, args.ops.split(",")))
+        if args.sweep:
+            rows = sweep(bench, args.models.split(","), only, int(args.tokens.split(",")[-1]), args.json)
+        else:
+            types = None if args.types == "mix" else [Q[t.upper()] for t in args.types.split(",")]
+            rows = []
+            for model in args.models.split(","):
+                for t in map(int, args.tokens.split(",")):
+                    for op, k, n, qtype in ops_of(model, types):
+                        if (op == "output" and t > 1) or (only and op not in only):
+                            continue
+                        rows += measure_op(bench, op, k, n, qtype, t, args)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
