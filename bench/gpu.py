@@ -1,69 +1,192 @@
-"""GPU-machine benchmark: Hearth beside transformers (PyTorch CUDA) on the same GGUF, and beside
-the memory-bandwidth bound of a decode step.
+"""GPU-machine benchmark: Hearth beside llama.cpp (CUDA) and transformers (PyTorch CUDA) on the
+same GGUF files and card, beside the memory-bandwidth bound of a decode step.
 
-The GPU machine takes at most 64 MiB of files per call, so the model is a random-weight GGUF
-with a real model's shapes and tensor types (scripts/make_synthetic_gguf.py): speed depends on
-shapes and types, not on the values. Both engines load the same file; transformers dequantises
-it to bf16 and runs eager attention with its KV cache. Same protocol as bench/text.py: one
-warm-up, then --reps runs of a 512-token prefill and 128 greedy decode steps, medians shown.
+The GPU machine takes at most 64 MiB of files per call, so the models are random-weight GGUFs
+with real models' shapes and tensor types (scripts/make_synthetic_gguf.py --shape 270m/1b/4b):
+speed depends on shapes and types, not on the values. Every engine loads the same file.
 
-    python bench/gpu.py --model s270.gguf [--engines hearth,transformers] [--json out.json]
+    python bench/gpu.py s270.gguf s1b.gguf s4b.gguf [--llama-bin DIR] [--transformers] [--json out.json]
 
-Bandwidth bound: a decode step must read every weight once (the tied embedding is the output
-head) plus the KV cache so far; bytes / the card's peak bandwidth is the fastest a step can be.
+Per model, medians of --reps runs after a warm-up:
+- prefill tok/s: one 512-token prompt;
+- decode tok/s, one stream: 128 greedy tokens after that prompt. Hearth samples on the GPU and
+  keeps tokens there (8 steps per submission, the next submission recorded while the GPU runs);
+  llama-bench's tg128 starts from an empty cache and reads no logits; transformers returns
+  logits to Python each step;
+- decode tok/s at 8 and 32 concurrent sequences (aggregate): each sequence has a 128-token
+  prompt, then all decode 128 tokens together (Hearth: one batched program per step, as its
+  server's continuous batching runs them; llama.cpp: llama-batched-bench -npp 128 -ntg 128);
+- share of the bandwidth bound: a decode step must read every weight once and the KV cache.
+With --profile, Hearth's per-kernel GPU time (timestamp queries) for prefill and decode steps.
+This is a benchmark, not a test: nothing here asserts a speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.text import HearthEngine, Result, measure, prompt_ids  # noqa: E402
+from bench.text import prompt_ids  # noqa: E402
 
 # Peak memory bandwidth from the vendors' data sheets, bytes/s.
 PEAK_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12}
+PROMPT, NEW, BATCH_PROMPT = 512, 128, 128
 
 
-class TransformersEngine:
-    """transformers on PyTorch CUDA in bf16, loading the same GGUF (dequantised at load)."""
+class HearthBench:
+    """Hearth through its engine: prefill chunks, GPU-sampled decode, batched decode."""
 
-    name = "transformers"
+    def __init__(self, model_path: str, max_batch: int) -> None:
+        from gpu.device import default_device
+        from models.text_model import load_text_model
 
-    def __init__(self, model_path: str) -> None:
-        import torch
-        import transformers
-        from transformers import AutoModelForCausalLM, DynamicCache
+        device = default_device()
+        self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
+        self.model = load_text_model(model_path, context_length=2048, max_batch=max_batch)
+        self.engine = self.model.engine()
 
-        self.torch, self.cache_type = torch, DynamicCache
-        path = Path(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, torch_dtype=torch.bfloat16, attn_implementation="eager"
-        ).to("cuda").eval()
-        self.detail = f"transformers {transformers.__version__}, torch {torch.__version__}, bf16, eager"
-        self.cache = None
+    def prefill_s(self, ids: list[int]) -> float:
+        session = self.model.new_session()
+        try:
+            started = time.perf_counter()
+            self.engine.submit_prefill(session, ids).wait()  # the sampled token comes back: the step has run
+            return time.perf_counter() - started
+        finally:
+            session.close()
 
-    def _forward(self, ids: list[int]) -> np.ndarray:
-        with self.torch.no_grad():
-            tensor = self.torch.tensor([ids], device="cuda")
-            out = self.model(input_ids=tensor, past_key_values=self.cache, use_cache=True)
-            self.cache = out.past_key_values
-            return out.logits[0, -1].float().cpu().numpy()
+    def decode_s(self, ids: list[int], n: int) -> float:
+        """Seconds for n greedy tokens after the prompt (the prompt's prefill not counted)."""
+        from models.generate import generate
+        from models.sampler import SamplingParams
 
-    def prefill(self, ids: list[int]) -> np.ndarray:
-        return self._forward(ids)
+        session = self.model.new_session()
+        try:
+            tokens = generate(self.model, session, ids, SamplingParams(temperature=0), n + 1, stop_ids=frozenset())
+            next(tokens)  # the first token comes from the prefill
+            started = time.perf_counter()
+            count = sum(1 for _ in tokens)
+            assert count == n
+            return time.perf_counter() - started
+        finally:
+            session.close()
 
-    def decode(self, token: int) -> np.ndarray:
-        return self._forward([token])
+    def batched_decode_s(self, ids: list[int], batch: int, n: int, steps_per_submit: int = 8) -> float:
+        """Seconds for n decode steps of `batch` sequences together (after their prefills)."""
+        from models.text_model import DecodeRow
 
-    def reset(self) -> None:
-        self.cache = self.cache_type(config=self.model.config)
+        sessions = [self.model.new_session() for _ in range(batch)]
+        try:
+            for s in sessions:
+                self.engine.submit_prefill(s, ids)
+            rows = [DecodeRow(s) for s in sessions]
+            self.engine.submit_decode(rows, 1).wait()  # prefills done, the batch program built
+            started = time.perf_counter()
+            left, pending = n, None
+            while left > 0 or pending is not None:
+                following = None
+                if left > 0:
+                    k = min(steps_per_submit, left)
+                    following = self.engine.submit_decode(rows, k)
+                    left -= k
+                if pending is not None:
+                    pending.wait()
+                pending = following
+            return time.perf_counter() - started
+        finally:
+            for s in sessions:
+                s.close()
+
+    def profile(self, ids: list[int], batch: int) -> str:
+        from gpu.profile import profile_report
+
+        sessions = [self.model.new_session() for _ in range(batch)]
+        try:
+            for s in sessions:
+                self.engine.submit_prefill(s, ids).wait()
+            sessions[0].reset()
+            report = [profile_report(self.model.executor, "prefill", *self.engine.stage_prefill(sessions[0], ids))]
+            sessions[0].n_past = len(ids)
+            for b in sorted({1, batch}):
+                label = f"decode of {b} sequence(s) at position {len(ids)}"
+                report.append(profile_report(self.model.executor, label, *self.engine.stage_decode(sessions[:b])))
+            return "\n".join(report)
+        finally:
+            for s in sessions:
+                s.close()
+
+
+def median_of(reps: int, run: Any) -> float:
+    run()  # warm-up: pipelines, programs, first touches
+    return statistics.median(run() for _ in range(reps))
+
+
+def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dict[str, Any]:
+    hearth = HearthBench(path, max(batches))
+    ids = prompt_ids(lambda text: hearth.model.tokenizer.encode(text, add_bos=True), PROMPT)
+    short = ids[:BATCH_PROMPT]
+    out: dict[str, Any] = {"detail": hearth.detail}
+    out["prefill_tok_s"] = PROMPT / median_of(reps, lambda: hearth.prefill_s(ids))
+    out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
+    for b in batches:
+        out[f"decode_x{b}_tok_s"] = b * NEW / median_of(reps, lambda b=b: hearth.batched_decode_s(short, b, NEW))
+    if profile:
+        out["profile"] = hearth.profile(ids, max(batches))
+        print(out["profile"], flush=True)
+    return out
+
+
+def bench_llama(binary_dir: str, path: str, reps: int, batches: list[int]) -> dict[str, Any]:
+    from bench.llama_cpp_cuda import run_llama_batched_bench, run_llama_bench
+
+    single = run_llama_bench(binary_dir, path, prompt=PROMPT, gen=NEW, reps=reps)
+    out = {"detail": "llama.cpp CUDA (llama-bench, llama-batched-bench)", "prefill_tok_s": single["prefill_tok_s"],
+           "decode_tok_s": single["decode_tok_s"]}
+    batched = run_llama_batched_bench(binary_dir, path, parallel=tuple(batches), prompt=BATCH_PROMPT, gen=NEW)
+    for b in batches:
+        out[f"decode_x{b}_tok_s"] = batched["decode_tok_s"][b]
+    return out
+
+
+def bench_transformers(path: str, reps: int) -> dict[str, Any]:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    p = Path(path)
+    model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, torch_dtype=torch.bfloat16,
+                                                 attn_implementation="eager").to("cuda").eval()
+    ids = list(np.random.default_rng(0).integers(10, model.config.vocab_size, PROMPT))
+
+    def forward(tokens: list[int], cache: Any) -> tuple[int, Any]:
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([tokens], device="cuda"), past_key_values=cache, use_cache=True)
+            return int(out.logits[0, -1].argmax()), out.past_key_values
+
+    def prefill() -> float:
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        forward(ids, DynamicCache(config=model.config))
+        return time.perf_counter() - started
+
+    def decode() -> float:
+        token, cache = forward(ids, DynamicCache(config=model.config))
+        started = time.perf_counter()
+        for _ in range(NEW):
+            token, cache = forward([token], cache)
+        return time.perf_counter() - started
+
+    return {"detail": f"transformers {transformers.__version__}, torch {torch.__version__}, bf16, eager",
+            "prefill_tok_s": PROMPT / median_of(reps, prefill), "decode_tok_s": NEW / median_of(reps, decode)}
 
 
 def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float]:
@@ -80,31 +203,55 @@ def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float
     return step_bytes, name, peak / step_bytes
 
 
+def table(name: str, results: dict[str, dict[str, Any]], batches: list[int], bound: float) -> str:
+    engines = list(results)
+    rows = [("prefill tok/s (512)", "prefill_tok_s"), ("decode tok/s (1 stream)", "decode_tok_s")]
+    rows += [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s") for b in batches]
+    ratio = "hearth" in results and "llama.cpp" in results
+    lines = [f"{name:<28}" + "".join(f"{e:>14}" for e in engines) + (f"{'Hearth/llama':>14}" if ratio else "")]
+    for label, key in rows:
+        values = [results[e].get(key) for e in engines]
+        line = f"{label:<28}" + "".join(f"{v:>14.0f}" if v is not None else f"{'-':>14}" for v in values)
+        if ratio and results["hearth"].get(key) and results["llama.cpp"].get(key):
+            line += f"{results['hearth'][key] / results['llama.cpp'][key]:>14.2f}"
+        lines.append(line)
+    shares = [results[e].get("decode_tok_s", 0.0) / bound for e in engines]
+    lines.append(f"{'1-stream share of bound':<28}" + "".join(f"{s:>14.1%}" for s in shares)
+                 + f"   (bound {bound:.0f} tok/s)")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="GGUF file")
-    parser.add_argument("--engines", default="hearth,transformers")
+    parser.add_argument("models", nargs="+", help="GGUF files")
+    parser.add_argument("--llama-bin", help="directory of llama-bench and llama-batched-bench (CUDA build)")
+    parser.add_argument("--transformers", action="store_true", help="also run transformers on PyTorch CUDA")
+    parser.add_argument("--batches", default="8,32")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="print Hearth's per-kernel profile per model")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    n_prompt, n_new = 512, 128
-    results: dict[str, Result] = {}
-    hearth = HearthEngine(args.model, n_ctx=2048)
-    ids = prompt_ids(hearth.tokenize, n_prompt)
-    for name in args.engines.split(","):
-        engine = hearth if name == "hearth" else TransformersEngine(args.model)
-        results[engine.name] = measure(engine, engine.detail, ids, n_new, args.reps)
-    step_bytes, card, bound = bandwidth_bound(args.model, n_prompt + n_new // 2)
-    print(f"\n{card}; {args.model}: a decode step reads {step_bytes / 1e6:.0f} MB")
-    print(f"{'':<26}" + "".join(f"{n:>14}" for n in results) + f"{'bandwidth bound':>18}")
-    print(f"{'prefill tok/s (512)':<26}" + "".join(f"{r.prefill_median:>14.0f}" for r in results.values()))
-    decode = [r.decode_median for r in results.values()]
-    print(f"{'decode tok/s (128)':<26}" + "".join(f"{v:>14.1f}" for v in decode) + f"{bound:>18.0f}")
-    print(f"{'share of the bound':<26}" + "".join(f"{v / bound:>14.1%}" for v in decode))
+    batches = [int(b) for b in args.batches.split(",")]
+    report: dict[str, Any] = {}
+    for path in args.models:
+        results: dict[str, dict[str, Any]] = {}
+        for name, run in (("hearth", lambda: bench_hearth(path, args.reps, batches, args.profile)),
+                          ("llama.cpp", (lambda: bench_llama(args.llama_bin, path, args.reps, batches))
+                           if args.llama_bin else None),
+                          ("transformers", (lambda: bench_transformers(path, args.reps)) if args.transformers
+                           else None)):
+            if run is None:
+                continue
+            try:
+                results[name] = run()
+            except Exception as error:  # noqa: BLE001 - one engine failing still leaves the others' figures
+                print(f"{name} on {path} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        step_bytes, card, bound = bandwidth_bound(path, PROMPT + NEW // 2)
+        print(f"\n{card}; {Path(path).name}: a decode step reads {step_bytes / 1e6:.0f} MB")
+        print(table(Path(path).stem, results, batches, bound), flush=True)
+        report[path] = {"card": card, "step_bytes": step_bytes, "bound_tok_s": bound, "results": results}
     if args.json:
-        args.json.write_text(json.dumps({"card": card, "model": args.model, "step_bytes": step_bytes,
-                                         "bound_tok_s": bound,
-                                         "results": {k: vars(v) for k, v in results.items()}}, indent=1))
+        args.json.write_text(json.dumps(report, indent=1))
     return 0
 
 

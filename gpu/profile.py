@@ -55,3 +55,13 @@ def profile_program(executor: Executor, program: Program, step: StepParams, repe
     for d, us in zip(program.dispatches, per_dispatch):
         totals[d.label].append(float(us))
     return sorted((KernelTime(k, len(v), sum(v)) for k, v in totals.items()), key=lambda t: -t.total_us)
+
+
+def profile_report(executor: Executor, label: str, program: Program, step: StepParams) -> str:
+    """A printable per-kernel profile of one step: a header line, then one line per kernel variant."""
+    times = profile_program(executor, program, step)
+    total = sum(t.total_us for t in times)
+    lines = [f"{label}: {step.n_tokens} token row(s), {len(program.dispatches)} dispatches, "
+             f"{total:.0f} us of GPU time ({executor.device.name})"]
+    lines += [f"  {t.total_us:10.1f} us {100 * t.total_us / total:5.1f}% {t.calls:5d}x  {t.kernel}" for t in times]
+    return "\n".join(lines)

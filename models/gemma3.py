@@ -5,13 +5,13 @@ One step, for T tokens at positions pos..pos+T-1:
     x = embed(ids) * sqrt(D)                                   # x: [T, D]
     for each layer:
         h = rms_norm(x) * attn_norm
-        q, k, v = h Wq, h Wk, h Wv                             # q: [T, H, Dh], k, v: [T, Hkv, Dh]
+        q, k, v = h [Wq|Wk|Wv]                                 # one product where the types agree
         q = rope(rms_norm(q) * q_norm); k = rope(rms_norm(k) * k_norm)
         cache[pos:pos+T] = k, v                                # paged: rows of a shared pool
         a = attention(q, cache)   (sliding window on 5 of every 6 layers, global on the 6th)
         x += rms_norm(a Wo) * post_attention_norm
         h = rms_norm(x) * ffn_norm
-        x += rms_norm((gelu_tanh(h Wgate) * h Wup) Wdown) * post_ffw_norm
+        x += rms_norm((gelu_tanh(h Wgate) * h Wup) Wdown) * post_ffw_norm   # gate|up fused
     logits = rms_norm(x[last]) * output_norm  E^T             # tied output head: [R, V]
     next = sample(logits)                                      # on the GPU: argmax or Gumbel-max
 
@@ -30,11 +30,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys
+import numpy as np
+from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, Keys
 
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import transformer as ops
-from gpu.ops.matmul import embedding, linear
+from gpu.ops.matmul import embedding, linear, linear_glu
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
@@ -100,19 +101,24 @@ class Gemma3Config:
         )
 
 
+@dataclass(frozen=True)
+class Fused:
+    """Matrices with the same input stacked along the rows: one product computes them all."""
+
+    weight: QuantWeight
+    parts: list[int]  # first row (output column) of each matrix
+
+
 @dataclass
 class LayerWeights:
     attn_norm: Tensor
-    q: QuantWeight
-    k: QuantWeight
-    v: QuantWeight
+    qkv: list[Fused]  # q|k|v as one matrix where their types agree, else q|k and v, or q, k, v
     q_norm: Tensor
     k_norm: Tensor
     o: QuantWeight
     post_attention_norm: Tensor
     ffn_norm: Tensor
-    gate: QuantWeight
-    up: QuantWeight
+    gate_up: list[Fused]  # gate|up as one matrix (one GeGLU dispatch) where their types agree
     down: QuantWeight
     post_ffw_norm: Tensor
 
@@ -134,16 +140,13 @@ class Gemma3:
         self.layers = [
             LayerWeights(
                 attn_norm=loader.vector(MODEL_TENSOR.ATTN_NORM, i),
-                q=loader.matrix(MODEL_TENSOR.ATTN_Q, i),
-                k=loader.matrix(MODEL_TENSOR.ATTN_K, i),
-                v=loader.matrix(MODEL_TENSOR.ATTN_V, i),
+                qkv=loader.fused([MODEL_TENSOR.ATTN_Q, MODEL_TENSOR.ATTN_K, MODEL_TENSOR.ATTN_V], i),
                 q_norm=loader.vector(MODEL_TENSOR.ATTN_Q_NORM, i),
                 k_norm=loader.vector(MODEL_TENSOR.ATTN_K_NORM, i),
                 o=loader.matrix(MODEL_TENSOR.ATTN_OUT, i),
                 post_attention_norm=loader.vector(MODEL_TENSOR.ATTN_POST_NORM, i),
                 ffn_norm=loader.vector(MODEL_TENSOR.FFN_NORM, i),
-                gate=loader.matrix(MODEL_TENSOR.FFN_GATE, i),
-                up=loader.matrix(MODEL_TENSOR.FFN_UP, i),
+                gate_up=loader.fused([MODEL_TENSOR.FFN_GATE, MODEL_TENSOR.FFN_UP], i),
                 down=loader.matrix(MODEL_TENSOR.FFN_DOWN, i),
                 post_ffw_norm=loader.vector(MODEL_TENSOR.FFN_POST_NORM, i),
             )
@@ -176,27 +179,23 @@ class Gemma3:
         for i, w in enumerate(self.layers):
             sliding = c.is_sliding(i)
             rope = self.rope_local if sliding else self.rope_global
-            q = b.activation(f"q{i}", (t_max, c.q_width))
-            k = b.activation(f"k{i}", (t_max, c.kv_width))
-            v = b.activation(f"v{i}", (t_max, c.kv_width))
-            linear(b, w.q, h, q, t_max)
-            linear(b, w.k, h, k, t_max)
-            linear(b, w.v, h, v, t_max)
-            ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, i, rows,
+            q, k, v = self._projections(b, w.qkv, h, t_max, f"qkv{i}")
+            q_out = b.activation(f"q{i}", (t_max, c.q_width))
+            ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, i, rows, q_out,
                                    heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
             a = b.activation(f"attn{i}", (t_max, c.q_width))
-            ops.attention(b, q, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+            ops.attention(b, q_out, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
                           window=c.window if sliding else 0, scale=scale)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
             h2 = b.activation(f"h2_{i}", (t_max, c.d_model))
             ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, h2, c.eps)  # x += ..., h2 = norm(x)
-            gate = b.activation(f"gate{i}", (t_max, c.d_ffn))
-            up = b.activation(f"up{i}", (t_max, c.d_ffn))
-            linear(b, w.gate, h2, gate, t_max)
-            linear(b, w.up, h2, up, t_max)
             act = b.activation(f"act{i}", (t_max, c.d_ffn))
-            ops.gelu_mul(b, gate, up, act)
+            if len(w.gate_up) == 1:  # gelu_tanh(h2 Wgate) * (h2 Wup) in one dispatch
+                linear_glu(b, w.gate_up[0].weight, h2, act, t_max)
+            else:
+                (gate, _), (up, _) = self._projections(b, w.gate_up, h2, t_max, f"gate_up{i}")
+                ops.gelu_mul(b, gate, up, act)
             down = b.activation(f"down{i}", (t_max, c.d_model))
             linear(b, w.down, act, down, t_max)
             if i + 1 < c.n_layers:
@@ -210,6 +209,17 @@ class Gemma3:
         sample(b, out.logits, out.sampling, out.sampled)
         ops.store_tokens(b, out.sampled, io.out_rows, rows, io.slot_tokens)
         return b.build()
+
+    @staticmethod
+    def _projections(b: ProgramBuilder, fused: list[Fused], x: Tensor, t_max: int, name: str,
+                     ) -> list[tuple[Tensor, int]]:
+        """x times each of the fused matrices; each projection as (output tensor, first column)."""
+        columns: list[tuple[Tensor, int]] = []
+        for j, f in enumerate(fused):
+            y = b.activation(f"{name}.{j}", (t_max, f.weight.n))
+            linear(b, f.weight, x, y, t_max)
+            columns += [(y, start) for start in f.parts]
+        return columns
 
 
 class _WeightLoader:
@@ -230,6 +240,27 @@ class _WeightLoader:
         self.uploaded_bytes += gpu_bytes
         if self.progress:
             self.progress(self.read_bytes, self.total)
+
+    def fused(self, kinds: list[MODEL_TENSOR], layer: int) -> list[Fused]:
+        """Matrices with the same input, as few as possible: consecutive ones whose types agree are
+        concatenated along the rows (their bytes, since rows are contiguous in every GGML type)."""
+        groups: list[list[tuple[str, GGMLQuantizationType, tuple[int, ...], np.ndarray]]] = []
+        for kind in kinds:
+            name = self._name(kind, layer)
+            qtype, shape, raw = self.f.raw(name)
+            if groups and groups[-1][0][1] == qtype and groups[-1][0][2][0] == shape[0]:
+                groups[-1].append((name, qtype, shape, raw))
+            else:
+                groups.append([(name, qtype, shape, raw)])
+        weights = []
+        for group in groups:
+            name = "+".join(g[0] for g in group)
+            rows = [g[2][1] for g in group]
+            raw = np.concatenate([g[3] for g in group]) if len(group) > 1 else group[0][3]
+            weight = upload_weight(self.executor, name, group[0][1], group[0][2][0], sum(rows), raw)
+            self._done(raw.nbytes, weight.nbytes)
+            weights.append(Fused(weight, [sum(rows[:j]) for j in range(len(group))]))
+        return weights
 
     def matrix(self, kind: MODEL_TENSOR, layer: int | None = None) -> QuantWeight:
         name = self._name(kind, layer)

@@ -15,7 +15,6 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from config.settings import SHIPPED_MODEL, SettingsError, load_settings
 
@@ -135,6 +134,7 @@ def profile(args: argparse.Namespace) -> int:
     --prompt-tokens tokens, then decode steps of 1 and --batch sequences at that position."""
     import numpy as np
 
+    from gpu.profile import profile_report
     from models.text_model import PREFILL_BUCKETS, load_text_model
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
@@ -147,25 +147,15 @@ def profile(args: argparse.Namespace) -> int:
         for s in sessions:  # fill the caches so decode attends over n keys
             engine.submit_prefill(s, ids).wait()
         sessions[0].reset()
-        _print_profile(model, "prefill", *engine.stage_prefill(sessions[0], ids))
+        print(profile_report(model.executor, "prefill", *engine.stage_prefill(sessions[0], ids)))
         sessions[0].n_past = n
         for b in sorted({1, max(args.batch, 1)}):
-            _print_profile(model, f"decode of {b} sequence(s) at position {n}", *engine.stage_decode(sessions[:b]))
+            label = f"decode of {b} sequence(s) at position {n}"
+            print(profile_report(model.executor, label, *engine.stage_decode(sessions[:b])))
     finally:
         for s in sessions:
             s.close()
     return 0
-
-
-def _print_profile(model: Any, label: str, program: Any, step: Any) -> None:
-    from gpu.profile import profile_program
-
-    times = profile_program(model.executor, program, step)
-    total = sum(t.total_us for t in times)
-    print(f"{label}: {step.n_tokens} token row(s), {len(program.dispatches)} dispatches, {total:.0f} us of GPU time "
-          f"({model.executor.device.name})")
-    for t in times:
-        print(f"  {t.total_us:10.1f} us {100 * t.total_us / total:5.1f}% {t.calls:5d}x  {t.kernel}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,11 @@
 // qk_norm_rope_store: attention's per-head norms, RoPE and cache append in one dispatch.
-//   q[t, h, :] = rope(q[t, h, :] / rms * q_w, p)                         in place, h < HEADS
+//   q_out[t, h, :] = rope(q[t, h, :] / rms * q_w, p)                      h < HEADS
 //   k_cache[r, g, :] = rope(k[t, g, :] / rms * k_w, p),  v_cache[r, g, :] = v[t, g, :],  g < KV_HEADS
 // at the token's position p = rows[t].x, whose pool row r comes from its sequence's pages
 // (common/rows.wgsl); rms over the head's D values, as norm_rope.wgsl; cache words hold two f16
-// per u32 when KV_F16, else f32 bits. k and v are only read; attention reads them from the cache.
+// per u32 when KV_F16, else f32 bits. q, k and v are read from columns of projection outputs:
+// row t of q starts at t * Q_STRIDE + Q_OFFSET (likewise k, v), so a fused q|k|v projection (one
+// matrix product for all three) binds the same tensor three times; attention reads the cache.
 // RoPE is NeoX-style (dims i and i + D/2 rotate together), angles from the host's (cos, sin) table.
 // Work split: one workgroup of 64 invocations per head row: the step's n_tokens * HEADS q rows
 // first, then its n_tokens * KV_HEADS k rows, each of which also copies its v row. An invocation
@@ -18,6 +20,12 @@ override HEADS: u32 = 4u;       // query heads per token
 override KV_HEADS: u32 = 1u;    // key/value heads per token
 override EPS: f32 = 1e-6;
 override KV_F16: bool = true;   // cache words hold two f16 values
+override Q_STRIDE: u32 = 1024u;  // values per row of the q source, and q's first column in it
+override Q_OFFSET: u32 = 0u;
+override K_STRIDE: u32 = 256u;
+override K_OFFSET: u32 = 0u;
+override V_STRIDE: u32 = 256u;
+override V_OFFSET: u32 = 0u;
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
 override MAX_PAGES: u32 = 64u;     // page-table entries per sequence
 
@@ -26,9 +34,9 @@ const HALF: u32 = D / 2u;
 const KV_WIDTH: u32 = KV_HEADS * D;  // cache values per position
 
 @group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<storage, read_write> q: array<f32>;        // [T_MAX, HEADS, D]
-@group(0) @binding(2) var<storage, read> k: array<f32>;              // [T_MAX, KV_HEADS, D]
-@group(0) @binding(3) var<storage, read> v: array<f32>;              // [T_MAX, KV_HEADS, D]
+@group(0) @binding(1) var<storage, read> q: array<f32>;              // [T_MAX, Q_STRIDE]
+@group(0) @binding(2) var<storage, read> k: array<f32>;              // [T_MAX, K_STRIDE]
+@group(0) @binding(3) var<storage, read> v: array<f32>;              // [T_MAX, V_STRIDE]
 @group(0) @binding(4) var<storage, read> q_w: array<f32>;            // [D] q norm weight
 @group(0) @binding(5) var<storage, read> k_w: array<f32>;            // [D] k norm weight
 @group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>;     // [n_ctx, D/2] (cos, sin)
@@ -36,6 +44,7 @@ const KV_WIDTH: u32 = KV_HEADS * D;  // cache values per position
 @group(0) @binding(8) var<storage, read_write> v_cache: array<u32>;
 @group(0) @binding(9) var<storage, read> rows: array<vec4<u32>>;     // [T_MAX] (position, slot, -, -)
 @group(0) @binding(10) var<storage, read> page_table: array<u32>;    // [slots, MAX_PAGES]
+@group(0) @binding(11) var<storage, read_write> q_out: array<f32>;   // [T_MAX, HEADS, D]
 
 // Store value index `at` (and at + 1) of a cache row: one packed word, or two f32 words.
 fn store_pair(is_value: bool, at: u32, a: f32, b: f32) {
@@ -57,38 +66,41 @@ fn row_main(row: u32, lid: u32) {
     if (!is_q && row - q_rows >= step.n_tokens * KV_HEADS) {
         return;
     }
-    var base: u32;       // first value of the head row in q or k
     var t: u32;          // the token
+    var head: u32;       // its head (a q head or a kv head)
+    var src: u32;        // first value of the head row in q or k
     if (is_q) {
-        base = row * D;
         t = row / HEADS;
+        head = row % HEADS;
+        src = t * Q_STRIDE + Q_OFFSET + head * D;
     } else {
-        base = (row - q_rows) * D;
         t = (row - q_rows) / KV_HEADS;
+        head = (row - q_rows) % KV_HEADS;
+        src = t * K_STRIDE + K_OFFSET + head * D;
     }
     let position = rows[t].x;
     var sum = 0.0;
     for (var i = lid; i < D; i += WG) {
         var x: f32;
-        if (is_q) { x = q[base + i]; } else { x = k[base + i]; }
+        if (is_q) { x = q[src + i]; } else { x = k[src + i]; }
         sum += x * x;
     }
     let inv_rms = inverseSqrt(row_sum(sum) / f32(D) + EPS);
-    // the k row's place in the cache: the position's pool row, this head's D values
-    var cache_base = 0u;
+    // where the row goes: q_out's row, or the position's pool row of the cache, this head's D values
+    var dst = row * D;
     if (!is_q) {
-        cache_base = pool_row(rows[t].y, position) * KV_WIDTH + base % KV_WIDTH;
+        dst = pool_row(rows[t].y, position) * KV_WIDTH + head * D;
     }
     for (var i = 2u * lid; i < HALF; i += 2u * WG) {
         var a: vec2<f32>;   // dims i, i + 1 (normalised)
         var b: vec2<f32>;   // dims i + HALF, i + HALF + 1
         if (is_q) {
-            a = vec2<f32>(q[base + i], q[base + i + 1u]) * inv_rms * vec2<f32>(q_w[i], q_w[i + 1u]);
-            b = vec2<f32>(q[base + i + HALF], q[base + i + HALF + 1u]) * inv_rms
+            a = vec2<f32>(q[src + i], q[src + i + 1u]) * inv_rms * vec2<f32>(q_w[i], q_w[i + 1u]);
+            b = vec2<f32>(q[src + i + HALF], q[src + i + HALF + 1u]) * inv_rms
                 * vec2<f32>(q_w[i + HALF], q_w[i + HALF + 1u]);
         } else {
-            a = vec2<f32>(k[base + i], k[base + i + 1u]) * inv_rms * vec2<f32>(k_w[i], k_w[i + 1u]);
-            b = vec2<f32>(k[base + i + HALF], k[base + i + HALF + 1u]) * inv_rms
+            a = vec2<f32>(k[src + i], k[src + i + 1u]) * inv_rms * vec2<f32>(k_w[i], k_w[i + 1u]);
+            b = vec2<f32>(k[src + i + HALF], k[src + i + HALF + 1u]) * inv_rms
                 * vec2<f32>(k_w[i + HALF], k_w[i + HALF + 1u]);
         }
         let c0 = rope[position * HALF + i];
@@ -98,18 +110,19 @@ fn row_main(row: u32, lid: u32) {
         let ra = a * cs - b * sn;
         let rb = b * cs + a * sn;
         if (is_q) {
-            q[base + i] = ra.x;
-            q[base + i + 1u] = ra.y;
-            q[base + i + HALF] = rb.x;
-            q[base + i + HALF + 1u] = rb.y;
+            q_out[dst + i] = ra.x;
+            q_out[dst + i + 1u] = ra.y;
+            q_out[dst + i + HALF] = rb.x;
+            q_out[dst + i + HALF + 1u] = rb.y;
         } else {
-            store_pair(false, cache_base + i, ra.x, ra.y);
-            store_pair(false, cache_base + i + HALF, rb.x, rb.y);
+            store_pair(false, dst + i, ra.x, ra.y);
+            store_pair(false, dst + i + HALF, rb.x, rb.y);
         }
     }
     if (!is_q) {
+        let v_src = t * V_STRIDE + V_OFFSET + head * D;
         for (var i = 2u * lid; i < D; i += 2u * WG) {
-            store_pair(true, cache_base + i, v[base + i], v[base + i + 1u]);
+            store_pair(true, dst + i, v[v_src + i], v[v_src + i + 1u]);
         }
     }
 }

@@ -13,6 +13,7 @@ from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
+Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
 
 
 def _rows(t: Tensor) -> int:
@@ -75,20 +76,27 @@ def _paging(pool: KVPool) -> dict[str, int]:
 
 
 def qk_norm_rope_store(
-    b: ProgramBuilder, q: Tensor, k: Tensor, v: Tensor, q_weight: Tensor, k_weight: Tensor, rope_table: Tensor,
-    pool: KVPool, layer: int, rows: Tensor, *, heads: int, kv_heads: int, eps: float, subgroups: bool | None = None,
+    b: ProgramBuilder, q: Column, k: Column, v: Column, q_weight: Tensor, k_weight: Tensor, rope_table: Tensor,
+    pool: KVPool, layer: int, rows: Tensor, q_out: Tensor, *, heads: int, kv_heads: int, eps: float,
+    subgroups: bool | None = None,
 ) -> None:
-    """norm_rope on q (in place) and on k, and k, v stored in the layer's paged cache at each row's
-    position (rows: the row table), in one dispatch (kernels/qk_norm_rope_store.wgsl); k and v are
-    left as they were."""
+    """norm_rope of q into q_out and of k, and k, v stored in the layer's paged cache at each row's
+    position (rows: the row table), in one dispatch (kernels/qk_norm_rope_store.wgsl).
+
+    q, k and v are (tensor, first column) of projection outputs: the same tensor for all three
+    when the projections ran as one fused matrix product, each its own tensor at column 0 if not.
+    """
     d = q_weight.numel
     if d % 4:
         raise ValueError(f"qk_norm_rope_store needs a head dimension multiple of 4, not {d}")
-    constants = {"D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "KV_F16": pool.f16,
-                 "REDUCE": _reduce(b, subgroups), **_paging(pool)}
-    tensors = [b.step, q, k, v, q_weight, k_weight, rope_table, pool.keys[layer], pool.values[layer], rows,
-               pool.page_table]
-    b.dispatch("qk_norm_rope_store", constants, tensors, workgroup_grid(_rows(q) * (heads + kv_heads)))
+    constants: dict[str, int | float | bool | str] = {
+        "D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "KV_F16": pool.f16,
+        "REDUCE": _reduce(b, subgroups), **_paging(pool)}
+    for name, (tensor, offset) in (("Q", q), ("K", k), ("V", v)):
+        constants |= {f"{name}_STRIDE": tensor.shape[1], f"{name}_OFFSET": offset}
+    tensors = [b.step, q[0], k[0], v[0], q_weight, k_weight, rope_table, pool.keys[layer], pool.values[layer], rows,
+               pool.page_table, q_out]
+    b.dispatch("qk_norm_rope_store", constants, tensors, workgroup_grid(_rows(q_out) * (heads + kv_heads)))
 
 
 def attention(

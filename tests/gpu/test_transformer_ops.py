@@ -284,10 +284,12 @@ def test_store_tokens(ex: Executor) -> None:
 
 
 @pytest.mark.parametrize("subgroups", REDUCES)
-@pytest.mark.parametrize("kv_f16,heads,kv_heads,d", [(True, 4, 1, 256), (False, 4, 2, 64), (True, 2, 2, 36)])
+@pytest.mark.parametrize("kv_f16,heads,kv_heads,d,fused", [
+    (True, 4, 1, 256, True), (False, 4, 2, 64, False), (True, 2, 2, 36, True), (False, 2, 1, 64, True)])
 def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: int, kv_heads: int,
-                            d: int) -> None:
-    """Two tokens of sequence a (positions 1000, 1001) and one of sequence b (position 5) in one step."""
+                            d: int, fused: bool) -> None:
+    """Two tokens of sequence a (positions 1000, 1001) and one of sequence b (position 5) in one step;
+    q, k, v as columns of one fused projection output, or as three tensors."""
     rng = np.random.default_rng(7)
     t_max, n_ctx, base = 5, 1024, 10000.0
     width = kv_heads * d
@@ -301,19 +303,24 @@ def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: 
     positions, slots = [1000, 1001, 5], [a, a, b]
     n = len(positions)
     rows = _rows_table(ex, t_max, positions, slots)
-    qf, qs = ex.tensor("qf", q.shape, data=q), ex.tensor("qs", q.shape, data=q)
-    kf, ks = ex.tensor("kf", k.shape, data=k), ex.tensor("ks", k.shape, data=k)
-    vt, qwt, kwt, rt = (ex.tensor(name, arr.shape, data=arr)
-                        for name, arr in (("v", v), ("qw", q_w), ("kw", k_w), ("rope", table)))
+    if fused:
+        qkv = np.concatenate([q, k, v], axis=1)
+        qkv_t = ex.tensor("qkv", qkv.shape, data=qkv)
+        sources = [(qkv_t, 0), (qkv_t, heads * d), (qkv_t, heads * d + width)]
+    else:
+        sources = [(ex.tensor(name, arr.shape, data=arr), 0) for name, arr in (("qf", q), ("kf", k), ("vf", v))]
+    q_out = ex.tensor("q_out", q.shape)
+    qs, ks = ex.tensor("qs", q.shape, data=q), ex.tensor("ks", k.shape, data=k)
+    qwt, kwt, rt = (ex.tensor(name, arr.shape, data=arr) for name, arr in (("qw", q_w), ("kw", k_w), ("rope", table)))
     sg = _subgroups(ex, subgroups)
 
     def build(bld: ProgramBuilder) -> None:
-        ops.qk_norm_rope_store(bld, qf, kf, vt, qwt, kwt, rt, pool, 0, rows, heads=heads, kv_heads=kv_heads,
+        ops.qk_norm_rope_store(bld, *sources, qwt, kwt, rt, pool, 0, rows, q_out, heads=heads, kv_heads=kv_heads,
                                eps=1e-6, subgroups=sg)
         ops.norm_rope(bld, qs, qwt, rt, rows, heads, 1e-6)
         ops.norm_rope(bld, ks, kwt, rt, rows, kv_heads, 1e-6)
 
-    got_q, got_k, k_split = _run(ex, build, StepParams(n), [qf, kf, ks])
+    got_q, k_split = _run(ex, build, StepParams(n), [q_out, ks])
     k_cache, v_cache = (_as_f32(ex.read(t), kv_f16) for t in (pool.keys[0], pool.values[0]))
     written = np.concatenate([pool.pool_rows(s, np.array([p])) for p, s in zip(positions, slots, strict=True)])
     want_q = _rope_reference(_rms(q.reshape(t_max, heads, d), q_w, 1e-6)[:n].astype(np.float64),
@@ -327,12 +334,12 @@ def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: 
     np.testing.assert_allclose(k_cache[written], want_k.reshape(n, -1), rtol=0, atol=k_tol)
     want_v = v[:n].astype(np.float16).astype(np.float32) if kv_f16 else v[:n]
     np.testing.assert_array_equal(v_cache[written], want_v)
-    # The same f32 operations as norm_rope; k and v left as they were; no other cache row written.
+    # The same f32 operations as norm_rope; the sources left as they were; no other cache row written.
     same = np.testing.assert_allclose if sg else np.testing.assert_array_equal
-    same(got_q, ex.read(qs), **_tolerance(sg, ATOL))
+    same(got_q[:n], ex.read(qs)[:n], **_tolerance(sg, ATOL))
     k_ref = k_split[:n].astype(np.float16).astype(np.float32) if kv_f16 else k_split[:n]
     # f16 words of the two paths may round apart by one f16 ulp where the f32 values differ by an ulp
     same(k_cache[written], k_ref, **_tolerance(sg, (2e-3 if kv_f16 else ATOL) * np.abs(k_ref).max()))
-    np.testing.assert_array_equal(got_k, k)
+    np.testing.assert_array_equal(ex.read(sources[1][0]), qkv if fused else k)  # sources only read
     others = np.setdiff1d(np.arange(len(k_cache)), written)
     assert not k_cache[others].any() and not v_cache[others].any()
