@@ -89,10 +89,9 @@ def _generate_on_gpu(session: Session, prompt_ids: Sequence[int], on_gpu: GpuSam
         return engine.submit_decode([DecodeRow(session, sampling=on_gpu)], n) if n_wanted > 0 else None
 
     current = submit(left)
-    queued = current.n_steps if current else 0
     while current is not None:
-        following = submit(left - queued)  # recorded and queued while the GPU runs `current`
-        queued += following.n_steps if following else 0
+        # recorded and queued while the GPU runs `current`
+        following = submit(left - current.n_steps)
         tokens, _ = current.wait()
         for token in tokens[:, 0].tolist():
             if token in stops:
