@@ -52,7 +52,9 @@ class HearthBench:
 
         device = default_device()
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
-        self.model = load_text_model(model_path, context_length=2048, max_batch=max_batch)
+        # KV pool: the single-stream runs' 640 positions, and every batched sequence's 256 (5 pages each)
+        self.model = load_text_model(model_path, context_length=2048, max_batch=max_batch,
+                                     pool_tokens=2048 + max_batch * 5 * 128)
         self.engine = self.model.engine()
 
     def prefill_s(self, ids: list[int]) -> float:
@@ -137,8 +139,10 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
     out: dict[str, Any] = {"detail": hearth.detail}
     out["prefill_tok_s"] = PROMPT / median_of(reps, lambda: hearth.prefill_s(ids))
     out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
+    print(f"hearth: {out}", flush=True)
     for b in batches:
         out[f"decode_x{b}_tok_s"] = b * NEW / median_of(reps, lambda b=b: hearth.batched_decode_s(short, b, NEW))
+        print(f"hearth: {b} streams: {out[f'decode_x{b}_tok_s']:.0f} tok/s", flush=True)
     if profile:
         out["profile"] = hearth.profile(ids, max(batches))
         print(out["profile"], flush=True)
