@@ -162,7 +162,8 @@ class Bert:
             return ""
         return f"{hf.format(i=i) if i is not None else hf}.{suffix}"
 
-    def _norm(self, up: Uploader, names: tuple[str | None, MODEL_TENSOR], i: int | None = None) -> tuple[Tensor, Tensor]:
+    def _norm(self, up: Uploader, names: tuple[str | None, MODEL_TENSOR],
+              i: int | None = None) -> tuple[Tensor, Tensor]:
         gamma, beta = (self._name(names, i, s) for s in ("weight", "bias"))
         return up.vector(gamma, self._source.array(gamma)), up.vector(beta, self._source.array(beta))
 

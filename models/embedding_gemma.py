@@ -114,7 +114,8 @@ class EmbeddingGemmaConfig:
         return cls(
             n_layers=n_layers, d_model=d_model, n_heads=n_heads,
             n_kv_heads=int(f.value(Keys.Attention.HEAD_COUNT_KV, n_heads)), head_dim=head_dim,
-            d_ffn=int(f.value(Keys.LLM.FEED_FORWARD_LENGTH)), eps=float(f.value(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6)),
+            d_ffn=int(f.value(Keys.LLM.FEED_FORWARD_LENGTH)),
+            eps=float(f.value(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6)),
             window=int(f.value(Keys.Attention.SLIDING_WINDOW)),
             sliding=tuple((i + 1) % pattern != 0 for i in range(n_layers)),
             rope_base_global=float(f.value(Keys.Rope.FREQ_BASE, 1_000_000.0)),

