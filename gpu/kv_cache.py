@@ -1,6 +1,6 @@
 """The paged KV cache: one pool of key and value rows per layer, shared by every sequence.
 
-A sequence holds a slot (its row of the page table) and pages of PAGE_TOKENS positions taken
+A sequence holds a slot (its row of the page table) and pages of page_tokens positions taken
 from the pool as it grows, so sequences of any length share the memory without reserving a
 whole context each, and a batch step can hold tokens of many sequences. Kernels find a
 position's pool row through the page table (kernels/common/rows.wgsl).
@@ -17,7 +17,7 @@ import numpy as np
 from gpu.program import Executor
 
 KV_DTYPES = ("f16", "f32")
-PAGE_TOKENS = 128  # positions per page: a multiple of attention's 32-key chunks
+PAGE_TOKENS = 128  # positions per page unless told: few page-table reads, little waste per sequence
 
 
 class PoolExhausted(RuntimeError):
@@ -25,22 +25,24 @@ class PoolExhausted(RuntimeError):
 
 
 class KVPool:
-    """Per layer a key and a value pool of n_pages * PAGE_TOKENS rows; slots and pages handed out
+    """Per layer a key and a value pool of n_pages * page_tokens rows; slots and pages handed out
     to sequences on demand and taken back when they close."""
 
     def __init__(self, executor: Executor, name: str, widths: list[int], n_ctx: int, pool_tokens: int,
-                 n_slots: int, kv_dtype: str) -> None:
+                 n_slots: int, kv_dtype: str, page_tokens: int = PAGE_TOKENS) -> None:
         """widths[i] = kv_heads * head_dim of layer i; n_ctx = most positions of one sequence;
-        pool_tokens = positions in the pool for all sequences together; n_slots = most sequences."""
+        pool_tokens = positions in the pool for all sequences together (at least one n_ctx);
+        n_slots = most sequences; page_tokens = positions per page."""
         if kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, not {kv_dtype!r}")
         self.executor = executor
         self.kv_dtype = kv_dtype
         self.n_ctx = n_ctx
-        self.max_pages = -(-n_ctx // PAGE_TOKENS)  # pages one sequence may need
-        self.n_pages = max(self.max_pages, -(-pool_tokens // PAGE_TOKENS))
+        self.page_tokens = page_tokens
+        self.max_pages = -(-n_ctx // page_tokens)  # pages one sequence may need
+        self.n_pages = max(self.max_pages, -(-pool_tokens // page_tokens))
         self.n_slots = n_slots
-        rows = self.n_pages * PAGE_TOKENS
+        rows = self.n_pages * page_tokens
         words = [(w // 2 if self.f16 else w) for w in widths]
         self.keys = [executor.tensor(f"{name}.k{i}", (rows, n), "u32") for i, n in enumerate(words)]
         self.values = [executor.tensor(f"{name}.v{i}", (rows, n), "u32") for i, n in enumerate(words)]
@@ -64,7 +66,11 @@ class KVPool:
 
     @property
     def free_tokens(self) -> int:
-        return len(self._free_pages) * PAGE_TOKENS
+        return len(self._free_pages) * self.page_tokens
+
+    def pages_for(self, n_positions: int) -> int:
+        """Pages that hold n_positions."""
+        return -(-n_positions // self.page_tokens)
 
     def open_slot(self) -> int:
         """A slot for a new sequence (holding no pages yet)."""
@@ -80,7 +86,7 @@ class KVPool:
 
     def pages_needed(self, slot: int, n_positions: int) -> int:
         """Pages a slot still lacks to hold positions [0, n_positions)."""
-        return max(0, -(-n_positions // PAGE_TOKENS) - len(self._pages[slot]))
+        return max(0, self.pages_for(n_positions) - len(self._pages[slot]))
 
     def reserve(self, slot: int, n_positions: int) -> None:
         """Make sure positions [0, n_positions) of the slot have pages (new entries written to the
@@ -91,7 +97,7 @@ class KVPool:
         need = self.pages_needed(slot, n_positions)
         if need > len(self._free_pages):
             raise PoolExhausted(f"the KV cache has {self.free_tokens} free positions, "
-                                f"{need * PAGE_TOKENS} more are needed")
+                                f"{need * self.page_tokens} more are needed")
         if not need:
             return
         first = len(held)
@@ -104,7 +110,8 @@ class KVPool:
     def pool_rows(self, slot: int, positions: np.ndarray) -> np.ndarray:
         """Pool rows of a slot's positions (tests and tools)."""
         positions = np.asarray(positions)
-        return self._table[slot, positions // PAGE_TOKENS].astype(np.int64) * PAGE_TOKENS + positions % PAGE_TOKENS
+        page = self.page_tokens
+        return self._table[slot, positions // page].astype(np.int64) * page + positions % page
 
 
 def rope_table(head_dim: int, n_ctx: int, base: float, scale: float = 1.0) -> np.ndarray:

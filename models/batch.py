@@ -18,22 +18,26 @@ host records round N+1 while the GPU runs round N. A round holds at most:
 - one single-step decode submission of the sequences the CPU samples for (penalties, top-k/p,
   logprobs), whose logits come back; they rejoin once their token is known.
 A sequence's slot and KV pages go back to the pool once it has ended and no submission in flight
-still writes to them. Admission is by KV budget: a sequence is admitted when the pool's free
-pages cover its prompt, its max_tokens and one submission of overshoot, beside what the running
-sequences may still claim, so a running sequence never finds the pool empty.
+still writes to them. Admission looks ahead, not to the end: a sequence is admitted when the
+pool's free pages cover its prompt and its next ADMIT_LOOKAHEAD tokens beside what the running
+sequences need next, so requests that ask for "up to the context end" still share the batch.
+When a round would not fit, the newest sequences are preempted (vLLM's recompute preemption):
+their pages go back, and they rejoin later by prefilling their prompt and the tokens they have
+produced so far, then go on exactly where they were.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from gpu.kv_cache import PAGE_TOKENS
+from gpu.kv_cache import PoolExhausted
 from models.generate import STEPS_PER_SUBMIT, gpu_sampling
 from models.sampler import SampledToken, Sampler, SamplingParams
-from models.text_model import PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, Session, TextModel
+from models.text_model import PREFILL_BUCKETS, DecodeRow, Engine, GpuSampling, PendingStep, Session, TextModel
 
 
 @dataclass(frozen=True)
@@ -50,19 +54,22 @@ class EndEvent:
 
 
 Event = TokenEvent | EndEvent
+ADMIT_LOOKAHEAD = 256  # generated tokens a new sequence must find KV pages for (beyond: preemption)
 
 
 @dataclass(eq=False)
 class _Sequence:
     key: Hashable
-    session: Session
-    prompt: list[int]
+    order: int  # admission order: the newest are preempted first
+    session: Session | None  # None while preempted (no slot, no pages)
+    prompt: list[int]  # to prefill: the request's prompt, and after a preemption the tokens produced too
     max_tokens: int
     stops: frozenset[int]
     gpu: GpuSampling | None  # None: the CPU samples from read-back logits
     sampler: Sampler | None
     history: list[int]  # prompt and tokens so far, for the CPU sampler's penalties
-    budget: int  # KV positions the sequence may claim: prompt + max_tokens + one submission of overshoot
+    request: list[int] = field(default_factory=list)  # the request's prompt
+    emitted: list[int] = field(default_factory=list)  # tokens handed out
     prefilled: int = 0  # prompt tokens submitted
     submitted: int = 0  # tokens whose sampling has been submitted
     produced: int = 0  # tokens handed out
@@ -72,7 +79,12 @@ class _Sequence:
 
     @property
     def decoding(self) -> bool:
-        return self.prefilled == len(self.prompt) and not self.finished and self.submitted < self.max_tokens
+        return (self.session is not None and self.prefilled == len(self.prompt) and not self.finished
+                and self.submitted < self.max_tokens)
+
+    @property
+    def prefilling(self) -> bool:
+        return not self.finished and self.prefilled < len(self.prompt)
 
 
 @dataclass
@@ -88,21 +100,27 @@ class _Round:
     submissions: list[_Submission] = field(default_factory=list)
 
 
+_Plan = tuple[_Sequence | None, list[_Sequence], list[_Sequence]]  # prompt chunk, GPU rows, CPU rows
+
+
 class BatchGenerator:
     """Runs many sequences of one model together (see the module docstring)."""
 
     def __init__(self, model: TextModel, kv_dtype: str | None = None, steps_per_submit: int = STEPS_PER_SUBMIT,
-                 prefill_chunk: int = PREFILL_BUCKETS[-1]) -> None:
+                 prefill_chunk: int = PREFILL_BUCKETS[-1], engine: Engine | None = None) -> None:
+        """engine: the KV pool and programs to run in (the model's, of kv_dtype, by default)."""
         if not 1 <= prefill_chunk <= PREFILL_BUCKETS[-1]:
             raise ValueError(f"prefill_chunk must be in [1, {PREFILL_BUCKETS[-1]}], not {prefill_chunk}")
         self.model = model
         self.prefill_chunk = prefill_chunk
-        self.engine = model.engine(kv_dtype)
+        self.engine = engine or model.engine(kv_dtype)
         self.pool = self.engine.pool
         self.steps_per_submit = steps_per_submit
         self.max_batch = model.max_batch
         self._sequences: dict[Hashable, _Sequence] = {}
         self._rounds: deque[_Round] = deque()
+        self._order = itertools.count()
+        self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
 
     # -- admission ----------------------------------------------------------------------
     @property
@@ -114,24 +132,27 @@ class BatchGenerator:
     def running(self) -> int:
         return sum(not s.finished for s in self._sequences.values())
 
-    def _pages(self, positions: int) -> int:
-        return -(-positions // PAGE_TOKENS)
-
-    def _claimed_pages(self) -> int:
-        """Pages the live sequences may still take beyond those they hold."""
-        return sum(max(0, self._pages(s.budget) - self._pages(s.session.n_past))
-                   for s in self._sequences.values() if not s.finished)
-
-    def _budget(self, n_prompt: int, max_tokens: int) -> int:
-        return min(n_prompt + max_tokens + self.steps_per_submit, self.model.context_length)
+    def _near_pages(self) -> int:
+        """Pages the live sequences need before long: a prefilling one its prompt (and a round of
+        tokens), a decoding one its next round."""
+        need = 0
+        for s in self._sequences.values():
+            if s.finished:
+                continue
+            held = s.session.n_past if s.session is not None else 0
+            upto = len(s.prompt) if s.prefilling else held
+            need += self.pool.pages_for(upto + self.steps_per_submit) - self.pool.pages_for(held)
+        return need
 
     def can_admit(self, n_prompt: int, max_tokens: int, n_sequences: int = 1) -> bool:
-        """Whether n_sequences more of this size fit now (a slot each, a batch place each, and KV pages)."""
+        """Whether n_sequences more of this size fit now: a slot and a batch place each, and KV pages
+        for the prompt and the next ADMIT_LOOKAHEAD tokens."""
         if self.running + n_sequences > self.max_batch or self.pool.free_slots < n_sequences:
             return False
-        wanted = n_sequences * self._pages(self._budget(n_prompt, max_tokens))
-        free_pages = self.pool.free_tokens // PAGE_TOKENS
-        return wanted + self._claimed_pages() <= free_pages or not self._sequences
+        ahead = min(max_tokens, ADMIT_LOOKAHEAD) + self.steps_per_submit
+        wanted = n_sequences * self.pool.pages_for(n_prompt + ahead)
+        free_pages = self.pool.free_tokens // self.pool.page_tokens
+        return wanted + self._near_pages() <= free_pages or not self.running
 
     def add(self, key: Hashable, prompt_ids: Sequence[int], sampling: SamplingParams, max_tokens: int,
             logprobs: bool = False, stop_ids: frozenset[int] | None = None) -> None:
@@ -141,18 +162,19 @@ class BatchGenerator:
         prompt = list(prompt_ids)
         if not prompt:
             raise ValueError("a sequence needs at least one prompt token")
-        session = self.model.new_session(self.engine.pool.kv_dtype)
+        session = self.engine.new_session()
         try:
             session._check_ids(prompt)
-            if len(prompt) + max(max_tokens - 1, 0) > self.model.context_length:
+            if len(prompt) + max(max_tokens - 1, 0) > self.pool.n_ctx:
                 session._reserve(len(prompt) + max_tokens - 1)  # raises the context error
         except BaseException:
             session.close()
             raise
         on_gpu = gpu_sampling(sampling, logprobs)
         self._sequences[key] = _Sequence(
-            key, session, prompt, max_tokens, self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
-            on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(), self._budget(len(prompt), max_tokens))
+            key, next(self._order), session, prompt, max_tokens,
+            self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
+            on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(), prompt.copy())
 
     def cancel(self, key: Hashable) -> None:
         """End a sequence without an event (its client left, or a stop string matched)."""
@@ -168,44 +190,116 @@ class BatchGenerator:
         try:
             for seq in [s for s in self._sequences.values() if s.max_tokens <= 0 and not s.finished]:
                 events += self._finish(seq, "length")
-            current = self._submit_round()
+            plan, made_room = self._make_room()
+            events += made_room
+            current = self._submit_round(plan)
             if current.submissions:
                 self._rounds.append(current)
             while self._rounds and (len(self._rounds) > 1 or not current.submissions):
-                for submission in self._rounds.popleft().submissions:
-                    events += self._handle(submission)
+                events += self._handle_round(self._rounds.popleft())
         except BaseException as error:  # noqa: BLE001 - every running sequence ends with the error
             events += self._fail_all(error)
         return events
 
-    def _submit_round(self) -> _Round:
+    def _plan(self, prefill: bool = True) -> _Plan:
+        """What the next round holds: a prompt chunk of the oldest sequence still prefilling (one
+        that can get a slot), the GPU-sampled decode rows, the CPU-sampled rows whose token is known."""
+        live = sorted((s for s in self._sequences.values() if not s.finished), key=lambda s: s.order)
+        prefilling = next((s for s in live if s.prefilling and (s.session is not None or self.pool.free_slots)),
+                          None) if prefill else None
+        on_gpu = [s for s in live if s.decoding and s.gpu is not None]
+        on_cpu = [s for s in live if s.decoding and s.gpu is None and s.next_token is not None]
+        return prefilling, on_gpu, on_cpu
+
+    def _pages_wanted(self, plan: _Plan) -> int:
+        prefilling, on_gpu, on_cpu = plan
+        wanted = 0
+        if prefilling is not None:  # its chunk, and its first decode steps if the chunk is its last
+            held = prefilling.session.n_past if prefilling.session is not None else 0
+            chunk = min(self.prefill_chunk, len(prefilling.prompt) - prefilling.prefilled)
+            last = prefilling.prefilled + chunk == len(prefilling.prompt)
+            upto = held + chunk + (self.steps_per_submit if last else 0)
+            wanted += self.pool.pages_for(upto) - self.pool.pages_for(held)
+        for s, steps in [(s, self._gpu_steps(on_gpu)) for s in on_gpu] + [(s, 1) for s in on_cpu]:
+            assert s.session is not None
+            wanted += self.pool.pages_needed(s.session.slot, s.session.n_past + steps)
+        return wanted
+
+    def _fits(self, plan: _Plan) -> bool:
+        return self._pages_wanted(plan) * self.pool.page_tokens <= self.pool.free_tokens
+
+    def _make_room(self) -> tuple[_Plan, list[Event]]:
+        """The next round's plan, made to fit the free KV pages: if it does not, finish the rounds in
+        flight (ended sequences give pages back); then leave the prompt chunk out; then preempt the
+        newest decoding sequences until the rest fits."""
+        plan = self._plan()
+        if self._fits(plan):
+            return plan, []
+        events: list[Event] = []
+        while self._rounds:
+            events += self._handle_round(self._rounds.popleft())
+        plan = self._plan()
+        if not self._fits(plan):
+            plan = self._plan(prefill=False)
+        while not self._fits(plan):
+            holders = [s for s in self._sequences.values() if not s.finished and s.session is not None]
+            if len(holders) <= 1:
+                raise PoolExhausted(f"the KV cache ({self.pool.n_pages} pages) cannot hold the next step "
+                                    "of even one sequence")
+            self._preempt(max(holders, key=lambda s: s.order))
+            plan = self._plan(prefill=False)
+        return plan, events
+
+    def _preempt(self, seq: _Sequence) -> None:
+        """Give a sequence's slot and pages back; it will prefill its prompt and its tokens so far again."""
+        assert seq.session is not None and seq.in_flight == 0
+        seq.session.close()
+        seq.session = None
+        seq.prompt = seq.request + seq.emitted
+        seq.prefilled = 0
+        seq.submitted = seq.produced
+        seq.next_token = None
+        self.preemptions += 1
+
+    def _gpu_steps(self, rows: list[_Sequence]) -> int:
+        room = min((self.pool.n_ctx - s.session.n_past for s in rows if s.session is not None),
+                   default=1)
+        return max(1, min(self.steps_per_submit, room))
+
+    def _submit_round(self, plan: _Plan) -> _Round:
         round_ = _Round()
-        prefilling = next((s for s in self._sequences.values()
-                           if not s.finished and s.prefilled < len(s.prompt)), None)
+        prefilling, on_gpu, on_cpu = plan
         if prefilling is not None:
             round_.submissions.append(self._submit_prefill(prefilling))
-        on_gpu = [s for s in self._sequences.values() if s.decoding and s.gpu is not None]
+            if prefilling.decoding and prefilling.gpu is not None:  # its last chunk: it decodes this round
+                on_gpu = sorted([*on_gpu, prefilling], key=lambda s: s.order)
         if on_gpu:
             round_.submissions.append(self._submit_gpu_decode(on_gpu))
-        on_cpu = [s for s in self._sequences.values() if s.decoding and s.gpu is None and s.next_token is not None]
         if on_cpu:
             round_.submissions.append(self._submit_cpu_decode(on_cpu))
         return round_
 
+    def _handle_round(self, round_: _Round) -> list[Event]:
+        events: list[Event] = []
+        for submission in round_.submissions:
+            events += self._handle(submission)
+        return events
+
     def _submit_prefill(self, seq: _Sequence) -> _Submission:
+        if seq.session is None:  # a preempted sequence comes back
+            seq.session = self.engine.new_session()
         chunk = seq.prompt[seq.prefilled:seq.prefilled + self.prefill_chunk]
         last = seq.prefilled + len(chunk) == len(seq.prompt)
         pending = self.engine.submit_prefill(seq.session, chunk, sampling=seq.gpu,
                                              read_logits=last and seq.gpu is None)
         seq.prefilled += len(chunk)
         if last:
-            seq.submitted = 1
+            seq.submitted += 1  # the token after the prompt is sampled in this submission
         seq.in_flight += 1
         return _Submission(pending, [seq], self._handle_prefill if last else self._handle_nothing)
 
     def _submit_gpu_decode(self, rows: list[_Sequence]) -> _Submission:
-        room = min(self.model.context_length - s.session.n_past for s in rows)
-        n_steps = max(1, min(self.steps_per_submit, room))
+        n_steps = self._gpu_steps(rows)
         pending = self.engine.submit_decode([DecodeRow(s.session, sampling=s.gpu) for s in rows], n_steps)
         for s in rows:
             s.submitted += n_steps
@@ -275,6 +369,7 @@ class BatchGenerator:
         if token.id in seq.stops:
             return self._finish(seq, "stop")
         seq.produced += 1
+        seq.emitted.append(token.id)
         events: list[Event] = [TokenEvent(seq.key, token)]
         if seq.produced >= seq.max_tokens:
             events += self._finish(seq, "length")
@@ -289,7 +384,8 @@ class BatchGenerator:
         """Close an ended sequence's session once no submission in flight holds it."""
         if seq.finished and seq.in_flight == 0 and self._sequences.get(seq.key) is seq:
             del self._sequences[seq.key]
-            seq.session.close()
+            if seq.session is not None:
+                seq.session.close()
 
     def _fail_all(self, error: BaseException) -> list[Event]:
         self._rounds.clear()

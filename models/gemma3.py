@@ -159,10 +159,10 @@ class Gemma3:
             "rope_global", (n_ctx, c.head_dim),
             data=rope_table(c.head_dim, n_ctx, c.rope_base_global, c.rope_scale_global))
 
-    def new_pool(self, kv_dtype: str, pool_tokens: int, n_slots: int) -> KVPool:
+    def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool:
         c = self.config
-        return KVPool(self.executor, f"kv_{kv_dtype}", [c.kv_width] * c.n_layers, self.n_ctx, pool_tokens, n_slots,
-                      kv_dtype)
+        return KVPool(self.executor, f"kv_{kv_dtype}", [c.kv_width] * c.n_layers, min(n_ctx, self.n_ctx),
+                      pool_tokens, n_slots, kv_dtype, page_tokens)
 
     def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program:
         """Record the step program for up to t_max token rows (of any sequences in the pool), of

@@ -84,7 +84,7 @@ def _generate_on_gpu(session: Session, prompt_ids: Sequence[int], on_gpu: GpuSam
     left = max_tokens - 1  # tokens still wanted, each one decode step
 
     def submit(n_wanted: int) -> PendingStep | None:
-        room = session.model.context_length - session.n_past
+        room = engine.pool.n_ctx - session.n_past
         n = min(STEPS_PER_SUBMIT, n_wanted, max(room, 1))  # past the room, _reserve raises the context error
         return engine.submit_decode([DecodeRow(session, sampling=on_gpu)], n) if n_wanted > 0 else None
 

@@ -50,7 +50,7 @@ class Architecture(Protocol):
     config: object
     weight_bytes: int
 
-    def new_pool(self, kv_dtype: str, pool_tokens: int, n_slots: int) -> KVPool: ...
+    def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool: ...
 
     def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program: ...
 
@@ -125,20 +125,28 @@ class Engine:
     """A model's KV pool (of one cache type) and its step programs: runs steps for any of the
     sequences in the pool, one at a time (prefill chunks) or many together (batched decode)."""
 
-    def __init__(self, model: TextModel, kv_dtype: str) -> None:
+    def __init__(self, model: TextModel, kv_dtype: str, *, pool_tokens: int | None = None,
+                 page_tokens: int | None = None, n_ctx: int | None = None) -> None:
+        """pool_tokens, page_tokens: the KV pool's size and page (the model's settings by default);
+        n_ctx: the most positions of one sequence in this pool (the model's context by default)."""
         self.model = model
         self.executor = executor = model.executor
         arch = model.arch
         n_slots = model.max_batch + SPARE_SLOTS
-        pool_tokens = model.pool_tokens or DEFAULT_POOL_CONTEXTS * model.context_length
-        self.pool = arch.new_pool(kv_dtype, pool_tokens, n_slots)
+        n_ctx = n_ctx or model.context_length
+        pool_tokens = pool_tokens or model.pool_tokens or DEFAULT_POOL_CONTEXTS * n_ctx
+        self.pool = arch.new_pool(kv_dtype, n_ctx, pool_tokens, n_slots, page_tokens or model.page_tokens)
         self.io = StepIO(executor, f"io_{kv_dtype}", PREFILL_BUCKETS[-1], model.max_batch, n_slots, model.vocab_size)
         self.max_steps = MAX_STEPS_PER_SUBMIT
         self.history = executor.tensor(f"history_{kv_dtype}", (self.max_steps, model.max_batch), "u32")
         self.rows_ring = executor.tensor(f"rows_ring_{kv_dtype}", (self.max_steps, model.max_batch, 4), "u32")
         self._programs: dict[tuple[int, int], Program] = {}
         log.info("KV cache %s: %d positions in pages of %d, %d sequences, %.0f MB", kv_dtype,
-                 self.pool.n_pages * PAGE_TOKENS, PAGE_TOKENS, n_slots, self.pool.nbytes / 1e6)
+                 self.pool.n_pages * self.pool.page_tokens, self.pool.page_tokens, n_slots, self.pool.nbytes / 1e6)
+
+    def new_session(self) -> Session:
+        """A new sequence in this engine's pool."""
+        return Session(self.model, self)
 
     def program(self, t_max: int, r_max: int) -> Program:
         """The step program for up to t_max token rows and r_max output rows (built on first use)."""
@@ -245,7 +253,7 @@ class TextModel:
 
     def __init__(self, name: str, path: Path, executor: Executor, arch: Architecture, tokenizer: Tokenizer,
                  context_length: int, kv_dtype: str, max_batch: int = MAX_BATCH, pool_tokens: int | None = None,
-                 ) -> None:
+                 page_tokens: int = PAGE_TOKENS) -> None:
         self.name = name
         self.path = path
         self.executor = executor
@@ -256,6 +264,7 @@ class TextModel:
         self.kv_dtype = kv_dtype
         self.max_batch = max_batch
         self.pool_tokens = pool_tokens
+        self.page_tokens = page_tokens
         self._engines: dict[str, Engine] = {}
 
     def engine(self, kv_dtype: str | None = None) -> Engine:
@@ -287,9 +296,9 @@ class Session:
         self.closed = False
 
     def _reserve(self, n: int) -> None:
-        if self.n_past + n > self.model.context_length:
-            raise ContextLengthExceeded(
-                f"{self.n_past} + {n} tokens exceed the context of {self.model.context_length}")
+        context = self.engine.pool.n_ctx  # the model's context, unless the engine's pool was made smaller
+        if self.n_past + n > context:
+            raise ContextLengthExceeded(f"{self.n_past} + {n} tokens exceed the context of {context}")
         self.engine.pool.reserve(self.slot, self.n_past + n)
 
     def _check_ids(self, ids: list[int]) -> None:
@@ -330,7 +339,7 @@ class Session:
 def load_text_model(
     name_or_path: str = DEFAULT_MODEL, *, progress: Callable[[int, int], None] | None = None,
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
-    max_batch: int = MAX_BATCH, pool_tokens: int | None = None,
+    max_batch: int = MAX_BATCH, pool_tokens: int | None = None, page_tokens: int = PAGE_TOKENS,
 ) -> TextModel:
     """Load a GGUF model onto the GPU (the shipped default when no name is given)."""
     path = resolve_model_path(name_or_path)
@@ -347,4 +356,4 @@ def load_text_model(
     name = name_or_path if name_or_path == DEFAULT_MODEL else path.stem
     log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s) in %.1f s", name, f.arch,
              arch.weight_bytes / 1e6, n_ctx, kv_dtype, time.perf_counter() - started)
-    return TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens)
+    return TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens)

@@ -23,11 +23,13 @@ Q = GGMLQuantizationType
 SCALE_OFFSETS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2),
                  Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
 
-# Gemma 3 text shapes (HF configs): hidden, layers, heads, kv heads, ffn, vocab, window, rope scaling
+# Gemma 3 text shapes (HF configs): hidden, layers, heads, kv heads, ffn, vocab, window, rope scaling.
+# 4B: HF says 262,208 rows of embeddings, but the tokenizer written with them has 262,144 tokens and
+# llama.cpp refuses a token_embd of another height, so every shape uses the tokenizer's count.
 SHAPES = {
     "270m": dict(d=640, layers=18, heads=4, kv=1, ffn=2048, vocab=262144, window=512, scale=1.0),
     "1b": dict(d=1152, layers=26, heads=4, kv=1, ffn=6912, vocab=262144, window=512, scale=1.0),
-    "4b": dict(d=2560, layers=34, heads=8, kv=4, ffn=10240, vocab=262208, window=1024, scale=8.0),
+    "4b": dict(d=2560, layers=34, heads=8, kv=4, ffn=10240, vocab=262144, window=1024, scale=8.0),
 }
 HEAD_DIM = 256
 

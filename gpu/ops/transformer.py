@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from gpu.kv_cache import PAGE_TOKENS, KVPool
+from gpu.kv_cache import KVPool
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
@@ -72,7 +72,7 @@ def norm_rope(
 
 
 def _paging(pool: KVPool) -> dict[str, int]:
-    return {"PAGE_TOKENS": PAGE_TOKENS, "MAX_PAGES": pool.max_pages}
+    return {"PAGE_TOKENS": pool.page_tokens, "MAX_PAGES": pool.max_pages}
 
 
 def qk_norm_rope_store(

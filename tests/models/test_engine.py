@@ -18,7 +18,7 @@ from gpu.kv_cache import PAGE_TOKENS
 from models.batch import BatchGenerator, EndEvent, TokenEvent
 from models.generate import generate
 from models.sampler import SamplingParams
-from models.text_model import DecodeRow, TextModel, load_text_model
+from models.text_model import DecodeRow, Engine, TextModel, load_text_model
 
 pytestmark = pytest.mark.heavy
 GREEDY = SamplingParams(temperature=0.0)
@@ -130,3 +130,26 @@ def test_continuous_batching_matches_single_sequences(model: TextModel) -> None:
     assert got == want
     assert ended == {"gpu": "length", "cpu": "length", "long": "length"}
     assert (pool.free_slots, pool.free_tokens) == (free_slots, free_tokens)
+
+
+def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel) -> None:
+    """Three sequences in a pool of five 16-position pages that all of them would outgrow: the
+    newest are preempted (pages back to the pool) and prefill their tokens so far again later,
+    each still giving its single-sequence greedy tokens."""
+    engine = Engine(model, "f16", pool_tokens=80, page_tokens=16, n_ctx=64)
+    assert engine.pool.n_pages == 5
+    prompts = [encode(model, p) for p in PROMPTS]
+    want = {i: reference_greedy(model, p, 20) for i, p in enumerate(prompts)}
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16, engine=engine)
+    for i, p in enumerate(prompts):
+        generator.add(i, p, GREEDY, 20, stop_ids=frozenset())
+    got: dict[int, list[int]] = {i: [] for i in want}
+    while generator.busy:
+        for event in generator.step():
+            if isinstance(event, TokenEvent):
+                got[event.key].append(event.token.id)
+            else:
+                assert isinstance(event, EndEvent) and event.reason == "length", event
+    assert generator.preemptions > 0
+    assert got == want
+    assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == 80
