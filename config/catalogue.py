@@ -16,6 +16,9 @@ from config.settings import SHIPPED_MODEL, ModelConfig, Settings
 from models import ollama
 
 # Listing time stands in for "created" of configured models; it is stable for the process.
+# GGUF architectures of the Ollama store's embedding models that Hearth runs (models/embedding_model.py's
+# GGUF_LOADERS; tests/server/test_embeddings.py checks that they agree).
+OLLAMA_EMBEDDING_ARCHITECTURES = ("bert", "gemma-embedding")
 _STARTED = int(time.time())
 
 
@@ -98,12 +101,15 @@ class ModelCatalogue:
         if root is None:
             return None
         found = ollama.find_model(name, root)
+        if found is not None and found.architecture in OLLAMA_EMBEDDING_ARCHITECTURES:
+            return self._ollama_entry(found, name, kind="embedding")
         if found is None or found.architecture in ollama.EMBEDDING_ARCHITECTURES:
             return None
         return self._ollama_entry(found, name)
 
     def list(self) -> list[ModelEntry]:
-        """Configured models, their aliases, embedding models and theirs, then the Ollama store's chat models."""
+        """Configured models, their aliases, embedding models and theirs, then the Ollama store's chat models and
+    the embedding models Hearth runs."""
         entries = list(self._configured.values())
         entries += [entry for alias in self.settings.aliases if (entry := self.lookup(alias)) is not None]
         entries += list(self._embedding.values())
@@ -111,9 +117,13 @@ class ModelCatalogue:
         root = self.ollama_root
         if root is not None:
             entries += [self._ollama_entry(found, found.name) for found in ollama.list_models(root)]
+            entries += [self._ollama_entry(found, found.name, kind="embedding")
+                        for found in ollama.list_models(root, chat_only=False)
+                        if found.architecture in OLLAMA_EMBEDDING_ARCHITECTURES]
         return entries
 
     @staticmethod
-    def _ollama_entry(found: ollama.OllamaModel, name: str) -> ModelEntry:
-        return ModelEntry(id=name, source=str(found.path), key=_key(str(found.path)), owned_by="ollama",
-                          created=int(found.modified))
+    def _ollama_entry(found: ollama.OllamaModel, name: str, kind: str = "text") -> ModelEntry:
+        key = _key(str(found.path)) if kind == "text" else f"embedding:{_key(str(found.path))}"
+        return ModelEntry(id=name, source=str(found.path), key=key, owned_by="ollama",
+                          created=int(found.modified), kind=kind)
