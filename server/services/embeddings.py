@@ -4,6 +4,7 @@ then the vectors on the wire (Matryoshka truncation where the model supports it)
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,19 +13,21 @@ from server.errors import ContextLengthExceeded, InvalidRequest
 from server.model_manager import ModelManager
 from server.schemas.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
 
+if TYPE_CHECKING:  # the model lives in the worker; the service only calls its CPU-side methods
+    from models.embedding_model import EmbeddingModel
+
 
 def _param(index: int, count: int) -> str:
     return "input" if count == 1 else f"input[{index}]"
 
 
-def tokenize(model: object, inputs: list[str | list[int]], truncate: bool) -> list[list[int]]:
+def tokenize(model: EmbeddingModel, inputs: list[str | list[int]], truncate: bool) -> list[list[int]]:
     """Token ids of every input; 400s name the input that is too long or holds a bad token id."""
-    max_tokens: int = model.max_tokens  # type: ignore[attr-defined]
-    vocab: int = model.vocab_size  # type: ignore[attr-defined]
+    max_tokens, vocab = model.max_tokens, model.vocab_size
     out = []
     for i, item in enumerate(inputs):
         if isinstance(item, str):
-            ids = model.tokenize(item, truncate=truncate)  # type: ignore[attr-defined]
+            ids = model.tokenize(item, truncate=truncate)
         else:
             bad = next((t for t in item if not 0 <= t < vocab), None)
             if bad is not None:

@@ -86,7 +86,7 @@ def test_bias_add(ex: Executor) -> None:
     np.testing.assert_array_equal(got[4:], x[4:])
 
 
-@pytest.mark.parametrize("variant", ["erf_bias", "tanh_gated"])
+@pytest.mark.parametrize("variant", ["erf_bias", "erf", "erf_gated", "tanh", "tanh_gated"])
 def test_gelu(ex: Executor, variant: str) -> None:
     rng = np.random.default_rng(2)
     t, d = 5, 1536
@@ -96,15 +96,15 @@ def test_gelu(ex: Executor, variant: str) -> None:
     bias = rng.standard_normal(d).astype(np.float32)
     tx, tu, tb = (ex.tensor(f"i{i}", a.shape, data=a) for i, a in enumerate((x, up, bias)))
     out = ex.tensor("o", x.shape)
-    tanh = variant == "tanh_gated"
-    kwargs = {"up": tu, "tanh": True} if tanh else {"bias": tb}
+    tanh, gated, biased = variant.startswith("tanh"), variant.endswith("gated"), variant.endswith("bias")
+    kwargs = {"up": tu if gated else None, "bias": tb if biased else None, "tanh": tanh}
     got, = _run(ex, lambda b: ops.gelu(b, tx, out, **kwargs), t, [out])
+    v = x.astype(np.float64) + (bias if biased else 0)
     if tanh:
-        v = x.astype(np.float64)
-        want = 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) * up
+        want = 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
     else:
-        v = x.astype(np.float64) + bias
         want = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+    want = want * up if gated else want
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
@@ -189,8 +189,10 @@ def test_qk_norm_rope(ex: Executor, subgroups: bool) -> None:
     np.testing.assert_allclose(got_k, reference(k, kw, kv_heads), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("subgroups", [False, True])
 @pytest.mark.parametrize("mode", list(ops.POOLING_MODES))
-def test_pool_and_normalize(ex: Executor, mode: str) -> None:
+def test_pool_and_normalize(ex: Executor, mode: str, subgroups: bool) -> None:
+    subgroups = _subgroups(ex, subgroups)
     rng = np.random.default_rng(5)
     lengths, d, b_max = [3, 1, 6], 384, 5
     t = sum(lengths)
@@ -202,7 +204,7 @@ def test_pool_and_normalize(ex: Executor, mode: str) -> None:
 
     def build(b: ProgramBuilder) -> None:
         ops.pool(b, th, tseqs, out, mode)
-        ops.l2_normalize(b, out)
+        ops.l2_normalize(b, out, subgroups=subgroups)
 
     got, = _run(ex, build, t, [out])
     want = []
