@@ -72,11 +72,12 @@ def corpus() -> list[str]:
     return texts
 
 
-def write_bert_gguf(model_dir: Path, path: Path, matrix_type: str = "f16") -> None:
+def write_bert_gguf(model_dir: Path, path: Path, matrix_type: str = "f16", fused_qkv: bool = False) -> None:
     """A sentence-transformers BERT directory as llama.cpp's converter writes a `bert` GGUF: 2-D tensors in
     F16 (or F32) except the position and token type tables, which it keeps in F32; vectors in F32; the
     WordPiece vocabulary with "\u2581" on word starts instead of "##" on continuations; CLS as BOS and SEP
-    as EOS; the pooling of 1_Pooling/config.json. Used by the tests too (numpy, gguf, safetensors only)."""
+    as EOS; the pooling of 1_Pooling/config.json. fused_qkv: one attn_qkv tensor per layer, as the converter
+    writes for some BERT variants. Used by the tests too (numpy, gguf, safetensors only)."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -119,6 +120,12 @@ def write_bert_gguf(model_dir: Path, path: Path, matrix_type: str = "f16") -> No
     for i in range(config["num_hidden_layers"]):
         names |= {f"encoder.layer.{i}.{hf}": f"blk.{i}.{ours}" for hf, ours in layer.items()}
     dtype = np.float16 if matrix_type == "f16" else np.float32
+    if fused_qkv:
+        for i in range(config["num_hidden_layers"]):
+            parts = [f"encoder.layer.{i}.attention.self.{p}" for p in ("query", "key", "value")]
+            for suffix in ("weight", "bias"):
+                state[f"qkv{i}.{suffix}"] = np.concatenate([state.pop(f"{p}.{suffix}") for p in parts])
+            names[f"qkv{i}"] = f"blk.{i}.attn_qkv"
     for hf, ours in names.items():
         for suffix in ("weight", "bias"):
             if f"{hf}.{suffix}" in state:

