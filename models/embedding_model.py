@@ -2,7 +2,7 @@
 batches of token sequences in one GPU pass each.
 
     model = load_embedding_model("all-minilm-l6-v2")
-    ids = [model.tokenizer.encode(t) for t in ["a cat", "the cat sat on the mat"]]
+    ids = [model.tokenize(t) for t in ["a cat", "the cat sat on the mat"]]
     vectors = model.embed(ids)                 # [2, 384] float32, L2-normalised when the model says so
 
 A batch of sequences of uneven lengths is packed row after row with no padding (each token row knows
@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
-from tokenizers import Tokenizer
-
 from gguf import GGMLQuantizationType, quants
+from tokenizers import Tokenizer
 
 from gpu.device import Device, default_device
 from gpu.ops import encoder as ops
