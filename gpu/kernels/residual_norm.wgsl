@@ -6,7 +6,8 @@
 // out_rows[r] for r < step.n_out (the last token of each sequence in the step); those x rows are
 // updated and the others left stale, so use it only where x is not read again. Without GATHER,
 // out_rows is bound but not read.
-// Work split: one workgroup of 64 invocations per row; each takes a strided slice of the row and
+// Work split: one workgroup of WG invocations per row (256 on GPUs: a short serial walk per
+// invocation; 64 on CPU adapters); each takes a strided slice of the row and
 // reads back the x values it wrote itself; the two sums of squares go through
 // common/row_sum_${REDUCE}.wgsl (REDUCE: "subgroup" or "workgroup").
 #include "common/step.wgsl"
@@ -16,7 +17,7 @@ override D: u32 = 640u;          // values per row (model width)
 override EPS: f32 = 1e-6;        // added to the mean squares
 override GATHER: bool = false;
 
-const WG: u32 = 64u;
+override WG: u32 = 64u;         // invocations per row (a power of two)
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> y: array<f32>;          // [T_MAX, D] block output
