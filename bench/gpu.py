@@ -61,8 +61,12 @@ class HearthBench:
         session = self.model.new_session()
         try:
             started = time.perf_counter()
-            self.engine.submit_prefill(session, ids).wait()  # the sampled token comes back: the step has run
-            return time.perf_counter() - started
+            pending = self.engine.submit_prefill(session, ids)
+            submitted = time.perf_counter()
+            pending.wait()  # the sampled token comes back: the step has run
+            done = time.perf_counter()
+            self.prefill_split = (submitted - started, done - submitted)  # host recording+submit, then waiting
+            return done - started
         finally:
             session.close()
 
@@ -138,6 +142,7 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
     short = ids[:BATCH_PROMPT]
     out: dict[str, Any] = {"detail": hearth.detail}
     out["prefill_tok_s"] = PROMPT / median_of(reps, lambda: hearth.prefill_s(ids))
+    out["prefill_split_ms"] = [round(1000 * t, 2) for t in hearth.prefill_split]
     out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
     print(f"hearth: {out}", flush=True)
     for b in batches:

@@ -17,6 +17,11 @@ import numpy as np
 import wgpu
 
 from gpu.errors import GPUFailure, gpu_stage
+
+try:  # wgpu-native's C API under wgpu-py: submission indices (see Device.submit)
+    from wgpu.backends.wgpu_native import _api as _native
+except ImportError:  # another backend: waits are wgpu-py's own
+    _native = None  # type: ignore[assignment]
 from gpu.shaders import compile_source
 
 log = logging.getLogger("hearth.gpu")
@@ -106,6 +111,26 @@ class Device:
             if usable != raw.nbytes:  # queue writes must be 4-byte multiples
                 tail = bytes(raw[usable:]) + b"\0" * (4 - (raw.nbytes - usable))
                 self.queue.write_buffer(buffer, offset + usable, tail)
+
+    def submit(self, command_buffer: Any) -> int | None:
+        """Submit a command buffer; its submission index where wgpu-native tells it (else None).
+
+        With the index, wait_for() can wait for this submission alone: wgpu-py's own waits (a
+        buffer map) poll the device until everything submitted so far has run, which would make
+        the host wait for the submission queued after this one and leave the GPU idle while it
+        records the next (measured: decode ran at the sum of encode and GPU time, not the larger).
+        """
+        if _native is None:
+            self.queue.submit([command_buffer])
+            return None
+        commands = _native.ffi.new("WGPUCommandBuffer[]", [command_buffer._internal])
+        return int(_native.libf.wgpuQueueSubmitForIndex(self.queue._internal, 1, commands))
+
+    def wait_for(self, index: int | None) -> None:
+        """Block until submission `index` has run (later submissions may still be running)."""
+        if _native is not None and index is not None:
+            c_index = _native.ffi.new("WGPUSubmissionIndex *", index)
+            _native.libf.wgpuDevicePoll(self.device._internal, True, c_index)
 
     def read(self, buffer: Any, nbytes: int, label: str, offset: int = 0) -> bytes:
         """Copy nbytes back from a storage buffer (slow path for tests and tools)."""

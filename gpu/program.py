@@ -271,17 +271,17 @@ class Submission:
         with gpu_stage("running step", ", ".join(dict.fromkeys(self._names)) or "copies"):
             if self._params:
                 self.device.queue.write_buffer(self._ring, 0, b"".join(self._params))
-            self.device.queue.submit([self.encoder.finish()])
-        return PendingResult(self.executor, staging, self._reads, self._read_bytes, self._ring, self._names)
+            index = self.device.submit(self.encoder.finish())
+        return PendingResult(self.executor, staging, self._reads, self._read_bytes, self._ring, self._names, index)
 
 
 class PendingResult:
     """A submitted batch of commands; wait() returns its reads (and recycles its buffers)."""
 
     def __init__(self, executor: Executor, staging: Any, reads: list[tuple[Tensor, int, int, int]],
-                 read_bytes: int, ring: Any, names: list[str]) -> None:
+                 read_bytes: int, ring: Any, names: list[str], index: int | None) -> None:
         self.executor, self.staging, self.reads, self.read_bytes = executor, staging, reads, read_bytes
-        self.ring, self.names = ring, names
+        self.ring, self.names, self.index = ring, names, index
 
     def wait(self) -> list[np.ndarray]:
         """Block until the submission has run; each read as a flat numpy array of its tensor's dtype
@@ -290,6 +290,7 @@ class PendingResult:
         try:
             if self.staging is not None:
                 with gpu_stage("running step", ", ".join(dict.fromkeys(self.names))):
+                    executor.device.wait_for(self.index)  # this submission only, not the one queued after it
                     self.staging.map_sync(wgpu.MapMode.READ, 0, self.read_bytes)
                     try:
                         raw = self.staging.read_mapped(0, self.read_bytes, copy=True)
