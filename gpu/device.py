@@ -118,7 +118,7 @@ class Device:
         With the index, wait_for() can wait for this submission alone: wgpu-py's own waits (a
         buffer map) poll the device until everything submitted so far has run, which would make
         the host wait for the submission queued after this one and leave the GPU idle while it
-        records the next (measured: decode ran at the sum of encode and GPU time, not the larger).
+        records the next (the H200's 2.6 ms per 270M decode token looked like encode + GPU time).
         """
         if _native is None:
             self.queue.submit([command_buffer])
