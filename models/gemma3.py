@@ -185,7 +185,7 @@ class Gemma3:
                                    heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
             a = b.activation(f"attn{i}", (t_max, c.q_width))
             ops.attention(b, q_out, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                          window=c.window if sliding else 0, scale=scale, one_sequence=r_max == 1)
+                          window=c.window if sliding else 0, scale=scale)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
             h2 = b.activation(f"h2_{i}", (t_max, c.d_model))

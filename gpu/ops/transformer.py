@@ -13,7 +13,6 @@ from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
-PREFILL_MIN_TOKENS = 16  # programs of this many token rows (prompt chunks of one sequence) use attention_prefill
 ATTENTION_GROUPS = 512  # attention workgroups wanted on a GPU: key ranges split until rows x parts reach it
 Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
 
@@ -107,14 +106,9 @@ def qk_norm_rope_store(
 def attention(
     b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
     heads: int, kv_heads: int, head_dim: int, window: int, scale: float, splits: int | None = None,
-    one_sequence: bool = False,
 ) -> None:
     """Causal attention of the step's queries over their sequences' keys in the layer's paged
     cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence).
-
-    one_sequence: the rows are consecutive tokens of one sequence (a prompt chunk); then a program
-    of at least PREFILL_MIN_TOKENS rows uses kernels/attention_prefill.wgsl, unless splits is
-    given: blocks of tokens and the heads sharing a kv head read each chunk of keys once.
 
     splits > 1 divides each row's keys over that many workgroups and merges their partial
     softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
@@ -124,15 +118,6 @@ def attention(
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
     n_rows = _rows(q) * heads
-    if one_sequence and splits is None and _rows(q) >= PREFILL_MIN_TOKENS:
-        plan = _prefill_tiles(_rows(q), heads, kv_heads, head_dim, pool.f16)
-        if plan is not None:
-            bq, kc, lanes = plan
-            constants = {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale,
-                         "KV_F16": pool.f16, "BQ": bq, "KC": kc, "LANES": lanes, **_paging(pool)}
-            tensors = [b.step, q, pool.keys[layer], pool.values[layer], out, rows, pool.page_table]
-            b.dispatch("attention_prefill", constants, tensors, workgroup_grid(-(-_rows(q) // bq) * kv_heads))
-            return
     if splits is None and b.device.is_software:
         splits = 2 if n_rows < 64 else 1
     elif splits is None:  # about 512 workgroups (a batch of 32 decode rows x 4 heads: 4 parts each)
@@ -148,25 +133,6 @@ def attention(
                workgroup_grid(n_rows * splits))
     b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits}, [b.step, partials, out],
                workgroup_grid(n_rows))
-
-
-def _prefill_tiles(t_max: int, heads: int, kv_heads: int, head_dim: int, kv_f16: bool,
-                   ) -> tuple[int, int, int] | None:
-    """(BQ, KC, LANES) of kernels/attention_prefill.wgsl for a prompt chunk of t_max tokens, or None
-    where its tiling does not apply: BQ tokens x GROUP heads of query rows per workgroup (4 tokens
-    when that still leaves >= 256 workgroups, else 2), KC keys per chunk (8, or 4 for f32 caches:
-    workgroup memory near 16 KB), LANES invocations per score (a power of two, as many as fit)."""
-    group = heads // kv_heads
-    bq = 4 if t_max * kv_heads >= 1024 else 2
-    kc = 8 if kv_f16 else 4
-    words = head_dim // 2 if kv_f16 else head_dim
-    pairs = bq * group * kc
-    if heads % kv_heads or pairs > 256 or bq * group * head_dim * 4 > 16384:
-        return None
-    lanes = 1 << ((256 // pairs).bit_length() - 1)
-    while words % lanes:
-        lanes //= 2
-    return bq, kc, lanes
 
 
 def gelu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor) -> None:

@@ -177,41 +177,6 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
     np.testing.assert_array_equal(got[n:], 0)  # rows past n_tokens untouched
 
 
-@pytest.mark.parametrize("kv_f16,window,heads,kv_heads,d", [
-    (True, 0, 4, 1, 256), (False, 0, 4, 1, 256), (True, 7, 8, 2, 128), (False, 50, 2, 2, 64), (True, 0, 6, 2, 64),
-])
-def test_prefill_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int) -> None:
-    """A prompt chunk of 21 tokens of sequence a (positions 140-160: keys across a page edge, the
-    window edge and key chunks) through attention_prefill's tiles, against numpy; the tokens of
-    the last block are fewer than the block's."""
-    rng = np.random.default_rng(13)
-    n_ctx, t_max, n, start, width = 512, 24, 21, 140, kv_heads * d
-    kv_dtype = "f16" if kv_f16 else "f32"
-    pool, a, b = _pool(ex, width, kv_dtype, n_ctx, (start + n, 40))
-    keys = rng.standard_normal((start + n, width)).astype(np.float32)
-    values = rng.standard_normal((start + n, width)).astype(np.float32)
-    if kv_f16:
-        keys, values = keys.astype(np.float16).astype(np.float32), values.astype(np.float16).astype(np.float32)
-    for cache, data in ((pool.keys[0], keys), (pool.values[0], values)):
-        table = np.zeros((pool.n_pages * PAGE_TOKENS, width), np.float32)
-        table[pool.pool_rows(a, np.arange(len(data)))] = data
-        ex.write(cache, table.astype(np.float16).view(np.uint32) if kv_f16 else table.view(np.uint32))
-    q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
-    qt, out = ex.tensor("q", q.shape, data=q), ex.tensor("o", (t_max, heads * d))
-    rows = _rows_table(ex, t_max, list(range(start, start + n)), [a] * n)
-    scale = 1 / np.sqrt(d)
-    assert ops._prefill_tiles(t_max, heads, kv_heads, d, kv_f16) is not None
-    got, = _run(ex, lambda bld: ops.attention(bld, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads,
-                                              head_dim=d, window=window, scale=scale, one_sequence=True),
-                StepParams(n), [out])
-    k = keys.reshape(-1, kv_heads, d).astype(np.float64)
-    v = values.reshape(-1, kv_heads, d).astype(np.float64)
-    want = _attention_reference(q[:n].reshape(n, heads, d).astype(np.float64), k, v, start, heads, kv_heads,
-                                window, scale)
-    np.testing.assert_allclose(got[:n].reshape(n, heads, d), want, rtol=1e-4, atol=1e-5)
-    np.testing.assert_array_equal(got[n:], 0)  # rows past n_tokens untouched
-
-
 def test_gelu_mul_and_add(ex: Executor) -> None:
     rng = np.random.default_rng(4)
     t_max, n, d = 4, 3, 2048
