@@ -1,0 +1,118 @@
+"""Whisper's log-mel spectrogram in numpy, computed as openai-whisper computes it.
+
+openai-whisper (whisper/audio.py) takes 16 kHz mono float audio, runs ``torch.stft`` with n_fft 400, hop 160, a
+periodic Hann window and ``center=True`` (reflect padding of n_fft // 2 on both ends), drops the last frame, squares
+the magnitudes, applies librosa's Slaney mel filter bank (``librosa.filters.mel(sr=16000, n_fft=400, n_mels)``,
+shipped as ``mel_filters.npz``), takes log10 of max(x, 1e-10), clamps everything to at least max - 8 and maps the
+result through (x + 4) / 4. The same steps here, with the filter bank built in numpy so neither torch nor librosa is
+needed at run time; tests/audio/test_features.py compares against openai-whisper itself.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+SAMPLE_RATE = 16000  # Hz; every Whisper model takes 16 kHz input
+N_FFT = 400  # samples per STFT window (25 ms)
+HOP_LENGTH = 160  # samples between frames (10 ms), so 100 frames a second
+CHUNK_LENGTH = 30  # seconds in one Whisper window
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in a window
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a window
+
+
+def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale (librosa's default, htk=False): linear below 1 kHz, logarithmic above."""
+    f_sp = 200.0 / 3  # Hz per mel in the linear part
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    hz = np.asarray(hz, dtype=np.float64)
+    linear = hz / f_sp
+    # np.maximum keeps log() away from 0 Hz; those entries take the linear branch anyway.
+    log_part = min_log_mel + np.log(np.maximum(hz, min_log_hz) / min_log_hz) / logstep
+    return np.where(hz >= min_log_hz, log_part, linear)
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    """Inverse of _hz_to_mel."""
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    mel = np.asarray(mel, dtype=np.float64)
+    return np.where(mel >= min_log_mel, min_log_hz * np.exp(logstep * (mel - min_log_mel)), f_sp * mel)
+
+
+@functools.lru_cache(maxsize=4)
+def mel_filters(n_mels: int = 80, *, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """The Slaney-normalised triangular mel filter bank [n_mels, n_fft // 2 + 1], float32.
+
+    Follows ``librosa.filters.mel(sr, n_fft, n_mels, fmin=0, fmax=sr / 2, htk=False, norm="slaney")`` step by step
+    (computed in float64 and rounded to float32 once, as librosa does), which is where openai-whisper's
+    ``mel_filters.npz`` comes from. The result is cached and read-only.
+    """
+    fft_freqs = np.fft.rfftfreq(n_fft, d=1.0 / sample_rate)  # [n_fft // 2 + 1] Hz
+    mel_edges = np.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), n_mels + 2)
+    hz_edges = _mel_to_hz(mel_edges)  # [n_mels + 2]: left edge, centre, right edge of each band
+    widths = np.diff(hz_edges)  # [n_mels + 1]
+    ramps = hz_edges[:, None] - fft_freqs[None, :]  # [n_mels + 2, n_freqs]
+    lower = -ramps[:-2] / widths[:-1, None]  # rising slope of band i
+    upper = ramps[2:] / widths[1:, None]  # falling slope of band i
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    # Slaney normalisation: each triangle has unit area in Hz, so wide high bands do not dominate.
+    weights *= (2.0 / (hz_edges[2:] - hz_edges[:-2]))[:, None]
+    out = weights.astype(np.float32)
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _hann_window(n: int) -> np.ndarray:
+    """The periodic Hann window of torch.hann_window(n) (periodic=True): sin^2(pi k / n), k < n."""
+    k = np.arange(n, dtype=np.float64)
+    return 0.5 - 0.5 * np.cos(2.0 * np.pi * k / n)
+
+
+def pad_or_trim(array: np.ndarray, length: int = N_SAMPLES, *, axis: int = -1) -> np.ndarray:
+    """Zero-pad or cut ``array`` along ``axis`` to ``length`` entries, as whisper.audio.pad_or_trim does."""
+    size = array.shape[axis]
+    if size > length:
+        return np.take(array, np.arange(length), axis=axis)
+    if size < length:
+        widths = [(0, 0)] * array.ndim
+        widths[axis] = (0, length - size)
+        return np.pad(array, widths)
+    return array
+
+
+def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -> np.ndarray:
+    """Whisper's log-mel spectrogram of 16 kHz mono audio: float32 [n_mels, (len(audio) + padding) // 160].
+
+    ``padding`` zero samples are appended first (whisper's transcribe passes 480000 so the last window is full).
+    Values lie in [max - 2, max] after Whisper's (log10 + 4) / 4 scaling, with max the loudest bin of the clip.
+    """
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1:
+        raise ValueError(f"log_mel_spectrogram expects mono audio [samples], got shape {audio.shape}")
+    if padding < 0:
+        raise ValueError(f"padding must be >= 0, got {padding}")
+    if padding:
+        audio = np.pad(audio, (0, padding))
+    half = N_FFT // 2
+    if audio.shape[0] <= half:
+        # torch.stft's reflect padding needs more than n_fft // 2 samples, so whisper fails here too.
+        raise ValueError(f"audio too short for a log-mel spectrogram: {audio.shape[0]} samples, need > {half}")
+
+    # The STFT in float64: rounding then sits well below torch's float32 FFT, whose error is what the test bounds.
+    padded = np.pad(audio.astype(np.float64), (half, half), mode="reflect")
+    n_frames = audio.shape[0] // HOP_LENGTH  # torch gives 1 + len // hop frames; whisper drops the last one
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:n_frames]  # [frames, n_fft]
+    spectrum = np.fft.rfft(frames * _hann_window(N_FFT), axis=-1)  # [frames, n_fft // 2 + 1]
+    power = spectrum.real**2 + spectrum.imag**2
+
+    mel = mel_filters(n_mels).astype(np.float64) @ power.T  # [n_mels, frames]
+    log_spec = np.log10(np.maximum(mel, 1e-10))
+    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
+    return ((log_spec + 4.0) / 4.0).astype(np.float32)
