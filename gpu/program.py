@@ -272,16 +272,20 @@ class Submission:
             if self._params:
                 self.device.queue.write_buffer(self._ring, 0, b"".join(self._params))
             index = self.device.submit(self.encoder.finish())
-        return PendingResult(self.executor, staging, self._reads, self._read_bytes, self._ring, self._names, index)
+        if self._ring is not None:
+            # Reusable at once: a later write to it is a queue operation, ordered after this submission.
+            executor._give_buffer(executor._rings, self._ring)
+        return PendingResult(self.executor, staging, self._reads, self._read_bytes, self._names, index)
 
 
 class PendingResult:
-    """A submitted batch of commands; wait() returns its reads (and recycles its buffers)."""
+    """A submitted batch of commands; wait() returns its reads (and recycles the buffer they came
+    back through; a result with reads that is never waited for keeps that buffer)."""
 
     def __init__(self, executor: Executor, staging: Any, reads: list[tuple[Tensor, int, int, int]],
-                 read_bytes: int, ring: Any, names: list[str], index: int | None) -> None:
+                 read_bytes: int, names: list[str], index: int | None) -> None:
         self.executor, self.staging, self.reads, self.read_bytes = executor, staging, reads, read_bytes
-        self.ring, self.names, self.index = ring, names, index
+        self.names, self.index = names, index
 
     def wait(self) -> list[np.ndarray]:
         """Block until the submission has run; each read as a flat numpy array of its tensor's dtype
@@ -305,7 +309,4 @@ class PendingResult:
             if self.staging is not None:
                 executor._give_buffer(executor._staging, self.staging)
                 self.staging = None
-            if self.ring is not None:
-                executor._give_buffer(executor._rings, self.ring)
-                self.ring = None
         return out

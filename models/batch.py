@@ -28,6 +28,7 @@ produced so far, then go on exactly where they were.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections import deque
@@ -291,7 +292,7 @@ class BatchGenerator:
         chunk = seq.prompt[seq.prefilled:seq.prefilled + self.prefill_chunk]
         last = seq.prefilled + len(chunk) == len(seq.prompt)
         pending = self.engine.submit_prefill(seq.session, chunk, sampling=seq.gpu,
-                                             read_logits=last and seq.gpu is None)
+                                             read_logits=last and seq.gpu is None, last=last)
         seq.prefilled += len(chunk)
         if last:
             seq.submitted += 1  # the token after the prompt is sampled in this submission
@@ -324,8 +325,7 @@ class BatchGenerator:
                 self._release_if_done(seq)
 
     def _handle_nothing(self, submission: _Submission) -> list[Event]:
-        submission.pending.wait()  # a prompt chunk before the last: surfaces its errors
-        return []
+        return []  # a prompt chunk before the last: nothing comes back
 
     def _handle_prefill(self, submission: _Submission) -> list[Event]:
         seq, = submission.sequences
@@ -388,7 +388,10 @@ class BatchGenerator:
                 seq.session.close()
 
     def _fail_all(self, error: BaseException) -> list[Event]:
-        self._rounds.clear()
+        while self._rounds:  # their read-back buffers go back; their results (if any) no longer matter
+            for submission in self._rounds.popleft().submissions:
+                with contextlib.suppress(Exception):
+                    submission.pending.wait()
         events: list[Event] = []
         for seq in list(self._sequences.values()):
             seq.in_flight = 0

@@ -76,7 +76,8 @@ def _generate_on_gpu(session: Session, prompt_ids: Sequence[int], on_gpu: GpuSam
     engine = session.engine
     chunk = PREFILL_BUCKETS[-1]
     for start in range(0, len(ids), chunk):  # the chunks queue up; only the last one's token is read
-        pending = engine.submit_prefill(session, ids[start:start + chunk], sampling=on_gpu)
+        pending = engine.submit_prefill(session, ids[start:start + chunk], sampling=on_gpu,
+                                        last=start + chunk >= len(ids))
     first = int(pending.wait()[0][0, 0])
     if first in stops:
         return
@@ -88,14 +89,19 @@ def _generate_on_gpu(session: Session, prompt_ids: Sequence[int], on_gpu: GpuSam
         n = min(STEPS_PER_SUBMIT, n_wanted, max(room, 1))  # past the room, _reserve raises the context error
         return engine.submit_decode([DecodeRow(session, sampling=on_gpu)], n) if n_wanted > 0 else None
 
-    current = submit(left)
-    while current is not None:
-        # recorded and queued while the GPU runs `current`
-        following = submit(left - current.n_steps)
-        tokens, _ = current.wait()
-        for token in tokens[:, 0].tolist():
-            if token in stops:
-                return
-            yield SampledToken(token, math.nan)
-        left -= current.n_steps
-        current = following
+    current, following = submit(left), None
+    try:
+        while current is not None:
+            # recorded and queued while the GPU runs `current`
+            following = submit(left - current.n_steps)
+            tokens, _ = current.wait()
+            for token in tokens[:, 0].tolist():
+                if token in stops:
+                    return
+                yield SampledToken(token, math.nan)
+            left -= current.n_steps
+            current, following = following, None
+    finally:  # a submission left behind by a stop still gives its read-back buffer back
+        for pending in (current, following):
+            if pending is not None:
+                pending.wait()

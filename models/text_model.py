@@ -116,6 +116,9 @@ class PendingStep:
         """(tokens [n_steps, n_rows] the GPU sampled, {row: logits [V]} of the rows that asked)."""
         if self._result is None:
             arrays = self._pending.wait()
+            if not arrays:  # a submission that reads nothing back
+                self._result = (np.zeros((0, self.n_rows), np.int64), {})
+                return self._result
             tokens = arrays[0].reshape(-1)[: self.n_steps * self.n_rows].reshape(self.n_steps, self.n_rows)
             self._result = (tokens.astype(np.int64), dict(zip(self.logit_rows, arrays[1:], strict=True)))
         return self._result
@@ -177,18 +180,20 @@ class Engine:
         return program, StepParams(n_tokens=n, n_out=1)
 
     def submit_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
-                       read_logits: bool = False) -> PendingStep:
+                       read_logits: bool = False, last: bool = True) -> PendingStep:
         """Run one chunk of a sequence's prompt (at most PREFILL_BUCKETS[-1] tokens) at its next
-        positions; the GPU samples the token after the chunk's last (kept for the next decode step)."""
+        positions; the GPU samples the token after the chunk's last (kept for the next decode step).
+        last=False: a chunk before the prompt's last, whose result nobody reads (nothing comes back)."""
         program, step = self.stage_prefill(session, ids, sampling)
         out = self.io.outputs(1)
         submission = self.executor.submission()
         submission.step(program, step)
-        submission.read(out.sampled)
-        if read_logits:
-            submission.read(out.logits)
+        if last:
+            submission.read(out.sampled)
+            if read_logits:
+                submission.read(out.logits)
         session.n_past += len(ids)
-        return PendingStep(submission.submit(), 1, 1, [0] if read_logits else [])
+        return PendingStep(submission.submit(), 1 if last else 0, 1, [0] if last and read_logits else [])
 
     def stage_decode(self, sessions: list[Session]) -> tuple[Program, StepParams]:
         """Write the inputs of one decode step of these sessions (each decoding the token the GPU
@@ -315,7 +320,7 @@ class Session:
         chunk = PREFILL_BUCKETS[-1]
         for start in range(0, len(ids), chunk):
             last = start + chunk >= len(ids)
-            pending = self.engine.submit_prefill(self, list(ids[start:start + chunk]), read_logits=last)
+            pending = self.engine.submit_prefill(self, list(ids[start:start + chunk]), read_logits=last, last=last)
         _, logits = pending.wait()
         return logits[0].reshape(-1)
 
