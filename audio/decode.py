@@ -56,7 +56,8 @@ def decode_audio(data: bytes, *, sample_rate: int = DEFAULT_SAMPLE_RATE) -> np.n
         container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore")
     except av.error.FFmpegError as exc:
         raise AudioDecodeError(
-            f"not an audio file: FFmpeg found no container format it can read ({exc.strerror})"
+            "not a readable audio file: FFmpeg recognises no container format in it, or it is damaged or cut "
+            f"short ({exc.strerror})"
         ) from exc
     with container:
         fmt = container.format.name
@@ -70,7 +71,8 @@ def decode_audio(data: bytes, *, sample_rate: int = DEFAULT_SAMPLE_RATE) -> np.n
         chunks: list[np.ndarray] = []
         try:
             for frame in _frames(container, stream):
-                # Some decoders leave pts unset; the resampler must not try to reorder by them.
+                # Output is the samples in decode order; timestamps with gaps or jumps (joined or damaged files)
+                # must not make the resampler's filter graph complain about or pad them.
                 frame.pts = None
                 chunks.extend(out.to_ndarray().reshape(-1) for out in resampler.resample(frame))
             chunks.extend(out.to_ndarray().reshape(-1) for out in resampler.resample(None))

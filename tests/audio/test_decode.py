@@ -123,14 +123,26 @@ def test_other_target_rate() -> None:
     ("data", "message"),
     [
         (b"", "empty"),
-        (np.random.default_rng(0).bytes(4096), "not an audio file"),
-        (b"Meeting notes\nNothing to transcribe here, this is plain text.\n" * 20, "not an audio file"),
+        (np.random.default_rng(0).bytes(4096), "not a readable audio file"),
+        (b"Meeting notes\nNothing to transcribe here, this is plain text.\n" * 20, "not a readable audio file"),
     ],
     ids=["zero-bytes", "random-bytes", "text-file"],
 )
 def test_unreadable_input(data: bytes, message: str) -> None:
     with pytest.raises(AudioDecodeError, match=message):
         decode_audio(data)
+
+
+def test_truncated_upload_keeps_what_decodes() -> None:
+    # Half a flac file (an interrupted upload): the frames before the cut decode, the rest is dropped.
+    data = encode("flac", "flac", 16000, "s16", chirp(16000)[None])
+    audio = decode_audio(data[: len(data) // 2])
+    assert 4000 < len(audio) < 32000
+    assert best_correlation(audio, chirp(16000)[: len(audio)], max_lag=0) > 0.999
+    # mp4 keeps its index (moov) at the end, so a cut file cannot be opened at all: the message says it may be cut.
+    data = encode("mp4", "aac", 16000, "fltp", chirp(16000)[None])
+    with pytest.raises(AudioDecodeError, match="damaged or cut short"):
+        decode_audio(data[: len(data) // 2])
 
 
 def test_wav_with_no_samples() -> None:
