@@ -165,6 +165,7 @@ class Executor:
         self.step_tensor = Tensor("step", (StepParams.STRUCT_BYTES // 4,), "u32", Lifetime.PERSISTENT, buffer)
         self._staging: dict[int, list[Any]] = {}  # free MAP_READ buffers by size
         self._rings: dict[int, list[Any]] = {}  # free step-struct rings by size
+        self.transfer_buffers = 0  # read-back and ring buffers made so far (they are reused once returned)
 
     def tensor(self, name: str, shape: Sequence[int], dtype: str = "f32", data: np.ndarray | None = None) -> Tensor:
         """A persistent tensor with its own buffer (weights, caches, inputs, outputs)."""
@@ -199,7 +200,10 @@ class Executor:
     def _take_buffer(self, pool: dict[int, list[Any]], nbytes: int, usage: int, label: str) -> Any:
         size = 1 << max(8, (nbytes - 1).bit_length())
         free = pool.setdefault(size, [])
-        return free.pop() if free else self.device.create_buffer(size, f"{label}{size}", usage)
+        if free:
+            return free.pop()
+        self.transfer_buffers += 1
+        return self.device.create_buffer(size, f"{label}{size}", usage)
 
     def _give_buffer(self, pool: dict[int, list[Any]], buffer: Any) -> None:
         pool.setdefault(buffer.size, []).append(buffer)

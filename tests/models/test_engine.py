@@ -153,3 +153,23 @@ def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel) -> No
     assert generator.preemptions > 0
     assert got == want
     assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == 80
+
+
+def test_abandoned_generations_give_their_buffers_back(model: TextModel) -> None:
+    """A client that stops reading leaves a submission in flight; its read-back buffer must still go
+    back to the pool (else every early stop would keep one: a leak in a long-running server)."""
+    prompt = encode(model, PROMPTS[1])
+
+    def stop_early() -> int:
+        session = model.new_session()
+        try:
+            tokens = generate(model, session, prompt, GREEDY, 40, stop_ids=frozenset())
+            next(tokens)
+            next(tokens)  # the first decode submission is read, the second is in flight
+            tokens.close()
+        finally:
+            session.close()
+        return model.executor.transfer_buffers
+
+    first = stop_early()
+    assert stop_early() == first  # the second run found every buffer it needed back in the pool
