@@ -25,7 +25,8 @@ from server.schemas.chat import (
 )
 from server.schemas.common import Usage
 from server.services import generation as gen
-from server.worker import ChoiceDone, ModelWorker, TextDelta
+from server.jobs import ChoiceDone, TextDelta
+from server.worker import ModelWorker
 
 log = logging.getLogger("hearth.server")
 

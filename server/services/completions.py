@@ -13,7 +13,8 @@ from server.model_manager import ModelManager
 from server.schemas.common import Usage
 from server.schemas.completions import Completion, CompletionChoice, CompletionLogprobs, CompletionRequest
 from server.services import generation as gen
-from server.worker import ChoiceDone, ModelWorker, TextDelta, TokenInfo
+from server.jobs import ChoiceDone, TextDelta, TokenInfo
+from server.worker import ModelWorker
 
 
 def completion_logprobs(tokens: list[TokenInfo], offset: int) -> CompletionLogprobs:

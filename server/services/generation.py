@@ -18,7 +18,8 @@ from fastapi import Request
 from config.settings import Settings
 from server.errors import ContextLengthExceeded, HearthError, InvalidRequest
 from server.schemas.common import SamplingRequest, TokenLogprob, TopLogprob
-from server.worker import ChoiceDone, ChoiceSpec, Job, JobHandle, ModelWorker, TextDelta, TokenInfo
+from server.jobs import ChoiceDone, ChoiceSpec, Job, JobHandle, TextDelta, TokenInfo
+from server.worker import ModelWorker
 
 T = TypeVar("T")
 SYSTEM_FINGERPRINT = "fp_hearth"

@@ -11,7 +11,8 @@ import pytest
 
 from models.sampler import SamplingParams
 from server.errors import QueueFull
-from server.worker import ChoiceDone, ChoiceSpec, Job, ModelWorker, TextDelta
+from server.jobs import ChoiceDone, ChoiceSpec, Job, TextDelta
+from server.worker import ModelWorker
 from tests.server.fake_model import SCRIPT, fake_loader
 
 GREEDY = SamplingParams(temperature=0.0)

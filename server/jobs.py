@@ -1,0 +1,189 @@
+"""Jobs: what a request asks a model worker for, and the events that come back.
+
+A Job holds a request's choices; the worker emits TextDelta and ChoiceDone events for it onto the
+event loop (Job.emit, thread-safe), then the job's end. JobQueue is the bounded wait before the
+batch; JobHandle is the event loop's end of a job (iterate its events; leaving cancels it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from models.sampler import SamplingParams
+from server.errors import to_hearth_error
+
+if TYPE_CHECKING:
+    from server.worker import ModelWorker
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """A sampled token as logprobs report it: its text, its bytes, its logprob and the alternatives."""
+
+    id: int
+    text: str
+    bytes: list[int]
+    logprob: float
+    top: list[tuple[str, list[int], float]]
+
+
+@dataclass(frozen=True)
+class ChoiceSpec:
+    """One sequence to generate."""
+
+    index: int
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    index: int
+    text: str
+    tokens: list[TokenInfo]
+
+
+@dataclass(frozen=True)
+class ChoiceDone:
+    index: int
+    finish_reason: str  # "stop" (end of sequence or a stop string) or "length"
+    prompt_tokens: int
+    completion_tokens: int  # every sampled token, those inside a stop string too
+
+
+@dataclass(frozen=True)
+class _JobFailed:
+    error: BaseException
+
+
+_JOB_DONE = object()
+
+
+@dataclass
+class Job:
+    """A request's work: its choices, stop strings and whether per-token logprobs are wanted."""
+
+    choices: list[ChoiceSpec]
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    finished: bool = False  # the event loop has seen its end
+    remaining: int = 0  # worker side: choices not yet ended
+    finished_sent: bool = False  # worker side: its end (done or failed) has been emitted
+    _loop: asyncio.AbstractEventLoop | None = None
+    _events: asyncio.Queue[Any] | None = None
+
+    def emit(self, event: Any) -> None:
+        """From the worker thread: hand an event to the event loop (dropped once the job is cancelled)."""
+        if self._loop is None or self._events is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+        except RuntimeError:  # the loop has closed (server shutting down): nobody is listening any more
+            self.cancelled.set()
+
+
+class JobQueue:
+    """A bounded FIFO that lets a cancelled job leave before its turn (freeing its place at once)."""
+
+    def __init__(self, max_waiting: int) -> None:
+        self.max_waiting = max_waiting
+        self._jobs: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, job: Job) -> bool:
+        with self._cond:
+            if self._closed or len(self._jobs) >= self.max_waiting:
+                return False
+            self._jobs.append(job)
+            self._cond.notify()
+            return True
+
+    def get(self) -> Job | None:
+        """The next job, waiting for one; None once closed."""
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            return None if self._closed else self._jobs.popleft()
+
+    def wait(self) -> bool:
+        """Block until a job waits (True) or the queue is closed (False)."""
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            return not self._closed
+
+    def get_nowait(self) -> Job | None:
+        """The next job, or None when none waits (or the queue is closed)."""
+        with self._cond:
+            return None if self._closed or not self._jobs else self._jobs.popleft()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def remove(self, job: Job) -> None:
+        with self._cond:
+            if job in self._jobs:
+                self._jobs.remove(job)
+
+    def close(self) -> list[Job]:
+        """Stop the queue; the jobs still waiting are returned."""
+        with self._cond:
+            self._closed = True
+            left, self._jobs = list(self._jobs), deque()
+            self._cond.notify_all()
+            return left
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._jobs)
+
+
+class JobHandle:
+    """The event loop's end of a queued job: iterate its events; leaving early cancels it."""
+
+    def __init__(self, worker: ModelWorker, job: Job) -> None:
+        self.worker = worker
+        self.job = job
+
+    async def events(self) -> AsyncIterator[TextDelta | ChoiceDone]:
+        """TextDelta and ChoiceDone events until the job ends; the worker's error is raised here."""
+        assert self.job._events is not None
+        try:
+            while True:
+                event = await self.job._events.get()
+                if event is _JOB_DONE:
+                    self.job.finished = True
+                    return
+                if isinstance(event, _JobFailed):
+                    self.job.finished = True
+                    # As a HearthError the app answers it (a 500 for a GPU fault or a bug, logged with its
+                    # traceback) and keeps the connection; a bare exception would make uvicorn drop it.
+                    raise to_hearth_error(event.error) from event.error
+                yield event
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop the job if it is still queued or running (a no-op once it has finished)."""
+        if not self.job.finished:
+            self.worker.cancel(self.job)
+
+    def __del__(self) -> None:
+        # A stream whose response never started (its client left first) never runs its cleanup: the last
+        # reference going away is then what frees the job's place in the queue.
+        self.cancel()
+
+    async def __aenter__(self) -> JobHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cancel()
