@@ -88,6 +88,16 @@ class Device:
     def has(self, feature: str) -> bool:
         return feature in self.features
 
+    def reduction(self, subgroups: bool | None = None) -> str:
+        """The variant of a kernel's reductions (the REDUCE constant: kernels/*/..._subgroup.wgsl or
+        ..._workgroup.wgsl): "subgroup" where the adapter has the feature, unless subgroups is False;
+        asking for subgroups on an adapter without them is an error."""
+        if subgroups is None:
+            subgroups = self.has("subgroup")
+        elif subgroups and not self.has("subgroup"):
+            raise ValueError("subgroup reductions asked for, but the adapter lacks the feature")
+        return "subgroup" if subgroups else "workgroup"
+
     # -- buffers ---------------------------------------------------------------------
     def create_buffer(self, nbytes: int, label: str, usage: int = STORAGE_USAGE) -> Any:
         """A zero-filled buffer of at least nbytes, rounded up to 4 bytes."""

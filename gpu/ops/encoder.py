@@ -19,16 +19,6 @@ ROWS_PER_GROUP = 64  # (token, head) rows per workgroup of encoder_attention.wgs
 POOLING_MODES = {"mean": 0, "cls": 1, "last": 2, "max": 3, "mean_sqrt_len": 4}  # MODE of kernels/pool.wgsl
 
 
-def _reduce(b: ProgramBuilder, subgroups: bool | None) -> str:
-    """The row-sum variant (kernels/common/row_sum_<variant>.wgsl): "subgroup" where the adapter has
-    the feature (unless subgroups is False), else "workgroup"."""
-    if subgroups is None:
-        subgroups = b.device.has("subgroup")
-    elif subgroups and not b.device.has("subgroup"):
-        raise ValueError("subgroup reductions asked for, but the adapter lacks the feature")
-    return "subgroup" if subgroups else "workgroup"
-
-
 def _check(t: Tensor, width: int, what: str, dtype: str = "f32") -> None:
     if t.dtype != dtype or len(t.shape) != 2 or t.shape[1] != width:
         raise ValueError(f"{what} {t} must be {dtype} [rows, {width}]")
@@ -51,8 +41,8 @@ def layer_norm(
         _check(residual, d, "residual")
     if not rms and beta is None:
         raise ValueError("LayerNorm needs beta")
-    constants = {"D": d, "EPS": eps, "RMS": rms, "HAS_BIAS": bias is not None,
-                 "HAS_RESIDUAL": residual is not None, "ACCUMULATE": accumulate, "REDUCE": _reduce(b, subgroups)}
+    constants = {"D": d, "EPS": eps, "RMS": rms, "HAS_BIAS": bias is not None, "HAS_RESIDUAL": residual is not None,
+                 "ACCUMULATE": accumulate, "REDUCE": b.device.reduction(subgroups)}
     # Unread bindings are bound to tensors of the right kind: the kernel keeps them in its layout.
     tensors = [b.step, x, bias or gamma, residual or x, gamma, beta or gamma, out]
     b.dispatch("layer_norm", constants, tensors, workgroup_grid(x.shape[0]))
@@ -118,7 +108,7 @@ def qk_norm_rope(
     _check(q, heads * d, "q")
     _check(k, kv_heads * d, "k")
     _check(rope, d, "rope")
-    constants = {"D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "REDUCE": _reduce(b, subgroups)}
+    constants = {"D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "REDUCE": b.device.reduction(subgroups)}
     b.dispatch("encoder_qk_norm_rope", constants, [b.step, q, k, q_weight, k_weight, positions, rope],
                workgroup_grid(q.shape[0] * (heads + kv_heads)))
 
@@ -140,5 +130,5 @@ def pool(b: ProgramBuilder, h: Tensor, seqs: Tensor, out: Tensor, mode: str) -> 
 def l2_normalize(b: ProgramBuilder, x: Tensor, *, eps: float = 1e-12, subgroups: bool | None = None) -> None:
     """x[r] /= max(||x[r]||, eps) for every row of x, in place (kernels/l2_normalize.wgsl)."""
     rows, d = x.shape
-    b.dispatch("l2_normalize", {"D": d, "ROWS": rows, "EPS": eps, "REDUCE": _reduce(b, subgroups)}, [b.step, x],
+    b.dispatch("l2_normalize", {"D": d, "ROWS": rows, "EPS": eps, "REDUCE": b.device.reduction(subgroups)}, [b.step, x],
                workgroup_grid(rows))

@@ -36,16 +36,6 @@ MAX_TOP_K = 256  # top_candidates' k: a power of two up to this (one radix bin p
 SAMPLE_PARAMS_FIELDS = ("inv_temperature", "seed_lo", "seed_hi", "reserved")
 
 
-def _reduce(b: ProgramBuilder, subgroups: bool | None) -> str:
-    """The reduction variant: "subgroup" where the adapter has the feature (unless subgroups is
-    False), else "workgroup"."""
-    if subgroups is None:
-        subgroups = b.device.has("subgroup")
-    elif subgroups and not b.device.has("subgroup"):
-        raise ValueError("subgroup reductions asked for, but the adapter lacks the feature")
-    return "subgroup" if subgroups else "workgroup"
-
-
 def _rows_vocab(logits: Tensor) -> tuple[int, int]:
     if logits.dtype != "f32" or len(logits.shape) != 2:
         raise ValueError(f"sampling needs f32 logits [R, V], not {logits}")
@@ -85,7 +75,7 @@ def argmax(b: ProgramBuilder, logits: Tensor, out_ids: Tensor, *, subgroups: boo
     """
     rows, v = _rows_vocab(logits)
     _check_out(out_ids, "u32", rows, "argmax out_ids")
-    reduce = _reduce(b, subgroups)
+    reduce = b.device.reduction(subgroups)
     chunk = argmax_chunk(v)
     chunks = -(-v // chunk)
     partials = b.activation("argmax_partials", (rows * chunks, 2), "u32")
@@ -112,7 +102,7 @@ def gumbel_sample(
     _check_out(out_ids, "u32", rows, "gumbel_sample out_ids")
     if params.dtype != "u32" or params.numel < rows * len(SAMPLE_PARAMS_FIELDS):
         raise ValueError(f"gumbel_sample params must be u32 [{rows}, 4], not {params}")
-    reduce = _reduce(b, subgroups)
+    reduce = b.device.reduction(subgroups)
     chunk = argmax_chunk(v)
     chunks = -(-v // chunk)
     partials = b.activation("gumbel_partials", (rows * chunks, 2), "u32")
@@ -157,7 +147,7 @@ def top_candidates(
     _check_out(out_ids, "u32", rows * k, "top_candidates out_ids")
     _check_out(out_values, "f32", rows * k, "top_candidates out_values")
     _check_out(out_stats, "f32", rows * 2, "top_candidates out_stats")
-    reduce = _reduce(b, subgroups)
+    reduce = b.device.reduction(subgroups)
     chunks = topk_chunks(v, k)
     chunk = -(-v // chunks)
     chunks = -(-v // chunk)

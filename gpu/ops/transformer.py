@@ -21,16 +21,6 @@ def _rows(t: Tensor) -> int:
     return t.shape[0]
 
 
-def _reduce(b: ProgramBuilder, subgroups: bool | None) -> str:
-    """The norms' row-sum variant (kernels/common/row_sum_<variant>.wgsl): "subgroup" where the
-    adapter has the feature (unless subgroups is False), else "workgroup"."""
-    if subgroups is None:
-        subgroups = b.device.has("subgroup")
-    elif subgroups and not b.device.has("subgroup"):
-        raise ValueError("subgroup reductions asked for, but the adapter lacks the feature")
-    return "subgroup" if subgroups else "workgroup"
-
-
 def rms_norm(
     b: ProgramBuilder, x: Tensor, weight: Tensor, out: Tensor, eps: float, *,
     heads: int = 1, accumulate: bool = False, last_row: bool = False,
@@ -60,7 +50,7 @@ def residual_norm(
     # threads per row: 256 on GPUs (measured on an H200: a 640-wide decode row took ~10 us with 64,
     # each invocation walking 10 values three times); 64 on CPU adapters
     threads = threads or (64 if b.device.is_software else 256)
-    constants = {"D": d, "EPS": eps, "GATHER": gather, "REDUCE": _reduce(b, subgroups), "WG": threads}
+    constants = {"D": d, "EPS": eps, "GATHER": gather, "REDUCE": b.device.reduction(subgroups), "WG": threads}
     # without GATHER the out_rows binding is not read: post_weight stands in
     tensors = [b.step, y, post_weight, x, next_weight, h, out_rows or post_weight]
     b.dispatch("residual_norm", constants, tensors, workgroup_grid(out_rows.numel if out_rows else _rows(x)))
@@ -95,7 +85,7 @@ def qk_norm_rope_store(
         raise ValueError(f"qk_norm_rope_store needs a head dimension multiple of 4, not {d}")
     constants: dict[str, int | float | bool | str] = {
         "D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "KV_F16": pool.f16,
-        "REDUCE": _reduce(b, subgroups), **_paging(pool)}
+        "REDUCE": b.device.reduction(subgroups), **_paging(pool)}
     for name, (tensor, offset) in (("Q", q), ("K", k), ("V", v)):
         constants |= {f"{name}_STRIDE": tensor.shape[1], f"{name}_OFFSET": offset}
     tensors = [b.step, q[0], k[0], v[0], q_weight, k_weight, rope_table, pool.keys[layer], pool.values[layer], rows,
