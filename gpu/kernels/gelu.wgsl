@@ -8,6 +8,7 @@
 // about an f32 ulp of the result.
 // Work split: one invocation per element, 256 per workgroup, over a 2-D grid of workgroups.
 #include "common/step.wgsl"
+#include "common/gelu_tanh.wgsl"
 
 override D: u32 = 1536u;          // row width in elements
 override TANH: bool = false;      // the tanh approximation instead of erf
@@ -67,9 +68,7 @@ fn erf_f32(z: f32) -> f32 {
 
 fn gelu(v: f32) -> f32 {
     if (TANH) {
-        // tanh saturates long before |u| = 15; clamping keeps exp-based tanh from overflowing.
-        let u = clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0);
-        return 0.5 * v * (1.0 + tanh(u));
+        return gelu_tanh(v);
     }
     return 0.5 * v * (1.0 + erf_f32(v * 0.70710678118654752));
 }

@@ -2,6 +2,7 @@
 // gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's approximate="tanh".
 // Work split: one invocation per element of the step's rows, 256 per workgroup.
 #include "common/step.wgsl"
+#include "common/gelu_tanh.wgsl"
 
 override D: u32 = 2048u;  // feed-forward width
 
@@ -17,8 +18,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= step.n_tokens * D) {
         return;
     }
-    let g = gate[i];
-    // tanh saturates long before |u| = 15; clamping keeps exp-based tanh from overflowing.
-    let u = clamp(0.7978845608028654 * (g + 0.044715 * g * g * g), -15.0, 15.0);
-    out[i] = 0.5 * g * (1.0 + tanh(u)) * up[i];
+    out[i] = gelu_tanh(gate[i]) * up[i];
 }
