@@ -35,7 +35,7 @@ class ModelEntry:
     context_length: int | None = None
     kv_dtype: str = "f16"
     alias_of: str | None = None
-    kind: str = "text"  # "text" (chat, completions) or "embedding" (/v1/embeddings)
+    kind: str = "text"  # "text" (chat, completions), "embedding", "speech" or "transcription"
 
 
 def shipped_model_path() -> Path | None:
@@ -60,7 +60,9 @@ class ModelCatalogue:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._configured = {m.id: self._entry(m) for m in settings.models}
-        self._embedding = {m.id: self._embedding_entry(m) for m in settings.embedding_models}
+        # The other endpoint families: kind -> {id: entry}.
+        self._grouped = {kind: {m.id: self._group_entry(m, kind) for m in group.models}
+                         for kind, group in settings.groups().items()}
 
     @staticmethod
     def _entry(config: ModelConfig) -> ModelEntry:
@@ -69,9 +71,9 @@ class ModelCatalogue:
                           preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype)
 
     @staticmethod
-    def _embedding_entry(config: ModelConfig) -> ModelEntry:
-        return ModelEntry(id=config.id, source=config.source, key=f"embedding:{_key(config.source)}",
-                          owned_by="hearth", created=_STARTED, preload=config.preload, kind="embedding")
+    def _group_entry(config: ModelConfig, kind: str) -> ModelEntry:
+        return ModelEntry(id=config.id, source=config.source, key=f"{kind}:{_key(config.source)}",
+                          owned_by="hearth", created=_STARTED, preload=config.preload, kind=kind)
 
     @property
     def ollama_root(self) -> Path | None:
@@ -81,7 +83,8 @@ class ModelCatalogue:
 
     def preloaded(self) -> list[ModelEntry]:
         """The configured models to load at startup."""
-        return [entry for entry in (*self._configured.values(), *self._embedding.values()) if entry.preload]
+        grouped = [entry for entries in self._grouped.values() for entry in entries.values()]
+        return [entry for entry in (*self._configured.values(), *grouped) if entry.preload]
 
     def lookup(self, name: str) -> ModelEntry | None:
         """The model a request's `model` names, or None."""
@@ -91,12 +94,13 @@ class ModelCatalogue:
         if target is not None:
             base = self._configured[target]
             return ModelEntry(**{**base.__dict__, "id": name, "alias_of": base.id})
-        if name in self._embedding:
-            return self._embedding[name]
-        target = self.settings.embedding_alias_target(name)
-        if target is not None:
-            base = self._embedding[target]
-            return ModelEntry(**{**base.__dict__, "id": name, "alias_of": base.id})
+        for kind, group in self.settings.groups().items():
+            if name in self._grouped[kind]:
+                return self._grouped[kind][name]
+            target = group.alias_target(name)
+            if target is not None:
+                base = self._grouped[kind][target]
+                return ModelEntry(**{**base.__dict__, "id": name, "alias_of": base.id})
         root = self.ollama_root
         if root is None:
             return None
@@ -108,12 +112,13 @@ class ModelCatalogue:
         return self._ollama_entry(found, name)
 
     def list(self) -> list[ModelEntry]:
-        """Configured models, their aliases, embedding models and theirs, then the Ollama store's chat models and
-    the embedding models Hearth runs."""
+        """Configured chat models and their aliases, each other family's models and theirs, then the Ollama store's
+        chat models and the embedding models Hearth runs."""
         entries = list(self._configured.values())
         entries += [entry for alias in self.settings.aliases if (entry := self.lookup(alias)) is not None]
-        entries += list(self._embedding.values())
-        entries += [e for alias in self.settings.embedding_aliases if (e := self.lookup(alias)) is not None]
+        for kind, group in self.settings.groups().items():
+            entries += list(self._grouped[kind].values())
+            entries += [e for alias in group.aliases if (e := self.lookup(alias)) is not None]
         root = self.ollama_root
         if root is not None:
             entries += [self._ollama_entry(found, found.name) for found in ollama.list_models(root)]
@@ -124,6 +129,6 @@ class ModelCatalogue:
 
     @staticmethod
     def _ollama_entry(found: ollama.OllamaModel, name: str, kind: str = "text") -> ModelEntry:
-        key = _key(str(found.path)) if kind == "text" else f"embedding:{_key(str(found.path))}"
+        key = _key(str(found.path)) if kind == "text" else f"{kind}:{_key(str(found.path))}"
         return ModelEntry(id=name, source=str(found.path), key=key, owned_by="ollama",
                           created=int(found.modified), kind=kind)

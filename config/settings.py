@@ -23,6 +23,10 @@ OPENAI_ALIASES = ("gpt-4o-mini", "gpt-3.5-turbo")
 SHIPPED_EMBEDDING_MODEL = "all-minilm-l6-v2"
 # OpenAI embedding model names that clients hard-code; they reach the default embedding model.
 OPENAI_EMBEDDING_ALIASES = ("text-embedding-3-small", "text-embedding-ada-002")
+SHIPPED_SPEECH_MODEL = "kokoro"
+OPENAI_SPEECH_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+SHIPPED_TRANSCRIPTION_MODEL = "whisper-tiny.en"
+OPENAI_TRANSCRIPTION_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 
 
 class SettingsError(ValueError):
@@ -66,6 +70,36 @@ class OllamaConfig(_Frozen):
     models_dir: Path | None = Field(None, description="None: $OLLAMA_MODELS or ~/.ollama/models")
 
 
+class ModelGroup(_Frozen):
+    """The models of one endpoint family besides chat (embeddings, speech, transcription): each is loaded on
+    its first request unless `preload` is set; aliases with an empty target reach the family's default."""
+
+    models: tuple[ModelConfig, ...] = ()
+    default: str | None = None
+    aliases: dict[str, str] = Field(default_factory=dict)
+    loader: str = Field(description="module:function that loads one of these models")
+
+    @model_validator(mode="after")
+    def _check_names(self) -> ModelGroup:
+        ids = [m.id for m in self.models]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"model ids repeat: {ids}")
+        if self.default is not None and self.default not in ids:
+            raise ValueError(f"default {self.default!r} is not one of the models {ids}")
+        for alias, target in self.aliases.items():
+            if alias in ids:
+                raise ValueError(f"alias {alias!r} shadows a model of the same name")
+            if target and target not in ids:
+                raise ValueError(f"alias {alias!r} points at {target!r}, which is not one of the models {ids}")
+        return self
+
+    def alias_target(self, alias: str) -> str | None:
+        """The model id an alias names (None: not an alias, or no default to reach)."""
+        if alias not in self.aliases:
+            return None
+        return self.aliases[alias] or self.default
+
+
 class Settings(_Frozen):
     """Everything the server reads at startup."""
 
@@ -76,22 +110,26 @@ class Settings(_Frozen):
     default_model: str = SHIPPED_MODEL
     models: tuple[ModelConfig, ...] = (ModelConfig(id=SHIPPED_MODEL, source=SHIPPED_MODEL),)
     aliases: dict[str, str] = Field(default_factory=lambda: {name: "" for name in OPENAI_ALIASES})
-    # Embedding models (/v1/embeddings): a sentence-transformers directory, a GGUF file, or the shipped name.
-    # The shipped one loads on its first request unless `preload` is set.
-    embedding_models: tuple[ModelConfig, ...] = (
-        ModelConfig(id=SHIPPED_EMBEDDING_MODEL, source=SHIPPED_EMBEDDING_MODEL, preload=False),)
-    default_embedding_model: str | None = SHIPPED_EMBEDDING_MODEL
-    embedding_aliases: dict[str, str] = Field(
-        default_factory=lambda: {name: "" for name in OPENAI_EMBEDDING_ALIASES},
-        description="names that reach an embedding model; an empty target means the default embedding model")
+    # The other endpoint families, each with its models, default, aliases and loader.
+    embeddings: ModelGroup = ModelGroup(
+        models=(ModelConfig(id=SHIPPED_EMBEDDING_MODEL, source=SHIPPED_EMBEDDING_MODEL, preload=False),),
+        default=SHIPPED_EMBEDDING_MODEL, aliases={name: "" for name in OPENAI_EMBEDDING_ALIASES},
+        loader="server.embedding_worker:load_on_own_device")
+    speech: ModelGroup = ModelGroup(
+        models=(ModelConfig(id=SHIPPED_SPEECH_MODEL, source=SHIPPED_SPEECH_MODEL, preload=False),),
+        default=SHIPPED_SPEECH_MODEL, aliases={name: "" for name in OPENAI_SPEECH_ALIASES},
+        loader="server.speech_worker:load_on_own_device")
+    transcription: ModelGroup = ModelGroup(
+        models=(ModelConfig(id=SHIPPED_TRANSCRIPTION_MODEL, source=SHIPPED_TRANSCRIPTION_MODEL, preload=False),),
+        default=SHIPPED_TRANSCRIPTION_MODEL, aliases={name: "" for name in OPENAI_TRANSCRIPTION_ALIASES},
+        loader="server.transcription_worker:load_on_own_device")
     limits: Limits = Limits()
     ollama: OllamaConfig = OllamaConfig()
     model_loader: str = Field(
         "server.worker:load_on_own_device",
         description="module:function that loads a model; tests point it at a fake",
     )
-    embedding_loader: str = Field("server.embedding_worker:load_on_own_device",
-                                  description="module:function that loads an embedding model")
+
 
     @model_validator(mode="after")
     def _check_names(self) -> Settings:
@@ -108,27 +146,19 @@ class Settings(_Frozen):
         return self
 
     @model_validator(mode="after")
-    def _check_embedding_names(self) -> Settings:
-        ids = [m.id for m in self.embedding_models]
-        taken = {m.id for m in self.models} | set(self.aliases)
-        if len(set(ids)) != len(ids) or taken & set(ids):
-            raise ValueError(f"embedding model ids repeat or shadow a chat model or alias: {ids}")
-        if self.default_embedding_model is not None and self.default_embedding_model not in ids:
-            raise ValueError(f"default_embedding_model {self.default_embedding_model!r} is not one of the "
-                             f"embedding models {ids}")
-        for alias, target in self.embedding_aliases.items():
-            if alias in taken or alias in ids:
-                raise ValueError(f"embedding alias {alias!r} shadows a model or alias of the same name")
-            if target and target not in ids:
-                raise ValueError(f"embedding alias {alias!r} points at {target!r}, which is not one of the "
-                                 f"embedding models {ids}")
+    def _check_groups_apart(self) -> Settings:
+        """No name may reach two models: a group's ids and aliases shadow nothing in chat or another group."""
+        seen = {name: "chat" for name in [m.id for m in self.models] + list(self.aliases)}
+        for kind, group in self.groups().items():
+            for name in [m.id for m in group.models] + list(group.aliases):
+                if name in seen:
+                    raise ValueError(f"{kind} model or alias {name!r} is also a {seen[name]} model or alias")
+                seen[name] = kind
         return self
 
-    def embedding_alias_target(self, alias: str) -> str | None:
-        """The embedding model id an embedding alias names (None: not an alias, or no default to reach)."""
-        if alias not in self.embedding_aliases:
-            return None
-        return self.embedding_aliases[alias] or self.default_embedding_model
+    def groups(self) -> dict[str, ModelGroup]:
+        """The endpoint families besides chat, by the model kind they serve."""
+        return {"embedding": self.embeddings, "speech": self.speech, "transcription": self.transcription}
 
     def alias_target(self, alias: str) -> str | None:
         """The model id an alias names; an empty target means the default model."""
@@ -213,8 +243,15 @@ def load_settings(
     # One model and no default named: that model is the default.
     if "models" in data and "default_model" not in data and data["models"]:
         data["default_model"] = data["models"][0].get("id")
-    if "embedding_models" in data and "default_embedding_model" not in data:
-        data["default_embedding_model"] = data["embedding_models"][0].get("id") if data["embedding_models"] else None
+    # A group's table changes only the keys it names (a [speech] table with models keeps the OpenAI aliases and
+    # the loader); models without a default: the first is the default.
+    for group in ("embeddings", "speech", "transcription"):
+        table = data.get(group)
+        if isinstance(table, dict):
+            if "models" in table and "default" not in table:
+                table["default"] = table["models"][0].get("id") if table["models"] else None
+            defaults = Settings.model_fields[group].default.model_dump(exclude={"models"} & set(table))
+            data[group] = {**defaults, **table}
     try:
         return Settings.model_validate(data)
     except ValidationError as error:

@@ -13,20 +13,33 @@ from typing import Any
 
 from config.catalogue import ModelCatalogue, ModelEntry
 from config.settings import Settings
-from server.embedding_worker import EmbeddingWorker
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
 from server.worker import Loader, ModelWorker
+
+# The worker class per model kind besides chat ("text"), imported when the first such model loads.
+WORKER_CLASSES = {
+    "embedding": "server.embedding_worker:EmbeddingWorker",
+    "speech": "server.speech_worker:SpeechWorker",
+    "transcription": "server.transcription_worker:TranscriptionWorker",
+}
+# What a request for a model of the wrong kind is told to use instead.
+ENDPOINTS = {
+    "text": "/v1/chat/completions",
+    "embedding": "/v1/embeddings",
+    "speech": "/v1/audio/speech",
+    "transcription": "/v1/audio/transcriptions",
+}
 
 log = logging.getLogger("hearth.server")
 
 
-def import_loader(target: str) -> Loader:
-    """The loader function named `module:function`."""
+def import_loader(target: str) -> Any:
+    """The function (or class) named `module:name`."""
     module_name, _, function = target.partition(":")
     try:
         return getattr(importlib.import_module(module_name), function)
     except (ImportError, AttributeError) as error:
-        raise ValueError(f"model_loader {target!r} cannot be imported: {error}") from error
+        raise ValueError(f"{target!r} cannot be imported: {error}") from error
 
 
 class ModelManager:
@@ -37,25 +50,21 @@ class ModelManager:
         self.settings = settings
         self.catalogue = catalogue or ModelCatalogue(settings)
         self._loader = loader or import_loader(settings.model_loader)
-        self._embedding_loader = import_loader(settings.embedding_loader)
         self._warm_up = warm_up
         self._workers: dict[str, ModelWorker] = {}  # by ModelEntry.key
         self._preloaded: set[str] = set()
 
-    def _start(self, entry: ModelEntry) -> ModelWorker | EmbeddingWorker:
-        if entry.kind == "embedding":
-            return self._start_embedding(entry)
-        worker = ModelWorker(entry.alias_of or entry.id, entry.source, self._loader,
-                             max_queue=self.settings.limits.max_queue, max_batch=self.settings.limits.max_batch,
-                             context_length=entry.context_length,
-                             kv_dtype=entry.kv_dtype, warm_up=self._warm_up)
-        self._workers[entry.key] = worker
-        worker.start()
-        return worker
-
-    def _start_embedding(self, entry: ModelEntry) -> EmbeddingWorker:
-        worker = EmbeddingWorker(entry.alias_of or entry.id, entry.source, self._embedding_loader,
-                                 max_queue=self.settings.limits.max_queue, warm_up=self._warm_up)
+    def _start(self, entry: ModelEntry) -> Any:
+        if entry.kind == "text":
+            worker: Any = ModelWorker(entry.alias_of or entry.id, entry.source, self._loader,
+                                      max_queue=self.settings.limits.max_queue,
+                                      max_batch=self.settings.limits.max_batch, context_length=entry.context_length,
+                                      kv_dtype=entry.kv_dtype, warm_up=self._warm_up)
+        else:
+            worker_class = import_loader(WORKER_CLASSES[entry.kind])
+            loader = import_loader(self.settings.groups()[entry.kind].loader)
+            worker = worker_class(entry.alias_of or entry.id, entry.source, loader,
+                                  max_queue=self.settings.limits.max_queue, warm_up=self._warm_up)
         self._workers[entry.key] = worker
         worker.start()
         return worker
@@ -97,14 +106,16 @@ class ModelManager:
     async def worker_for(self, name: str, kind: str = "text") -> tuple[ModelEntry, Any]:
         """The catalogue entry and the ready worker for a request's model, loading it if needed.
 
-        kind: what the endpoint serves, "text" or "embedding"; a model of the other kind is a 400.
+        kind: what the endpoint serves ("text", "embedding", "speech", "transcription"); a model of another kind
+        is a 400 that names the endpoint it belongs to.
         """
         entry = await asyncio.to_thread(self.catalogue.lookup, name)  # may read the Ollama store
         if entry is None:
             raise ModelNotFound(name)
         if entry.kind != kind:
-            what = "an embedding model (use /v1/embeddings)" if entry.kind == "embedding" else "not an embedding model"
-            raise InvalidRequest(f"The model `{name}` is {what}.", param="model", code="model_not_supported")
+            what = "a chat" if entry.kind == "text" else f"an {entry.kind}" if entry.kind[0] in "ae" else f"a {entry.kind}"
+            raise InvalidRequest(f"The model `{name}` is {what} model (use {ENDPOINTS[entry.kind]}).", param="model",
+                                 code="model_not_supported")
         worker = self._workers.get(entry.key)
         if worker is None or worker.state == "stopped":
             self._make_room()

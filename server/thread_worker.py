@@ -1,0 +1,233 @@
+"""A worker thread per loaded model of the non-chat families (embeddings, speech, transcription).
+
+The thread loads the model (on a wgpu device of its own), then runs queued jobs one at a time: a job is a
+function of the model, run on the thread because the model's device, buffers and programs belong to it.
+`call` returns a job's result; `stream` yields what a generator job produces, item by item, as the thread
+makes it, so audio can go out while the rest is synthesised. Subclasses change how jobs are taken (the
+embedding worker merges waiting requests into one GPU pass) and what warms a model up after loading.
+
+    event loop                      worker thread
+    call(fn) / stream(fn) --queue-->  fn(model)  --future / items--> back to the awaiting request
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from server.errors import QueueFull
+
+log = logging.getLogger("hearth.worker")
+
+T = TypeVar("T")
+Loader = Callable[..., Any]  # (source, *, progress) -> model
+
+
+@dataclass
+class Job:
+    """A function of the model, run on the worker thread; its outcome goes to `future`."""
+
+    run: Callable[[Any], Any]
+    future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+
+
+class _Finished:
+    """Marks the end of a streamed job's items."""
+
+
+class ThreadWorker:
+    """Loads one model in its own thread, then runs queued jobs on it in order."""
+
+    kind = "model"
+
+    def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, warm_up: bool = True) -> None:
+        self.name = name
+        self.source = source
+        self._loader = loader
+        self._warm_up = warm_up
+        self.max_queue = max_queue
+        self._pending: deque[Any] = deque()  # Jobs, or a subclass's requests (anything with a .future)
+        self._cond = threading.Condition()
+        self._closed = False
+        self._loaded: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, name=f"hearth-{self.kind}-{name}", daemon=True)
+        self.model: Any = None
+        self.state = "loading"
+        self.error: str | None = None
+        self.progress = 0.0
+        self.running = 0
+        self.last_used = time.monotonic()
+
+    # -- event-loop side -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def queued(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and self.queued == 0
+
+    async def wait_ready(self) -> None:
+        """Return once loaded; raise the load's exception if it failed."""
+        await asyncio.wrap_future(self._loaded)
+
+    def _enqueue(self, item: Any, retry_after_s: int) -> None:
+        """Queue a job (or a subclass's request); QueueFull when max_queue wait already."""
+        with self._cond:
+            if self._closed or len(self._pending) >= self.max_queue:
+                raise QueueFull(self.name, retry_after_s)
+            self._pending.append(item)
+            self._cond.notify()
+        self.last_used = time.monotonic()
+
+    async def call(self, fn: Callable[[Any], T], retry_after_s: int) -> T:
+        """fn(model), run on the worker thread after the jobs queued before it.
+
+        Cancelling the awaiting task drops the job if it has not started (a started one runs to its end).
+        """
+        job = Job(fn)
+        self._enqueue(job, retry_after_s)
+        return await asyncio.wrap_future(job.future)
+
+    async def stream(self, fn: Callable[[Any], Iterator[T]], retry_after_s: int) -> AsyncIterator[T]:
+        """What the generator fn(model) yields, each item as soon as the worker thread has made it.
+
+        Leaving the `async for` early (the client went away) closes the generator before its next item.
+        """
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def produce(model: Any) -> None:
+            generator = fn(model)
+            try:
+                for item in generator:
+                    loop.call_soon_threadsafe(items.put_nowait, item)
+                    if stop.is_set():
+                        break
+            finally:
+                generator.close()
+            loop.call_soon_threadsafe(items.put_nowait, _Finished)
+
+        job = Job(produce)
+        self._enqueue(job, retry_after_s)
+        finished = asyncio.ensure_future(asyncio.wrap_future(job.future))
+        try:
+            while True:
+                getter = asyncio.ensure_future(items.get())
+                await asyncio.wait({getter, finished}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    item = getter.result()
+                    if item is _Finished:
+                        break
+                    yield item
+                    continue
+                getter.cancel()
+                finished.result()  # the job failed before its first item or between items: raise its error
+                while not items.empty():  # it finished: hand over what it made before the end mark
+                    item = items.get_nowait()
+                    if item is _Finished:
+                        return
+                    yield item
+                return
+        finally:
+            stop.set()
+            job.future.cancel()  # drops the job if it never started
+            if not finished.done():
+                finished.cancel()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop serving: fail waiting jobs, let the running one finish, join the thread."""
+        with self._cond:
+            self._closed = True
+            left, self._pending = list(self._pending), deque()
+            self._cond.notify_all()
+        for item in left:
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(RuntimeError("the server is shutting down"))
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self.state = "stopped"
+
+    # -- worker thread -------------------------------------------------------------------
+    def _on_progress(self, done: int, total: int) -> None:
+        fraction = done / total if total else 1.0
+        if int(fraction * 10) > int(self.progress * 10) or done == total:
+            log.info("loading %s: %3.0f%% (%.0f/%.0f MB)", self.name, 100 * fraction, done / 1e6, total / 1e6)
+        self.progress = fraction
+
+    def warm_up(self, model: Any) -> None:
+        """Run something small once after loading so the first request does not pay for compiling pipelines."""
+
+    def describe(self, model: Any) -> str:
+        """A few words about the loaded model for the log line that says it is ready."""
+        return type(model).__name__
+
+    def _load(self) -> None:
+        started = time.perf_counter()
+        log.info("loading %s model %s from %s", self.kind, self.name, self.source)
+        self.model = self._loader(self.source, progress=self._on_progress)
+        if self._warm_up:
+            self.warm_up(self.model)
+        self.progress = 1.0
+        log.info("%s ready in %.1f s (%s)", self.name, time.perf_counter() - started, self.describe(self.model))
+
+    def _wait_for_work(self) -> bool:
+        """Block until something is queued (True) or the worker is closed (False). Hold self._cond."""
+        while not self._pending and not self._closed:
+            self._cond.wait()
+        return not self._closed
+
+    def _next_job(self) -> Job | None:
+        """The next job that has not been cancelled, marked running; None once closed."""
+        with self._cond:
+            while self._wait_for_work():
+                job = self._pending.popleft()
+                if job.future.set_running_or_notify_cancel():
+                    return job
+            return None
+
+    def _serve(self) -> None:
+        """Run jobs in order until stopped; a job's error goes to its caller and the worker goes on."""
+        while (job := self._next_job()) is not None:
+            self.running = 1
+            try:
+                job.future.set_result(job.run(self.model))
+            except BaseException as error:  # noqa: BLE001 - the caller gets the error; the worker goes on
+                job.future.set_exception(error)
+            finally:
+                self.running = 0
+                self.last_used = time.monotonic()
+
+    def _run(self) -> None:
+        try:
+            self._load()
+        except BaseException as error:  # noqa: BLE001 - reported to every waiting request and to /health
+            log.exception("loading %s failed", self.name)
+            self.state, self.error = "failed", f"{type(error).__name__}: {error}"
+            self._loaded.set_exception(error)
+            return
+        self.state = "ready"
+        self._loaded.set_result(None)
+        self._serve()
+
+
+def load_on_own_device(load: Callable[..., Any], source: str, **kwargs: Any) -> Any:
+    """load(source, device=..., **kwargs) on a wgpu device of its own, so workers never share a device or a queue."""
+    import os
+
+    from gpu.device import Device, choose_adapter
+
+    device = Device(choose_adapter(os.environ.get("HEARTH_ADAPTER")))
+    return load(source, device=device, **kwargs)
