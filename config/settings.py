@@ -54,6 +54,8 @@ class Limits(_Frozen):
     max_batch: int = Field(32, ge=1, le=64, description="sequences decoding together per model (continuous batching)")
     retry_after_s: int = Field(2, ge=1, description="seconds sent in Retry-After with a 429")
     max_body_bytes: int = Field(4 << 20, ge=1024, description="largest request body; then 413")
+    max_upload_bytes: int = Field(25 << 20, ge=1024, description="largest multipart upload to the audio routes "
+                                  "(transcriptions, translations): 25 MiB, as OpenAI; then 413")
     max_n: int = Field(8, ge=1, description="most choices per request")
     max_stop: int = Field(4, ge=1, description="most stop strings per request (OpenAI allows 4)")
     max_top_logprobs: int = Field(20, ge=0, le=20, description="most alternatives per token")
@@ -182,6 +184,7 @@ _ENV_KEYS = {
     "HEARTH_MAX_BATCH": "limits.max_batch",
     "HEARTH_RETRY_AFTER": "limits.retry_after_s",
     "HEARTH_MAX_BODY_BYTES": "limits.max_body_bytes",
+    "HEARTH_MAX_UPLOAD_BYTES": "limits.max_upload_bytes",
     "HEARTH_MAX_N": "limits.max_n",
     "HEARTH_MAX_TOKENS_DEFAULT": "limits.max_tokens_default",
     "HEARTH_MAX_LOADED_MODELS": "limits.max_loaded_models",
