@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.errors import RequestTooLarge, error_response
@@ -14,20 +16,23 @@ class BodySizeLimit:
     is counted as it arrives; past the limit the app's own reply is replaced by the 413.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: Mapping[str, int] | None = None) -> None:
+        """path_limits: other limits by exact path (the audio upload routes take files up to 25 MiB)."""
         self.app = app
         self.max_bytes = max_bytes
+        self.path_limits = dict(path_limits or {})
 
-    def _error(self) -> RequestTooLarge:
-        return RequestTooLarge(f"The request body is larger than the limit of {self.max_bytes} bytes.")
+    def _error(self, limit: int) -> RequestTooLarge:
+        return RequestTooLarge(f"The request body is larger than the limit of {limit} bytes.")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.path_limits.get(scope.get("path", ""), self.max_bytes)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await error_response(self._error())(scope, receive, send)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await error_response(self._error(limit))(scope, receive, send)
             return
 
         received = 0
@@ -39,9 +44,9 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     overflow = True
-                    raise self._error()
+                    raise self._error(limit)
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -49,7 +54,7 @@ class BodySizeLimit:
             if overflow:
                 if not started:  # whatever the app made of the exception, the client gets the 413
                     started = True
-                    await error_response(self._error())(scope, receive, send)
+                    await error_response(self._error(limit))(scope, receive, send)
                 return
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -59,4 +64,4 @@ class BodySizeLimit:
         except RequestTooLarge:
             if not started:
                 started = True
-                await error_response(self._error())(scope, receive, send)
+                await error_response(self._error(limit))(scope, receive, send)
