@@ -8,12 +8,13 @@ Unknown keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 CONFIG_DIR = Path(__file__).resolve().parent
 DEFAULT_CONFIG_FILE = CONFIG_DIR / "hearth.toml"
@@ -33,6 +34,43 @@ class SettingsError(ValueError):
     """The configuration file or an environment variable holds an invalid value."""
 
 
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_keep_alive(value: str | float | int | None) -> float | None:
+    """Seconds an idle model stays loaded, from an Ollama-style keep_alive; None means for ever.
+
+    As Ollama: a number is seconds, a string is a duration such as "30s", "5m", "1h30m" or "-1"; any negative
+    value keeps the model loaded for ever, and 0 unloads it as soon as its requests are done.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("keep_alive must be a number of seconds or a duration such as '5m'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            sign, rest = -1.0 if text.startswith("-") else 1.0, text.lstrip("+-")
+            parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", rest)
+            if not parts or "".join(n + u for n, u in parts) != rest:
+                raise ValueError(f"keep_alive {value!r} is not a duration such as '30s', '5m', '1h' or '-1'") from None
+            seconds = sign * sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ValueError(f"keep_alive {value!r} is not a finite duration")
+    return None if seconds < 0 else seconds
+
+
+def _comma_list(value: Any) -> Any:
+    """"a, b" from an environment variable as ("a", "b"); lists from TOML pass through."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -45,6 +83,16 @@ class ModelConfig(_Frozen):
     preload: bool = Field(True, description="load at startup (/ready waits for it); else on first request")
     context_length: int | None = Field(None, ge=16, description="tokens; None: the model's own")
     kv_dtype: Literal["f16", "f32"] = "f16"
+    keep_alive: str | float | None = Field(
+        None, description="idle time before unloading (Ollama style: '5m', seconds, -1 for ever); None: the "
+        "server's keep_alive. Preloaded models never unload: /ready promises them")
+    max_queue: int | None = Field(None, ge=0, description="requests waiting for this model; None: limits.max_queue")
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _check_keep_alive(cls, value: str | float | None) -> str | float | None:
+        parse_keep_alive(value)
+        return value
 
 
 class Limits(_Frozen):
@@ -63,6 +111,9 @@ class Limits(_Frozen):
         None, ge=1, description="chat max_tokens when the client sends none; None: up to the context end"
     )
     max_loaded_models: int = Field(3, ge=1, description="models held at once; idle on-demand ones unload first")
+    request_timeout_s: float = Field(
+        300.0, ge=0, description="seconds until a response starts (a whole non-streamed answer, or a stream's "
+        "headers); then 504 and the work is cancelled. 0: no limit")
 
 
 class OllamaConfig(_Frozen):
@@ -107,7 +158,14 @@ class Settings(_Frozen):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    api_key: str | None = Field(None, description="when set, /v1 requests need `Authorization: Bearer <key>`")
+    api_key: str | None = Field(None, description="when set, /v1 requests need `Authorization: Bearer <key>`; "
+                                "several keys separated by commas are all accepted")
+    cors_origins: tuple[str, ...] = Field((), description="origins browsers may call from ('*' for any); "
+                                          "comma-separated in HEARTH_CORS_ORIGINS; empty: no CORS headers")
+    metrics_need_key: bool = Field(False, description="with API keys set, /metrics needs one too (else it is "
+                                   "open like /health, for Prometheus on a private network)")
+    keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
+                                    "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     default_model: str = SHIPPED_MODEL
     models: tuple[ModelConfig, ...] = (ModelConfig(id=SHIPPED_MODEL, source=SHIPPED_MODEL),)
@@ -131,6 +189,18 @@ class Settings(_Frozen):
         "server.worker:load_on_own_device",
         description="module:function that loads a model; tests point it at a fake",
     )
+
+    _split_origins = field_validator("cors_origins", mode="before")(_comma_list)
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _check_keep_alive(cls, value: str | float) -> str | float:
+        parse_keep_alive(value)
+        return value
+
+    def api_keys(self) -> tuple[str, ...]:
+        """The accepted API keys (api_key split at commas); empty when the server is open."""
+        return tuple(key.strip() for key in (self.api_key or "").split(",") if key.strip())
 
 
     @model_validator(mode="after")
@@ -189,6 +259,10 @@ _ENV_KEYS = {
     "HEARTH_MAX_TOKENS_DEFAULT": "limits.max_tokens_default",
     "HEARTH_MAX_LOADED_MODELS": "limits.max_loaded_models",
     "HEARTH_OLLAMA": "ollama.enabled",
+    "HEARTH_CORS_ORIGINS": "cors_origins",
+    "HEARTH_METRICS_NEED_KEY": "metrics_need_key",
+    "HEARTH_KEEP_ALIVE": "keep_alive",
+    "HEARTH_REQUEST_TIMEOUT": "limits.request_timeout_s",
 }
 
 
