@@ -111,6 +111,8 @@ class Limits(_Frozen):
         None, ge=1, description="chat max_tokens when the client sends none; None: up to the context end"
     )
     max_loaded_models: int = Field(3, ge=1, description="models held at once; idle on-demand ones unload first")
+    max_speech_input: int = Field(4096, ge=1, description="most characters of /v1/audio/speech input, as OpenAI; "
+                                  "then 400")
     request_timeout_s: float = Field(
         300.0, ge=0, description="seconds until a response starts (a whole non-streamed answer, or a stream's "
         "headers); then 504 and the work is cancelled. 0: no limit")
@@ -185,12 +187,16 @@ class Settings(_Frozen):
         loader="server.transcription_worker:load_on_own_device")
     limits: Limits = Limits()
     ollama: OllamaConfig = OllamaConfig()
+    speech_voices: tuple[str, ...] = Field((), description="extra Kokoro voicepacks for every speech model: files "
+                                           "(.pt, .npz, voices-v1.0.bin) or folders of them; ids from the file names "
+                                           "(.pt) or the archive's keys")
     model_loader: str = Field(
         "server.worker:load_on_own_device",
         description="module:function that loads a model; tests point it at a fake",
     )
 
     _split_origins = field_validator("cors_origins", mode="before")(_comma_list)
+    _split_voices = field_validator("speech_voices", mode="before")(_comma_list)
 
     @field_validator("keep_alive")
     @classmethod
@@ -263,6 +269,8 @@ _ENV_KEYS = {
     "HEARTH_METRICS_NEED_KEY": "metrics_need_key",
     "HEARTH_KEEP_ALIVE": "keep_alive",
     "HEARTH_REQUEST_TIMEOUT": "limits.request_timeout_s",
+    "HEARTH_VOICES": "speech_voices",
+    "HEARTH_MAX_SPEECH_INPUT": "limits.max_speech_input",
 }
 
 
