@@ -16,9 +16,11 @@ from fastapi import FastAPI
 from config.settings import Settings, load_settings
 from server import __version__
 from server.errors import install_handlers
-from server.middleware import BodySizeLimit
+from server.metrics import Metrics
+from server.middleware import install_middleware
 from server.model_manager import ModelManager
-from server.routers import chat, completions, embeddings, health, models
+from server.routers import audio_transcriptions, chat, completions, embeddings, health, models
+from server.routers import metrics as metrics_router
 from server.worker import Loader
 
 log = logging.getLogger("hearth.server")
@@ -54,7 +56,11 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
         lifespan=lifespan,
     )
     install_handlers(app)
-    for router in (health.router, models.router, chat.router, completions.router, embeddings.router):
+    for router in (health.router, models.router, chat.router, completions.router, embeddings.router,
+                   audio_transcriptions.router):
         app.include_router(router)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_body_bytes)
+    # Request ids, metrics, CORS, API keys, the response timeout and the body limits, for every route.
+    app.state.metrics = Metrics(lambda: app.state.manager.workers())
+    app.include_router(metrics_router.router)
+    install_middleware(app, settings, app.state.metrics)
     return app

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import secrets
-
 from fastapi import Request
 
 from config.settings import Settings
 from server.errors import AuthenticationFailed
+from server.middleware import api_key_matches
 from server.model_manager import ModelManager
 from server.services.chat import ChatService
 from server.services.completions import CompletionService
@@ -35,10 +34,10 @@ def get_model_service(request: Request) -> ModelService:
 
 
 def require_api_key(request: Request) -> None:
-    """With an API key configured, /v1 needs `Authorization: Bearer <key>` (compared in constant time)."""
-    expected = get_settings(request).api_key
-    if not expected:
-        return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), expected.encode()):
+    """With API keys configured, /v1 needs `Authorization: Bearer <key>` (compared in constant time).
+
+    server/middleware.py's ApiKeyAuth already checks every request; this keeps routers safe on their own.
+    """
+    keys = get_settings(request).api_keys()
+    if keys and not api_key_matches(keys, request.headers.get("authorization", "")):
         raise AuthenticationFailed("Incorrect API key provided. Send it as `Authorization: Bearer <key>`.")

@@ -1,12 +1,42 @@
-"""ASGI middleware: a limit on request body size (413), checked on Content-Length and on the bytes read."""
+"""ASGI middleware, outermost first: request ids, metrics and access log; CORS; API keys; a timeout until the
+response starts; the request body size limit. `install_middleware` adds them to an app in that order.
+
+They are plain ASGI classes (not BaseHTTPMiddleware) so streamed responses pass through untouched, and they
+key on paths, never on routers: a new endpoint is counted, authenticated and limited without any change here.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import secrets
+import time
 from collections.abc import Mapping
 
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.errors import RequestTooLarge, error_response
+from config.settings import Settings
+from server.errors import AuthenticationFailed, HearthError, RequestTooLarge, error_response
+from server.metrics import Metrics
+from server.request_context import request_id_from, reset_request_id, set_request_id
+
+access_log = logging.getLogger("hearth.access")
+# Paths that never need an API key: liveness and readiness probes (Docker's HEALTHCHECK, Kubernetes), and the
+# API's own description. /metrics joins them unless settings.metrics_need_key.
+OPEN_PATHS = frozenset({"/", "/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# The multipart upload routes, whose bodies may be up to limits.max_upload_bytes.
+UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
+
+
+class RequestTimeout(HearthError):
+    """The response did not start within limits.request_timeout_s; the work was cancelled."""
+
+    status = 504
+    type = "server_error"
+    code = "timeout"
 
 
 class BodySizeLimit:
@@ -65,3 +95,159 @@ class BodySizeLimit:
             if not started:
                 started = True
                 await error_response(self._error(limit))(scope, receive, send)
+
+
+class RequestContext:
+    """Give each request an id (X-Request-Id in and out), count it in the metrics and write its access line.
+
+    The id and the app's metrics are context variables for the request's lifetime, so log lines and metric
+    calls made anywhere while serving it find them.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    def _route(self, scope: Scope) -> str:
+        """The route's template (`/v1/models/{model:path}`), so labels stay few whatever paths clients send."""
+        route = scope.get("route")
+        if route is None:  # answered before routing (401, 413): find the route it would have reached
+            fastapi_app = scope.get("app")
+            for candidate in getattr(fastapi_app, "routes", ()):
+                match, _ = candidate.matches({**scope, "type": "http"})
+                if match is Match.FULL:
+                    route = candidate
+                    break
+        return getattr(route, "path", None) or "unmatched"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        request_id = request_id_from(headers.get(b"x-request-id", b"").decode("latin-1"))
+        scope.setdefault("state", {})["request_id"] = request_id
+        id_token, metrics_token = set_request_id(request_id), self.metrics.activate()
+        status = 500  # what the client gets if the app fails before answering (Starlette's error handler)
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.metrics.in_flight.dec()
+            elapsed = time.perf_counter() - started
+            method = scope.get("method", "")
+            self.metrics.observe_request(self._route(scope), method, status, elapsed)
+            access_log.info("%s %s %d %.3fs", method, scope.get("path", ""), status, elapsed,
+                            extra={"method": method, "path": scope.get("path", ""), "status": status,
+                                   "duration_s": round(elapsed, 4)})
+            self.metrics.deactivate(metrics_token)
+            reset_request_id(id_token)
+
+
+def api_key_matches(keys: tuple[str, ...], authorization: str) -> bool:
+    """Whether `Authorization: Bearer <key>` names one of keys (each compared in constant time)."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    given = token.strip().encode("utf-8", "surrogateescape")
+    matched = False
+    for key in keys:  # no early exit: the time taken does not tell which key came close
+        matched |= secrets.compare_digest(given, key.encode())
+    return matched
+
+
+class ApiKeyAuth:
+    """With API keys set, every path but the open ones needs `Authorization: Bearer <key>`; else 401 as OpenAI."""
+
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...], open_paths: frozenset[str] = OPEN_PATHS) -> None:
+        self.app = app
+        self.keys = keys
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or scope.get("path", "") in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+        if not authorization:
+            error = AuthenticationFailed("You didn't provide an API key. You need to provide your API key in an "
+                                         "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+        elif not api_key_matches(self.keys, authorization):
+            error = AuthenticationFailed("Incorrect API key provided. Send one of this server's keys as "
+                                         "`Authorization: Bearer <key>`.")
+        else:
+            await self.app(scope, receive, send)
+            return
+        await error_response(error)(scope, receive, send)
+
+
+class TimeoutUntilResponse:
+    """Cancel a request whose response has not started after `seconds` and answer 504.
+
+    Only the wait for the response's start is bounded: a non-streamed answer as a whole, a stream until its
+    headers (its length is bounded by max_tokens). Cancelling the request's task cancels its job in the
+    model's worker, as a client that goes away does.
+    """
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.seconds:
+            await self.app(scope, receive, send)
+            return
+        started = asyncio.Event()
+
+        async def send_marking_start(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started.set()
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, receive, send_marking_start))
+        waiter = asyncio.ensure_future(started.wait())
+        timed_out = False
+        try:
+            await asyncio.wait({task, waiter}, timeout=self.seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done() and not started.is_set():  # also when this request itself is cancelled
+                task.cancel()
+                timed_out = True
+        if not timed_out:
+            await task  # finished, failed (its exception goes on) or streaming: let it run to its end
+            return
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - whatever it raised on its way out: 504
+            pass
+        if started.is_set():  # it began answering while being cancelled: the client has its response
+            return
+        error = RequestTimeout(f"The request took longer than this server's limit of {self.seconds:g} s to "
+                               "answer and was cancelled.")
+        await error_response(error)(scope, receive, send)
+
+
+def install_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
+    """Add the middleware in order; the last added runs first, so RequestContext sees every answer."""
+    limits = settings.limits
+    app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes,
+                       path_limits={path: limits.max_upload_bytes for path in UPLOAD_PATHS})
+    app.add_middleware(TimeoutUntilResponse, seconds=limits.request_timeout_s)
+    open_paths = OPEN_PATHS if settings.metrics_need_key else OPEN_PATHS | {"/metrics"}
+    app.add_middleware(ApiKeyAuth, keys=settings.api_keys(), open_paths=open_paths)
+    if settings.cors_origins:
+        # Outside the key check: browsers send preflight OPTIONS requests without credentials.
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["X-Request-Id", "Retry-After"],
+                           allow_credentials="*" not in settings.cors_origins)
+    app.add_middleware(RequestContext, metrics=metrics)

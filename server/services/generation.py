@@ -19,6 +19,7 @@ from config.settings import Settings
 from server.errors import ContextLengthExceeded, HearthError, InvalidRequest
 from server.schemas.common import SamplingRequest, TokenLogprob, TopLogprob
 from server.jobs import ChoiceDone, ChoiceSpec, Job, JobHandle, TextDelta, TokenInfo
+from server.metrics import meter_job
 from server.worker import ModelWorker
 
 T = TypeVar("T")
@@ -97,6 +98,8 @@ def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: lis
 
 
 def submit(worker: ModelWorker, job: Job, settings: Settings) -> JobHandle:
+    """Queue a job; its tokens, time to first token and tokens/s go to the metrics (the one place for both)."""
+    meter_job(job, worker.name)
     return worker.submit(job, settings.limits.retry_after_s)
 
 

@@ -1,0 +1,186 @@
+"""Prometheus metrics: one registry per app, filled by the request middleware and by a few calls from services.
+
+What is measured where:
+- every HTTP request (route template, method, status, latency): server/middleware.py's RequestContext, so a
+  new router is counted without doing anything;
+- chat and completions (tokens, time to first token, tokens/s): `meter_job`, called once where services
+  submit a job (server/services/generation.py), on the worker thread as the events are made;
+- speech and transcription: `observe_audio("generated" | "transcribed", model, seconds)` from their services;
+- queue depth, running requests and state per loaded model, GPU memory held by wgpu buffers and textures,
+  and the process's memory and CPU: read when /metrics is scraped.
+
+Code that runs inside a request reaches the app's Metrics through a context variable the middleware sets
+(`Metrics.current()`), so services need no new parameter; outside a request the calls do nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from server.jobs import _JOB_DONE, ChoiceDone, Job, TextDelta, _JobFailed
+
+# Latency from 5 ms (health checks) to 10 minutes (long generations on a CPU Vulkan).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+_current: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar("hearth_metrics", default=None)
+
+
+def gpu_memory_bytes() -> int:
+    """Bytes held by this process's wgpu buffers and textures (all devices), as wgpu-py counts them.
+
+    wgpu has no query for a device's memory in use; wgpu-py tracks the size of every buffer and texture it
+    creates and releases, which is what Hearth allocates (weights, KV pages, activations, staging).
+    """
+    try:
+        import wgpu
+
+        counts = wgpu.diagnostics.object_counts.get_dict()
+    except Exception:  # noqa: BLE001 - no wgpu (a test app) or a diagnostics change: report nothing held
+        return 0
+    return int(sum(v.get("resource_mem", 0) for k, v in counts.items() if k in ("Buffer", "Texture")))
+
+
+class _ModelCollector(Collector):
+    """Per-model gauges read from the model manager at scrape time (no bookkeeping on the request path)."""
+
+    def __init__(self, workers: Callable[[], dict[str, Any]]) -> None:
+        self._workers = workers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        queued = GaugeMetricFamily("hearth_model_queue_depth", "Requests waiting for the model's worker",
+                                   labels=["model"])
+        running = GaugeMetricFamily("hearth_model_running_requests", "Requests the model's worker is serving",
+                                    labels=["model"])
+        state = GaugeMetricFamily("hearth_model_state", "1 for the state each loaded model's worker is in",
+                                  labels=["model", "kind", "state"])
+        idle = GaugeMetricFamily("hearth_model_idle_seconds", "Seconds since the model last served a request",
+                                 labels=["model"])
+        try:
+            workers = self._workers()
+        except Exception:  # noqa: BLE001 - before the lifespan has built the manager
+            workers = {}
+        now = time.monotonic()
+        for name, worker in workers.items():
+            queued.add_metric([name], worker.queued)
+            running.add_metric([name], worker.running)
+            state.add_metric([name, getattr(worker, "kind", "text"), worker.state], 1)
+            idle.add_metric([name], max(0.0, now - worker.last_used) if worker.idle else 0.0)
+        yield from (queued, running, state, idle)
+        yield GaugeMetricFamily("hearth_models_loaded", "Model workers loaded or loading", value=len(workers))
+        yield GaugeMetricFamily("hearth_gpu_memory_bytes", "Bytes of wgpu buffers and textures this process holds",
+                                value=gpu_memory_bytes())
+
+
+class Metrics:
+    """The app's metrics and the calls that record them."""
+
+    def __init__(self, workers: Callable[[], dict[str, Any]] = dict) -> None:
+        """workers: the model manager's workers by name (read when scraped)."""
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("hearth_http_requests", "HTTP requests answered", ["route", "method", "status"],
+                                registry=r)
+        self.latency = Histogram("hearth_http_request_duration_seconds", "Time from request to the response's end "
+                                 "(a stream's last event)", ["route", "method"], buckets=LATENCY_BUCKETS, registry=r)
+        self.in_flight = Gauge("hearth_http_requests_in_flight", "Requests being served", registry=r)
+        self.prompt_tokens = Counter("hearth_prompt_tokens", "Prompt tokens of chat and completion choices",
+                                     ["model"], registry=r)
+        self.generated_tokens = Counter("hearth_generated_tokens", "Tokens generated", ["model"], registry=r)
+        self.ttft = Histogram("hearth_time_to_first_token_seconds", "From queueing a generation to its first text",
+                              ["model"], buckets=TTFT_BUCKETS, registry=r)
+        self.tokens_per_second = Histogram("hearth_generation_tokens_per_second", "A generation's tokens over the "
+                                           "time from its first token to its end", ["model"], buckets=RATE_BUCKETS,
+                                           registry=r)
+        self.generations = Counter("hearth_generations", "Generation jobs by how they ended", ["model", "outcome"],
+                                   registry=r)
+        self.audio_seconds = Counter("hearth_audio_seconds", "Seconds of audio generated (speech) or transcribed",
+                                     ["model", "direction"], registry=r)
+        self.model_loads = Counter("hearth_model_loads", "Models started loading", ["model"], registry=r)
+        self.model_unloads = Counter("hearth_model_unloads", "Models unloaded, by reason (idle, evicted)",
+                                     ["model", "reason"], registry=r)
+        r.register(_ModelCollector(workers))
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, open fds
+
+    # -- reaching the app's metrics from request code ------------------------------------------
+    @staticmethod
+    def current() -> Metrics | None:
+        """The metrics of the app serving the current request (None outside one)."""
+        return _current.get()
+
+    def activate(self) -> contextvars.Token[Metrics | None]:
+        """Make these the current metrics for the running request (the middleware calls this)."""
+        return _current.set(self)
+
+    @staticmethod
+    def deactivate(token: contextvars.Token[Metrics | None]) -> None:
+        _current.reset(token)
+
+    # -- recording -------------------------------------------------------------------------------
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route, method).observe(seconds)
+
+
+def observe_audio(direction: Literal["generated", "transcribed"], model: str, seconds: float) -> None:
+    """Count seconds of audio made by /v1/audio/speech ("generated") or heard by transcriptions ("transcribed")."""
+    metrics = Metrics.current()
+    if metrics is not None and seconds > 0:
+        metrics.audio_seconds.labels(model, direction).inc(seconds)
+
+
+def observe_model_event(model: str, event: Literal["load", "idle", "evicted"]) -> None:
+    """Count a model starting to load, or unloading after its keep_alive (idle) or to make room (evicted)."""
+    metrics = Metrics.current()
+    if metrics is None:
+        return
+    if event == "load":
+        metrics.model_loads.labels(model).inc()
+    else:
+        metrics.model_unloads.labels(model, event).inc()
+
+
+def meter_job(job: Job, model: str) -> None:
+    """Record a generation job's tokens, time to first token and tokens/s as its events are emitted.
+
+    Wraps the job's `emit`, which the worker thread calls for each event, so the times are when tokens were
+    made, not when the client read them; the event loop's side of the job is untouched.
+    """
+    metrics = Metrics.current()
+    if metrics is None:
+        return
+    queued = time.perf_counter()
+    first: float | None = None
+    generated = 0
+    emit = job.emit
+
+    def metered_emit(event: Any) -> None:
+        nonlocal first, generated
+        try:
+            if isinstance(event, TextDelta) and first is None:
+                first = time.perf_counter()
+                metrics.ttft.labels(model).observe(first - queued)
+            elif isinstance(event, ChoiceDone):
+                generated += event.completion_tokens
+                metrics.prompt_tokens.labels(model).inc(event.prompt_tokens)
+                metrics.generated_tokens.labels(model).inc(event.completion_tokens)
+            elif event is _JOB_DONE or isinstance(event, _JobFailed):
+                outcome = "completed" if event is _JOB_DONE else "failed"
+                if job.cancelled.is_set() and event is _JOB_DONE:
+                    outcome = "cancelled"
+                metrics.generations.labels(model, outcome).inc()
+                spent = time.perf_counter() - (first or queued)
+                if first is not None and generated > 1 and spent > 0:
+                    metrics.tokens_per_second.labels(model).observe(generated / spent)
+        finally:
+            emit(event)
+
+    job.emit = metered_emit  # type: ignore[method-assign]

@@ -1,0 +1,97 @@
+"""Request ids and the log lines that carry them.
+
+The request middleware gives each request an id (the client's `X-Request-Id` when it is a sane token, else a
+new one) and puts it in a context variable; every log record made while that request is served, in the
+event loop or in a thread started with its context (asyncio.to_thread), gets it as `request_id` ("-" outside
+a request). Records made on a model's worker thread serve many requests at once and carry "-".
+
+`configure_logging` sets the format: text (`... [req-id] logger: message`) or one JSON object a line.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import secrets
+import sys
+from typing import Any, Literal
+
+_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("hearth_request_id", default="-")
+# What a client may send as its own request id: printable, no spaces or quotes, at most 128 characters.
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
+TEXT_FORMAT = "%(asctime)s %(levelname)-7s [%(request_id)s] %(name)s: %(message)s"
+# LogRecord attributes that are not extra fields of a JSON line.
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "request_id"}
+
+
+def new_request_id() -> str:
+    return f"req_{secrets.token_hex(12)}"
+
+
+def request_id_from(header: str | None) -> str:
+    """The client's id when it is a sane token (so logs cannot be forged with newlines), else a new one."""
+    if header and _CLIENT_ID.match(header):
+        return header
+    return new_request_id()
+
+
+def current_request_id() -> str:
+    """The id of the request being served ("-" outside a request)."""
+    return _request_id.get()
+
+
+def set_request_id(request_id: str) -> contextvars.Token[str]:
+    return _request_id.set(request_id)
+
+
+def reset_request_id(token: contextvars.Token[str]) -> None:
+    _request_id.reset(token)
+
+
+_base_factory = logging.getLogRecordFactory()
+
+
+def _record_with_request_id(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    record = _base_factory(*args, **kwargs)
+    record.request_id = _request_id.get()
+    return record
+
+
+def install_record_factory() -> None:
+    """Give every log record a `request_id` attribute (idempotent; safe with any handler or format)."""
+    if logging.getLogRecordFactory() is not _record_with_request_id:
+        logging.setLogRecordFactory(_record_with_request_id)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, request id, message, the record's extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", "-"),
+            "message": record.getMessage(),
+        }
+        line.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str = "info", fmt: Literal["text", "json"] = "text") -> None:
+    """Log to stderr in the chosen format, every line with its request id; uvicorn's loggers included."""
+    install_record_factory()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error"):  # through the root handler, in the same format
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    # The request middleware writes one access line per request (with its id, status and time).
+    logging.getLogger("uvicorn.access").disabled = True
