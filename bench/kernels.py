@@ -145,6 +145,17 @@ def glu_unfused(linear_fn: Callable) -> Callable:
     return record
 
 
+def generic_q4_k(record: Callable[[ProgramBuilder, int], None]) -> Callable[[ProgramBuilder, int], None]:
+    """record, with Q4_K matvecs through the generic matvec.wgsl instead of matvec_q4_k.wgsl."""
+    def recorded(b: ProgramBuilder, c: int) -> None:
+        matmul_ops.WIDE_Q4_K_MATVEC = False
+        try:
+            record(b, c)
+        finally:
+            matmul_ops.WIDE_Q4_K_MATVEC = True
+    return recorded
+
+
 def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: argparse.Namespace) -> list[dict]:
     """Rows of results for one op at one token count: each variant's time, GB/s and GFLOP/s."""
     ex = bench.ex
@@ -166,6 +177,8 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         y = ex.tensor("y", (t, n))
         variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
         n_out, flops, weight_bytes = n, 2 * t * k * n, weights[0].nbytes
+    if qtype is Q.Q4_K and t <= matmul_ops.MATVEC_MAX_TOKENS:
+        variants |= {f"{name} generic": generic_q4_k(record) for name, record in variants.items()}
     moved = weight_bytes + 4 * t * (k + n_out)
     base = None
     for name, record in variants.items():

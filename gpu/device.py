@@ -26,6 +26,11 @@ from gpu.shaders import compile_source
 
 log = logging.getLogger("hearth.gpu")
 
+
+def native_api() -> Any:
+    """wgpu-py's wgpu-native module (its `lib`, `libf` and `ffi`), or None on another backend."""
+    return _native
+
 OPTIONAL_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 # Adapter types in order of preference: a GPU beats a CPU rasteriser.

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from gpu.device import STORAGE_USAGE, Device
+from gpu.device import STORAGE_USAGE, Device, native_api
 from gpu.errors import gpu_stage
 from gpu.tensor import NUMPY_DTYPES, Lifetime, Tensor
 
@@ -70,9 +70,38 @@ class Program:
         self.name = name
         self.dispatches = dispatches
         self.activation_bytes = activation_bytes
+        self._native: list[tuple[Any, Any, int, int, int]] | None = None
 
     def encode(self, compute_pass: Any) -> None:
-        """Record every dispatch into an open compute pass (the hot loop of a step)."""
+        """Record every dispatch into an open compute pass (the hot loop of a step).
+
+        On wgpu-native, replays after the first call its C functions directly with handles gathered
+        once: wgpu-py's methods check and convert their arguments and capture errors on every call,
+        which cost 2.9 us per dispatch against 0.8 us direct (measured on the CI machine's CPU, 179
+        dispatches of a Gemma 3 270M decode step). The first replay goes through wgpu-py, so a
+        dispatch that fails validation raises there, with its call; the same commands cannot fail
+        later. This program keeps the objects behind the handles alive.
+        """
+        api = native_api()
+        if api is None or self._native is None:
+            self._encode_portable(compute_pass)
+            if api is not None:
+                self._native = [(d.pipeline._internal, d.bind_group._internal, *d.workgroups)
+                                for d in self.dispatches]
+            return
+        lib, null = api.lib, api.ffi.NULL
+        set_pipeline, set_bind_group = lib.wgpuComputePassEncoderSetPipeline, lib.wgpuComputePassEncoderSetBindGroup
+        dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+        handle = compute_pass._internal
+        last_pipeline = None
+        for pipeline, bind_group, x, y, z in self._native:
+            if pipeline is not last_pipeline:
+                set_pipeline(handle, pipeline)
+                last_pipeline = pipeline
+            set_bind_group(handle, 0, bind_group, 0, null)
+            dispatch(handle, x, y, z)
+
+    def _encode_portable(self, compute_pass: Any) -> None:
         last_pipeline = None
         for d in self.dispatches:
             if d.pipeline is not last_pipeline:

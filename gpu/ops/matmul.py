@@ -49,6 +49,8 @@ _MATVEC_GROUPS_PER_THREAD = 8  # most 16-value groups a matvec thread should tak
 _MATVEC_TARGET_THREADS = 65536  # matvec threads wanted in all (about 500 per H100 SM)
 _ROWS_PER_THREAD = 4  # whole-row matvec kernels (software adapters): rows per thread
 _SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CPU cores)
+# Q4_K matvec through matvec_q4_k.wgsl (16-byte loads; GPU adapters); bench/kernels.py times both kernels.
+WIDE_Q4_K_MATVEC = True
 
 
 class LinearKernel(Enum):
@@ -89,16 +91,17 @@ class MatvecShape(NamedTuple):
     rows: int  # rows per workgroup: workgroup size = tpr * rows
 
 
-def matvec_shape(k: int, n_rows: int) -> MatvecShape:
+def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES) -> MatvecShape:
     """The split of an [n_rows, k] shard over matvec threads (GPU adapters).
 
     Threads per row, a power of two from 4 up to 64: enough threads in all (n_rows * tpr >=
     _MATVEC_TARGET_THREADS) to hide memory latency, at most eight 16-value groups per thread, at
     least two; measured on an H100: 640 x 262144 Q8_0 best at 4 (106 us), 4096 x 16384 Q4_K at
     32-64 (57 us), 2048 x 640 Q6_K at 64 or 32 rather than 16. Rows per workgroup: 256 threads,
-    fewer when that leaves few workgroups.
+    fewer when that leaves few workgroups. unit_values: values a thread takes at a time (16 in
+    matvec.wgsl, 32 in matvec_q4_k.wgsl).
     """
-    groups = k // GROUP_VALUES
+    groups = k // unit_values
     wanted = max(_pow2_ceil(-(-_MATVEC_TARGET_THREADS // n_rows)), _pow2_floor(groups // _MATVEC_GROUPS_PER_THREAD))
     tpr = max(4, min(wanted, 64, _pow2_floor(groups // 2)))
     rows = max(1, _MATVEC_THREADS // tpr)
@@ -237,8 +240,11 @@ def _matvec_dispatch(
         if weight.qtype is GGMLQuantizationType.Q8_0 and weight.k % 64 == 0:
             return "matvec_q8_0_rows", {"WG": threads}, groups
         return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads}, groups
-    shape = matvec_shape(weight.k, n_rows)
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
+    if weight.qtype is GGMLQuantizationType.Q4_K and WIDE_Q4_K_MATVEC:
+        shape = matvec_shape(weight.k, n_rows, unit_values=32)
+        return "matvec_q4_k", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
+    shape = matvec_shape(weight.k, n_rows)
     return "matvec", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
 
 

@@ -117,6 +117,17 @@ def test_matvec_decode(ex: Executor, qtype: Q, subgroups: bool) -> None:
                kernel=LinearKernel.MATVEC, subgroups=subgroups, whole_rows=False)
 
 
+@pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS])
+@pytest.mark.parametrize("wide", [True, False], ids=["matvec_q4_k", "generic"])
+def test_matvec_q4_k_kernels(ex: Executor, wide: bool, tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Q4_K through its 16-byte-load kernel and through the generic one: 10 blocks a row (units of the
+    last block split over lanes unevenly), every sub-block's scale encoding (the first four and the
+    last four), and a row count that leaves a partial workgroup."""
+    monkeypatch.setattr(matmul_ops, "WIDE_Q4_K_MATVEC", wide)
+    run_linear(ex, Q.Q4_K, 2560, 37, tokens, tokens, seed=12, kernel=LinearKernel.MATVEC,
+               subgroups=ex.device.has("subgroup"), whole_rows=False)
+
+
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("tpr", [2, 8, 64])
 def test_matvec_threads_per_row(ex: Executor, tpr: int, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,8 @@
 //         16 g + 4 c .. 16 g + 4 c + 3. A group of 16 shares one scale in every K-quant sub-block
 //         layout, so scales are decoded once per 16 values.
 
+#include "quant/byte_floats.wgsl"
+
 const GROUP_VALUES: u32 = 16u;  // values dequantised per call of dequant16
 
 // The byte at any offset.
@@ -50,20 +52,6 @@ fn load_16(byte: u32) -> vec4<u32> {
 fn load_16_aligned(byte: u32) -> vec4<u32> {
     let i = byte >> 2u;
     return vec4<u32>(weight[i], weight[i + 1u], weight[i + 2u], weight[i + 3u]);
-}
-
-// The four bytes of w as f32. 2^23 + b is exact in an f32 whose mantissa holds b, so an OR and
-// a subtraction replace an integer-to-float conversion (a quarter-rate instruction on NVIDIA;
-// 9% faster Q8_0 matvec on an H100 at K = 4096, exact all the same).
-fn u8x4_to_f32(w: u32) -> vec4<f32> {
-    let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xFFu);
-    return bitcast<vec4<f32>>(b | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0);
-}
-
-// The four bytes of w as signed int8, as f32 (biased to unsigned by flipping the sign bits).
-fn i8x4_to_f32(w: u32) -> vec4<f32> {
-    let b = (vec4<u32>(w ^ 0x80808080u) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xFFu);
-    return bitcast<vec4<f32>>(b | vec4<u32>(0x4B000000u)) - vec4<f32>(8388736.0);  // 2^23 + 128
 }
 
 // Four words of 8-bit unsigned values as f32, column c = bytes of word c.

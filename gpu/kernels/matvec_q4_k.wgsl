@@ -1,0 +1,143 @@
+// matvec_q4_k: matvec.wgsl for Q4_K weights, reading them in 16-byte loads: y[t, ROW_START + r] =
+// sum_k W[FIRST_ROW + r, k] * x[t, k] for N_ROWS rows of one shard and the step's first
+// min(n_tokens, T_MAX) tokens (GLU as in matvec.wgsl: gate rows, then up rows N_ROWS further).
+//
+// Why a kernel of its own: a Q4_K block (144 bytes, see quant/q4_k.wgsl) is 16-byte aligned, and
+// its 16-byte header (d, dmin, the twelve scale bytes) and each 16 bytes of its quants are one
+// vec4<u32> load. The generic kernel decodes 16 values per call and so loads each quant byte twice
+// (low and high nibbles serve two sub-blocks) plus five header words per 16 values; here a unit
+// of work is one 16-byte quant load: its low nibbles are 16 values of sub-block 2j, its high
+// nibbles 16 values of sub-block 2j + 1 (j = the block's 32-byte chunk), 32 products per two loads.
+// The affine form is summed as d*sc * sum(q x) - dmin*m * sum(x), so each sub-block's scale is
+// applied once per unit, not per value (f32 rounding differs from dequantise-then-dot by a few ulp
+// of the row sum; tests compare with a tolerance).
+//
+// Work split: as matvec.wgsl, TPR threads per row, ROWS rows per workgroup; lane l of a row takes
+// units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8 lanes of a
+// block read its 128 quant bytes as one contiguous span. Entry points: matvec/${ENTRY}.wgsl
+// (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's whole_rows).
+#include "common/step.wgsl"
+#include "quant/byte_floats.wgsl"
+#include "matmul/gelu_glu.wgsl"
+#include "matvec/${ENTRY}.wgsl"
+
+override K: u32 = 256u;        // values per weight row, a multiple of 256
+override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
+override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
+override ROW_START: u32 = 0u;  // y column of the dispatch's first row
+override Y_STRIDE: u32 = 1u;   // values per y row
+override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
+override TPR: u32 = 32u;       // threads per row, a power of two
+override ROWS: u32 = 8u;       // rows per workgroup
+override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
+
+const WG: u32 = TPR * ROWS;
+const OUTS: u32 = T_MAX * (1u + GLU);
+const BLOCK_WORDS4: u32 = 9u;                   // 144 bytes
+const ROW_WORDS4: u32 = K / 256u * BLOCK_WORDS4;
+const UNITS_PER_ROW: u32 = K / 32u;             // 16 quant bytes = 32 values each
+const UP_WORDS4: u32 = N_ROWS * ROW_WORDS4 * GLU;
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
+
+fn n_tokens() -> u32 {
+    return min(step.n_tokens, T_MAX);
+}
+
+// Scale and min of sub-blocks 2j and 2j + 1 from the header words h (h.x = d | dmin << 16,
+// h.yzw = the scale bytes), already multiplied by d and dmin: (d sc_lo, dmin m_lo, d sc_hi, dmin m_hi).
+fn unit_scales(h: vec4<u32>, j: u32) -> vec4<f32> {
+    let dm = unpack2x16float(h.x);
+    var sc: vec2<u32>;
+    var mn: vec2<u32>;
+    if (j < 2u) {  // sub-blocks 0..3: low six bits of bytes s (scale) and s + 4 (min)
+        let shift = 16u * j;
+        let s = (h.y >> shift) & 0xFFFFu;
+        let m = (h.z >> shift) & 0xFFFFu;
+        sc = vec2<u32>(s & 63u, (s >> 8u) & 63u);
+        mn = vec2<u32>(m & 63u, (m >> 8u) & 63u);
+    } else {       // sub-blocks 4..7: four bits from bytes 8..11, two from the top of bytes 0..7
+        let shift = 16u * (j - 2u);
+        let lo = (h.w >> shift) & 0xFFFFu;
+        let s = (h.y >> shift) & 0xFFFFu;
+        let m = (h.z >> shift) & 0xFFFFu;
+        sc = vec2<u32>((lo & 0xFu) | (((s >> 6u) & 3u) << 4u), ((lo >> 8u) & 0xFu) | (((s >> 14u) & 3u) << 4u));
+        mn = vec2<u32>(((lo >> 4u) & 0xFu) | (((m >> 6u) & 3u) << 4u),
+                       ((lo >> 12u) & 0xFu) | (((m >> 14u) & 3u) << 4u));
+    }
+    return vec4<f32>(dm.x * f32(sc.x), dm.y * f32(mn.x), dm.x * f32(sc.y), dm.y * f32(mn.y));
+}
+
+// sum over the unit's 32 values of W x for token t: q the 16 quant bytes, s its scales, xb the
+// index of x[t, first value of the low sub-block] in vec4s (the high sub-block's values are 8 vec4 on).
+fn unit_dot(q: vec4<u32>, s: vec4<f32>, xb: u32) -> f32 {
+    let lo = mat4x4<f32>(u8x4_to_f32(q.x & 0x0F0F0F0Fu), u8x4_to_f32(q.y & 0x0F0F0F0Fu),
+                         u8x4_to_f32(q.z & 0x0F0F0F0Fu), u8x4_to_f32(q.w & 0x0F0F0F0Fu));
+    let hi = mat4x4<f32>(u8x4_to_f32((q.x >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.y >> 4u) & 0x0F0F0F0Fu),
+                         u8x4_to_f32((q.z >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.w >> 4u) & 0x0F0F0F0Fu));
+    let x0 = x[xb];
+    let x1 = x[xb + 1u];
+    let x2 = x[xb + 2u];
+    let x3 = x[xb + 3u];
+    let x4 = x[xb + 8u];
+    let x5 = x[xb + 9u];
+    let x6 = x[xb + 10u];
+    let x7 = x[xb + 11u];
+    let ones = vec4<f32>(1.0);
+    let qx_lo = dot(lo[0], x0) + dot(lo[1], x1) + dot(lo[2], x2) + dot(lo[3], x3);
+    let qx_hi = dot(hi[0], x4) + dot(hi[1], x5) + dot(hi[2], x6) + dot(hi[3], x7);
+    let sx_lo = dot(x0 + x1 + x2 + x3, ones);
+    let sx_hi = dot(x4 + x5 + x6 + x7, ones);
+    return s.x * qx_lo - s.y * sx_lo + s.z * qx_hi - s.w * sx_hi;
+}
+
+fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
+    var acc: array<f32, OUTS>;
+    let row = first_row + slot;
+    let n = n_tokens();
+    if (row < N_ROWS) {
+        let row_base = (FIRST_ROW + row) * ROW_WORDS4;
+        for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
+            let block = u / 8u;
+            let part = u % 8u;
+            let j = part / 2u;
+            let at = row_base + block * BLOCK_WORDS4;
+            let q = weight[at + 1u + part];  // quant bytes 16 + 32 j + 16 (part % 2)
+            let s = unit_scales(weight[at], j);
+            var q_up = vec4<u32>();
+            var s_up = vec4<f32>();
+            if (GLU == 1u) {
+                q_up = weight[at + UP_WORDS4 + 1u + part];
+                s_up = unit_scales(weight[at + UP_WORDS4], j);
+            }
+            let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
+            for (var t = 0u; t < T_MAX; t++) {
+                if (t < n) {
+                    let xb = (t * K + first) / 4u;
+                    acc[t] += unit_dot(q, s, xb);
+                    if (GLU == 1u) {
+                        acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(q_up, s_up, xb);
+                    }
+                }
+            }
+        }
+    }
+    return acc;
+}
+
+fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
+    let row = first_row + slot;
+    if (row >= N_ROWS) {
+        return;
+    }
+    for (var t = 0u; t < n_tokens(); t++) {
+        var v = totals[t];
+        if (GLU == 1u) {
+            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
+        }
+        y[t * Y_STRIDE + ROW_START + row] = v;
+    }
+}
