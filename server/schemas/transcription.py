@@ -1,0 +1,109 @@
+"""POST /v1/audio/transcriptions and /v1/audio/translations: the multipart forms and the responses, in the order of
+OpenAI's API reference (the openai SDK's types in openai/types/audio/ are the check).
+
+The forms are pydantic models read with FastAPI's `Form()`, so an unknown field is a 400 naming it, as for JSON
+bodies. The SDK sends lists with brackets (`timestamp_granularities[]=word`); the bare name is accepted too.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import UploadFile
+from pydantic import AliasChoices, BaseModel, Field
+
+from server.schemas.common import OpenAIRequest
+
+ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
+Granularity = Literal["word", "segment"]
+# OpenAI's range for audio: 0 asks for Whisper's temperature fallback (0, 0.2, ..., 1.0 on failed windows).
+AudioTemperature = Annotated[float, Field(ge=0.0, le=1.0, description="0: greedy, with fallback on failed windows")]
+BeamSize = Annotated[int, Field(ge=1, le=16, description="beam search width; 1 is greedy (Hearth's extension)")]
+
+
+class TranslationForm(OpenAIRequest):
+    """The /v1/audio/translations form: speech in any language the model knows, to English text."""
+
+    file: UploadFile = Field(description="flac, mp3, mp4, mpeg, mpga, m4a, ogg, wav or webm (anything FFmpeg reads)")
+    model: str
+    prompt: str | None = Field(None, description="text that comes before the audio, to guide style and spelling")
+    response_format: ResponseFormat = "json"
+    temperature: AudioTemperature = 0.0
+    # Hearth's extension.
+    beam_size: BeamSize = 1
+
+
+class TranscriptionForm(OpenAIRequest):
+    """The /v1/audio/transcriptions form."""
+
+    file: UploadFile = Field(description="flac, mp3, mp4, mpeg, mpga, m4a, ogg, wav or webm (anything FFmpeg reads)")
+    model: str
+    language: str | None = Field(None, description="ISO-639-1 code (`en`); None: detected (multilingual models)")
+    prompt: str | None = Field(None, description="text that comes before the audio, to guide style and spelling")
+    response_format: ResponseFormat = "json"
+    stream: bool = Field(False, description="Server-Sent Events: transcript.text.delta per segment, then done")
+    temperature: AudioTemperature = 0.0
+    timestamp_granularities: list[Granularity] = Field(
+        default_factory=list, validation_alias=AliasChoices("timestamp_granularities[]", "timestamp_granularities"),
+        description="verbose_json only: `segment` (the default) and/or `word`")
+    # Hearth's extension.
+    beam_size: BeamSize = 1
+
+
+class UsageDuration(BaseModel):
+    """What OpenAI bills Whisper by: the input's length, in whole seconds rounded up."""
+
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class Transcription(BaseModel):
+    """response_format json (translations answer the same shape)."""
+
+    text: str
+    usage: UsageDuration | None = None
+
+
+class TranscriptionWord(BaseModel):
+    word: str
+    start: float  # s
+    end: float  # s
+
+
+class TranscriptionSegment(BaseModel):
+    id: int
+    seek: int  # where the segment's 30 s window starts, in mel frames (10 ms)
+    start: float  # s
+    end: float  # s
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+
+
+class TranscriptionVerbose(BaseModel):
+    """response_format verbose_json: segments unless only word timestamps were asked for, words when they were."""
+
+    task: Literal["transcribe", "translate"]
+    language: str  # the language's name, as OpenAI writes it ("english"); translations: always "english"
+    duration: float  # s
+    text: str
+    segments: list[TranscriptionSegment] | None = None
+    words: list[TranscriptionWord] | None = None
+    usage: UsageDuration | None = None
+
+
+class TranscriptTextDelta(BaseModel):
+    """A stream event: more text (a segment's, as each 30 s window finishes)."""
+
+    type: Literal["transcript.text.delta"] = "transcript.text.delta"
+    delta: str
+
+
+class TranscriptTextDone(BaseModel):
+    """The stream's last event: the whole text, which is the deltas joined."""
+
+    type: Literal["transcript.text.done"] = "transcript.text.done"
+    text: str

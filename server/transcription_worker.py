@@ -1,0 +1,111 @@
+"""A worker per loaded Whisper model: a thread that owns the model (its wgpu device, weights, programs) and runs one
+transcription at a time, handing back each segment as its 30 s window finishes.
+
+A job first settles the language (the request's, "en" on an English-only model, or the multilingual model's
+detection) and yields it as a `Language`, then yields the model's `Segment`s. Leaving the stream early (the client
+went away) closes the model's generator before its next window, so the worker moves on to the next request.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from server.errors import InvalidRequest
+from server.thread_worker import ThreadWorker
+from server.thread_worker import load_on_own_device as _on_own_device
+
+SAMPLE_RATE = 16000  # Hz, what Whisper takes
+# Where the model's option and error types live (models.whisper re-exports whisper_decode's, or defines them).
+_MODEL_MODULES = ("models.whisper_decode", "models.whisper")
+
+
+def load_on_own_device(source: str, **kwargs: Any) -> Any:
+    """Load a Whisper model on a wgpu device of its own, so workers never share a device or a queue."""
+    from models.whisper import load_whisper
+
+    return _on_own_device(load_whisper, source, **kwargs)
+
+
+@dataclass(frozen=True)
+class TranscribeParams:
+    """What a request asks of the model, in the service's terms (converted to the model's TranscribeOptions here,
+    on the worker side, so the service needs nothing from models/)."""
+
+    task: str = "transcribe"  # or "translate" (to English)
+    language: str | None = None  # ISO-639-1 code; None: "en" on English-only models, else detected
+    prompt: str | None = None
+    temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    beam_size: int = 1
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class Language:
+    """The language a job transcribes: the request's (probability 1) or the model's detection."""
+
+    code: str
+    probability: float
+
+
+def model_type(model: Any, name: str) -> Any:
+    """A type of the model's own package (TranscribeOptions, UnknownLanguage): from the module that defines the
+    model's class when it has one by that name (a test's stand-in model brings its own), else models.whisper*."""
+    for module_name in (type(model).__module__, *_MODEL_MODULES):
+        try:
+            found = getattr(importlib.import_module(module_name), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    raise ImportError(f"no {name} next to {type(model).__name__} or in {', '.join(_MODEL_MODULES)}")
+
+
+def transcribe_job(model: Any, audio: np.ndarray, params: TranscribeParams) -> Iterator[Language | Any]:
+    """Run on the worker thread: the job's Language, then each Segment as its window finishes.
+
+    An UnknownLanguage from the model (the service checks the language first, so this is a model that knows fewer
+    languages than it lists) becomes a 400 naming `language`.
+    """
+    unknown_language = model_type(model, "UnknownLanguage")
+    try:
+        if params.language is not None:
+            language = Language(params.language, 1.0)
+        elif not model.multilingual:
+            language = Language("en", 1.0)
+        else:
+            language = Language(*model.detect_language(audio))
+        yield language
+        options = model_type(model, "TranscribeOptions")(
+            task=params.task, language=language.code, prompt=params.prompt, temperature=params.temperature,
+            beam_size=params.beam_size, word_timestamps=params.word_timestamps)
+        yield from model.transcribe(audio, options)
+    except unknown_language as error:
+        raise InvalidRequest(f"The model `{model.name}` does not know this language: {error}",
+                             param="language", code="unsupported_language") from error
+
+
+class TranscriptionWorker(ThreadWorker):
+    """Loads one Whisper model in its own thread, then transcribes queued requests one at a time."""
+
+    kind = "transcription"
+
+    def transcribe(self, audio: np.ndarray, params: TranscribeParams, retry_after_s: int) -> AsyncIterator[Any]:
+        """The job's Language, then its Segments, each as the worker thread makes it (QueueFull when max_queue
+        requests wait already; leaving the `async for` early stops the job before its next window)."""
+        return self.stream(lambda model: transcribe_job(model, audio, params), retry_after_s)
+
+    # -- worker thread -------------------------------------------------------------------
+    def warm_up(self, model: Any) -> None:
+        """Transcribe one second of silence, greedy, so the first request does not compile the pipelines."""
+        options = model_type(model, "TranscribeOptions")(language="en", temperature=0.0)
+        for _ in model.transcribe(np.zeros(SAMPLE_RATE, dtype=np.float32), options):
+            pass
+
+    def describe(self, model: Any) -> str:
+        kind = f"multilingual ({len(model.languages)} languages)" if model.multilingual else "English-only"
+        return f"{kind}, {model.n_mels} mel bins"

@@ -1,0 +1,99 @@
+"""A stand-in for models/whisper.py's WhisperModel that follows its public API, for fast endpoint tests.
+
+It "hears" each second of audio that is not silent as one segment, " Second <i>." (translated: " Translated <i>."),
+with two words inside it; silence gives no segment, as Whisper's no-speech check does. A multilingual instance
+detects German. It records the options of every call so tests can see what the server asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+SILENCE_RMS = 1e-3  # a second quieter than this is silence
+
+
+class UnknownLanguage(ValueError):
+    """A language code the model does not know."""
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    task: str = "transcribe"
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    beam_size: int = 1
+    word_timestamps: bool = False
+    condition_on_previous_text: bool = True
+    compression_ratio_threshold: float | None = 2.4
+    log_prob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    seed: int | None = None
+
+
+@dataclass
+class Word:
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass
+class Segment:
+    id: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: list[Word] | None = None
+
+
+@dataclass
+class FakeWhisper:
+    name: str = "fake-whisper"
+    multilingual: bool = False
+    n_mels: int = 80
+    languages: tuple[str, ...] = ("en",)
+    sample_rate = SAMPLE_RATE
+    calls: list[TranscribeOptions] = field(default_factory=list)
+
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
+        if options.language is not None and options.language not in self.languages:
+            raise UnknownLanguage(options.language)
+        self.calls.append(options)
+        return self._segments(audio, options)
+
+    def _segments(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
+        duration = audio.size / SAMPLE_RATE
+        word = "Translated" if options.task == "translate" else "Second"
+        for i in range(int(np.ceil(duration))):
+            chunk = audio[i * SAMPLE_RATE:(i + 1) * SAMPLE_RATE]
+            if float(np.sqrt(np.mean(chunk.astype(np.float64) ** 2))) < SILENCE_RMS:
+                continue
+            end = min(i + 0.9, duration)
+            words = [Word(i, i + (end - i) / 2, f" {word}", 0.9), Word(i + (end - i) / 2, end, f" {i}.", 0.8)]
+            yield Segment(id=i, start=float(i), end=end, text=f" {word} {i}.", tokens=[1000 + i, 2000 + i],
+                          temperature=0.0, avg_logprob=-0.25, compression_ratio=1.1, no_speech_prob=0.01,
+                          words=words if options.word_timestamps else None)
+
+    def detect_language(self, audio: np.ndarray) -> tuple[str, float]:
+        return ("de", 0.75) if self.multilingual else ("en", 1.0)
+
+
+def load_fake_whisper(source: str, *, progress: Callable[[int, int], None] | None = None, **_: Any) -> FakeWhisper:
+    """Settings' transcription loader for tests: source "multilingual" gives a model that knows en, de and fr."""
+    if progress is not None:
+        progress(1, 1)
+    if source == "multilingual":
+        return FakeWhisper(name=source, multilingual=True, languages=("en", "de", "fr"))
+    return FakeWhisper(name=source)

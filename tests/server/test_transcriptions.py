@@ -1,0 +1,207 @@
+"""/v1/audio/transcriptions and /v1/audio/translations through the openai SDK and httpx against live servers.
+
+Two servers: one with tests/server/fake_whisper.py's stand-in (every format, option and error, in seconds), and
+one with the shipped whisper-tiny.en on the GPU (lavapipe here), reading clips spoken by espeak-ng: every
+response_format through the SDK, srt and vtt read back by strict parsers, verbose_json's words inside their
+segments, and the stream's deltas joined into the final text.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from config.settings import load_settings
+from server.app import create_app
+from tests.audio.test_subtitles import parse_srt, parse_vtt
+from tests.server.fake_model import fake_loader
+from tests.server.live_server import ThreadServer
+
+SAMPLE_RATE = 16000
+UPLOAD_LIMIT = 6 << 20  # the fake server's upload limit: above max_body_bytes (4 MiB), small enough to cross
+
+
+def wav_bytes(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
+    """16-bit mono WAV of float audio in [-1, 1]."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(sample_rate)
+        f.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return out.getvalue()
+
+
+def tone(seconds: float, *, silent_from: float | None = None) -> np.ndarray:
+    """A 440 Hz tone (the fake hears every loud second as one segment), silent from `silent_from` s on."""
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    audio = 0.3 * np.sin(2 * np.pi * 440 * t)
+    if silent_from is not None:
+        audio[int(silent_from * SAMPLE_RATE):] = 0
+    return audio
+
+
+# ---------------------------------------------------------------------------------------------- the fake model
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[ThreadServer]:
+    settings = load_settings(env={}, overrides={
+        "transcription.loader": "tests.server.fake_whisper:load_fake_whisper",
+        "transcription.models": [{"id": "whisper-tiny.en", "source": "english"},
+                                 {"id": "whisper-multi", "source": "multilingual"}],
+        "limits.max_upload_bytes": UPLOAD_LIMIT})
+    with ThreadServer(create_app(settings, loader=fake_loader())) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def fake_client(fake_server: ThreadServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{fake_server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+THREE_S = wav_bytes(tone(2.5))  # segments " Second 0." and " Second 1." and " Second 2." (0..2.5 s)
+
+
+def post(server: ThreadServer, path: str = "transcriptions", *, audio: bytes = THREE_S, filename: str = "a.wav",
+         **fields: object) -> httpx.Response:
+    data = {"model": "whisper-1", **{k: v for k, v in fields.items() if v is not None}}
+    return httpx.post(f"{server.url}/v1/audio/{path}", data=data, files={"file": (filename, audio)}, timeout=300)
+
+
+def error_of(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    return response.json()["error"]
+
+
+def test_sdk_json_and_aliases(fake_client: openai.OpenAI) -> None:
+    for model in ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "whisper-tiny.en"):
+        result = fake_client.audio.transcriptions.create(model=model, file=("a.wav", THREE_S))
+        assert result.text == "Second 0. Second 1. Second 2."
+        assert result.usage is not None and result.usage.type == "duration" and result.usage.seconds == 3
+
+
+def test_sdk_text_srt_vtt(fake_client: openai.OpenAI) -> None:
+    create = fake_client.audio.transcriptions.create
+    assert create(model="whisper-1", file=("a.wav", THREE_S), response_format="text").strip() == \
+        "Second 0. Second 1. Second 2."
+    want = [(0.0, 0.9, "Second 0."), (1.0, 1.9, "Second 1."), (2.0, 2.5, "Second 2.")]
+    assert parse_srt(create(model="whisper-1", file=("a.wav", THREE_S), response_format="srt")) == want
+    assert parse_vtt(create(model="whisper-1", file=("a.wav", THREE_S), response_format="vtt")) == want
+
+
+def test_sdk_verbose_json_segments_and_words(fake_client: openai.OpenAI) -> None:
+    create = fake_client.audio.transcriptions.create
+    verbose = create(model="whisper-1", file=("a.wav", THREE_S), response_format="verbose_json")
+    assert verbose.language == "english" and verbose.duration == 2.5 and verbose.text.startswith("Second 0.")
+    assert verbose.words is None and [s.text for s in verbose.segments] == [" Second 0.", " Second 1.", " Second 2."]
+    assert [s.seek for s in verbose.segments] == [0, 100, 200]  # the fake gives no window: its start in frames
+    both = create(model="whisper-1", file=("a.wav", THREE_S), response_format="verbose_json",
+                  timestamp_granularities=["word", "segment"])
+    assert len(both.segments) == 3 and [w.word for w in both.words[:2]] == ["Second", "0."]
+    words_only = create(model="whisper-1", file=("a.wav", THREE_S), response_format="verbose_json",
+                        timestamp_granularities=["word"])
+    assert words_only.segments is None and len(words_only.words) == 6
+
+
+def test_sdk_stream(fake_client: openai.OpenAI) -> None:
+    events = list(fake_client.audio.transcriptions.create(model="whisper-1", file=("a.wav", THREE_S), stream=True))
+    assert [e.type for e in events] == ["transcript.text.delta"] * 3 + ["transcript.text.done"]
+    assert "".join(e.delta for e in events[:-1]) == events[-1].text == "Second 0. Second 1. Second 2."
+
+
+def test_options_reach_the_model(fake_server: ThreadServer) -> None:
+    model = fake_server.app.state.manager.workers()["whisper-tiny.en"].model
+    post(fake_server, language="EN", prompt="Glossary: Hearth.", temperature="0.5", beam_size="3").raise_for_status()
+    options = model.calls[-1]
+    assert (options.language, options.prompt, options.beam_size, options.task) == ("en", "Glossary: Hearth.", 3,
+                                                                                   "transcribe")
+    assert options.temperature == (0.5, 0.7, 0.9) and not options.word_timestamps  # openai-whisper's schedule
+    post(fake_server).raise_for_status()
+    assert model.calls[-1].temperature == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) and model.calls[-1].language == "en"
+    # The bare field name works as well as the SDK's bracketed one.
+    post(fake_server, response_format="verbose_json", timestamp_granularities="word").raise_for_status()
+    assert model.calls[-1].word_timestamps
+
+
+def test_silence_is_an_empty_transcript(fake_server: ThreadServer) -> None:
+    silent = wav_bytes(np.zeros(2 * SAMPLE_RATE))
+    assert post(fake_server, audio=silent).json()["text"] == ""
+    assert post(fake_server, audio=silent, response_format="vtt").text == "WEBVTT\n\n"
+    assert post(fake_server, audio=silent, response_format="srt").text == ""
+    assert post(fake_server, audio=silent, response_format="verbose_json").json()["segments"] == []
+    body = httpx.post(f"{fake_server.url}/v1/audio/transcriptions", timeout=60,
+                      data={"model": "whisper-1", "stream": "true"}, files={"file": ("s.wav", silent)}).text
+    assert body.endswith('data: {"type":"transcript.text.done","text":""}\n\ndata: [DONE]\n\n')
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the SDK marks translations deprecated
+def test_translations(fake_server: ThreadServer, fake_client: openai.OpenAI) -> None:
+    error = error_of(post(fake_server, "translations"), 400)  # whisper-1 is the English-only default
+    assert error["param"] == "model" and "English-only" in error["message"]
+    result = fake_client.audio.translations.create(model="whisper-multi", file=("a.wav", THREE_S))
+    assert result.text == "Translated 0. Translated 1. Translated 2."
+    verbose = post(fake_server, "translations", model="whisper-multi", response_format="verbose_json").json()
+    assert verbose["task"] == "translate" and verbose["language"] == "english"
+    model = fake_server.app.state.manager.workers()["whisper-multi"].model
+    assert model.calls[-1].task == "translate" and model.calls[-1].language == "de"  # the detected source
+
+
+def test_language_detection_and_choice(fake_server: ThreadServer) -> None:
+    detected = post(fake_server, model="whisper-multi", response_format="verbose_json").json()
+    assert detected["language"] == "german"
+    assert post(fake_server, model="whisper-multi", language="french", response_format="verbose_json"
+                ).json()["language"] == "french"
+    error = error_of(post(fake_server, model="whisper-multi", language="ja"), 400)  # Whisper's, not this model's
+    assert error["param"] == "language"
+
+
+@pytest.mark.parametrize(("fields", "param", "words"), [
+    ({"language": "xx"}, "language", "Unknown language"),
+    ({"language": "de"}, "language", "English-only"),
+    ({"response_format": "xml"}, "response_format", "json"),
+    ({"temperature": "1.5"}, "temperature", "1"),
+    ({"timestamp_granularities[]": "word"}, "timestamp_granularities[]", "verbose_json"),
+    ({"timestamp_granularities[]": "phoneme"}, None, "word"),
+    ({"stream": "true", "response_format": "srt"}, "stream", "json or text"),
+    ({"speaker": "me"}, "speaker", "Unrecognized"),
+    ({"model": "gemma-3-270m"}, "model", "/v1/chat/completions"),
+])
+def test_bad_fields(fake_server: ThreadServer, fields: dict, param: str | None, words: str) -> None:
+    error = error_of(post(fake_server, **fields), 400)
+    assert error["type"] == "invalid_request_error" and words in error["message"]
+    if param is not None:
+        assert error["param"] == param
+
+
+def test_bad_files_and_the_worker_goes_on(fake_server: ThreadServer) -> None:
+    error = error_of(post(fake_server, audio=b"this is not audio at all" * 10, filename="notes.txt"), 400)
+    assert error["param"] == "file" and "notes.txt" in error["message"] and "Supported formats" in error["message"]
+    assert error_of(post(fake_server, audio=b""), 400)["param"] == "file"
+    error = error_of(post(fake_server, audio=wav_bytes(tone(0.05))), 400)
+    assert error["code"] == "audio_too_short"
+    missing = httpx.post(f"{fake_server.url}/v1/audio/transcriptions", data={"model": "whisper-1"}, timeout=60)
+    assert error_of(missing, 400)["param"] == "file"
+    assert error_of(post(fake_server, model="nope"), 404)["code"] == "model_not_found"
+    assert post(fake_server).json()["text"] == "Second 0. Second 1. Second 2."  # still serving
+
+
+def test_upload_limit(fake_server: ThreadServer) -> None:
+    """Uploads to the audio routes may be larger than max_body_bytes (4 MiB), up to max_upload_bytes (6 MiB
+    here); JSON bodies elsewhere keep the smaller limit."""
+    five_mb = wav_bytes(tone(160.0, silent_from=3.0))  # 5.1 MB
+    assert post(fake_server, audio=five_mb).json()["text"] == "Second 0. Second 1. Second 2."
+    error = error_of(post(fake_server, "translations", audio=wav_bytes(tone(200.0))), 413)  # 6.4 MB
+    assert error["code"] == "request_too_large" and str(UPLOAD_LIMIT) in error["message"]
+    big_json = json.dumps({"model": "x", "input": "a" * (5 << 20)})
+    response = httpx.post(f"{fake_server.url}/v1/embeddings", content=big_json, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert error_of(response, 413)["code"] == "request_too_large"
