@@ -1,0 +1,412 @@
+"""Whisper on the executor: convolutional front end, encoder, decoder with a self-attention KV cache in GPU buffers
+and cross-attention keys/values computed once per 30 s window, and the logits of the rows that need them.
+
+    model = load_whisper("whisper-tiny.en")
+    for segment in model.transcribe(audio, TranscribeOptions()):      # float32 mono 16 kHz
+        print(segment.start, segment.end, segment.text)
+
+The network (D = d_model, pre-norm blocks, LayerNorm eps 1e-5, exact GELU):
+
+    front (3000 mel frames):  x = gelu(conv1d(mel, k3, pad 1))                    # [3000, D]
+    encoder (1500 rows):      x = gelu(conv1d(x, k3, stride 2, pad 1)) + pos       # [1500, D]
+                              per layer: x += o(attn(ln(x))); x += fc2(gelu(fc1(ln(x))))
+                              enc = ln_post(x); per decoder layer: ckv_l = enc Wkv_l + b  # [1500, 2D], kept
+    decoder (T token rows):   x = embed[token] + pos[position]                     # host lookup, [T, D]
+                              per layer: x += o(self_attn(ln(x)) over the cache); x += o(cross_attn(ln(x), ckv_l));
+                              x += fc2(gelu(fc1(ln(x))))
+                              logits = ln(x)[out rows] embed^T                       # [n_out, V], tied head
+
+Every decoder row carries its own cache slot and position: a row's keys and values go to cache row
+slot * n_text_ctx + position, and it attends to rows [slot * n_text_ctx, that row] (the span table). Beams are
+slots; reordering beams copies cache rows between slots. Decoding (windows, timestamps, fallback, beams, word
+timing) lives in models/whisper_decode.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType
+
+from gpu.device import Device, default_device
+from gpu.ops import encoder as ops
+from gpu.ops.conv import conv1d, upload_conv1d
+from gpu.ops.matmul import linear
+from gpu.program import Executor, Program, ProgramBuilder, StepParams, workgroup_grid
+from gpu.tensor import Tensor
+from gpu.weights import QuantWeight, upload_weight
+from models.whisper_decode import (
+    Segment,
+    TranscribeOptions,
+    UnknownLanguage,
+    Word,
+    detect_language,
+    transcribe,
+)
+from models.whisper_weights import WhisperCheckpoint, WhisperConfig, load_checkpoint, shipped_model_dir
+
+__all__ = ["WhisperModel", "load_whisper", "TranscribeOptions", "Segment", "Word", "UnknownLanguage",
+           "DEFAULT_WHISPER_MODEL", "WhisperNet"]
+
+log = logging.getLogger("hearth.models")
+
+DEFAULT_WHISPER_MODEL = "whisper-tiny.en"
+EPS = 1e-5  # Whisper's LayerNorm epsilon
+N_FRAMES = 3000  # mel frames of a 30 s window
+TOKEN_BUCKETS = (1, 4, 8, 32, 256)  # decoder rows a step program holds; the largest also keeps alignment inputs
+MAX_OUT = 8  # rows of a step that get logits (beams, or the prompt's last row and its <|startoftranscript|>)
+MAX_SLOTS = 8  # cache slots (beams)
+Progress = Callable[[int, int], None]
+
+
+class WhisperModelNotFound(FileNotFoundError):
+    """No Whisper model by that name or path."""
+
+
+@dataclass
+class _Layer:
+    attn_ln: tuple[Tensor, Tensor]
+    qkv: QuantWeight
+    qkv_b: Tensor
+    o: QuantWeight
+    o_b: Tensor
+    mlp_ln: tuple[Tensor, Tensor]
+    fc1: QuantWeight
+    fc1_b: Tensor
+    fc2: QuantWeight
+    fc2_b: Tensor
+    cross_ln: tuple[Tensor, Tensor] | None = None
+    cross_q: QuantWeight | None = None
+    cross_q_b: Tensor | None = None
+    cross_kv: QuantWeight | None = None
+    cross_kv_b: Tensor | None = None
+    cross_o: QuantWeight | None = None
+    cross_o_b: Tensor | None = None
+
+
+@dataclass
+class _DecoderStep:
+    program: Program
+    t_max: int
+    x: Tensor  # f32 [t_max, D] input rows
+    kv_pairs: Tensor  # u32 [t_max, 2] (row, cache row)
+    spans: Tensor  # u32 [t_max, 2] cache rows each row attends to
+    out_pairs: Tensor  # u32 [MAX_OUT, 2] (row, output row)
+    logits: Tensor  # f32 [MAX_OUT, V]
+    saved_q: Tensor | None  # f32 [t_max, L * D] cross-attention queries (alignment)
+    saved_h: Tensor | None  # f32 [t_max, D] final normed rows (token probabilities for alignment)
+
+
+class WhisperNet:
+    """A Whisper checkpoint's weights on the GPU and its programs: encode a window, decode rows of tokens."""
+
+    def __init__(self, executor: Executor, ckpt: WhisperCheckpoint, progress: Progress | None = None) -> None:
+        self.executor = ex = executor
+        self.config = c = ckpt.config
+        self.tokenizer = ckpt.tokenizer
+        self.alignment_heads = ckpt.alignment_heads
+        t = ckpt.tensors
+        total = sum(v.nbytes for v in t.values())
+        done = 0
+
+        def count(nbytes: int) -> None:
+            nonlocal done
+            done += nbytes
+            if progress:
+                progress(min(done, total), total)
+
+        def matrix(name: str) -> QuantWeight:
+            w = np.ascontiguousarray(t[name])
+            qtype = GGMLQuantizationType.F16 if w.dtype == np.float16 else GGMLQuantizationType.F32
+            w = w if w.dtype == np.float16 else w.astype(np.float32)
+            count(w.nbytes)
+            return upload_weight(ex, name, qtype, w.shape[1], w.shape[0], w)
+
+        def vector(name: str) -> Tensor:
+            v = np.ascontiguousarray(t[name], np.float32).reshape(-1)
+            count(v.nbytes)
+            return ex.tensor(name, v.shape, data=v)
+
+        def norm(name: str) -> tuple[Tensor, Tensor]:
+            return vector(f"{name}.g"), vector(f"{name}.b")
+
+        self.conv1 = upload_conv1d(ex, "enc.conv1", t["enc.conv1.w"], t["enc.conv1.b"])
+        self.conv2 = upload_conv1d(ex, "enc.conv2", t["enc.conv2.w"], t["enc.conv2.b"])
+        self.enc_pos = vector("enc.pos")
+        self.enc_layers = [
+            _Layer(norm(f"enc.{i}.attn_ln"), matrix(f"enc.{i}.qkv.w"), vector(f"enc.{i}.qkv.b"), matrix(f"enc.{i}.o.w"),
+                   vector(f"enc.{i}.o.b"), norm(f"enc.{i}.mlp_ln"), matrix(f"enc.{i}.fc1.w"),
+                   vector(f"enc.{i}.fc1.b"), matrix(f"enc.{i}.fc2.w"), vector(f"enc.{i}.fc2.b"))
+            for i in range(c.n_audio_layers)]
+        self.enc_ln = norm("enc.ln")
+        self.dec_layers = []
+        for i in range(c.n_text_layers):
+            p = f"dec.{i}"
+            self.dec_layers.append(_Layer(
+                norm(f"{p}.attn_ln"), matrix(f"{p}.qkv.w"), vector(f"{p}.qkv.b"), matrix(f"{p}.o.w"), vector(f"{p}.o.b"),
+                norm(f"{p}.mlp_ln"), matrix(f"{p}.fc1.w"), vector(f"{p}.fc1.b"), matrix(f"{p}.fc2.w"),
+                vector(f"{p}.fc2.b"), norm(f"{p}.cross_ln"), matrix(f"{p}.cross_q.w"), vector(f"{p}.cross_q.b"),
+                matrix(f"{p}.cross_kv.w"), vector(f"{p}.cross_kv.b"), matrix(f"{p}.cross_o.w"),
+                vector(f"{p}.cross_o.b")))
+        self.dec_ln = norm("dec.ln")
+        self.embed_weight = matrix("dec.embed")  # the tied output head
+        # The decoder's input rows are looked up on the host (float32, as the weights round to).
+        self.embed = np.asarray(t["dec.embed"], np.float32)
+        self.dec_pos = np.asarray(t["dec.pos"], np.float32)
+        self.weight_bytes = done
+
+        d, n_ctx = c.d_model, c.n_audio_ctx
+        self.mel = ex.tensor("mel", (N_FRAMES, c.n_mels))
+        self.front = ex.tensor("front", (N_FRAMES, d))  # conv1 + GELU output, read by the encoder program
+        self.enc_out = ex.tensor("enc_out", (n_ctx, d))
+        self.cross_kv = [ex.tensor(f"cross_kv{i}", (n_ctx, 2 * d)) for i in range(c.n_text_layers)]
+        self.k_cache = [ex.tensor(f"k_cache{i}", (MAX_SLOTS * c.n_text_ctx, d)) for i in range(c.n_text_layers)]
+        self.v_cache = [ex.tensor(f"v_cache{i}", (MAX_SLOTS * c.n_text_ctx, d)) for i in range(c.n_text_layers)]
+        self._scratch = ex.tensor("cache_scratch", (MAX_SLOTS * c.n_text_ctx, d))
+        self._enc_spans = ex.tensor("enc_spans", (n_ctx, 2), "u32",
+                                    data=np.tile(np.array([0, n_ctx], np.uint32), (n_ctx, 1)))
+        self._front_program, self._encoder_program = self._record_encoder()
+        self._steps: dict[int, _DecoderStep] = {}
+
+    # -- encoder ---------------------------------------------------------------------------------------------------
+    def _record_encoder(self) -> tuple[Program, Program]:
+        c, ex = self.config, self.executor
+        d, n = c.d_model, c.n_audio_ctx
+        b = ProgramBuilder(ex, "whisper.front")
+        c1 = b.activation("conv1", (N_FRAMES, d))
+        conv1d(b, self.conv1, self.mel, c1, t_in=N_FRAMES, padding=1)
+        ops.gelu(b, c1, self.front)
+        front = b.build()
+
+        b = ProgramBuilder(ex, "whisper.encoder")
+        c2 = b.activation("conv2", (n, d))
+        conv1d(b, self.conv2, self.front, c2, t_in=N_FRAMES, stride=2, padding=1)
+        x = b.activation("x", (n, d))
+        ops.gelu(b, c2, x)
+        _residual(b, x, self.enc_pos, None)
+        scale = 1.0 / math.sqrt(d // c.n_audio_heads)
+        for i, w in enumerate(self.enc_layers):
+            h = b.activation(f"h{i}", (n, d))
+            ops.layer_norm(b, x, w.attn_ln[0], h, EPS, beta=w.attn_ln[1])
+            qkv = b.activation(f"qkv{i}", (n, 3 * d))
+            linear(b, w.qkv, h, qkv, n)
+            ops.bias_add(b, qkv, w.qkv_b)
+            a = b.activation(f"attn{i}", (n, d))
+            ops.attention(b, qkv, qkv, qkv, self._enc_spans, a, heads=c.n_audio_heads, kv_heads=c.n_audio_heads,
+                          head_dim=d // c.n_audio_heads, scale=scale, offsets=(0, d, 2 * d))
+            o = b.activation(f"o{i}", (n, d))
+            linear(b, w.o, a, o, n)
+            _residual(b, x, o, w.o_b)
+            self._mlp(b, x, w, n, f"{i}")
+        ops.layer_norm(b, x, self.enc_ln[0], self.enc_out, EPS, beta=self.enc_ln[1])
+        for i, w in enumerate(self.dec_layers):
+            linear(b, w.cross_kv, self.enc_out, self.cross_kv[i], n)
+            ops.bias_add(b, self.cross_kv[i], w.cross_kv_b)
+        return front, b.build()
+
+    def _mlp(self, b: ProgramBuilder, x: Tensor, w: _Layer, t: int, tag: str) -> None:
+        """x += fc2(gelu(fc1(ln(x))))."""
+        c = self.config
+        h = b.activation(f"mlp_h{tag}", (t, c.d_model))
+        ops.layer_norm(b, x, w.mlp_ln[0], h, EPS, beta=w.mlp_ln[1])
+        u = b.activation(f"fc1_{tag}", (t, c.d_ffn))
+        linear(b, w.fc1, h, u, t)
+        g = b.activation(f"gelu{tag}", (t, c.d_ffn))
+        ops.gelu(b, u, g, bias=w.fc1_b)
+        down = b.activation(f"fc2_{tag}", (t, c.d_model))
+        linear(b, w.fc2, g, down, t)
+        _residual(b, x, down, w.fc2_b)
+
+    def encode(self, mel: np.ndarray) -> None:
+        """Run the encoder on one window's log-mel [n_mels, 3000]; its cross-attention keys/values stay on the GPU."""
+        if mel.shape != (self.config.n_mels, N_FRAMES):
+            raise ValueError(f"a window's log-mel must be [{self.config.n_mels}, {N_FRAMES}], not {mel.shape}")
+        ex = self.executor
+        ex.write(self.mel, np.ascontiguousarray(mel.T, np.float32))
+        submission = ex.submission()
+        submission.step(self._front_program, StepParams(n_tokens=N_FRAMES))
+        submission.step(self._encoder_program, StepParams(n_tokens=self.config.n_audio_ctx))
+        submission.submit().wait()
+
+    def encoder_output(self) -> np.ndarray:
+        """The last window's encoder output [1500, D] (tests)."""
+        return self.executor.read(self.enc_out)
+
+    def cross_keys(self, layer: int) -> np.ndarray:
+        """Cross-attention keys [1500, D] of a decoder layer for the last window (alignment)."""
+        return self.executor.read(self.cross_kv[layer])[:, :self.config.d_model]
+
+    # -- decoder ---------------------------------------------------------------------------------------------------
+    def _step(self, t_max: int) -> _DecoderStep:
+        if t_max in self._steps:
+            return self._steps[t_max]
+        c, ex = self.config, self.executor
+        d = c.d_model
+        keep = t_max == TOKEN_BUCKETS[-1]
+        tag = f"t{t_max}"
+        x = ex.tensor(f"dec_x.{tag}", (t_max, d))
+        kv_pairs = ex.tensor(f"kv_pairs.{tag}", (t_max, 2), "u32")
+        spans = ex.tensor(f"spans.{tag}", (t_max, 2), "u32")
+        cross_spans = ex.tensor(f"cross_spans.{tag}", (t_max, 2), "u32",
+                                data=np.tile(np.array([0, c.n_audio_ctx], np.uint32), (t_max, 1)))
+        out_pairs = ex.tensor(f"out_pairs.{tag}", (MAX_OUT, 2), "u32")
+        n_out = min(t_max, MAX_OUT)
+        logits = ex.tensor(f"logits.{tag}", (MAX_OUT, c.vocab_size))
+        saved_q = ex.tensor(f"saved_q.{tag}", (t_max, c.n_text_layers * d)) if keep else None
+        saved_h = ex.tensor(f"saved_h.{tag}", (t_max, d)) if keep else None
+        identity = ex.tensor(f"identity.{tag}", (t_max, 2), "u32",
+                             data=np.repeat(np.arange(t_max, dtype=np.uint32)[:, None], 2, 1)) if keep else None
+        scale = 1.0 / math.sqrt(c.head_dim)
+        b = ProgramBuilder(ex, f"whisper.decoder.{tag}")
+        h_in = x  # the residual stream: the host writes the input rows into it before each step
+        for i, w in enumerate(self.dec_layers):
+            h = b.activation(f"h{i}", (t_max, d))
+            ops.layer_norm(b, h_in, w.attn_ln[0], h, EPS, beta=w.attn_ln[1])
+            qkv = b.activation(f"qkv{i}", (t_max, 3 * d))
+            linear(b, w.qkv, h, qkv, t_max)
+            ops.bias_add(b, qkv, w.qkv_b)
+            _copy_rows(b, qkv, kv_pairs, self.k_cache[i], d, src_offset=d)
+            _copy_rows(b, qkv, kv_pairs, self.v_cache[i], d, src_offset=2 * d)
+            a = b.activation(f"attn{i}", (t_max, d))
+            ops.attention(b, qkv, self.k_cache[i], self.v_cache[i], spans, a, heads=c.n_text_heads,
+                          kv_heads=c.n_text_heads, head_dim=c.head_dim, scale=scale)
+            o = b.activation(f"o{i}", (t_max, d))
+            linear(b, w.o, a, o, t_max)
+            _residual(b, h_in, o, w.o_b)
+            ops.layer_norm(b, h_in, w.cross_ln[0], h, EPS, beta=w.cross_ln[1])
+            q = b.activation(f"cq{i}", (t_max, d))
+            linear(b, w.cross_q, h, q, t_max)
+            ops.bias_add(b, q, w.cross_q_b)
+            if saved_q is not None:
+                _copy_rows(b, q, identity, saved_q, d, dst_offset=i * d)
+            ops.attention(b, q, self.cross_kv[i], self.cross_kv[i], cross_spans, a, heads=c.n_text_heads,
+                          kv_heads=c.n_text_heads, head_dim=c.head_dim, scale=scale, offsets=(0, 0, d))
+            linear(b, w.cross_o, a, o, t_max)
+            _residual(b, h_in, o, w.cross_o_b)
+            self._mlp(b, h_in, w, t_max, f"{i}")
+        hn = b.activation("hn", (t_max, d))
+        ops.layer_norm(b, h_in, self.dec_ln[0], hn, EPS, beta=self.dec_ln[1])
+        if saved_h is not None:
+            _copy_rows(b, hn, identity, saved_h, d)
+        sel = b.activation("sel", (MAX_OUT, d))
+        _copy_rows(b, hn, out_pairs, sel, d, by_out=True)
+        linear(b, self.embed_weight, sel, logits, n_out)
+        step = _DecoderStep(b.build(), t_max, x, kv_pairs, spans, out_pairs, logits, saved_q, saved_h)
+        self._steps[t_max] = step
+        return step
+
+    def decode(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int], out_rows: Sequence[int],
+               *, keep: bool = False) -> np.ndarray:
+        """Run token rows through the decoder (each at its position in its cache slot, after the rows before it
+        in that slot) and return the logits of out_rows: float32 [len(out_rows), V]. keep: use the largest
+        program, whose cross-attention queries and final rows stay readable (saved_alignment_inputs)."""
+        n = len(tokens)
+        if not 0 < n <= TOKEN_BUCKETS[-1] or not 0 < len(out_rows) <= MAX_OUT:
+            raise ValueError(f"{n} rows and {len(out_rows)} output rows (at most {TOKEN_BUCKETS[-1]} and {MAX_OUT})")
+        c, ex = self.config, self.executor
+        positions = np.asarray(positions, np.int64)
+        if positions.max() >= c.n_text_ctx:
+            raise ValueError(f"position {positions.max()} is past the decoder's {c.n_text_ctx}")
+        step = self._step(TOKEN_BUCKETS[-1] if keep else next(t for t in TOKEN_BUCKETS if t >= n))
+        ids = np.asarray(tokens, np.int64)
+        ex.write(step.x, self.embed[ids] + self.dec_pos[positions])
+        rows = np.asarray(slots, np.int64) * c.n_text_ctx + positions
+        ex.write(step.kv_pairs, np.stack([np.arange(n), rows], 1).astype(np.uint32))
+        ex.write(step.spans, np.stack([np.asarray(slots) * c.n_text_ctx, rows + 1], 1).astype(np.uint32))
+        ex.write(step.out_pairs, np.stack([np.asarray(out_rows), np.arange(len(out_rows))], 1).astype(np.uint32))
+        logits, = ex.run(step.program, StepParams(n_tokens=n, n_out=len(out_rows)), read=[step.logits])
+        return logits[:len(out_rows)]
+
+    def saved_alignment_inputs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(cross-attention queries [n, L, D], final normed rows [n, D]) of the last decode(keep=True)."""
+        step = self._steps[TOKEN_BUCKETS[-1]]
+        q = self.executor.read(step.saved_q)[:n].reshape(n, self.config.n_text_layers, self.config.d_model)
+        return q, self.executor.read(step.saved_h)[:n]
+
+    def reorder_slots(self, sources: Sequence[int], length: int) -> None:
+        """Cache slot b takes the first `length` rows of slot sources[b] (beam search keeps its survivors)."""
+        c = self.config
+        row_bytes = c.d_model * 4
+        nbytes = length * row_bytes
+        if nbytes == 0 or list(sources) == list(range(len(sources))):
+            return
+        submission = self.executor.submission()
+        slot_bytes = c.n_text_ctx * row_bytes
+        for cache in self.k_cache + self.v_cache:
+            for b, s in enumerate(sources):
+                submission.copy(cache, self._scratch, nbytes, s * slot_bytes, b * slot_bytes)
+            for b in range(len(sources)):
+                submission.copy(self._scratch, cache, nbytes, b * slot_bytes, b * slot_bytes)
+        submission.submit().wait()
+
+
+def _residual(b: ProgramBuilder, x: Tensor, y: Tensor, bias: Tensor | None) -> None:
+    """x += y (+ bias) on the step's rows (kernels/whisper_residual.wgsl)."""
+    d = x.shape[1]
+    b.dispatch("whisper_residual", {"D": d, "HAS_BIAS": bias is not None}, [b.step, x, y, bias or y],
+               workgroup_grid(-(-x.shape[0] * d // 256)))
+
+
+def _copy_rows(b: ProgramBuilder, src: Tensor, pairs: Tensor, dst: Tensor, width: int, *, src_offset: int = 0,
+               dst_offset: int = 0, by_out: bool = False) -> None:
+    """dst[pairs[r].y, dst_offset:+width] = src[pairs[r].x, src_offset:+width] (kernels/copy_rows.wgsl)."""
+    rows = pairs.shape[0]
+    constants = {"WIDTH": width, "SRC_STRIDE": src.shape[1], "SRC_OFFSET": src_offset, "DST_STRIDE": dst.shape[1],
+                 "DST_OFFSET": dst_offset, "BY_OUT": by_out}
+    b.dispatch("copy_rows", constants, [b.step, src, pairs, dst], workgroup_grid(-(-rows * width // 256)))
+
+
+class WhisperModel:
+    """A loaded Whisper model: transcription and language detection (one caller at a time: the GPU state of a
+    window, its caches and programs are shared)."""
+
+    sample_rate = 16000
+
+    def __init__(self, name: str, net: WhisperNet) -> None:
+        self.name = name
+        self.net = net
+        self.multilingual: bool = net.tokenizer.multilingual
+        self.n_mels: int = net.config.n_mels
+        self.languages: tuple[str, ...] = net.tokenizer.languages
+
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions | None = None) -> Iterator[Segment]:
+        """Segments of float32 mono 16 kHz audio, yielded as each 30 s window finishes. Raises UnknownLanguage
+        (before any work) for a language the model does not know."""
+        options = options or TranscribeOptions()
+        from models.whisper_decode import check_language
+
+        check_language(self.net, options.language)
+        return transcribe(self.net, audio, options)
+
+    def detect_language(self, audio: np.ndarray) -> tuple[str, float]:
+        """(language code, probability) of the first 30 s."""
+        return detect_language(self.net, audio)
+
+
+def resolve_whisper_path(source: str) -> tuple[str, Path]:
+    """(model name, directory) of a model id or a path to a CTranslate2 or Hugging Face directory."""
+    if source in (DEFAULT_WHISPER_MODEL, "tiny.en"):
+        return DEFAULT_WHISPER_MODEL, shipped_model_dir()
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        raise WhisperModelNotFound(f"no Whisper model named {source!r} (not {DEFAULT_WHISPER_MODEL!r} or a directory)")
+    return path.name, path
+
+
+def load_whisper(source: str = DEFAULT_WHISPER_MODEL, *, device: Device | None = None,
+                 progress: Progress | None = None) -> WhisperModel:
+    """Load a Whisper model onto the GPU: the shipped tiny.en by default, or a CTranslate2 / HF directory."""
+    started = time.perf_counter()
+    name, path = resolve_whisper_path(source)
+    ckpt = load_checkpoint(path)
+    net = WhisperNet(Executor(device or default_device()), ckpt, progress)
+    log.info("loaded Whisper model %s (%.0f MB of weights, %s, %d mel bins) in %.1f s", name, net.weight_bytes / 1e6,
+             "multilingual" if ckpt.tokenizer.multilingual else "English-only", ckpt.config.n_mels,
+             time.perf_counter() - started)
+    return WhisperModel(name, net)
