@@ -169,6 +169,8 @@ class Settings(_Frozen):
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text or one JSON object each; "
+                                                "both carry the request id")
     default_model: str = SHIPPED_MODEL
     models: tuple[ModelConfig, ...] = (ModelConfig(id=SHIPPED_MODEL, source=SHIPPED_MODEL),)
     aliases: dict[str, str] = Field(default_factory=lambda: {name: "" for name in OPENAI_ALIASES})
@@ -254,6 +256,7 @@ _ENV_KEYS = {
     "HEARTH_PORT": "port",
     "HEARTH_API_KEY": "api_key",
     "HEARTH_LOG_LEVEL": "log_level",
+    "HEARTH_LOG_FORMAT": "log_format",
     "HEARTH_DEFAULT_MODEL": "default_model",
     "HEARTH_MODEL_LOADER": "model_loader",
     "HEARTH_MAX_QUEUE": "limits.max_queue",

@@ -56,6 +56,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.request_context import configure_logging
 
     overrides = {"host": args.host, "port": args.port, "api_key": args.api_key, "log_level": args.log_level}
     try:
@@ -63,8 +64,10 @@ def serve(args: argparse.Namespace) -> int:
     except SettingsError as error:
         print(f"hearth: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)  # every line carries its request id
+    # log_config=None keeps that setup; the request middleware writes the access lines (with ids and times).
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                log_config=None, access_log=False)
     return 0
 
 

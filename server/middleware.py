@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import time
 from collections.abc import Mapping
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import Settings
@@ -107,18 +107,20 @@ class RequestContext:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._templates: list[tuple[re.Pattern[str], str]] | None = None  # the app's paths, read on first need
 
     def _route(self, scope: Scope) -> str:
-        """The route's template (`/v1/models/{model:path}`), so labels stay few whatever paths clients send."""
-        route = scope.get("route")
-        if route is None:  # answered before routing (401, 413): find the route it would have reached
-            fastapi_app = scope.get("app")
-            for candidate in getattr(fastapi_app, "routes", ()):
-                match, _ = candidate.matches({**scope, "type": "http"})
-                if match is Match.FULL:
-                    route = candidate
-                    break
-        return getattr(route, "path", None) or "unmatched"
+        """The route's template (`/v1/models/{model}`), so labels stay few whatever paths clients send."""
+        matched = scope.get("route")
+        route = getattr(matched, "path_format", None) or getattr(matched, "path", None)  # `{model}`, not `:path`
+        if route:
+            return route
+        # Answered before routing (401, 413, 504): the template of the app's path it would have reached.
+        if self._templates is None:
+            paths = getattr(scope.get("app"), "openapi", dict)().get("paths", {})
+            self._templates = [(re.compile("^" + re.sub(r"\\{[^}]+\\}", ".+", re.escape(p)) + "$"), p) for p in paths]
+        path = scope.get("path", "")
+        return next((template for pattern, template in self._templates if pattern.match(path)), "unmatched")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
