@@ -182,7 +182,8 @@ class ApiKeyAuth:
         authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
         if not authorization:
             error = AuthenticationFailed("You didn't provide an API key. You need to provide your API key in an "
-                                         "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+                                         "Authorization header using Bearer auth (i.e. Authorization: Bearer "
+                                         "YOUR_KEY).")
         elif not api_key_matches(self.keys, authorization):
             error = AuthenticationFailed("Incorrect API key provided. Send one of this server's keys as "
                                          "`Authorization: Bearer <key>`.")

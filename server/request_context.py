@@ -23,7 +23,8 @@ _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("hearth_reques
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s [%(request_id)s] %(name)s: %(message)s"
 # LogRecord attributes that are not extra fields of a JSON line.
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "request_id", "color_message"}
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "request_id",
+                                                                         "color_message"}
 
 
 def new_request_id() -> str:
