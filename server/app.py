@@ -61,7 +61,7 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
                    audio_transcriptions.router, audio_speech.router):
         app.include_router(router)
     # Request ids, metrics, CORS, API keys, the response timeout and the body limits, for every route.
-    app.state.metrics = Metrics(lambda: app.state.manager.workers())
+    app.state.metrics = Metrics(lambda: getattr(app.state, "manager", None))
     app.include_router(metrics_router.router)
     install_middleware(app, settings, app.state.metrics)
     return app

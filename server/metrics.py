@@ -6,8 +6,8 @@ What is measured where:
 - chat and completions (tokens, time to first token, tokens/s): `meter_job`, called once where services
   submit a job (server/services/generation.py), on the worker thread as the events are made;
 - speech and transcription: `observe_audio("generated" | "transcribed", model, seconds)` from their services;
-- queue depth, running requests and state per loaded model, GPU memory held by wgpu buffers and textures,
-  and the process's memory and CPU: read when /metrics is scraped.
+- queue depth, running requests, state, loads and unloads per model, GPU memory held by wgpu buffers and
+  textures, and the process's memory and CPU: read when /metrics is scraped.
 
 Code that runs inside a request reaches the app's Metrics through a context variable the middleware sets
 (`Metrics.current()`), so services need no new parameter; outside a request the calls do nothing.
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from server.jobs import _JOB_DONE, ChoiceDone, Job, TextDelta, _JobFailed
@@ -52,10 +52,11 @@ def gpu_memory_bytes() -> int:
 
 
 class _ModelCollector(Collector):
-    """Per-model gauges read from the model manager at scrape time (no bookkeeping on the request path)."""
+    """Per-model gauges and lifecycle counts read from the model manager at scrape time (no bookkeeping on the
+    request path)."""
 
-    def __init__(self, workers: Callable[[], dict[str, Any]]) -> None:
-        self._workers = workers
+    def __init__(self, manager: Callable[[], Any]) -> None:
+        self._manager = manager
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         queued = GaugeMetricFamily("hearth_model_queue_depth", "Requests waiting for the model's worker",
@@ -66,10 +67,8 @@ class _ModelCollector(Collector):
                                   labels=["model", "kind", "state"])
         idle = GaugeMetricFamily("hearth_model_idle_seconds", "Seconds since the model last served a request",
                                  labels=["model"])
-        try:
-            workers = self._workers()
-        except Exception:  # noqa: BLE001 - before the lifespan has built the manager
-            workers = {}
+        manager = self._manager()
+        workers = manager.workers() if manager is not None else {}  # None before the lifespan has built it
         now = time.monotonic()
         for name, worker in workers.items():
             queued.add_metric([name], worker.queued)
@@ -78,6 +77,14 @@ class _ModelCollector(Collector):
             idle.add_metric([name], max(0.0, now - worker.last_used) if worker.idle else 0.0)
         yield from (queued, running, state, idle)
         yield GaugeMetricFamily("hearth_models_loaded", "Model workers loaded or loading", value=len(workers))
+        loads = CounterMetricFamily("hearth_model_loads", "Models started loading", labels=["model"])
+        unloads = CounterMetricFamily("hearth_model_unloads", "Models unloaded: idle past keep_alive, or evicted "
+                                      "to stay under max_loaded_models", labels=["model", "reason"])
+        for name, count in getattr(manager, "loads", {}).items():
+            loads.add_metric([name], count)
+        for (name, reason), count in getattr(manager, "unloads", {}).items():
+            unloads.add_metric([name, reason], count)
+        yield from (loads, unloads)
         yield GaugeMetricFamily("hearth_gpu_memory_bytes", "Bytes of wgpu buffers and textures this process holds",
                                 value=gpu_memory_bytes())
 
@@ -85,8 +92,8 @@ class _ModelCollector(Collector):
 class Metrics:
     """The app's metrics and the calls that record them."""
 
-    def __init__(self, workers: Callable[[], dict[str, Any]] = dict) -> None:
-        """workers: the model manager's workers by name (read when scraped)."""
+    def __init__(self, manager: Callable[[], Any] = lambda: None) -> None:
+        """manager: gives the app's ModelManager (None before the lifespan has made it); read when scraped."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("hearth_http_requests", "HTTP requests answered", ["route", "method", "status"],
@@ -106,10 +113,7 @@ class Metrics:
                                    registry=r)
         self.audio_seconds = Counter("hearth_audio_seconds", "Seconds of audio generated (speech) or transcribed",
                                      ["model", "direction"], registry=r)
-        self.model_loads = Counter("hearth_model_loads", "Models started loading", ["model"], registry=r)
-        self.model_unloads = Counter("hearth_model_unloads", "Models unloaded, by reason (idle, evicted)",
-                                     ["model", "reason"], registry=r)
-        r.register(_ModelCollector(workers))
+        r.register(_ModelCollector(manager))
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, open fds
 
     # -- reaching the app's metrics from request code ------------------------------------------
@@ -137,17 +141,6 @@ def observe_audio(direction: Literal["generated", "transcribed"], model: str, se
     metrics = Metrics.current()
     if metrics is not None and seconds > 0:
         metrics.audio_seconds.labels(model, direction).inc(seconds)
-
-
-def observe_model_event(model: str, event: Literal["load", "idle", "evicted"]) -> None:
-    """Count a model starting to load, or unloading after its keep_alive (idle) or to make room (evicted)."""
-    metrics = Metrics.current()
-    if metrics is None:
-        return
-    if event == "load":
-        metrics.model_loads.labels(model).inc()
-    else:
-        metrics.model_unloads.labels(model, event).inc()
 
 
 def meter_job(job: Job, model: str) -> None:

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from config.settings import Settings
 from server.errors import AuthenticationFailed, HearthError, RequestTooLarge, error_response
 from server.metrics import Metrics
-from server.request_context import request_id_from, reset_request_id, set_request_id
+from server.request_context import begin_request, end_request, request_id_from, reset_request_id, set_request_id
 
 access_log = logging.getLogger("hearth.access")
 # Paths that never need an API key: liveness and readiness probes (Docker's HEALTHCHECK, Kubernetes), and the
@@ -129,7 +129,7 @@ class RequestContext:
         headers = dict(scope.get("headers") or [])
         request_id = request_id_from(headers.get(b"x-request-id", b"").decode("latin-1"))
         scope.setdefault("state", {})["request_id"] = request_id
-        id_token, metrics_token = set_request_id(request_id), self.metrics.activate()
+        id_token, metrics_token, end_token = set_request_id(request_id), self.metrics.activate(), begin_request()
         status = 500  # what the client gets if the app fails before answering (Starlette's error handler)
         started = time.perf_counter()
 
@@ -151,6 +151,7 @@ class RequestContext:
             access_log.info("%s %s %d %.3fs", method, scope.get("path", ""), status, elapsed,
                             extra={"method": method, "path": scope.get("path", ""), "status": status,
                                    "duration_s": round(elapsed, 4)})
+            end_request(end_token)  # e.g. the model manager's lease on the request's model
             self.metrics.deactivate(metrics_token)
             reset_request_id(id_token)
 

@@ -1,19 +1,29 @@
-"""The model manager: which workers are loaded, loading on demand, and unloading idle ones past the limit.
+"""The model manager: which workers are loaded, loading on demand, and unloading idle ones.
 
-Configured models marked `preload` load at startup (/ready waits for them); any other name the catalogue
-knows (an Ollama model, say) loads on its first request. Names that reach the same file share a worker.
+Configured models marked `preload` load at startup (/ready waits for them) and stay; any other name the
+catalogue knows (an Ollama model, say) loads on its first request. Names that reach the same file share a
+worker. An on-demand model unloads once it has been idle for its keep_alive (Ollama's: the request's
+`keep_alive` when sent, else the model's setting, else the server's, 5 minutes by default; negative: never),
+or earlier when a new model needs its place under `limits.max_loaded_models` (least recently used first).
+
+A request holds a lease on its model from `worker_for` until its response has ended (stream included), so a
+model is never unloaded between being handed out and being used.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import logging
+import time
+from collections import Counter
 from typing import Any
 
 from config.catalogue import ModelCatalogue, ModelEntry
-from config.settings import Settings
+from config.settings import ModelConfig, Settings, parse_keep_alive
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+from server.request_context import at_request_end
 from server.worker import Loader, ModelWorker
 
 # The worker class per model kind besides chat ("text"), imported when the first such model loads.
@@ -31,6 +41,8 @@ ENDPOINTS = {
 }
 
 log = logging.getLogger("hearth.server")
+# How often the idle reaper looks at most (it looks sooner for short keep_alives, and when woken).
+REAP_INTERVAL_S = 5.0
 
 
 def import_loader(target: str) -> Any:
@@ -53,19 +65,36 @@ class ModelManager:
         self._warm_up = warm_up
         self._workers: dict[str, ModelWorker] = {}  # by ModelEntry.key
         self._preloaded: set[str] = set()
+        self._leases: Counter[str] = Counter()  # requests between worker_for and their end, by key
+        self._keep_alive: dict[str, float | None] = {}  # idle seconds before unloading (None: never), by key
+        self._lock: asyncio.Lock | None = None  # one load or eviction decision at a time (made in the loop)
+        self._reaper: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        # Lifecycle counts for /metrics: loads by model name, unloads by (name, reason).
+        self.loads: Counter[str] = Counter()
+        self.unloads: Counter[tuple[str, str]] = Counter()
+
+    def _config_of(self, entry: ModelEntry) -> ModelConfig | None:
+        """The configured model behind an entry (None for the Ollama store's)."""
+        name = entry.alias_of or entry.id
+        models = self.settings.models if entry.kind == "text" else self.settings.groups()[entry.kind].models
+        return next((m for m in models if m.id == name), None)
 
     def _start(self, entry: ModelEntry) -> Any:
+        config = self._config_of(entry)
+        max_queue = self.settings.limits.max_queue if config is None or config.max_queue is None else config.max_queue
         if entry.kind == "text":
             worker: Any = ModelWorker(entry.alias_of or entry.id, entry.source, self._loader,
-                                      max_queue=self.settings.limits.max_queue,
+                                      max_queue=max_queue,
                                       max_batch=self.settings.limits.max_batch, context_length=entry.context_length,
                                       kv_dtype=entry.kv_dtype, warm_up=self._warm_up)
         else:
             worker_class = import_loader(WORKER_CLASSES[entry.kind])
             loader = import_loader(self.settings.groups()[entry.kind].loader)
             worker = worker_class(entry.alias_of or entry.id, entry.source, loader,
-                                  max_queue=self.settings.limits.max_queue, warm_up=self._warm_up)
+                                  max_queue=max_queue, warm_up=self._warm_up)
         self._workers[entry.key] = worker
+        self.loads[worker.name] += 1
         worker.start()
         return worker
 
@@ -89,25 +118,71 @@ class ModelManager:
         """Loaded (or loading) workers by model name."""
         return {worker.name: worker for worker in self._workers.values()}
 
-    def _make_room(self) -> None:
-        """Unload the least recently used idle on-demand model when the limit is reached."""
-        limit = self.settings.limits.max_loaded_models
-        if len(self._workers) < limit:
-            return
-        idle = [(w.last_used, key) for key, w in self._workers.items() if key not in self._preloaded and w.idle]
-        if not idle:
-            raise ModelUnavailable(f"{len(self._workers)} models are loaded (the limit is {limit}) and all are busy; "
-                                   "retry later.", headers={"Retry-After": str(self.settings.limits.retry_after_s)})
-        _, key = min(idle)
-        worker = self._workers.pop(key)
-        log.info("unloading %s to make room (limit %d loaded models)", worker.name, limit)
-        worker.stop(timeout=None)
+    def _unloadable(self, key: str, worker: Any) -> bool:
+        """An on-demand model that no request holds or waits for, and that is not loading."""
+        return (key not in self._preloaded and not self._leases[key] and worker.idle
+                and worker.state in ("ready", "failed", "stopped"))
 
-    async def worker_for(self, name: str, kind: str = "text") -> tuple[ModelEntry, Any]:
+    async def _unload(self, key: str, reason: str) -> None:
+        """Stop a worker (off the event loop: its thread is joined) and let its model's memory go."""
+        worker = self._workers.pop(key)
+        self._keep_alive.pop(key, None)
+        self.unloads[(worker.name, reason)] += 1
+        log.info("unloading %s (%s)", worker.name, reason)
+
+        def stop() -> None:
+            worker.stop(timeout=None)
+            gc.collect()  # the model's buffers sit in reference cycles; free them now, not at some later pass
+
+        await asyncio.to_thread(stop)
+
+    async def _make_room(self) -> None:
+        """Unload models to stay under the limit: failed ones first, then the least recently used idle one."""
+        limit = self.settings.limits.max_loaded_models
+        while len(self._workers) >= limit:
+            idle = [(w.state != "failed", w.last_used, key) for key, w in self._workers.items()
+                    if self._unloadable(key, w)]
+            if not idle:
+                raise ModelUnavailable(f"{len(self._workers)} models are loaded (the limit is {limit}) and all are "
+                                       "busy; retry later.",
+                                       headers={"Retry-After": str(self.settings.limits.retry_after_s)})
+            await self._unload(min(idle)[2], "evicted")
+
+    def _lease(self, key: str) -> None:
+        """Hold the model for the current request; released (and its idle time started) when the response ends."""
+
+        def release() -> None:
+            self._leases[key] -= 1
+            if self._leases[key] <= 0:
+                del self._leases[key]
+            worker = self._workers.get(key)
+            if worker is not None:
+                worker.last_used = time.monotonic()
+            self._wake.set()
+
+        if at_request_end(release):
+            self._leases[key] += 1
+
+    def _set_keep_alive(self, entry: ModelEntry, requested: str | float | None) -> None:
+        """Ollama's rule: the request's keep_alive (already checked), else what the last request set, else the
+        model's setting, else the server's; preloaded models: never unloaded."""
+        if entry.key in self._preloaded:
+            self._keep_alive[entry.key] = None
+        elif requested is not None:
+            self._keep_alive[entry.key] = parse_keep_alive(requested)
+        elif entry.key not in self._keep_alive:
+            config = self._config_of(entry)
+            own = config.keep_alive if config is not None else None
+            self._keep_alive[entry.key] = parse_keep_alive(own if own is not None else self.settings.keep_alive)
+        self._wake.set()
+
+    async def worker_for(self, name: str, kind: str = "text",
+                         keep_alive: str | float | None = None) -> tuple[ModelEntry, Any]:
         """The catalogue entry and the ready worker for a request's model, loading it if needed.
 
         kind: what the endpoint serves ("text", "embedding", "speech", "transcription"); a model of another kind
-        is a 400 that names the endpoint it belongs to.
+        is a 400 that names the endpoint it belongs to. keep_alive: the request's (Ollama's) idle time for the
+        model from now on.
         """
         entry = await asyncio.to_thread(self.catalogue.lookup, name)  # may read the Ollama store
         if entry is None:
@@ -116,17 +191,67 @@ class ModelManager:
             what = "a chat" if entry.kind == "text" else f"an {entry.kind}" if entry.kind[0] in "ae" else f"a {entry.kind}"
             raise InvalidRequest(f"The model `{name}` is {what} model (use {ENDPOINTS[entry.kind]}).", param="model",
                                  code="model_not_supported")
-        worker = self._workers.get(entry.key)
-        if worker is None or worker.state == "stopped":
-            self._make_room()
-            worker = self._start(entry)
+        try:
+            parse_keep_alive(keep_alive)
+        except ValueError as error:
+            raise InvalidRequest(str(error), param="keep_alive", code="invalid_value") from error
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            worker = self._workers.get(entry.key)
+            if worker is None or worker.state == "stopped":
+                if worker is not None:
+                    self._workers.pop(entry.key)
+                await self._make_room()
+                worker = self._start(entry)
+            self._lease(entry.key)
+            self._set_keep_alive(entry, keep_alive)
+        worker.last_used = time.monotonic()
+        self._start_reaper()
         try:
             await worker.wait_ready()
         except Exception as error:
             raise ModelUnavailable(f"The model `{name}` could not be loaded: {worker.error or error}") from error
         return entry, worker
 
+    # -- unloading idle models ---------------------------------------------------------------
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever(), name="hearth-idle-unload")
+
+    def _next_look_s(self) -> float:
+        """Half the shortest keep_alive of a loaded model (so it unloads at most 50% late), within bounds."""
+        finite = [s for s in self._keep_alive.values() if s is not None]
+        return min(REAP_INTERVAL_S, max(0.05, min(finite) / 2)) if finite else REAP_INTERVAL_S
+
+    async def _reap_forever(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self._next_look_s())
+            except TimeoutError:
+                pass
+            try:
+                await self.unload_idle()
+            except Exception:  # noqa: BLE001 - keep reaping; a failed stop is logged, not fatal
+                log.exception("unloading idle models failed")
+
+    async def unload_idle(self) -> list[str]:
+        """Unload every on-demand model idle for longer than its keep_alive; their names."""
+        assert self._lock is not None
+        unloaded = []
+        async with self._lock:
+            now = time.monotonic()
+            for key, worker in list(self._workers.items()):
+                seconds = self._keep_alive.get(key)
+                if seconds is not None and self._unloadable(key, worker) and now - worker.last_used >= seconds:
+                    unloaded.append(worker.name)
+                    await self._unload(key, "idle")
+        return unloaded
+
     async def shutdown(self) -> None:
         """Stop every worker (waiting jobs are cancelled, threads joined)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers))

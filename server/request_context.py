@@ -16,9 +16,13 @@ import logging
 import re
 import secrets
 import sys
+from collections.abc import Callable
 from typing import Any, Literal
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("hearth_request_id", default="-")
+# Callbacks to run when the request's response has ended (its stream included); None outside a request.
+_at_end: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar("hearth_at_end",
+                                                                                           default=None)
 # What a client may send as its own request id: printable, no spaces or quotes, at most 128 characters.
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s [%(request_id)s] %(name)s: %(message)s"
@@ -49,6 +53,31 @@ def set_request_id(request_id: str) -> contextvars.Token[str]:
 
 def reset_request_id(token: contextvars.Token[str]) -> None:
     _request_id.reset(token)
+
+
+def begin_request() -> contextvars.Token[list[Callable[[], None]] | None]:
+    """Start collecting the current request's end callbacks (the request middleware calls this)."""
+    return _at_end.set([])
+
+
+def end_request(token: contextvars.Token[list[Callable[[], None]] | None]) -> None:
+    """Run the request's end callbacks, newest first, then forget them."""
+    callbacks = _at_end.get() or []
+    _at_end.reset(token)
+    for callback in reversed(callbacks):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - one failing callback must not keep the others from running
+            logging.getLogger("hearth.server").exception("a request-end callback failed")
+
+
+def at_request_end(callback: Callable[[], None]) -> bool:
+    """Run callback once the current request's response has ended; False (and nothing done) outside a request."""
+    callbacks = _at_end.get()
+    if callbacks is None:
+        return False
+    callbacks.append(callback)
+    return True
 
 
 _base_factory = logging.getLogRecordFactory()
