@@ -1,0 +1,70 @@
+// conv_transpose1d: a transposed 1-D convolution over channel-major activations, as PyTorch's ConvTranspose1d:
+//   y[o, t] = bias[o] + sum_i sum_{j: t + pad - j = s * stride, 0 <= s < T_in} w[i, o, j] * act(x[i, s]) (+ r[o, t])
+// DEPTHWISE (groups = channels): y[c, t] = bias[c] + sum_j w[c, 0, j] * x[c, s]. REFLECT_LEFT prepends one column
+// reflected about the first (ReflectionPad1d((1, 0)): column 0 is the conv's column 1), so y has T_out + 1 columns.
+// w is PyTorch's [C_in, C_out / groups, K]. Work split: one invocation per (t, output channel), 64 along t per
+// workgroup; grid (ceil(columns / 64), C_out).
+override K: u32 = 3u;              // taps
+override DEPTHWISE: bool = false;  // groups == C_in == C_out
+override PRE_ACT: bool = false;    // LeakyReLU(slope) on every input value
+override RESIDUAL: bool = false;   // add r[o, t] (same shape as y)
+override REFLECT_LEFT: bool = false;
+
+// params: 0 C_in, 1 C_out, 2 T_in, 3 T_out (conv columns, before any reflection pad), 4 stride, 5 pad,
+// 6 slope (f32 bits); 63 is 0
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> r: array<f32>;
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let c_in = p[0];
+    let c_out = p[1];
+    let t_in = i32(p[2]);
+    let t_conv = p[3];
+    let cols = select(t_conv, t_conv + 1u, REFLECT_LEFT);
+    let col = wid.x * 64u + lid;
+    let o = wid.y;
+    if (p[63] == 0xffffffffu) { y[0] = r[0]; }
+    if (col >= cols || o >= c_out) {
+        return;
+    }
+    var t = i32(col);
+    if (REFLECT_LEFT) {
+        t = select(t - 1, 1, col == 0u);
+    }
+    let stride = i32(p[4]);
+    let pad = i32(p[5]);
+    let slope = bitcast<f32>(p[6]);
+    var acc = 0.0;
+    for (var j = 0u; j < K; j++) {
+        let num = t + pad - i32(j);
+        if (num < 0 || num % stride != 0) {
+            continue;
+        }
+        let s = num / stride;
+        if (s >= t_in) {
+            continue;
+        }
+        if (DEPTHWISE) {
+            var v = x[o * u32(t_in) + u32(s)];
+            if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
+            acc += v * w[o * K + j];
+        } else {
+            for (var i = 0u; i < c_in; i++) {
+                var v = x[i * u32(t_in) + u32(s)];
+                if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
+                acc += v * w[(i * c_out + o) * K + j];
+            }
+        }
+    }
+    var v = acc + bias[o];
+    let index = o * cols + col;
+    if (RESIDUAL) {
+        v += r[index];
+    }
+    y[index] = v;
+}
