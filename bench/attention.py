@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,7 +42,8 @@ MODELS = {
     "4b": dict(heads=8, kv=4, d=256, window=1024, layers=34),
 }
 SWA_PATTERN = 6
-TARGET_PASS_S = 0.01  # GPU time per timed pass
+TARGET_PASS_S = 0.02  # GPU time per timed pass
+ROUNDS = 3  # timed passes per variant, interleaved with the other variants'; the fastest counts
 # (threads, keys per chunk, splits, fewest keys per part)
 SWEEP = [(t, k, s, 64) for t in (128, 256) for k in (8, 16) for s in (1, 2, 4, 8)]
 SWEEP += [(256, 16, 8, 32), (256, 16, 4, 128)]
@@ -81,11 +81,16 @@ class Timer:
         dev.queue.read_buffer(self.ex.step_tensor.buffer, 0, 4)  # waits for the submission
         return time.perf_counter() - start
 
-    def us(self, program: Program, n_tokens: int) -> float:
-        """Microseconds per replay of program (median of 3 passes)."""
+    def reps(self, program: Program, n_tokens: int) -> int:
+        """Replays of program that make a pass of about TARGET_PASS_S (after a warm-up pass of as long)."""
         once = self._pass(program, 1, n_tokens)
-        reps = max(1, min(200, math.ceil(TARGET_PASS_S / max(once, 1e-6))))
-        return statistics.median(self._pass(program, reps, n_tokens) for _ in range(3)) / reps * 1e6
+        reps = max(1, min(500, math.ceil(TARGET_PASS_S / max(once, 1e-6))))
+        self._pass(program, reps, n_tokens)
+        return reps
+
+    def us(self, program: Program, n_tokens: int, reps: int) -> float:
+        """Microseconds per replay of program in one pass of reps replays."""
+        return self._pass(program, reps, n_tokens) / reps * 1e6
 
 
 def make_case(ex: Executor, rng: np.random.Generator, m: dict, start: int, n: int, page_tokens: int = 128):
@@ -120,20 +125,28 @@ def run_case(ex: Executor, timer: Timer, model: str, m: dict, start: int, n: int
                                    kv_heads=m["kv"], threads=threads, keys=min(keys, default.keys), splits=splits)
             config = PromptConfig(config.reduce, config.threads, config.keys, config.splits, min_part)
             variants[f"new wg{threads} kc{config.keys} s{splits} p{min_part}"] = config
-    results, reference = [], None
-    kind = f"window {window}" if window else "global"
+    # every program built (compiled) and checked first, then timed in interleaved rounds: compiling between
+    # timings lets the GPU's clocks drop, which made the same variant read up to 2x apart in one run
+    programs, diffs, reference = {}, {}, None
     for name, config in variants.items():
         b = ProgramBuilder(ex, name)
         if config is None:
             transformer.attention(b, q, pool, 0, rows, out, **kw)
         else:
             attention_prompt(b, q, pool, 0, rows, out, config=config, **kw)
-        program = b.build()
-        got, = ex.run(program, StepParams(n), read=[out])
-        if reference is None:
-            reference = got
-        diff = float(np.abs(got - reference).max())
-        us = timer.us(program, n)
+        programs[name] = b.build()
+        got, = ex.run(programs[name], StepParams(n), read=[out])
+        reference = got if reference is None else reference
+        diffs[name] = float(np.abs(got - reference).max())
+    reps = {name: timer.reps(program, n) for name, program in programs.items()}  # also warms the GPU up
+    times = {name: [] for name in programs}
+    for _ in range(ROUNDS):
+        for name, program in programs.items():
+            times[name].append(timer.us(program, n, reps[name]))
+    results = []
+    kind = f"window {window}" if window else "global"
+    for name, config in variants.items():
+        us, diff, program = min(times[name]), diffs[name], programs[name]
         base = results[0]["us"] if results else us
         results.append(dict(model=model, start=start, tokens=n, window=window, variant=name,
                             config=None if config is None else config.__dict__, us=us, speedup=base / us,
