@@ -10,6 +10,7 @@ from server.schemas.common import (
     Bias,
     ChoiceCount,
     FinishReason,
+    KeepAlive,
     MinP,
     OpenAIRequest,
     Penalty,
@@ -149,6 +150,7 @@ class ChatCompletionRequest(SamplingRequest):
     top_k: TopK = 0
     min_p: MinP = 0.0
     repetition_penalty: RepetitionPenalty = 1.0
+    keep_alive: KeepAlive = None
 
     @field_validator("top_logprobs", mode="after")
     @classmethod

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from config.settings import parse_keep_alive
 
 from models.sampler import SamplingParams
 
@@ -17,6 +19,17 @@ TopLogprobs = Annotated[int, Field(ge=0, le=20)]
 ChoiceCount = Annotated[int, Field(ge=1, le=128)]
 TokenCount = Annotated[int, Field(ge=1)]
 Bias = Annotated[float, Field(ge=-100.0, le=100.0)]
+
+
+def _keep_alive(value: str | float | None) -> str | float | None:
+    parse_keep_alive(value)  # a ValueError becomes a 400 naming keep_alive
+    return value
+
+
+# Ollama's keep_alive, a Hearth extension of every model endpoint: how long the model stays loaded once idle.
+KeepAlive = Annotated[str | float | None, AfterValidator(_keep_alive),
+                      Field(description="how long the model stays loaded once idle, as Ollama: '5m', '1h', seconds, "
+                            "0 to unload after this request, -1 for ever; unset: the last request's or the server's")]
 
 
 class OpenAIRequest(BaseModel):

@@ -10,6 +10,7 @@ from server.schemas.common import (
     Bias,
     ChoiceCount,
     FinishReason,
+    KeepAlive,
     MinP,
     Penalty,
     RepetitionPenalty,
@@ -52,6 +53,7 @@ class CompletionRequest(SamplingRequest):
     top_k: TopK = 0
     min_p: MinP = 0.0
     repetition_penalty: RepetitionPenalty = 1.0
+    keep_alive: KeepAlive = None
 
     @field_validator("prompt", mode="after")
     @classmethod

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
-from server.schemas.common import OpenAIRequest
+from server.schemas.common import KeepAlive, OpenAIRequest
 
 EmbeddingInput = str | list[str] | list[int] | list[list[int]]
 MAX_INPUTS = 2048  # OpenAI's limit of inputs per request
@@ -26,6 +26,7 @@ class EmbeddingRequest(OpenAIRequest):
     user: str | None = None
     # Hearth's extension.
     truncate: bool = Field(False, description="cut inputs longer than the model's limit instead of a 400")
+    keep_alive: KeepAlive = None
 
     @field_validator("input", mode="after")
     @classmethod

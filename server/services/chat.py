@@ -52,7 +52,7 @@ class ChatService:
 
     async def create(self, request: ChatCompletionRequest, http: Request) -> ChatCompletion | AsyncIterator[dict]:
         """The whole completion, or (with stream) an iterator of chunk payloads for the SSE helper."""
-        entry, worker = await self.manager.worker_for(request.model)
+        entry, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
         prompt_ids = await asyncio.to_thread(self._prompt_ids, worker, request)

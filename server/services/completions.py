@@ -56,7 +56,7 @@ class CompletionService:
 
     async def create(self, request: CompletionRequest, http: Request) -> Completion | AsyncIterator[dict]:
         """The whole completion, or (with stream) an iterator of chunk payloads for the SSE helper."""
-        entry, worker = await self.manager.worker_for(request.model)
+        entry, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
         prompts = request.prompts()

@@ -58,7 +58,7 @@ class EmbeddingService:
         self.settings = settings
 
     async def create(self, request: EmbeddingRequest) -> EmbeddingResponse:
-        entry, worker = await self.manager.worker_for(request.model, kind="embedding")
+        entry, worker = await self.manager.worker_for(request.model, kind="embedding", keep_alive=request.keep_alive)
         model = worker.model
         dimensions = request.dimensions or model.dimensions
         if dimensions != model.dimensions:
