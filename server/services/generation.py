@@ -107,7 +107,11 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await work, cancelling it if the client disconnects first (then ClientGone)."""
     task = asyncio.ensure_future(work)
     while True:
-        done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+        except asyncio.CancelledError:  # the request itself was cancelled (a timeout, shutdown): so is the work
+            task.cancel()
+            raise
         if done:
             return task.result()
         if await request.is_disconnected():
