@@ -5,6 +5,7 @@
 #   make test    the whole pytest suite (heavy tests included, as in CI)
 #   make bench   Hearth vs llama-cpp-python on the shipped GGUF, and vs sentence-transformers on the
 #                shipped embedding model (installs both peers first)
+#                and Kokoro vs onnxruntime on the same ONNX file (bench/speech.py)
 # Extra arguments: SERVE_ARGS, PYTEST_ARGS, BENCH_ARGS, e.g. `make test PYTEST_ARGS="-m 'not heavy'"`.
 
 PY := .venv/bin/python
@@ -12,6 +13,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 EMBEDDINGS_BENCH_ARGS ?=
+SPEECH_BENCH_ARGS ?=
 
 .PHONY: setup serve test bench
 
@@ -33,3 +35,4 @@ bench: setup
 	HEARTH_EXTRAS=test,models,bench bash scripts/setup.sh
 	$(PY) bench/text.py $(BENCH_ARGS)
 	$(PY) bench/embeddings.py $(EMBEDDINGS_BENCH_ARGS)
+	$(PY) bench/speech.py $(SPEECH_BENCH_ARGS)
