@@ -44,9 +44,9 @@ MODELS = {
 SWA_PATTERN = 6
 TARGET_PASS_S = 0.02  # GPU time per timed pass
 ROUNDS = 3  # timed passes per variant, interleaved with the other variants'; the fastest counts
-# (threads, keys per chunk, splits, fewest keys per part)
-SWEEP = [(t, k, s, 64) for t in (128, 256) for k in (8, 16) for s in (1, 2, 4, 8)]
-SWEEP += [(256, 16, 8, 32), (256, 16, 4, 128)]
+# (subgroup row sums, two rows per thread, threads, keys per chunk, splits)
+SWEEP = [(True, p, t, k, s) for p in (False, True) for t in (128, 256) for k in (8, 16) for s in (1, 2, 4, 8)]
+SWEEP += [(False, False, 128, 8, 4), (False, True, 128, 8, 4)]
 
 
 class Timer:
@@ -120,11 +120,18 @@ def run_case(ex: Executor, timer: Timer, model: str, m: dict, start: int, n: int
     default = prompt_config(ex.device, head_dim=m["d"], kv_f16=True, t_max=n, heads=m["heads"], kv_heads=m["kv"])
     variants: dict[str, PromptConfig | None] = {"old attention.wgsl": None, "new default": default}
     if sweep:
-        for threads, keys, splits, min_part in SWEEP:
-            config = prompt_config(ex.device, head_dim=m["d"], kv_f16=True, t_max=n, heads=m["heads"],
-                                   kv_heads=m["kv"], threads=threads, keys=min(keys, default.keys), splits=splits)
-            config = PromptConfig(config.reduce, config.threads, config.keys, config.splits, min_part)
-            variants[f"new wg{threads} kc{config.keys} s{splits} p{min_part}"] = config
+        for subgroups, pairs, threads, keys, splits in SWEEP:
+            if subgroups and not ex.device.has("subgroup"):
+                continue
+            try:
+                config = prompt_config(ex.device, head_dim=m["d"], kv_f16=True, t_max=n, heads=m["heads"],
+                                       kv_heads=m["kv"], threads=threads, keys=keys, splits=splits,
+                                       subgroups=subgroups, pairs=pairs)
+            except ValueError as e:  # subgroups too small for the row, or keys past workgroup memory
+                print(f"skipped: {e}")
+                continue
+            name = f"new {config.reduce[:2]}{' pairs' if pairs else ''} wg{threads} kc{config.keys} s{splits}"
+            variants[name] = config
     # every program built (compiled) and checked first, then timed in interleaved rounds: compiling between
     # timings lets the GPU's clocks drop, which made the same variant read up to 2x apart in one run
     programs, diffs, reference = {}, {}, None
@@ -151,7 +158,7 @@ def run_case(ex: Executor, timer: Timer, model: str, m: dict, start: int, n: int
         results.append(dict(model=model, start=start, tokens=n, window=window, variant=name,
                             config=None if config is None else config.__dict__, us=us, speedup=base / us,
                             max_diff=diff, dispatches=len(program.dispatches)))
-        print(f"{model:5s} pos {start:5d} +{n:<5d} {kind:12s} {name:30s} {us:10.1f} us  x{base / us:6.2f}"
+        print(f"{model:5s} pos {start:5d} +{n:<5d} {kind:12s} {name:32s} {us:10.1f} us  x{base / us:6.2f}"
               f"  max|diff| {diff:.2e}", flush=True)
     return results
 
@@ -188,7 +195,8 @@ def main() -> None:
     ex = Executor(default_device())
     timer = Timer(ex)
     print(f"device: {ex.device.name} ({ex.device.backend}); features {sorted(ex.device.features)}; "
-          f"adapter {dict(ex.device.adapter.info)}", flush=True)
+          f"adapter {dict(ex.device.adapter.info)}; default variant at 512 tokens of 270m: "
+          f"{prompt_config(ex.device, head_dim=256, kv_f16=True, t_max=512, heads=4, kv_heads=1)}", flush=True)
     rng = np.random.default_rng(0)
     results = []
     cases = [(0, args.tokens), (0, args.ctx), (args.ctx - args.tokens, args.tokens)]

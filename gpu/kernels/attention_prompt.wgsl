@@ -35,12 +35,14 @@ override WG: u32 = 256u;        // threads per workgroup
 override KC: u32 = 16u;         // keys per chunk in workgroup memory (a multiple of 4)
 override SPLITS: u32 = 1u;      // most parts a block's keys are cut into
 override MIN_PART: u32 = 64u;   // fewest keys per part (a shorter range gets fewer parts)
+override PAIRS: bool = false;   // each thread holds 16 dims of two rows (not 32 of one): half the tile reads
 override T_MAX: u32 = 512u;     // token rows of the program (sizes the scratch when SPLITS > 1)
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
 override MAX_PAGES: u32 = 64u;     // page-table entries per sequence
 
-const TPR: u32 = D / 32u;                       // threads per query row
-const R: u32 = WG / TPR;                        // query rows per workgroup
+const RT: u32 = select(1u, 2u, PAIRS);          // query rows per thread
+const TPR: u32 = D * RT / 32u;                  // threads per query row (32 / RT dims each)
+const R: u32 = WG / TPR * RT;                   // query rows per workgroup
 const GROUP: u32 = HEADS / KV_HEADS;            // query heads per kv head
 const VEC: u32 = D / 4u;                        // vec4 per head row (q, out, f32 tiles)
 const WV: u32 = select(D / 4u, D / 8u, KV_F16); // vec4<u32> words per head row of the cache
@@ -108,10 +110,52 @@ fn key_dot(b: u32, q0: vec4<f32>, q1: vec4<f32>, q2: vec4<f32>, q3: vec4<f32>, q
     return d.x + d.y + d.z + d.w;
 }
 
+// The same for two rows (PAIRS): row A's q in q0..q3 and row B's in q4..q7 over the same 16 dims.
+fn key_dot2(b: u32, q0: vec4<f32>, q1: vec4<f32>, q2: vec4<f32>, q3: vec4<f32>, q4: vec4<f32>, q5: vec4<f32>,
+            q6: vec4<f32>, q7: vec4<f32>) -> vec2<f32> {
+    let k0 = k_tile[b];
+    let k1 = k_tile[b + TPR];
+    let k2 = k_tile[b + 2u * TPR];
+    let k3 = k_tile[b + 3u * TPR];
+    let da = q0 * k0 + q1 * k1 + q2 * k2 + q3 * k3;
+    let db = q4 * k0 + q5 * k1 + q6 * k2 + q7 * k3;
+    return vec2<f32>(da.x + da.y + da.z + da.w, db.x + db.y + db.z + db.w);
+}
+
 // sum_u w[u] v_tile[b + u VEC]: one vec4 of four consecutive keys' values, weighted (no dynamic indexing
 // of w, which could put it in local memory).
 fn values4(b: u32, w: vec4<f32>) -> vec4<f32> {
     return w.x * v_tile[b] + w.y * v_tile[b + VEC] + w.z * v_tile[b + 2u * VEC] + w.w * v_tile[b + 3u * VEC];
+}
+
+// values4 for two rows' weights over the same values, each value read once: columns (row A, row B).
+fn values4x2(b: u32, wa: vec4<f32>, wb: vec4<f32>) -> mat2x4<f32> {
+    let v0 = v_tile[b];
+    let v1 = v_tile[b + VEC];
+    let v2 = v_tile[b + 2u * VEC];
+    let v3 = v_tile[b + 3u * VEC];
+    return mat2x4<f32>(wa.x * v0 + wa.y * v1 + wa.z * v2 + wa.w * v3, wb.x * v0 + wb.y * v1 + wb.z * v2 + wb.w * v3);
+}
+
+// A thread's query row: whether it is one of the step's, its output row, position and first key.
+struct Row {
+    live: bool,
+    out_row: u32,
+    p: u32,
+    lo: u32,
+}
+
+fn row_info(qr: u32, n_rows: u32, g: u32) -> Row {
+    let r = min(qr, n_rows - 1u);
+    let t = r / GROUP;
+    let p = rows[t].x;
+    return Row(qr < n_rows, t * HEADS + g * GROUP + r % GROUP, p, first_key(p));
+}
+
+// Scores s of keys `key` (four) of a row, masked to its range and the part's end (-big where masked).
+fn masked(s: vec4<f32>, key: vec4<u32>, in_run: bool, row: Row, k_end: u32) -> vec4<f32> {
+    let valid = vec4<bool>(in_run) & (key >= vec4<u32>(row.lo)) & (key <= vec4<u32>(row.p)) & (key < vec4<u32>(k_end));
+    return select(vec4<f32>(NEG_BIG), s, valid);
 }
 
 fn prompt_main(group: u32, me: u32) {
@@ -125,24 +169,23 @@ fn prompt_main(group: u32, me: u32) {
     }
     let row_end = min(row0 + R, n_rows);
     let slice = me % TPR;
-    let qr = row0 + me / TPR;
-    let live = qr < n_rows;
-    let t = min(qr, n_rows - 1u) / GROUP;
-    let out_row = t * HEADS + g * GROUP + min(qr, n_rows - 1u) % GROUP;
-    let my_p = rows[t].x;
-    let my_lo = first_key(my_p);
+    let qr = row0 + RT * (me / TPR);
+    let ra = row_info(qr, n_rows, g);       // the thread's row (row A with PAIRS)
+    let rb = row_info(qr + 1u, n_rows, g);  // row B with PAIRS
 
-    // q (prescaled) and the accumulator: dims of vec4 slice + TPR i
+    // q (prescaled) and the accumulator: dims of vec4 slice + TPR i; with PAIRS, q0..q3 and a0..a3 are
+    // row A's dims slice + TPR i (i < 4), q4..q7 and a4..a7 row B's same dims
     let qs = SCALE * LOG2E;
-    let qb = out_row * VEC + slice;
+    let qb = ra.out_row * VEC + slice;
+    let qb2 = select(qb + 4u * TPR, rb.out_row * VEC + slice, PAIRS);
     let q0 = q[qb] * qs;
     let q1 = q[qb + TPR] * qs;
     let q2 = q[qb + 2u * TPR] * qs;
     let q3 = q[qb + 3u * TPR] * qs;
-    let q4 = q[qb + 4u * TPR] * qs;
-    let q5 = q[qb + 5u * TPR] * qs;
-    let q6 = q[qb + 6u * TPR] * qs;
-    let q7 = q[qb + 7u * TPR] * qs;
+    let q4 = q[qb2] * qs;
+    let q5 = q[qb2 + TPR] * qs;
+    let q6 = q[qb2 + 2u * TPR] * qs;
+    let q7 = q[qb2 + 3u * TPR] * qs;
     var a0 = vec4<f32>();
     var a1 = vec4<f32>();
     var a2 = vec4<f32>();
@@ -153,6 +196,8 @@ fn prompt_main(group: u32, me: u32) {
     var a7 = vec4<f32>();
     var m = NEG_BIG;   // running max of the row's scores (log2 units)
     var l = 0.0;       // running sum of 2^(score - m)
+    var mb = NEG_BIG;  // the same for row B (PAIRS)
+    var lb = 0.0;
 
     let t_stop = (row_end - 1u) / GROUP + 1u;   // one past the block's last token
     var run_first = row0;
@@ -175,7 +220,8 @@ fn prompt_main(group: u32, me: u32) {
             t_next += 1u;
         }
         let run_end = min(t_next * GROUP, row_end);
-        let in_run = live && qr >= run_first && qr < run_end;
+        let in_run = ra.live && qr >= run_first && qr < run_end;
+        let in_run_b = PAIRS && rb.live && qr + 1u >= run_first && qr + 1u < run_end;
         let span = hi - lo;
         let parts = min(SPLITS, (span + MIN_PART - 1u) / MIN_PART);
         let per_part = (span + parts - 1u) / parts;
@@ -227,17 +273,59 @@ fn prompt_main(group: u32, me: u32) {
 
                 let n_keys = min(KC, k_end - chunk);
                 for (var j = 0u; j < n_keys; j += 4u) {
-                    // this thread's part of the four keys' scores
                     let b = j * VEC + slice;
+                    let key = vec4<u32>(chunk + j) + vec4<u32>(0u, 1u, 2u, 3u);
+                    if (PAIRS) {
+                        let d0 = key_dot2(b, q0, q1, q2, q3, q4, q5, q6, q7);
+                        let d1 = key_dot2(b + VEC, q0, q1, q2, q3, q4, q5, q6, q7);
+                        let d2 = key_dot2(b + 2u * VEC, q0, q1, q2, q3, q4, q5, q6, q7);
+                        let d3 = key_dot2(b + 3u * VEC, q0, q1, q2, q3, q4, q5, q6, q7);
+                        let sa = masked(row_sum4(vec4<f32>(d0.x, d1.x, d2.x, d3.x)), key, in_run, ra, k_end);
+                        let sb = masked(row_sum4(vec4<f32>(d0.y, d1.y, d2.y, d3.y)), key, in_run_b, rb, k_end);
+                        let ma = max(max(sa.x, sa.y), max(sa.z, sa.w));
+                        if (ma > m) {
+                            let c = exp2(m - ma);
+                            l *= c;
+                            a0 *= c;
+                            a1 *= c;
+                            a2 *= c;
+                            a3 *= c;
+                            m = ma;
+                        }
+                        let mbq = max(max(sb.x, sb.y), max(sb.z, sb.w));
+                        if (mbq > mb) {
+                            let c = exp2(mb - mbq);
+                            lb *= c;
+                            a4 *= c;
+                            a5 *= c;
+                            a6 *= c;
+                            a7 *= c;
+                            mb = mbq;
+                        }
+                        let wa = select(vec4<f32>(), exp2(sa - vec4<f32>(m)), sa > vec4<f32>(NEG_BIG));
+                        let wb = select(vec4<f32>(), exp2(sb - vec4<f32>(mb)), sb > vec4<f32>(NEG_BIG));
+                        l += wa.x + wa.y + wa.z + wa.w;
+                        lb += wb.x + wb.y + wb.z + wb.w;
+                        let p0 = values4x2(b, wa, wb);
+                        let p1 = values4x2(b + TPR, wa, wb);
+                        let p2 = values4x2(b + 2u * TPR, wa, wb);
+                        let p3 = values4x2(b + 3u * TPR, wa, wb);
+                        a0 += p0[0];
+                        a1 += p1[0];
+                        a2 += p2[0];
+                        a3 += p3[0];
+                        a4 += p0[1];
+                        a5 += p1[1];
+                        a6 += p2[1];
+                        a7 += p3[1];
+                        continue;
+                    }
+                    // this thread's part of the four keys' scores, summed over the row's threads
                     let part_s = vec4<f32>(key_dot(b, q0, q1, q2, q3, q4, q5, q6, q7),
                                            key_dot(b + VEC, q0, q1, q2, q3, q4, q5, q6, q7),
                                            key_dot(b + 2u * VEC, q0, q1, q2, q3, q4, q5, q6, q7),
                                            key_dot(b + 3u * VEC, q0, q1, q2, q3, q4, q5, q6, q7));
-                    let s = row_sum4(part_s);   // the four scores (log2 units), in every thread of the row
-                    let key = vec4<u32>(chunk + j) + vec4<u32>(0u, 1u, 2u, 3u);
-                    let valid = vec4<bool>(in_run) & (key >= vec4<u32>(my_lo)) & (key <= vec4<u32>(my_p))
-                        & (key < vec4<u32>(k_end));
-                    let sc = select(vec4<f32>(NEG_BIG), s, valid);
+                    let sc = masked(row_sum4(part_s), key, in_run, ra, k_end);
                     let mq = max(max(sc.x, sc.y), max(sc.z, sc.w));
                     if (mq > m) {
                         let c = exp2(m - mq);
@@ -252,7 +340,7 @@ fn prompt_main(group: u32, me: u32) {
                         a7 *= c;
                         m = mq;
                     }
-                    let w = select(vec4<f32>(), exp2(sc - vec4<f32>(m)), valid);
+                    let w = select(vec4<f32>(), exp2(sc - vec4<f32>(m)), sc > vec4<f32>(NEG_BIG));
                     l += w.x + w.y + w.z + w.w;
                     a0 += values4(b, w);
                     a1 += values4(b + TPR, w);
@@ -268,29 +356,38 @@ fn prompt_main(group: u32, me: u32) {
         run_first = run_end;
     }
 
-    if (!live) {
+    if (PAIRS) {
+        store_row(ra, part, slice, m, l, a0, a1, a2, a3);
+        store_row(rb, part, slice, mb, lb, a4, a5, a6, a7);
+    } else {
+        store_row(ra, part, slice, m, l, a0, a1, a2, a3);
+        store_row(ra, part, slice + 4u * TPR, m, l, a4, a5, a6, a7);
+    }
+}
+
+// Store four vec4 of a row's accumulator (dims of vec4 c + TPR i, i < 4): normalised into out, or with
+// SPLITS > 1 the part's raw sums and (max, sum) into the scratch (only its sum if it had no keys).
+fn store_row(row: Row, part: u32, c: u32, m: f32, l: f32, a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>,
+             a3: vec4<f32>) {
+    if (!row.live) {
         return;
     }
-    var dst = out_row * VEC + slice;
+    var dst = row.out_row * VEC + c;
     var inv = 1.0;
     if (SPLITS == 1u) {
         inv = 1.0 / l;
     } else {
-        let prow = out_row * SPLITS + part;
-        if (slice == 0u) {
+        let prow = row.out_row * SPLITS + part;
+        if (c == 0u) {
             out[ML_BASE + prow] = vec4<f32>(m, l, 0.0, 0.0);
         }
         if (l == 0.0) {
             return;   // an unused part: the combine reads only its sum
         }
-        dst = prow * VEC + slice;
+        dst = prow * VEC + c;
     }
     out[dst] = a0 * inv;
     out[dst + TPR] = a1 * inv;
     out[dst + 2u * TPR] = a2 * inv;
     out[dst + 3u * TPR] = a3 * inv;
-    out[dst + 4u * TPR] = a4 * inv;
-    out[dst + 5u * TPR] = a5 * inv;
-    out[dst + 6u * TPR] = a6 * inv;
-    out[dst + 7u * TPR] = a7 * inv;
 }

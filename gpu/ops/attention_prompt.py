@@ -37,6 +37,7 @@ MAX_SPLITS = 8
 MIN_PART = 64  # fewest keys per part: shorter ranges get fewer parts (each part writes D + 4 floats a row)
 MAX_LOADS_PER_THREAD = 4  # the kernel's named prefetch registers (vec4 of K and of V each)
 COMBINE_THREADS = 256
+GPU_PAIRS = False
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,15 @@ class PromptConfig:
     keys: int  # KC: keys per chunk, a multiple of 4
     splits: int  # SPLITS: most parts a block's keys are cut into
     min_part: int = MIN_PART
+    pairs: bool = False  # PAIRS: each thread holds 16 dims of two rows instead of 32 of one
+
+    def row_threads(self, head_dim: int) -> int:
+        """Threads per query row (TPR)."""
+        return head_dim * (2 if self.pairs else 1) // DIMS_PER_THREAD
 
     def rows(self, head_dim: int) -> int:
         """Query rows per workgroup."""
-        return self.threads // (head_dim // DIMS_PER_THREAD)
+        return self.threads // self.row_threads(head_dim) * (2 if self.pairs else 1)
 
 
 def supports(head_dim: int, heads: int, kv_heads: int) -> bool:
@@ -59,16 +65,23 @@ def supports(head_dim: int, heads: int, kv_heads: int) -> bool:
     return head_dim in HEAD_DIMS and heads % kv_heads == 0
 
 
+# Subgroup sizes by PCI vendor: NVIDIA's are always 32; AMD's 32 or 64; Apple's 32. wgpu reports a
+# minimum of 4 for all of them (seen on an H100), so the vendor is a better guide where it is known.
+_VENDOR_MIN_SUBGROUP = {0x10DE: 32, 0x1002: 32, 0x106B: 32}
+
+
 def _min_subgroup(device: Device) -> int:
     """The adapter's smallest subgroup size (0 when it does not say)."""
     info = device.adapter.info
+    if info.get("vendor_id") in _VENDOR_MIN_SUBGROUP:
+        return _VENDOR_MIN_SUBGROUP[info["vendor_id"]]
     # wgpu-py 0.32 spells the key "stackgroup_min_size"; later versions may fix it
     return int(info.get("subgroup_min_size", info.get("stackgroup_min_size", 0)) or 0)
 
 
-def choose_reduce(device: Device, head_dim: int, subgroups: bool | None = None) -> str:
-    """Subgroup shuffles where the adapter has them and its subgroups hold a row's D / 32 threads."""
-    tpr = head_dim // DIMS_PER_THREAD
+def choose_reduce(device: Device, head_dim: int, subgroups: bool | None = None, pairs: bool = False) -> str:
+    """Subgroup shuffles where the adapter has them and its subgroups hold a row's threads."""
+    tpr = head_dim * (2 if pairs else 1) // DIMS_PER_THREAD
     if subgroups is None:
         subgroups = device.has("subgroup") and _min_subgroup(device) >= tpr
     elif subgroups and _min_subgroup(device) < tpr:
@@ -79,11 +92,13 @@ def choose_reduce(device: Device, head_dim: int, subgroups: bool | None = None) 
 def prompt_config(
     device: Device, *, head_dim: int, kv_f16: bool, t_max: int, heads: int, kv_heads: int,
     threads: int | None = None, keys: int | None = None, splits: int | None = None, subgroups: bool | None = None,
+    pairs: bool | None = None,
 ) -> PromptConfig:
-    """The variant for these shapes on this device; any of threads, keys, splits may be forced."""
-    reduce = choose_reduce(device, head_dim, subgroups)
+    """The variant for these shapes on this device; any of threads, keys, splits, pairs may be forced."""
+    pairs = GPU_PAIRS and not device.is_software if pairs is None else pairs
+    reduce = choose_reduce(device, head_dim, subgroups, pairs)
     threads = threads or (SOFTWARE_THREADS if device.is_software else GPU_THREADS)
-    tpr = head_dim // DIMS_PER_THREAD
+    tpr = head_dim * (2 if pairs else 1) // DIMS_PER_THREAD
     if threads % tpr or threads > device.limits.max_invocations:
         raise ValueError(f"{threads} threads cannot hold rows of {tpr} threads on {device.name}")
     words = head_dim // (8 if kv_f16 else 4)  # vec4 words per cache row of one head
@@ -95,10 +110,10 @@ def prompt_config(
     if keys < 4 or keys % 4 or keys > fit:
         raise ValueError(f"{keys} keys per chunk do not fit (at most {fit}) for head_dim {head_dim}")
     if splits is None:
-        rows = threads // tpr
+        rows = threads // tpr * (2 if pairs else 1)
         blocks = math.ceil(t_max * (heads // kv_heads) / rows) * kv_heads
         splits = 1 if device.is_software else max(1, min(MAX_SPLITS, TARGET_GROUPS // blocks))
-    return PromptConfig(reduce, threads, keys, splits)
+    return PromptConfig(reduce, threads, keys, splits, MIN_PART, pairs)
 
 
 def attention_prompt(
@@ -119,7 +134,7 @@ def attention_prompt(
                                kv_heads=kv_heads, subgroups=subgroups)
     constants = {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale,
                  "KV_F16": pool.f16, "WG": config.threads, "KC": config.keys, "SPLITS": config.splits,
-                 "MIN_PART": config.min_part, "T_MAX": t_max, "REDUCE": config.reduce,
+                 "MIN_PART": config.min_part, "PAIRS": config.pairs, "T_MAX": t_max, "REDUCE": config.reduce,
                  "PAGE_TOKENS": pool.page_tokens, "MAX_PAGES": pool.max_pages}
     blocks = math.ceil(t_max * (heads // kv_heads) / config.rows(head_dim)) * kv_heads
     cache = [pool.keys[layer], pool.values[layer]]

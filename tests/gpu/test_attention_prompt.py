@@ -138,3 +138,15 @@ def test_prompt_attention_default_config_and_fallback(ex: Executor) -> None:
     _check(ex, kv_f16=True, heads=4, kv_heads=1, d=256, window=16, segments=[(0, 30)], t_max=32)
     assert not supports(80, 4, 1) and supports(256, 8, 4)
     _check(ex, kv_f16=True, heads=2, kv_heads=1, d=80, window=0, segments=[(5, 6)], t_max=8)
+
+
+@pytest.mark.parametrize("kv_f16,d,heads,kv_heads,window,splits", [
+    (True, 256, 4, 1, 0, 1), (False, 256, 8, 4, 20, 3), (True, 64, 3, 3, 7, 1), (True, 512, 4, 1, 0, 2),
+])
+def test_prompt_attention_pairs(ex: Executor, kv_f16: bool, d: int, heads: int, kv_heads: int, window: int,
+                                splits: int) -> None:
+    """Two rows per thread (PAIRS): heads of one token, or (one head per kv head) two tokens a thread."""
+    base = prompt_config(ex.device, head_dim=d, kv_f16=kv_f16, t_max=40, heads=heads, kv_heads=kv_heads, pairs=True)
+    config = PromptConfig(base.reduce, base.threads, base.keys, splits, min_part=8, pairs=True)
+    _check(ex, kv_f16=kv_f16, heads=heads, kv_heads=kv_heads, d=d, window=window, segments=SEGMENTS, t_max=40,
+           config=config)
