@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 
 from config.settings import parse_keep_alive
 
@@ -27,7 +27,7 @@ def _keep_alive(value: str | float | None) -> str | float | None:
 
 
 # Ollama's keep_alive, a Hearth extension of every model endpoint: how long the model stays loaded once idle.
-KeepAlive = Annotated[str | float | None, AfterValidator(_keep_alive),
+KeepAlive = Annotated[StrictStr | StrictInt | StrictFloat | None, AfterValidator(_keep_alive),  # not true/false
                       Field(description="how long the model stays loaded once idle, as Ollama: '5m', '1h', seconds, "
                             "0 to unload after this request, -1 for ever; unset: the last request's or the server's")]
 

@@ -87,7 +87,8 @@ def test_queue_depth_and_model_state_are_read_at_scrape_time(server: ThreadServe
     # max_batch is 1: a second stream waits in the queue while the first runs.
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json={**CHAT, "max_tokens": 200, "stream": True},
                       timeout=30) as first:
-        next(first.iter_lines())
+        lines = first.iter_lines()  # kept: a dropped iterator closes the response, and the server sees a disconnect
+        next(lines)
         with httpx.stream("POST", f"{server.url}/v1/chat/completions",
                           json={**CHAT, "max_tokens": 200, "stream": True}, timeout=30) as second:
             assert second.status_code == 200
