@@ -198,8 +198,9 @@ class WhisperNet:
             linear(b, w.qkv, h, qkv, n)
             ops.bias_add(b, qkv, w.qkv_b)
             a = b.activation(f"attn{i}", (n, d))
-            ops.attention(b, qkv, qkv, qkv, self._enc_spans, a, heads=c.n_audio_heads, kv_heads=c.n_audio_heads,
-                          head_dim=d // c.n_audio_heads, scale=scale, offsets=(0, d, 2 * d))
+            b.dispatch("whisper_encoder_attention", {"N": n, "HEADS": c.n_audio_heads, "D": d // c.n_audio_heads,
+                                                      "SCALE": scale}, [b.step, qkv, a],
+                       workgroup_grid(-(-n * c.n_audio_heads // 64)))
             o = b.activation(f"o{i}", (n, d))
             linear(b, w.o, a, o, n)
             _residual(b, x, o, w.o_b)
