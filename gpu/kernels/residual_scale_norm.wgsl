@@ -1,0 +1,54 @@
+// residual_scale_norm: the end of a Gemma 4 block and the next pre-norm in one pass per token row:
+//   x[t] = (x[t] + y[t] / rms(y[t]) * w_post) * scale[0]     (rms(v) = sqrt(mean(v^2) + EPS))
+//   h[t] = x[t] / rms(x[t]) * w_next
+// residual_norm.wgsl with the block's output scale (HF's layer_scalar, GGUF layer_output_scale): read from
+// a one-value tensor, so every layer shares one pipeline. GATHER: only the rows that reach the output head,
+// h[r] from token row out_rows[r] for r < step.n_out (x's other rows are left stale; use it after the last
+// block only). Without GATHER, out_rows is bound but not read.
+// Work split: one workgroup of WG invocations per row, each a strided slice of it, reading back the x values
+// it wrote itself; sums of squares through common/row_sum_${REDUCE}.wgsl ("subgroup" or "workgroup").
+#include "common/step.wgsl"
+#include "common/row_sum_${REDUCE}.wgsl"
+
+override D: u32 = 1536u;         // values per row (model width)
+override EPS: f32 = 1e-6;        // added to the mean squares
+override GATHER: bool = false;
+override WG: u32 = 64u;          // invocations per row (a power of two)
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> y: array<f32>;          // [T_MAX, D] block output
+@group(0) @binding(2) var<storage, read> w_post: array<f32>;     // [D] its post-norm weight
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;    // [T_MAX, D] residual stream
+@group(0) @binding(4) var<storage, read> scale: array<f32>;      // [1] the block's output scale
+@group(0) @binding(5) var<storage, read> w_next: array<f32>;     // [D] the next pre-norm weight
+@group(0) @binding(6) var<storage, read_write> h: array<f32>;    // [T_MAX, D], or [R_MAX, D] when GATHER
+@group(0) @binding(7) var<storage, read> out_rows: array<u32>;   // [R_MAX] token rows of the output head
+
+fn row_main(row: u32, lid: u32) {
+    var in_row = row;   // uniform across the workgroup
+    if (GATHER) {
+        if (row >= step.n_out) { return; }
+        in_row = out_rows[row];
+    } else if (row >= step.n_tokens) {
+        return;
+    }
+    let base = in_row * D;
+    var sum_y = 0.0;
+    for (var i = lid; i < D; i += WG) {
+        let v = y[base + i];
+        sum_y += v * v;
+    }
+    let inv_y = inverseSqrt(row_sum(sum_y) / f32(D) + EPS);
+    let s = scale[0];
+    var sum_x = 0.0;
+    for (var i = lid; i < D; i += WG) {
+        let r = (x[base + i] + y[base + i] * inv_y * w_post[i]) * s;
+        x[base + i] = r;
+        sum_x += r * r;
+    }
+    let inv_x = inverseSqrt(row_sum(sum_x) / f32(D) + EPS);
+    let dst = row * D;
+    for (var i = lid; i < D; i += WG) {
+        h[dst + i] = x[base + i] * inv_x * w_next[i];
+    }
+}

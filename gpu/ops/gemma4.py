@@ -1,0 +1,71 @@
+"""Host side of the kernels Gemma 4 adds to the transformer ones (gpu/ops/transformer.py).
+
+Each function adds one dispatch to a program and names the kernel file it dispatches; T is the
+program's maximum tokens per step, kernels skip rows past the step's n_tokens (or n_out).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpu.program import ProgramBuilder, workgroup_grid
+from gpu.tensor import Tensor
+
+ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
+
+
+def residual_scale_norm(
+    b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, scale: Tensor, next_weight: Tensor, h: Tensor,
+    eps: float, *, out_rows: Tensor | None = None,
+) -> None:
+    """x = (x + rms_norm(y) * post_weight) * scale[0], then h = rms_norm(x) * next_weight, per row
+    (kernels/residual_scale_norm.wgsl). out_rows (u32 [R]): only the step's first n_out rows listed there,
+    into h[0..n_out) (the last block, before the output head)."""
+    d = post_weight.numel
+    threads = 64 if b.device.is_software else 256
+    constants = {"D": d, "EPS": eps, "GATHER": out_rows is not None, "REDUCE": b.device.reduction(), "WG": threads}
+    # without GATHER the out_rows binding is not read: scale stands in
+    tensors = [b.step, y, post_weight, x, scale, next_weight, h, out_rows or scale]
+    b.dispatch("residual_scale_norm", constants, tensors,
+               workgroup_grid(out_rows.numel if out_rows is not None else x.shape[0]))
+
+
+def ple_combine(b: ProgramBuilder, proj: Tensor, norm_weight: Tensor, tok: Tensor, layers: int, eps: float,
+                proj_scale: float) -> None:
+    """In place on tok: per token and layer, (rms_norm(proj * proj_scale) * norm_weight + tok) / sqrt(2)
+    (kernels/ple_combine.wgsl)."""
+    p = norm_weight.numel
+    constants = {"P": p, "LAYERS": layers, "EPS": eps, "PROJ_SCALE": proj_scale, "COMBINE": 2.0 ** -0.5}
+    b.dispatch("ple_combine", constants, [b.step, proj, norm_weight, tok], workgroup_grid(tok.shape[0] * layers))
+
+
+def ple_gelu_mul(b: ProgramBuilder, g: Tensor, pli: Tensor, layer: int, out: Tensor) -> None:
+    """out = gelu_tanh(g) * pli[:, layer * P : (layer + 1) * P] (kernels/ple_gelu_mul.wgsl)."""
+    p = g.shape[1]
+    constants = {"P": p, "STRIDE": pli.shape[1], "OFFSET": layer * p}
+    b.dispatch("ple_gelu_mul", constants, [b.step, g, pli, out],
+               workgroup_grid(math.ceil(g.shape[0] * p / ELEMENTWISE_GROUP)))
+
+
+def softcap(b: ProgramBuilder, logits: Tensor, cap: float) -> None:
+    """In place: logits = cap * tanh(logits / cap) for the step's n_out rows (kernels/softcap.wgsl)."""
+    v = logits.shape[1]
+    b.dispatch("softcap", {"V": v, "CAP": cap}, [b.step, logits],
+               workgroup_grid(math.ceil(logits.shape[0] * v / ELEMENTWISE_GROUP)))
+
+
+def moe_route(b: ProgramBuilder, scores: Tensor, expert_scale: Tensor, weights: Tensor, top_k: int) -> None:
+    """Dense router weights [T, E]: softmax over the experts' scores, the top_k kept and renormalised,
+    times each expert's scale; 0 for the others (kernels/moe_route.wgsl)."""
+    experts = scores.shape[1]
+    b.dispatch("moe_route", {"EXPERTS": experts, "TOP_K": top_k}, [b.step, scores, expert_scale, weights],
+               workgroup_grid(math.ceil(scores.shape[0] / 64)))
+
+
+def moe_gelu_mul(b: ProgramBuilder, gate_up: Tensor, weights: Tensor, act: Tensor) -> None:
+    """act[:, e*I + j] = gelu_tanh(gate_e) * up_e * weights[:, e] for every expert e
+    (kernels/moe_gelu_mul.wgsl); gate_up holds each expert's I gate then I up columns."""
+    experts = weights.shape[1]
+    width = act.shape[1] // experts
+    b.dispatch("moe_gelu_mul", {"I": width, "EXPERTS": experts}, [b.step, gate_up, weights, act],
+               workgroup_grid(math.ceil(act.shape[0] * act.shape[1] / ELEMENTWISE_GROUP)))

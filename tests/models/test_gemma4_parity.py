@@ -1,0 +1,137 @@
+"""Gemma 4 on the GPU against transformers 5.24 (CPU, float32) on tiny random-weight fixtures.
+
+scripts/make_gemma4_fixtures.py builds the fixtures (numpy + gguf, so the GGUFs are written here, into a
+temporary directory, and checked byte for byte against the files the golden logits came from) and
+tests/golden/gemma4/ holds transformers' logits on each fixture's weights as each file stores them
+(dequantised), so quantised files are compared on identical weights: only arithmetic order differs.
+Fixtures: "e2b" (PLE, KV sharing, double-wide MLP, sliding/full head dims, proportional RoPE, softcap) and
+"moe" (attention_k_eq_v, per-layer KV heads, mixture of experts), each F32, Q8_0 and Q4_K, in llama.cpp's
+layout and Ollama's.
+
+Per prompt (5 tokens, and 40: past the 16-token window): the logits after the prompt (one prefill step)
+and after each of 32 greedy tokens decoded one per step with our own argmax. Bounds (issue 8): cosine
+>= 0.9999 in F32 and >= 0.995 in Q8_0 and Q4_K, greedy tokens identical in F32; with an f32 KV cache the
+measured cosines are all above 0.9999999 (f32 sums in another order), so these bounds have a wide margin.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.gemma4 import Gemma4Config
+from models.gguf_file import GGUFFile
+from models.text_model import DecodeRow, TextModel, load_text_model
+from scripts.make_gemma4_fixtures import FIXTURES, file_sha256, write_gguf
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "gemma4"
+MIN_COSINE = {"f32": 0.9999, "q8_0": 0.995, "q4_k": 0.995}  # the issue's acceptance bounds
+
+
+class Fixtures:
+    """The fixture GGUFs, written on first use into one temporary directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.meta = json.loads((GOLDEN / "meta.json").read_text())
+
+    def path(self, fixture: str, dtype: str, layout: str = "llamacpp") -> Path:
+        path = self.root / f"gemma4_{fixture}_{dtype}_{layout}.gguf"
+        if not path.exists():
+            write_gguf(FIXTURES[fixture], path, dtype, layout)
+            if layout == "llamacpp":  # the file the golden logits were computed on, byte for byte
+                expected = self.meta["files"][f"gemma4_{fixture}_{dtype}.gguf"]
+                assert file_sha256(path) == expected, f"{path.name} differs from the golden's file (numpy/gguf?)"
+        return path
+
+
+@pytest.fixture(scope="session")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
+    return Fixtures(tmp_path_factory.mktemp("gemma4"))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return float(a64 @ b64 / np.linalg.norm(a64) / np.linalg.norm(b64))
+
+
+def greedy_run(model: TextModel, ids: list[int], n: int, kv_dtype: str = "f32") -> tuple[list[int], np.ndarray]:
+    """Our greedy tokens (argmax of our own logits) and the logits after the prompt and each token: [n + 1, V]."""
+    session = model.new_session(kv_dtype)
+    try:
+        logits = [session.prefill(ids)]
+        tokens = []
+        for _ in range(n):
+            tokens.append(int(logits[-1].argmax()))
+            logits.append(session.decode(tokens[-1]))
+        return tokens, np.stack(logits)
+    finally:
+        session.close()
+
+
+CASES = [(f, d, "llamacpp") for f in FIXTURES for d in MIN_COSINE] + [("e2b", "q4_k", "ollama"),
+                                                                     ("moe", "q8_0", "ollama")]
+
+
+@pytest.mark.parametrize(("fixture", "dtype", "layout"), CASES, ids=["-".join(c) for c in CASES])
+def test_logits_and_greedy_match_transformers(fixtures: Fixtures, fixture: str, dtype: str, layout: str) -> None:
+    model = load_text_model(str(fixtures.path(fixture, dtype, layout)), context_length=256, max_batch=2)
+    reference = np.load(GOLDEN / f"{fixture}_{dtype}.npz")
+    for i in range(len(FIXTURES[fixture].prompts)):
+        ref_logits, ref_greedy = reference[f"logits_{i}"], reference[f"greedy_{i}"]
+        tokens, logits = greedy_run(model, reference[f"prompt_{i}"].tolist(), len(ref_greedy))
+        if dtype == "f32":
+            assert tokens == ref_greedy.tolist(), f"prompt {i}: greedy tokens differ"
+        # compare logits while the runs agree (a quantised run may part where the reference's top two tie)
+        agree = next((k for k, (a, b) in enumerate(zip(tokens, ref_greedy, strict=True)) if a != b), len(tokens))
+        cosines = [cosine(logits[k], ref_logits[k]) for k in range(agree + 1)]
+        assert min(cosines) >= MIN_COSINE[dtype], f"prompt {i}: cosine {min(cosines):.6f} at step {np.argmin(cosines)}"
+
+
+def test_batched_decode_matches_single(fixtures: Fixtures) -> None:
+    """Two sequences decoding in one batched step (the server's path) give the logits each gets alone."""
+    model = load_text_model(str(fixtures.path("e2b", "f32")), context_length=256, max_batch=2)
+    reference = np.load(GOLDEN / "e2b_f32.npz")
+    sessions = [model.new_session("f32") for _ in range(2)]
+    try:
+        for i, s in enumerate(sessions):
+            s.prefill(reference[f"prompt_{i}"].tolist())
+        for step in range(3):
+            rows = [DecodeRow(s, int(reference[f"greedy_{i}"][step]), read_logits=True) for i, s in enumerate(sessions)]
+            _, logits = model.engine("f32").submit_decode(rows).wait()
+            for i in range(2):
+                assert cosine(logits[i].reshape(-1), reference[f"logits_{i}"][step + 1]) >= 0.9999
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def test_f16_cache(fixtures: Fixtures) -> None:
+    """The default f16 KV cache rounds k and v to 11 bits: still within the F32 bound."""
+    model = load_text_model(str(fixtures.path("moe", "f32")), context_length=256, max_batch=1)
+    reference = np.load(GOLDEN / "moe_f32.npz")
+    tokens, logits = greedy_run(model, reference["prompt_1"].tolist(), 8, kv_dtype="f16")
+    assert min(cosine(logits[k], reference["logits_1"][k]) for k in range(9)) >= 0.9999
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_both_layouts_read_the_same(fixtures: Fixtures, fixture: str) -> None:
+    """llama.cpp's and Ollama's files give one config (per-layer arrays or scalars) and one tokenizer."""
+    from models.gemma4 import Gemma4
+
+    files = [GGUFFile(fixtures.path(fixture, "q8_0", layout)) for layout in ("llamacpp", "ollama")]
+    configs = [Gemma4Config.from_gguf(f) for f in files]
+    assert configs[0] == configs[1]
+    c = configs[0]
+    fx = FIXTURES[fixture]
+    assert c.head_dims == tuple(fx.head_dim_of(i) for i in range(fx.n_layers))
+    assert c.kv_heads == tuple(fx.kv_heads_of(i) for i in range(fx.n_layers))
+    assert c.d_ffn == tuple(fx.ffn_of(i) for i in range(fx.n_layers))
+    tokenizers = [Gemma4.load_tokenizer(f.reader) for f in files]
+    assert tokenizers[1].model == "gemma4"
+    text = "<|turn>user\nthe cat sat<turn|>\n"
+    assert tokenizers[0].encode(text) == tokenizers[1].encode(text)
+    assert tokenizers[0].encode(text)[:2] == [2, 5]  # BOS, then <|turn> as one special piece
