@@ -26,7 +26,7 @@ def get_transcription_service(request: Request) -> TranscriptionService:
 
 @router.post("/transcriptions", responses=_FORMATS, response_model=None)
 async def create_transcription(
-    form: Annotated[TranscriptionForm, Form()], request: Request,
+    form: Annotated[TranscriptionForm, Form(media_type="multipart/form-data")], request: Request,
     service: Annotated[TranscriptionService, Depends(get_transcription_service)],
 ) -> Response | StreamingResponse:
     """Speech to text in its language: json, text, srt, verbose_json or vtt; with `stream`, Server-Sent Events of
@@ -39,7 +39,7 @@ async def create_transcription(
 
 @router.post("/translations", responses=_FORMATS, response_model=None)
 async def create_translation(
-    form: Annotated[TranslationForm, Form()],
+    form: Annotated[TranslationForm, Form(media_type="multipart/form-data")],
     service: Annotated[TranscriptionService, Depends(get_transcription_service)],
 ) -> Response:
     """Speech in any language the (multilingual) model knows, to English text."""
