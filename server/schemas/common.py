@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationInfo,
+                      field_validator)
 
 from config.settings import parse_keep_alive
-
 from models.sampler import SamplingParams
 
 # Reusable constrained types: OpenAI's ranges, so a value OpenAI rejects is rejected here too.
@@ -32,10 +33,39 @@ KeepAlive = Annotated[StrictStr | StrictInt | StrictFloat | None, AfterValidator
                             "0 to unload after this request, -1 for ever; unset: the last request's or the server's")]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unpaired_surrogate_at(value: Any, where: str = "") -> str | None:
+    """Where a JSON value holds a string with an unpaired UTF-16 surrogate (`"\\ud800"` is valid JSON but not
+    text: it cannot be encoded to UTF-8, so no tokenizer can take it); None when there is none."""
+    if isinstance(value, str):
+        return where if _SURROGATE.search(value) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and _SURROGATE.search(key):
+            return where or "a key"
+        found = unpaired_surrogate_at(item, f"{where}[{key}]" if isinstance(key, int) else
+                                      f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 class OpenAIRequest(BaseModel):
-    """Base of every request body: an unknown field is a 400 naming it, as OpenAI does."""
+    """Base of every request body: an unknown field is a 400 naming it, as OpenAI does; so is a string that is
+    not text (an unpaired surrogate), which would otherwise fail deep inside a tokenizer."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any, info: ValidationInfo) -> Any:
+        where = unpaired_surrogate_at(value, info.field_name or "")
+        if where is not None:
+            raise ValueError(f"{where} holds an unpaired UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), "
+                             "which is not valid text")
+        return value
 
 
 class StreamOptions(OpenAIRequest):
