@@ -314,15 +314,19 @@ class WhisperNet:
         positions = np.asarray(positions, np.int64)
         if positions.max() >= c.n_text_ctx:
             raise ValueError(f"position {positions.max()} is past the decoder's {c.n_text_ctx}")
+        # The head computes as many rows as the step has tokens: repeated output rows are gathered once.
+        unique, where = np.unique(np.asarray(out_rows, np.int64), return_inverse=True)
+        if len(unique) > n:
+            raise ValueError(f"{len(unique)} distinct output rows for {n} token rows")
         step = self._step(TOKEN_BUCKETS[-1] if keep else next(t for t in TOKEN_BUCKETS if t >= n))
         ids = np.asarray(tokens, np.int64)
         ex.write(step.x, self.embed[ids] + self.dec_pos[positions])
         rows = np.asarray(slots, np.int64) * c.n_text_ctx + positions
         ex.write(step.kv_pairs, np.stack([np.arange(n), rows], 1).astype(np.uint32))
         ex.write(step.spans, np.stack([np.asarray(slots) * c.n_text_ctx, rows + 1], 1).astype(np.uint32))
-        ex.write(step.out_pairs, np.stack([np.asarray(out_rows), np.arange(len(out_rows))], 1).astype(np.uint32))
-        logits, = ex.run(step.program, StepParams(n_tokens=n, n_out=len(out_rows)), read=[step.logits])
-        return logits[:len(out_rows)]
+        ex.write(step.out_pairs, np.stack([unique, np.arange(len(unique))], 1).astype(np.uint32))
+        logits, = ex.run(step.program, StepParams(n_tokens=n, n_out=len(unique)), read=[step.logits])
+        return logits[where.reshape(-1)]
 
     def saved_alignment_inputs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(cross-attention queries [n, L, D], final normed rows [n, D]) of the last decode(keep=True)."""
