@@ -16,6 +16,7 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
     python bench/kernels.py --models 270m,1b,4b --types q4_k,q6_k,q8_0 --torch
     python bench/kernels.py --sweep --json sweep.json    # matmul tiles and k splits, 270M prefill shapes
     python bench/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
+    python bench/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row x rows per thread
     python bench/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
 
 The sweep times many short passes with compilation between them: an idle GPU may not raise its
@@ -145,14 +146,14 @@ def glu_unfused(linear_fn: Callable) -> Callable:
     return record
 
 
-def generic_q4_k(record: Callable[[ProgramBuilder, int], None]) -> Callable[[ProgramBuilder, int], None]:
-    """record, with Q4_K matvecs through the generic matvec.wgsl instead of matvec_q4_k.wgsl."""
+def generic_matvec(record: Callable[[ProgramBuilder, int], None]) -> Callable[[ProgramBuilder, int], None]:
+    """record, with K-quant matvecs through the generic matvec.wgsl instead of their own (matvec_q4_k...)."""
     def recorded(b: ProgramBuilder, c: int) -> None:
-        matmul_ops.WIDE_Q4_K_MATVEC = False
+        matmul_ops.WIDE_MATVEC = False
         try:
             record(b, c)
         finally:
-            matmul_ops.WIDE_Q4_K_MATVEC = True
+            matmul_ops.WIDE_MATVEC = True
     return recorded
 
 
@@ -177,8 +178,8 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         y = ex.tensor("y", (t, n))
         variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
         n_out, flops, weight_bytes = n, 2 * t * k * n, weights[0].nbytes
-    if qtype is Q.Q4_K and t <= matmul_ops.MATVEC_MAX_TOKENS:
-        variants |= {f"{name} generic": generic_q4_k(record) for name, record in variants.items()}
+    if qtype in matmul_ops.WIDE_MATVEC_KERNELS and t <= matmul_ops.MATVEC_MAX_TOKENS and not args.wide_sweep:
+        variants |= {f"{name} generic": generic_matvec(record) for name, record in variants.items()}
     moved = weight_bytes + 4 * t * (k + n_out)
     base = None
     for name, record in variants.items():
@@ -218,6 +219,23 @@ def torch_peer(op: str, k: int, n: int, t: int) -> dict:
     print(f"{op:8s} {k:6d}x{n:<7d} fp32  T={t:<4d} {'torch fp32':20s}    {us:9.1f} us"
           f"{' ' * 16}{2 * t * k * n / us * 1e-3:22.1f} GFLOP/s", flush=True)
     return dict(op=op, k=k, n=n, type="torch-fp32", tokens=t, variant="torch", us=us)
+
+
+def wide_sweep(bench: Bench, models: list[str], only: set[str], args: argparse.Namespace) -> list[dict]:
+    """matvec_q4_k and matvec_q6_k (T = 1) at every threads-per-row and rows-per-thread split, on the models'
+    shapes."""
+    rows = []
+    for model in models:
+        for op, k, n, qtype in ops_of(model, [Q.Q4_K, Q.Q6_K]):
+            if op == "output" or (only and op not in only):
+                continue
+            for tpr in (4, 8, 16, 32, 64):
+                for rpt in (1, 2, 4, 8):
+                    matmul_ops.wide_matvec_shape = lambda k, n, tpr=tpr, rpt=rpt: (tpr, 256 // tpr * rpt, rpt)
+                    print(f"TPR={tpr} RPT={rpt}: ", end="")
+                    for row in measure_op(bench, op, k, n, qtype, 1, args):
+                        rows.append(row | {"tpr": tpr, "rpt": rpt})
+    return rows
 
 
 def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | None) -> list[dict]:
@@ -299,6 +317,7 @@ def main() -> None:
     parser.add_argument("--ops", default="", help="only these ops (q, k, v, o, gate_up, down, output)")
     parser.add_argument("--torch", action="store_true", help="also torch.matmul fp32 on CUDA")
     parser.add_argument("--sweep", action="store_true", help="tile shapes of the GPU matmul instead")
+    parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k splits (TPR x RPT) instead")
     parser.add_argument("--model", help="a GGUF: end-to-end prefill tok/s instead")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--tiles", type=Path, help="a --sweep JSON: run each measured shape with its fastest tile")
@@ -315,7 +334,9 @@ def main() -> None:
         print(f"# {ex.device.name} ({ex.device.adapter_type}, {ex.device.backend}); features "
               f"{sorted(ex.device.features)}; timestamps: {bench.timestamps}", flush=True)
         only = set(filter(None, args.ops.split(",")))
-        if args.sweep:
+        if args.wide_sweep:
+            rows = wide_sweep(bench, args.models.split(","), only, args)
+        elif args.sweep:
             rows = sweep(bench, args.models.split(","), only, int(args.tokens.split(",")[-1]), args.json)
         else:
             types = None if args.types == "mix" else [Q[t.upper()] for t in args.types.split(",")]

@@ -35,7 +35,7 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, Keys
 
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import transformer as ops
-from gpu.ops.matmul import embedding, linear, linear_glu
+from gpu.ops.matmul import NormedInput, embedding, folds_norms, linear, linear_glu
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
@@ -176,10 +176,14 @@ class Gemma3:
         scale = 1.0 / math.sqrt(c.head_dim)
         h = b.activation("h0", (t_max, c.d_model))  # the next block's normalised input
         ops.rms_norm(b, x, self.layers[0].attn_norm, h, c.eps)
+        # Decode steps fold each residual add and pre-norm into the matvec that consumes them (NormedInput: every
+        # workgroup normalises its input itself), so the residual stream alternates between two buffers.
+        fold = folds_norms(b, c.d_model, t_max)
+        block_input: Tensor | NormedInput = h
         for i, w in enumerate(self.layers):
             sliding = c.is_sliding(i)
             rope = self.rope_local if sliding else self.rope_global
-            q, k, v = self._projections(b, w.qkv, h, t_max, f"qkv{i}")
+            q, k, v = self._projections(b, w.qkv, block_input, t_max, f"qkv{i}")
             q_out = b.activation(f"q{i}", (t_max, c.q_width))
             ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, i, rows, q_out,
                                    heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
@@ -188,19 +192,31 @@ class Gemma3:
                           window=c.window if sliding else 0, scale=scale)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
-            h2 = b.activation(f"h2_{i}", (t_max, c.d_model))
-            ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, h2, c.eps)  # x += ..., h2 = norm(x)
+            ffn_input: Tensor | NormedInput
+            if fold:
+                x_next = b.activation(f"x{i}a", (t_max, c.d_model))
+                ffn_input = NormedInput(o, w.post_attention_norm, x, w.ffn_norm, x_next, c.eps)
+                x = x_next
+            else:
+                ffn_input = b.activation(f"h2_{i}", (t_max, c.d_model))
+                # x += rms_norm(o) * post_attention_norm, then the feed-forward's input is rms_norm(x) * ffn_norm
+                ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, ffn_input, c.eps)
             act = b.activation(f"act{i}", (t_max, c.d_ffn))
             if len(w.gate_up) == 1:  # gelu_tanh(h2 Wgate) * (h2 Wup) in one dispatch
-                linear_glu(b, w.gate_up[0].weight, h2, act, t_max)
+                linear_glu(b, w.gate_up[0].weight, ffn_input, act, t_max)
             else:
-                (gate, _), (up, _) = self._projections(b, w.gate_up, h2, t_max, f"gate_up{i}")
+                (gate, _), (up, _) = self._projections(b, w.gate_up, ffn_input, t_max, f"gate_up{i}")
                 ops.gelu_mul(b, gate, up, act)
             down = b.activation(f"down{i}", (t_max, c.d_model))
             linear(b, w.down, act, down, t_max)
             if i + 1 < c.n_layers:
-                h = b.activation(f"h{i + 1}", (t_max, c.d_model))
-                ops.residual_norm(b, down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, h, c.eps)
+                if fold:
+                    x_next = b.activation(f"x{i}b", (t_max, c.d_model))
+                    block_input = NormedInput(down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, x_next, c.eps)
+                    x = x_next
+                else:
+                    block_input = b.activation(f"h{i + 1}", (t_max, c.d_model))
+                    ops.residual_norm(b, down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, block_input, c.eps)
             else:  # only each sequence's last token reaches the output head
                 h = b.activation("last", (r_max, c.d_model))
                 ops.residual_norm(b, down, w.post_ffw_norm, x, self.output_norm, h, c.eps, out_rows=io.out_rows)
@@ -211,7 +227,7 @@ class Gemma3:
         return b.build()
 
     @staticmethod
-    def _projections(b: ProgramBuilder, fused: list[Fused], x: Tensor, t_max: int, name: str,
+    def _projections(b: ProgramBuilder, fused: list[Fused], x: Tensor | NormedInput, t_max: int, name: str,
                      ) -> list[tuple[Tensor, int]]:
         """x times each of the fused matrices; each projection as (output tensor, first column)."""
         columns: list[tuple[Tensor, int]] = []

@@ -17,6 +17,7 @@
 #include "quant/${WEIGHT_TYPE}.wgsl"
 #include "matmul/gelu_glu.wgsl"
 #include "matvec/${ENTRY}.wgsl"
+#include "matvec/x_${X_SOURCE}.wgsl"
 
 override K: u32 = 256u;        // values per weight row, a multiple of BLOCK_VALUES
 override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
@@ -37,7 +38,6 @@ const GROUPS_PER_ROW: u32 = K / GROUP_VALUES;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
 
 // Tokens of this step (x rows past it may hold anything).
@@ -72,10 +72,10 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
             for (var t = 0u; t < T_MAX; t++) {
                 if (t < n) {
                     let xi = (t * K + gi * GROUP_VALUES) / 4u;
-                    let x0 = x[xi];
-                    let x1 = x[xi + 1u];
-                    let x2 = x[xi + 2u];
-                    let x3 = x[xi + 3u];
+                    let x0 = x_vec(xi);
+                    let x1 = x_vec(xi + 1u);
+                    let x2 = x_vec(xi + 2u);
+                    let x3 = x_vec(xi + 3u);
                     acc[t] += dot16(w, x0, x1, x2, x3);
                     if (GLU == 1u) {
                         acc[min(T_MAX + t, OUTS - 1u)] += dot16(u, x0, x1, x2, x3);

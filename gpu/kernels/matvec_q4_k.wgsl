@@ -12,14 +12,18 @@
 // applied once per unit, not per value (f32 rounding differs from dequantise-then-dot by a few ulp
 // of the row sum; tests compare with a tolerance).
 //
-// Work split: as matvec.wgsl, TPR threads per row, ROWS rows per workgroup; lane l of a row takes
-// units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8 lanes of a
-// block read its 128 quant bytes as one contiguous span. Entry points: matvec/${ENTRY}.wgsl
-// (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's whole_rows).
+// Work split: as matvec.wgsl, TPR threads per row, ROWS rows per workgroup, but a thread may take
+// RPT rows (a "slot" of the entry points), so that the x values it loads for a unit serve RPT rows
+// (x reads from L1 or workgroup memory otherwise outnumber the weight bytes 8 to 1); lane l of a
+// slot takes units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8
+// lanes of a block read its 128 quant bytes as one contiguous span. Entry points:
+// matvec/${ENTRY}.wgsl (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's
+// whole_rows).
 #include "common/step.wgsl"
 #include "quant/byte_floats.wgsl"
 #include "matmul/gelu_glu.wgsl"
 #include "matvec/${ENTRY}.wgsl"
+#include "matvec/x_${X_SOURCE}.wgsl"
 
 override K: u32 = 256u;        // values per weight row, a multiple of 256
 override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
@@ -27,20 +31,21 @@ override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
 override ROW_START: u32 = 0u;  // y column of the dispatch's first row
 override Y_STRIDE: u32 = 1u;   // values per y row
 override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
-override TPR: u32 = 32u;       // threads per row, a power of two
-override ROWS: u32 = 8u;       // rows per workgroup
+override TPR: u32 = 32u;       // threads per row (per group of RPT rows), a power of two
+override ROWS: u32 = 8u;       // rows per workgroup, a multiple of RPT
+override RPT: u32 = 1u;        // rows per thread: each x value loaded serves RPT rows
 override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
 
-const WG: u32 = TPR * ROWS;
-const OUTS: u32 = T_MAX * (1u + GLU);
-const BLOCK_WORDS4: u32 = 9u;                   // 144 bytes
+const WG: u32 = TPR * ROWS / RPT;                 // the entry points' slot = tid / TPR: a group of RPT rows
+const ROW_OUTS: u32 = T_MAX * (1u + GLU);         // sums per row: [token] (gate), then [token] of the up row
+const OUTS: u32 = ROW_OUTS * RPT;                 // [row of the slot][sum]
+const BLOCK_WORDS4: u32 = 9u;                     // 144 bytes
 const ROW_WORDS4: u32 = K / 256u * BLOCK_WORDS4;
-const UNITS_PER_ROW: u32 = K / 32u;             // 16 quant bytes = 32 values each
+const UNITS_PER_ROW: u32 = K / 32u;               // 16 quant bytes = 32 values each
 const UP_WORDS4: u32 = N_ROWS * ROW_WORDS4 * GLU;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
 
 fn n_tokens() -> u32 {
@@ -71,55 +76,65 @@ fn unit_scales(h: vec4<u32>, j: u32) -> vec4<f32> {
     return vec4<f32>(dm.x * f32(sc.x), dm.y * f32(mn.x), dm.x * f32(sc.y), dm.y * f32(mn.y));
 }
 
-// sum over the unit's 32 values of W x for token t: q the 16 quant bytes, s its scales, xb the
-// index of x[t, first value of the low sub-block] in vec4s (the high sub-block's values are 8 vec4 on).
-fn unit_dot(q: vec4<u32>, s: vec4<f32>, xb: u32) -> f32 {
+// The unit's 32 values of x for one token: the low sub-block's 16 (4 vec4 from xb), the high's (8 vec4 on).
+struct UnitX {
+    lo0: vec4<f32>, lo1: vec4<f32>, lo2: vec4<f32>, lo3: vec4<f32>,
+    hi0: vec4<f32>, hi1: vec4<f32>, hi2: vec4<f32>, hi3: vec4<f32>,
+    sum_lo: f32, sum_hi: f32,
+}
+
+fn unit_x(xb: u32) -> UnitX {
+    var u: UnitX;
+    u.lo0 = x_vec(xb);
+    u.lo1 = x_vec(xb + 1u);
+    u.lo2 = x_vec(xb + 2u);
+    u.lo3 = x_vec(xb + 3u);
+    u.hi0 = x_vec(xb + 8u);
+    u.hi1 = x_vec(xb + 9u);
+    u.hi2 = x_vec(xb + 10u);
+    u.hi3 = x_vec(xb + 11u);
+    let ones = vec4<f32>(1.0);
+    u.sum_lo = dot(u.lo0 + u.lo1 + u.lo2 + u.lo3, ones);
+    u.sum_hi = dot(u.hi0 + u.hi1 + u.hi2 + u.hi3, ones);
+    return u;
+}
+
+// sum over the unit's 32 values of W x: q the 16 quant bytes, s their scales (unit_scales).
+fn unit_dot(q: vec4<u32>, s: vec4<f32>, u: UnitX) -> f32 {
     let lo = mat4x4<f32>(u8x4_to_f32(q.x & 0x0F0F0F0Fu), u8x4_to_f32(q.y & 0x0F0F0F0Fu),
                          u8x4_to_f32(q.z & 0x0F0F0F0Fu), u8x4_to_f32(q.w & 0x0F0F0F0Fu));
     let hi = mat4x4<f32>(u8x4_to_f32((q.x >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.y >> 4u) & 0x0F0F0F0Fu),
                          u8x4_to_f32((q.z >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.w >> 4u) & 0x0F0F0F0Fu));
-    let x0 = x[xb];
-    let x1 = x[xb + 1u];
-    let x2 = x[xb + 2u];
-    let x3 = x[xb + 3u];
-    let x4 = x[xb + 8u];
-    let x5 = x[xb + 9u];
-    let x6 = x[xb + 10u];
-    let x7 = x[xb + 11u];
-    let ones = vec4<f32>(1.0);
-    let qx_lo = dot(lo[0], x0) + dot(lo[1], x1) + dot(lo[2], x2) + dot(lo[3], x3);
-    let qx_hi = dot(hi[0], x4) + dot(hi[1], x5) + dot(hi[2], x6) + dot(hi[3], x7);
-    let sx_lo = dot(x0 + x1 + x2 + x3, ones);
-    let sx_hi = dot(x4 + x5 + x6 + x7, ones);
-    return s.x * qx_lo - s.y * sx_lo + s.z * qx_hi - s.w * sx_hi;
+    let qx_lo = dot(lo[0], u.lo0) + dot(lo[1], u.lo1) + dot(lo[2], u.lo2) + dot(lo[3], u.lo3);
+    let qx_hi = dot(hi[0], u.hi0) + dot(hi[1], u.hi1) + dot(hi[2], u.hi2) + dot(hi[3], u.hi3);
+    return s.x * qx_lo - s.y * u.sum_lo + s.z * qx_hi - s.w * u.sum_hi;
 }
 
+// This thread's share of the slot's RPT rows (first_row + RPT slot + r): for each, the dot products of
+// its units with each token ([r][t]; with GLU, the up row's at [r][T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     var acc: array<f32, OUTS>;
-    let row = first_row + slot;
     let n = n_tokens();
-    if (row < N_ROWS) {
-        let row_base = (FIRST_ROW + row) * ROW_WORDS4;
-        for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
-            let block = u / 8u;
-            let part = u % 8u;
-            let j = part / 2u;
-            let at = row_base + block * BLOCK_WORDS4;
-            let q = weight[at + 1u + part];  // quant bytes 16 + 32 j + 16 (part % 2)
-            let s = unit_scales(weight[at], j);
-            var q_up = vec4<u32>();
-            var s_up = vec4<f32>();
-            if (GLU == 1u) {
-                q_up = weight[at + UP_WORDS4 + 1u + part];
-                s_up = unit_scales(weight[at + UP_WORDS4], j);
-            }
-            let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
-            for (var t = 0u; t < T_MAX; t++) {
-                if (t < n) {
-                    let xb = (t * K + first) / 4u;
-                    acc[t] += unit_dot(q, s, xb);
+    let row0 = first_row + slot * RPT;
+    if (row0 >= N_ROWS) {
+        return acc;
+    }
+    for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
+        let block = u / 8u;
+        let part = u % 8u;
+        let j = part / 2u;
+        let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
+        for (var t = 0u; t < T_MAX; t++) {
+            if (t < n) {
+                let xu = unit_x((t * K + first) / 4u);
+                for (var r = 0u; r < RPT; r++) {
+                    // rows past the shard repeat its last one (their sums are not stored)
+                    let at = (FIRST_ROW + min(row0 + r, N_ROWS - 1u)) * ROW_WORDS4 + block * BLOCK_WORDS4;
+                    acc[r * ROW_OUTS + t] += unit_dot(weight[at + 1u + part], unit_scales(weight[at], j), xu);
                     if (GLU == 1u) {
-                        acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(q_up, s_up, xb);
+                        let up = at + UP_WORDS4;
+                        acc[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)] +=
+                            unit_dot(weight[up + 1u + part], unit_scales(weight[up], j), xu);
                     }
                 }
             }
@@ -129,15 +144,16 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
 }
 
 fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
-    let row = first_row + slot;
-    if (row >= N_ROWS) {
-        return;
-    }
-    for (var t = 0u; t < n_tokens(); t++) {
-        var v = totals[t];
-        if (GLU == 1u) {
-            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
+    for (var r = 0u; r < RPT; r++) {
+        let row = first_row + slot * RPT + r;
+        if (row < N_ROWS) {
+            for (var t = 0u; t < n_tokens(); t++) {
+                var v = totals[r * ROW_OUTS + t];
+                if (GLU == 1u) {
+                    v = gelu_glu(v, totals[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)]);
+                }
+                y[t * Y_STRIDE + ROW_START + row] = v;
+            }
         }
-        y[t * Y_STRIDE + ROW_START + row] = v;
     }
 }

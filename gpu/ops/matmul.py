@@ -28,6 +28,7 @@ and stores gelu_tanh(g) * u):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
@@ -49,8 +50,42 @@ _MATVEC_GROUPS_PER_THREAD = 8  # most 16-value groups a matvec thread should tak
 _MATVEC_TARGET_THREADS = 65536  # matvec threads wanted in all (about 500 per H100 SM)
 _ROWS_PER_THREAD = 4  # whole-row matvec kernels (software adapters): rows per thread
 _SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CPU cores)
-# Q4_K matvec through matvec_q4_k.wgsl (16-byte loads; GPU adapters); bench/kernels.py times both kernels.
-WIDE_Q4_K_MATVEC = True
+# K-quant matvecs through kernels of their own that take 32 values per load step and apply scales per
+# sub-block (GPU adapters), rather than matvec.wgsl's 16-value dequant16; bench/kernels.py times both.
+WIDE_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k", GGMLQuantizationType.Q6_K: "matvec_q6_k"}
+WIDE_MATVEC = True
+# rows a wide matvec thread takes (each x value it loads serves them all); bench/kernels.py --wide-sweep
+WIDE_MATVEC_ROWS_PER_THREAD = 1
+
+
+# Largest normalised input a matvec workgroup computes for itself (matvec/x_normed.wgsl): T_MAX x K f32 in
+# workgroup memory, beside the reduction's; 16 KiB leaves room under lavapipe's 32 KiB.
+NORMED_INPUT_BYTES = 16 << 10
+
+
+@dataclass(frozen=True)
+class NormedInput:
+    """A linear's input made inside its matvec (matvec/x_normed.wgsl) rather than by a residual_norm dispatch:
+        r = residual + rms_norm(block_out) * post_weight       (written to residual_out)
+        x = rms_norm(r) * next_weight                            (the linear's input)
+    residual_out must be another tensor than residual: the matvec's other workgroups still read it."""
+
+    block_out: Tensor
+    post_weight: Tensor
+    residual: Tensor
+    next_weight: Tensor
+    residual_out: Tensor
+    eps: float
+
+
+def _normed_input_fits(width: int, t_max: int) -> bool:
+    return t_max <= MATVEC_MAX_TOKENS and width % 4 == 0 and t_max * width * 4 <= NORMED_INPUT_BYTES
+
+
+def folds_norms(builder: ProgramBuilder, width: int, t_max: int) -> bool:
+    """Whether linears of this program take a NormedInput of this width by default: matvecs of few tokens on a GPU
+    (software adapters run whole-row matvecs, which read x directly)."""
+    return not builder.device.is_software and _normed_input_fits(width, t_max)
 
 
 class LinearKernel(Enum):
@@ -108,6 +143,17 @@ def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES) -> Matvec
     while rows > 1 and rows * tpr > _MATVEC_MIN_THREADS and -(-n_rows // rows) < _MATVEC_TARGET_GROUPS:
         rows //= 2
     return MatvecShape(tpr, rows)
+
+
+def wide_matvec_shape(k: int, n_rows: int) -> tuple[int, int, int]:
+    """(TPR, ROWS, RPT) of matvec_q4_k.wgsl and matvec_q6_k.wgsl for an [n_rows, k] shard: matvec_shape's
+    split of 32-value units, each thread taking WIDE_MATVEC_ROWS_PER_THREAD rows (fewer where that leaves too few
+    workgroups)."""
+    shape = matvec_shape(k, n_rows, unit_values=32)
+    rpt = WIDE_MATVEC_ROWS_PER_THREAD
+    while rpt > 1 and -(-n_rows // (shape.rows * rpt)) < _MATVEC_TARGET_GROUPS:
+        rpt //= 2
+    return shape.tpr, shape.rows * rpt, rpt
 
 
 def software_matvec_threads(n_rows: int) -> int:
@@ -241,9 +287,10 @@ def _matvec_dispatch(
             return "matvec_q8_0_rows", {"WG": threads}, groups
         return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads}, groups
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
-    if weight.qtype is GGMLQuantizationType.Q4_K and WIDE_Q4_K_MATVEC:
-        shape = matvec_shape(weight.k, n_rows, unit_values=32)
-        return "matvec_q4_k", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
+    if weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
+        tpr, rows, rpt = wide_matvec_shape(weight.k, n_rows)
+        constants = {"ENTRY": entry, "TPR": tpr, "ROWS": rows, "RPT": rpt}
+        return WIDE_MATVEC_KERNELS[weight.qtype], constants, -(-n_rows // rows)
     shape = matvec_shape(weight.k, n_rows)
     return "matvec", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
 
@@ -254,7 +301,8 @@ def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int,
 
 
 def _dispatch(
-    builder: ProgramBuilder, plan: _Plan, weight: QuantWeight, shard: Tensor, x: Tensor, y: Tensor, t_max: int, *,
+    builder: ProgramBuilder, plan: _Plan, weight: QuantWeight, shard: Tensor, x: Tensor | NormedInput, y: Tensor,
+    t_max: int, *,
     first_row: int, n_rows: int, row_start: int, y_stride: int, glu: bool = False,
 ) -> None:
     """The dispatches of y[:, row_start + r] for rows first_row + r, r < n_rows, of one shard (with glu,
@@ -264,8 +312,21 @@ def _dispatch(
         "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": n_rows, "FIRST_ROW": first_row,
         "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "GLU": int(glu),
     }
+    if isinstance(x, NormedInput):
+        if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows or not _normed_input_fits(weight.k, t_max):
+            raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
+                             f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows)
+        constants |= extra | {"X_SOURCE": "normed", "EPS": x.eps}
+        if name != "matvec":
+            del constants["WEIGHT_TYPE"]
+        tensors = [builder.step, shard, x.block_out, y, x.residual, x.post_weight, x.next_weight, x.residual_out]
+        builder.dispatch(name, constants, tensors, workgroup_grid(groups))
+        return
     if plan.kernel is LinearKernel.MATVEC:
         name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows)
+        if name != "matvec_q8_0_rows":
+            extra |= {"X_SOURCE": "direct"}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
         builder.dispatch(name, constants | extra, [builder.step, shard, x, y], workgroup_grid(groups))
@@ -297,7 +358,7 @@ def _dispatch(
 
 
 def linear(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, t_max: int, *,
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor, t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
 ) -> None:
     """y[t, :] = W x[t, :] for the step's first min(n_tokens, t_max) tokens: x [t_max, K] -> y [t_max, N].
@@ -306,10 +367,11 @@ def linear(
     matvec reduction by subgroup shuffles, by default where the device has the "subgroup" feature.
     whole_rows: matvec and matmul by whole rows per thread (the software adapters' kernels), by
     default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
-    One dispatch per weight shard.
+    One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's
+    dispatch computes it; the same residual_out values are written by each).
     """
     _check_weight(weight)
-    _check_activation(x, weight.k, t_max, "x")
+    _check_activation(x.block_out if isinstance(x, NormedInput) else x, weight.k, t_max, "x")
     _check_activation(y, weight.n, t_max, "y")
     plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows)
     for shard in weight.shards:
@@ -318,7 +380,7 @@ def linear(
 
 
 def linear_glu(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, t_max: int, *,
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor, t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
 ) -> None:
     """y = gelu_tanh(x Wg^T) * (x Wu^T) for the step's first min(n_tokens, t_max) tokens: x [t_max, K]
@@ -334,7 +396,7 @@ def linear_glu(
     if weight.n % 2:
         raise ValueError(f"{weight.name}: a gate-up weight needs an even number of rows, not {weight.n}")
     f = weight.n // 2
-    _check_activation(x, weight.k, t_max, "x")
+    _check_activation(x.block_out if isinstance(x, NormedInput) else x, weight.k, t_max, "x")
     _check_activation(y, f, t_max, "y")
     plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows)
     if len(weight.shards) == 1:

@@ -23,7 +23,7 @@ from gguf.quants import dequantize
 
 from gpu.device import default_device
 from gpu.ops import matmul as matmul_ops
-from gpu.ops.matmul import MATVEC_MAX_TOKENS, LinearKernel, block_values, linear
+from gpu.ops.matmul import MATVEC_MAX_TOKENS, LinearKernel, block_values, linear, linear_glu
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import SUPPORTED_TYPES, QuantWeight, row_bytes, upload_weight
 
@@ -118,14 +118,58 @@ def test_matvec_decode(ex: Executor, qtype: Q, subgroups: bool) -> None:
 
 
 @pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS])
-@pytest.mark.parametrize("wide", [True, False], ids=["matvec_q4_k", "generic"])
-def test_matvec_q4_k_kernels(ex: Executor, wide: bool, tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Q4_K through its 16-byte-load kernel and through the generic one: 10 blocks a row (units of the
-    last block split over lanes unevenly), every sub-block's scale encoding (the first four and the
-    last four), and a row count that leaves a partial workgroup."""
-    monkeypatch.setattr(matmul_ops, "WIDE_Q4_K_MATVEC", wide)
-    run_linear(ex, Q.Q4_K, 2560, 37, tokens, tokens, seed=12, kernel=LinearKernel.MATVEC,
+@pytest.mark.parametrize("wide,rpt", [(True, 1), (True, 2), (True, 4), (False, 1)],
+                         ids=["wide", "wide-2-rows", "wide-4-rows", "generic"])
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_matvec_k_quant_kernels(ex: Executor, qtype: Q, wide: bool, rpt: int, tokens: int,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Q4_K and Q6_K through their own kernels (matvec_q4_k/q6_k.wgsl, 1, 2 or 4 rows per thread) and through
+    the generic one: 10 blocks a row (units of the last block split over lanes unevenly; Q6_K's 210-byte
+    blocks alternate between 4-aligned and 2 bytes past), every sub-block's scale, and a row count that
+    leaves a partial workgroup and a partial group of rows."""
+    monkeypatch.setattr(matmul_ops, "WIDE_MATVEC", wide)
+    monkeypatch.setattr(matmul_ops, "WIDE_MATVEC_ROWS_PER_THREAD", rpt)
+    monkeypatch.setattr(matmul_ops, "_MATVEC_TARGET_GROUPS", 1)  # keep rpt at tiny row counts
+    run_linear(ex, qtype, 2560, 37, tokens, tokens, seed=12, kernel=LinearKernel.MATVEC,
                subgroups=ex.device.has("subgroup"), whole_rows=False)
+
+
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K, Q.Q8_0], ids=lambda q: q.name)
+def test_matvec_normed_input(ex: Executor, qtype: Q, glu: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NormedInput: every workgroup normalises residual + rms_norm(block_out) * w_post itself, workgroup 0
+    writes that sum to residual_out; compared with numpy in float64 (the linear's tolerance on the normalised
+    input, whose own f32 rounding is a few ulp)."""
+    rng = np.random.default_rng(13)
+    k, n, t, eps = 512, 70, 3, 1e-6
+    monkeypatch.setattr(matmul_ops, "WIDE_MATVEC_ROWS_PER_THREAD", 2)  # Q4_K: two rows per thread here
+    monkeypatch.setattr(matmul_ops, "_MATVEC_TARGET_GROUPS", 1)
+    rows = 2 * n if glu else n
+    raw = random_weight_bytes(rng, qtype, k, rows)
+    weight = upload_weight(ex, "w", qtype, k, rows, raw)
+    block_out, residual = (rng.standard_normal((t, k)).astype(np.float32) * s for s in (3.0, 1.0))
+    w_post, w_next = (rng.uniform(0.5, 1.5, k).astype(np.float32) for _ in range(2))
+    tensors = [ex.tensor(name, a.shape, data=a) for name, a in
+               (("block_out", block_out), ("residual", residual), ("w_post", w_post), ("w_next", w_next))]
+    residual_out = ex.tensor("residual_out", (t, k), data=np.zeros((t, k), np.float32))
+    y = ex.tensor("y", (t, n), data=np.full((t, n), SENTINEL, np.float32))
+    normed = matmul_ops.NormedInput(tensors[0], tensors[2], tensors[1], tensors[3], residual_out, eps)
+    b = ProgramBuilder(ex, "normed")
+    (linear_glu if glu else linear)(b, weight, normed, y, t, kernel=LinearKernel.MATVEC, whole_rows=False)
+    got, got_residual = ex.run(b.build(), StepParams(t), read=[y, residual_out])
+
+    def rms_norm(v: np.ndarray) -> np.ndarray:
+        return v / np.sqrt(np.mean(v * v, axis=1, keepdims=True) + eps)
+
+    r = residual.astype(np.float64) + rms_norm(block_out.astype(np.float64)) * w_post
+    x = rms_norm(r) * w_next
+    np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)
+    want, allowed = reference(raw, qtype, x, False)
+    if glu:
+        gate, up = want[:, :n], want[:, n:]
+        want = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3))) * up
+        allowed = (allowed[:, :n] * np.abs(up) + allowed[:, n:] * np.abs(gate)) * 1.5 + 1e-5
+    assert np.all(np.abs(got - want) <= allowed + 1e-5 * np.abs(want))
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
@@ -135,8 +179,11 @@ def test_matvec_threads_per_row(ex: Executor, tpr: int, subgroups: bool, monkeyp
     (lavapipe's is 8), and more (64 is two NVIDIA subgroups), each with a partial last workgroup."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda k, n: matmul_ops.MatvecShape(tpr, 4))
-    run_linear(ex, Q.Q6_K, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups, whole_rows=False)
+    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda k, n, unit_values=16: matmul_ops.MatvecShape(tpr, 4))
+    for wide in (False, True):  # matvec.wgsl, then matvec_q6_k.wgsl (64 threads: K = 4096 has 128 units)
+        monkeypatch.setattr(matmul_ops, "WIDE_MATVEC", wide)
+        run_linear(ex, Q.Q6_K, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups,
+                   whole_rows=False)
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])

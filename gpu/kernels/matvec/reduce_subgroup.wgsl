@@ -12,10 +12,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
         @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32,
         @builtin(num_subgroups) n_sg: u32) {
-    let first_row = (wid.x + wid.y * nwg.x) * ROWS;
+    let workgroup = wid.x + wid.y * nwg.x;
+    let first_row = workgroup * ROWS;
     if (first_row >= N_ROWS) {
         return;
     }
+    prepare_x(lid, workgroup);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     let full = n_sg * sg_size == WG;  // uniform
     let tid = select(lid, sg_id * sg_size + sg_lane, full);
     let segment = select(1u, min(TPR, sg_size), full);  // lanes of a row within one subgroup

@@ -6,10 +6,12 @@ var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let first_row = (wid.x + wid.y * nwg.x) * ROWS;
+    let workgroup = wid.x + wid.y * nwg.x;
+    let first_row = workgroup * ROWS;
     if (first_row >= N_ROWS) {
         return;
     }
+    prepare_x(lid, workgroup);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     let slot = lid / TPR;
     let lane = lid % TPR;
     let acc = row_partial(first_row, slot, lane);

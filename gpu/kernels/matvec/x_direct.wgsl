@@ -1,0 +1,9 @@
+// matvec input, direct (X_SOURCE = "direct"): x is a binding, read where it is used.
+
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
+
+fn prepare_x(lid: u32, workgroup: u32) {}
+
+fn x_vec(i: u32) -> vec4<f32> {
+    return x[i];
+}

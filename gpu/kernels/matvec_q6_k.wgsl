@@ -1,0 +1,143 @@
+// matvec_q6_k: matvec.wgsl for Q6_K weights, a unit of 32 values per thread step: y[t, ROW_START + r] =
+// sum_k W[FIRST_ROW + r, k] * x[t, k] for N_ROWS rows of one shard and the step's first
+// min(n_tokens, T_MAX) tokens (GLU as in matvec.wgsl: gate rows, then up rows N_ROWS further).
+//
+// Why a kernel of its own: the generic decoder (quant/q6_k.wgsl) makes 16 values from two unaligned
+// 16-byte loads (five words each), a scale byte and d, reading each low-bits byte twice and each
+// high-bits byte four times. Here a unit is one half h of a block and 8 consecutive l (see q6_k.wgsl
+// for the layout): 8 bytes of ql at 64h + l, 8 at 64h + 32 + l and 8 of qh at 32h + l give the 32
+// values 128h + 32a + l (a = 0..3) with four scales; every byte is read once. Q6_K blocks are 210
+// bytes, so a block starts 4-aligned or 2 bytes past; a unit's 8-byte spans load as three words and
+// shift where needed. Each quarter a is summed as d*sc_a * (sum q x - 32 sum x).
+//
+// Work split: as matvec_q4_k.wgsl: TPR threads per slot of RPT rows, ROWS rows per workgroup, lane l
+// takes units l, l + TPR, ... of its rows (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)).
+#include "common/step.wgsl"
+#include "quant/byte_floats.wgsl"
+#include "matmul/gelu_glu.wgsl"
+#include "matvec/${ENTRY}.wgsl"
+#include "matvec/x_${X_SOURCE}.wgsl"
+
+override K: u32 = 256u;        // values per weight row, a multiple of 256
+override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
+override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
+override ROW_START: u32 = 0u;  // y column of the dispatch's first row
+override Y_STRIDE: u32 = 1u;   // values per y row
+override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
+override TPR: u32 = 32u;       // threads per slot of RPT rows, a power of two
+override ROWS: u32 = 8u;       // rows per workgroup, a multiple of RPT
+override RPT: u32 = 1u;        // rows per thread: each x value loaded serves RPT rows
+override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
+
+const WG: u32 = TPR * ROWS / RPT;
+const ROW_OUTS: u32 = T_MAX * (1u + GLU);
+const OUTS: u32 = ROW_OUTS * RPT;
+const BLOCK_BYTES: u32 = 210u;
+const ROW_BYTES: u32 = K / 256u * BLOCK_BYTES;
+const UNITS_PER_ROW: u32 = K / 32u;
+const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> weight: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
+
+fn n_tokens() -> u32 {
+    return min(step.n_tokens, T_MAX);
+}
+
+// The 8 bytes at an even offset as two words.
+fn load_8(byte: u32) -> vec2<u32> {
+    let i = byte >> 2u;
+    let w0 = weight[i];
+    let w1 = weight[i + 1u];
+    if ((byte & 2u) == 0u) {
+        return vec2<u32>(w0, w1);
+    }
+    let w2 = weight[i + 2u];
+    return vec2<u32>((w0 >> 16u) | (w1 << 16u), (w1 >> 16u) | (w2 << 16u));
+}
+
+// The unit's 32 values of x for one token: quarter a's 8 values are x[base + 32 a .. + 8) (2 vec4 each).
+struct UnitX {
+    a0: mat2x4<f32>, a1: mat2x4<f32>, a2: mat2x4<f32>, a3: mat2x4<f32>,
+    sums: vec4<f32>,  // sum of each quarter's 8 values
+}
+
+fn unit_x(xb: u32) -> UnitX {
+    var u: UnitX;
+    u.a0 = mat2x4<f32>(x_vec(xb), x_vec(xb + 1u));
+    u.a1 = mat2x4<f32>(x_vec(xb + 8u), x_vec(xb + 9u));
+    u.a2 = mat2x4<f32>(x_vec(xb + 16u), x_vec(xb + 17u));
+    u.a3 = mat2x4<f32>(x_vec(xb + 24u), x_vec(xb + 25u));
+    let ones = vec4<f32>(1.0);
+    u.sums = vec4<f32>(dot(u.a0[0] + u.a0[1], ones), dot(u.a1[0] + u.a1[1], ones),
+                       dot(u.a2[0] + u.a2[1], ones), dot(u.a3[0] + u.a3[1], ones));
+    return u;
+}
+
+// sum q x over one quarter's 8 values: low, the 4-bit parts (two words), high, the 2-bit parts in place.
+fn quarter_dot(low: vec2<u32>, high: vec2<u32>, xq: mat2x4<f32>) -> f32 {
+    let q0 = (low.x & 0x0F0F0F0Fu) | ((high.x & 0x03030303u) << 4u);
+    let q1 = (low.y & 0x0F0F0F0Fu) | ((high.y & 0x03030303u) << 4u);
+    return dot(u8x4_to_f32(q0), xq[0]) + dot(u8x4_to_f32(q1), xq[1]);
+}
+
+// sum over the unit's 32 values of W x, the block at byte `block`, half h, l = l0 .. l0 + 7.
+fn unit_dot(block: u32, h: u32, l0: u32, u: UnitX) -> f32 {
+    let ql_a = load_8(block + 64u * h + l0);          // quarters 0 (low nibbles) and 2 (high)
+    let ql_b = load_8(block + 64u * h + 32u + l0);    // quarters 1 and 3
+    let qh = load_8(block + 128u + 32u * h + l0);     // bits 2a, 2a + 1 of each byte: quarter a
+    let qx = vec4<f32>(quarter_dot(ql_a, qh, u.a0), quarter_dot(ql_b, qh >> vec2<u32>(2u), u.a1),
+                       quarter_dot(ql_a >> vec2<u32>(4u), qh >> vec2<u32>(4u), u.a2),
+                       quarter_dot(ql_b >> vec2<u32>(4u), qh >> vec2<u32>(6u), u.a3));
+    // scales of sub-blocks 8h + 2a + l0 / 16: bytes s, s + 2, s + 4, s + 6 from s = 192 + 8h + l0 / 16
+    let sc = load_8(block + 192u + 8u * h + (l0 / 16u & ~1u)) >> vec2<u32>(8u * (l0 / 16u & 1u));
+    let signed = bitcast<vec4<i32>>(vec4<u32>(sc.x, sc.x >> 16u, sc.y, sc.y >> 16u) << vec4<u32>(24u));
+    let scales = vec4<f32>(signed >> vec4<u32>(24u));  // int8, sign-extended
+    let d_word = weight[(block + 208u) >> 2u] >> (8u * ((block + 208u) & 2u));
+    let d = unpack2x16float(d_word).x;
+    return d * dot(scales, qx - 32.0 * u.sums);
+}
+
+fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
+    var acc: array<f32, OUTS>;
+    let n = n_tokens();
+    let row0 = first_row + slot * RPT;
+    if (row0 >= N_ROWS) {
+        return acc;
+    }
+    for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
+        let block = u / 8u;
+        let h = (u / 4u) % 2u;
+        let l0 = 8u * (u % 4u);
+        for (var t = 0u; t < T_MAX; t++) {
+            if (t < n) {
+                let xu = unit_x((t * K + block * 256u + 128u * h + l0) / 4u);
+                for (var r = 0u; r < RPT; r++) {
+                    // rows past the shard repeat its last one (their sums are not stored)
+                    let at = (FIRST_ROW + min(row0 + r, N_ROWS - 1u)) * ROW_BYTES + block * BLOCK_BYTES;
+                    acc[r * ROW_OUTS + t] += unit_dot(at, h, l0, xu);
+                    if (GLU == 1u) {
+                        acc[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)] += unit_dot(at + UP_BYTES, h, l0, xu);
+                    }
+                }
+            }
+        }
+    }
+    return acc;
+}
+
+fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
+    for (var r = 0u; r < RPT; r++) {
+        let row = first_row + slot * RPT + r;
+        if (row < N_ROWS) {
+            for (var t = 0u; t < n_tokens(); t++) {
+                var v = totals[r * ROW_OUTS + t];
+                if (GLU == 1u) {
+                    v = gelu_glu(v, totals[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)]);
+                }
+                y[t * Y_STRIDE + ROW_START + row] = v;
+            }
+        }
+    }
+}
