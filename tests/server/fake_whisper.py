@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import time
+
 import numpy as np
 
 SAMPLE_RATE = 16000
@@ -65,7 +67,9 @@ class FakeWhisper:
     n_mels: int = 80
     languages: tuple[str, ...] = ("en",)
     sample_rate = SAMPLE_RATE
+    step_s: float = 0.0  # time each segment takes
     calls: list[TranscribeOptions] = field(default_factory=list)
+    produced: int = 0  # segments made, over all calls
 
     def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
         if options.language is not None and options.language not in self.languages:
@@ -80,6 +84,8 @@ class FakeWhisper:
             chunk = audio[i * SAMPLE_RATE:(i + 1) * SAMPLE_RATE]
             if float(np.sqrt(np.mean(chunk.astype(np.float64) ** 2))) < SILENCE_RMS:
                 continue
+            time.sleep(self.step_s)
+            self.produced += 1
             end = min(i + 0.9, duration)
             words = [Word(i, i + (end - i) / 2, f" {word}", 0.9), Word(i + (end - i) / 2, end, f" {i}.", 0.8)]
             yield Segment(id=i, start=float(i), end=end, text=f" {word} {i}.", tokens=[1000 + i, 2000 + i],
@@ -91,9 +97,12 @@ class FakeWhisper:
 
 
 def load_fake_whisper(source: str, *, progress: Callable[[int, int], None] | None = None, **_: Any) -> FakeWhisper:
-    """Settings' transcription loader for tests: source "multilingual" gives a model that knows en, de and fr."""
+    """Settings' transcription loader for tests: source "multilingual" gives a model that knows en, de and fr;
+    "slow" one that takes 0.2 s a segment."""
     if progress is not None:
         progress(1, 1)
+    if source == "slow":
+        return FakeWhisper(name=source, step_s=0.2)
     if source == "multilingual":
         return FakeWhisper(name=source, multilingual=True, languages=("en", "de", "fr"))
     return FakeWhisper(name=source)

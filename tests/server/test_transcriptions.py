@@ -12,6 +12,7 @@ import io
 import json
 import shutil
 import subprocess
+import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +58,8 @@ def fake_server() -> Iterator[ThreadServer]:
     settings = load_settings(env={}, overrides={
         "transcription.loader": "tests.server.fake_whisper:load_fake_whisper",
         "transcription.models": [{"id": "whisper-tiny.en", "source": "english"},
-                                 {"id": "whisper-multi", "source": "multilingual"}],
+                                 {"id": "whisper-multi", "source": "multilingual"},
+                                 {"id": "whisper-slow", "source": "slow"}],
         "limits.max_upload_bytes": UPLOAD_LIMIT})
     with ThreadServer(create_app(settings, loader=fake_loader())) as srv:
         yield srv
@@ -117,6 +119,23 @@ def test_sdk_stream(fake_client: openai.OpenAI) -> None:
     events = list(fake_client.audio.transcriptions.create(model="whisper-1", file=("a.wav", THREE_S), stream=True))
     assert [e.type for e in events] == ["transcript.text.delta"] * 3 + ["transcript.text.done"]
     assert "".join(e.delta for e in events[:-1]) == events[-1].text == "Second 0. Second 1. Second 2."
+
+
+def test_stream_stops_when_the_client_goes(fake_server: ThreadServer) -> None:
+    """A client that leaves after the first delta stops the job before its next window; the worker goes on."""
+    with httpx.stream("POST", f"{fake_server.url}/v1/audio/transcriptions", timeout=60,
+                      data={"model": "whisper-slow", "stream": "true"},
+                      files={"file": ("long.wav", wav_bytes(tone(20.0)))}) as response:
+        first = next(response.iter_lines())
+        assert first.startswith('data: {"type":"transcript.text.delta","delta":"Second 0."')
+    model = fake_server.app.state.manager.workers()["whisper-slow"].model
+    # The server notices at its next event (0.2 s on) and the job stops after the segment it is making: at most
+    # 4 made. A job that went on would have made 9 or more by the end of this wait (of 20).
+    time.sleep(1.5)
+    stopped_at = model.produced
+    assert stopped_at <= 5, stopped_at
+    assert post(fake_server, model="whisper-slow").json()["text"] == "Second 0. Second 1. Second 2."
+    assert model.produced == stopped_at + 3
 
 
 def test_options_reach_the_model(fake_server: ThreadServer) -> None:
@@ -285,6 +304,13 @@ def test_whisper_verbose_json_with_words(whisper_client: openai.OpenAI, clip: by
         assert a.start <= a.end <= b.start <= b.end, (a, b)  # monotonic
     for word in verbose.words:  # and inside a segment
         assert any(s.start <= word.start <= word.end <= s.end for s in verbose.segments), word
+
+
+@pytest.mark.heavy
+def test_whisper_silence(whisper_client: openai.OpenAI) -> None:
+    """Two seconds of silence: Whisper's no-speech check drops the window; an empty transcript, not an error."""
+    silent = wav_bytes(np.zeros(2 * SAMPLE_RATE))
+    assert whisper_client.audio.transcriptions.create(model="whisper-1", file=("silence.wav", silent)).text == ""
 
 
 @pytest.mark.heavy
