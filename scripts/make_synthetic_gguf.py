@@ -8,6 +8,7 @@ are small and finite, so the arithmetic is as costly as on real weights.
     python scripts/make_synthetic_gguf.py --like model.gguf out.gguf        # same shapes as a file
     python scripts/make_synthetic_gguf.py --like model.gguf --vocab-only tok.gguf  # metadata only
     python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape 1b out.gguf  # Gemma 3 1B shapes
+    python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape gemma4-e2b out.gguf  # Gemma 4 E2B
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, Keys
 
 Q = GGMLQuantizationType
 # Byte offsets of the f16 scale fields in each block type (ggml's block layouts).
@@ -130,6 +131,76 @@ def gemma3_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
     _write(writer)
 
 
+# Gemma 4 E2B (HF text_config of google/gemma-4-E2B): 35 layers, 4 sliding to 1 full, 8 heads of 256 (sliding) or
+# 512 (full) dims, 1 KV head, FFN 6144 (12288 in the 20 KV-shared layers: double-wide MLP), PLE of 256 per layer.
+GEMMA4_E2B = dict(d=1536, layers=35, heads=8, kv=1, head_dim=256, global_head_dim=512, ffn=6144, ple=256,
+                  shared=20, pattern=5, window=512, vocab=262144)
+
+
+def gemma4_e2b_shape(tokenizer: Path, out: Path, seed: int, layers: int | None = None) -> None:
+    """Gemma 4 E2B's shapes in a Q4_K_M-style mix (Q4_K matrices, Q6_K for token_embd, per_layer_token_embd and
+    attn_v / ffn_down of llama.cpp's use_more_bits layers). layers: fewer layers (same widths) for a quick
+    check; the KV-shared tail shrinks so that every shared layer still has an unshared one of its kind."""
+    s = GEMMA4_E2B
+    n = layers or s["layers"]
+    shared = n - max(s["pattern"], n - s["shared"])
+    sliding = [(i + 1) % s["pattern"] != 0 for i in range(n)]
+    reader = GGUFReader(tokenizer)
+    arch = "gemma4"
+    writer = GGUFWriter(out, arch)
+    _copy_metadata(reader, writer, skip_prefix="gemma3.")
+    d, p, hd, ghd = s["d"], s["ple"], s["head_dim"], s["global_head_dim"]
+    ffn = [s["ffn"] * (2 if i >= n - shared else 1) for i in range(n)]
+    key = lambda k: k.format(arch=arch)  # noqa: E731
+    for k, v in ((Keys.LLM.CONTEXT_LENGTH, 131072), (Keys.LLM.EMBEDDING_LENGTH, d), (Keys.LLM.BLOCK_COUNT, n),
+                 (Keys.Attention.HEAD_COUNT, s["heads"]), (Keys.Attention.HEAD_COUNT_KV, s["kv"]),
+                 (Keys.Attention.KEY_LENGTH, ghd), (Keys.Attention.VALUE_LENGTH, ghd),
+                 (Keys.Attention.KEY_LENGTH_SWA, hd), (Keys.Attention.VALUE_LENGTH_SWA, hd),
+                 (Keys.Attention.SLIDING_WINDOW, s["window"]), (Keys.Attention.SHARED_KV_LAYERS, shared),
+                 (Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, p), (Keys.Rope.DIMENSION_COUNT, ghd),
+                 (Keys.Rope.DIMENSION_COUNT_SWA, hd)):
+        writer.add_uint32(key(k), v)
+    writer.add_array(key(Keys.LLM.FEED_FORWARD_LENGTH), ffn)
+    writer.add_array(key(Keys.Attention.SLIDING_WINDOW_PATTERN), sliding)
+    writer.add_float32(key(Keys.Attention.LAYERNORM_RMS_EPS), 1e-6)
+    writer.add_float32(key(Keys.Rope.FREQ_BASE), 1_000_000.0)
+    writer.add_float32(key(Keys.Rope.FREQ_BASE_SWA), 10_000.0)
+    writer.add_float32(key(Keys.LLM.FINAL_LOGIT_SOFTCAPPING), 30.0)
+    rng = np.random.default_rng(seed)
+
+    def add(name: str, qtype: Q, shape: tuple[int, ...]) -> None:
+        _add(writer, name, qtype, shape, rng)
+
+    add("token_embd.weight", Q.Q6_K, (d, s["vocab"]))
+    add("per_layer_token_embd.weight", Q.Q6_K, (n * p, s["vocab"]))
+    add("per_layer_model_proj.weight", Q.Q4_K, (d, n * p))
+    add("per_layer_proj_norm.weight", Q.F32, (p,))
+    add("output_norm.weight", Q.F32, (d,))
+    n_rot = ghd // 8  # proportional RoPE: a quarter of the full layers' dims rotate
+    writer.add_tensor("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (ghd // 2 - n_rot), np.float32))
+    for i in range(n):
+        more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # llama.cpp's use_more_bits
+        head = hd if sliding[i] else ghd
+        q, kv = s["heads"] * head, s["kv"] * head
+        pre = f"blk.{i}."
+        for norm in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "post_norm"):
+            add(pre + norm + ".weight", Q.F32, (d,))
+        add(pre + "attn_q_norm.weight", Q.F32, (head,))
+        add(pre + "layer_output_scale.weight", Q.F32, (1,))
+        add(pre + "attn_q.weight", Q.Q4_K, (d, q))
+        if i < n - shared:
+            add(pre + "attn_k_norm.weight", Q.F32, (head,))
+            add(pre + "attn_k.weight", Q.Q4_K, (d, kv))
+            add(pre + "attn_v.weight", Q.Q6_K if more_bits else Q.Q4_K, (d, kv))
+        add(pre + "attn_output.weight", Q.Q4_K, (q, d))
+        add(pre + "ffn_gate.weight", Q.Q4_K, (d, ffn[i]))
+        add(pre + "ffn_up.weight", Q.Q4_K, (d, ffn[i]))
+        add(pre + "ffn_down.weight", Q.Q6_K if more_bits else Q.Q4_K, (ffn[i], d))
+        add(pre + "inp_gate.weight", Q.Q4_K, (d, p))
+        add(pre + "proj.weight", Q.Q4_K, (p, d))
+    _write(writer)
+
+
 def _add(writer: GGUFWriter, name: str, qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> None:
     """Add a tensor of GGUF shape ne (innermost first); quantised data goes in as [rows, row bytes]."""
     data = random_blocks(qtype, shape, rng)
@@ -149,11 +220,14 @@ def main() -> None:
     parser.add_argument("--like", type=Path, help="copy shapes, types and metadata of this GGUF")
     parser.add_argument("--vocab-only", action="store_true", help="with --like: metadata only, no tensors")
     parser.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer metadata to copy (with --shape)")
-    parser.add_argument("--shape", choices=sorted(SHAPES), help="Gemma 3 size to synthesise")
+    parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b"], help="Gemma 3 size (or Gemma 4 E2B)")
+    parser.add_argument("--layers", type=int, help="gemma4-e2b: this many layers, widths unchanged (quick checks)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.like:
         like(args.like, args.out, args.vocab_only, args.seed)
+    elif args.shape == "gemma4-e2b" and args.tokenizer:
+        gemma4_e2b_shape(args.tokenizer, args.out, args.seed, args.layers)
     elif args.shape and args.tokenizer:
         gemma3_shape(args.tokenizer, args.shape, args.out, args.seed)
     else:
