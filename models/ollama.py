@@ -60,7 +60,7 @@ def parse_name(name: str) -> tuple[str, str, str, str] | None:
         parts = [DEFAULT_HOST, DEFAULT_NAMESPACE, *parts]
     elif len(parts) == 2:
         parts = [DEFAULT_HOST, *parts]
-    if len(parts) != 3 or not all(_PART.match(p) and ".." not in p for p in (*parts, tag)):
+    if len(parts) != 3 or not all(_PART.fullmatch(p) and ".." not in p for p in (*parts, tag)):
         return None
     host, namespace, model = parts
     return host.lower(), namespace, model, tag
