@@ -12,6 +12,7 @@ import io
 import json
 import shutil
 import subprocess
+import threading
 import time
 import wave
 from collections.abc import Iterator
@@ -60,7 +61,7 @@ def fake_server() -> Iterator[ThreadServer]:
         "transcription.models": [{"id": "whisper-tiny.en", "source": "english"},
                                  {"id": "whisper-multi", "source": "multilingual"},
                                  {"id": "whisper-slow", "source": "slow"}],
-        "limits.max_upload_bytes": UPLOAD_LIMIT})
+        "limits.max_upload_bytes": UPLOAD_LIMIT, "limits.max_queue": 1})
     with ThreadServer(create_app(settings, loader=fake_loader())) as srv:
         yield srv
 
@@ -136,6 +137,26 @@ def test_stream_stops_when_the_client_goes(fake_server: ThreadServer) -> None:
     assert stopped_at <= 5, stopped_at
     assert post(fake_server, model="whisper-slow").json()["text"] == "Second 0. Second 1. Second 2."
     assert model.produced == stopped_at + 3
+
+
+def test_full_queue_is_a_429_before_the_stream_starts(fake_server: ThreadServer) -> None:
+    """With one job running and max_queue (1) waiting, a stream request gets a plain 429, not an event stream."""
+    long = wav_bytes(tone(60.0))  # 12 s of work: it runs the whole test long
+    with httpx.stream("POST", f"{fake_server.url}/v1/audio/transcriptions", timeout=60,
+                      data={"model": "whisper-slow", "stream": "true"}, files={"file": ("a.wav", long)}) as running:
+        lines = running.iter_lines()  # kept: a dropped iterator closes the response, and the client is gone
+        next(lines)  # the first job runs
+        worker = fake_server.app.state.manager.workers()["whisper-slow"]
+        waiting = threading.Thread(target=post, args=(fake_server,), kwargs={"model": "whisper-slow"})
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while worker.queued < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        refused = post(fake_server, model="whisper-slow", stream="true")
+        assert refused.headers["content-type"].startswith("application/json")
+        assert error_of(refused, 429)["code"] == "queue_full" and refused.headers["retry-after"]
+        assert next(line for line in lines if line).startswith('data: {"type":"transcript.text.delta"')  # unharmed
+    waiting.join(30)
 
 
 def test_options_reach_the_model(fake_server: ThreadServer) -> None:
