@@ -16,7 +16,7 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
     python bench/kernels.py --models 270m,1b,4b --types q4_k,q6_k,q8_0 --torch
     python bench/kernels.py --sweep --json sweep.json    # matmul tiles and k splits, 270M prefill shapes
     python bench/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
-    python bench/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row x rows per thread
+    python bench/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row
     python bench/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
 
 The sweep times many short passes with compilation between them: an idle GPU may not raise its
@@ -222,19 +222,17 @@ def torch_peer(op: str, k: int, n: int, t: int) -> dict:
 
 
 def wide_sweep(bench: Bench, models: list[str], only: set[str], args: argparse.Namespace) -> list[dict]:
-    """matvec_q4_k and matvec_q6_k (T = 1) at every threads-per-row and rows-per-thread split, on the models'
-    shapes."""
+    """matvec_q4_k and matvec_q6_k (T = 1) at every threads-per-row split, on the models' shapes. Relative figures
+    only: compiling between short passes keeps the GPU's clocks low (see the module docstring)."""
     rows = []
     for model in models:
         for op, k, n, qtype in ops_of(model, [Q.Q4_K, Q.Q6_K]):
             if op == "output" or (only and op not in only):
                 continue
             for tpr in (4, 8, 16, 32, 64):
-                for rpt in (1, 2, 4, 8):
-                    matmul_ops.wide_matvec_shape = lambda k, n, tpr=tpr, rpt=rpt: (tpr, 256 // tpr * rpt, rpt)
-                    print(f"TPR={tpr} RPT={rpt}: ", end="")
-                    for row in measure_op(bench, op, k, n, qtype, 1, args):
-                        rows.append(row | {"tpr": tpr, "rpt": rpt})
+                matmul_ops.wide_matvec_shape = lambda *_, tpr=tpr: matmul_ops.MatvecShape(tpr, 256 // tpr)
+                print(f"TPR={tpr}: ", end="")
+                rows += [row | {"tpr": tpr} for row in measure_op(bench, op, k, n, qtype, 1, args)]
     return rows
 
 
@@ -317,7 +315,7 @@ def main() -> None:
     parser.add_argument("--ops", default="", help="only these ops (q, k, v, o, gate_up, down, output)")
     parser.add_argument("--torch", action="store_true", help="also torch.matmul fp32 on CUDA")
     parser.add_argument("--sweep", action="store_true", help="tile shapes of the GPU matmul instead")
-    parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k splits (TPR x RPT) instead")
+    parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k threads per row instead")
     parser.add_argument("--model", help="a GGUF: end-to-end prefill tok/s instead")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--tiles", type=Path, help="a --sweep JSON: run each measured shape with its fastest tile")

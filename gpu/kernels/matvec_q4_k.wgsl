@@ -12,11 +12,10 @@
 // applied once per unit, not per value (f32 rounding differs from dequantise-then-dot by a few ulp
 // of the row sum; tests compare with a tolerance).
 //
-// Work split: as matvec.wgsl, TPR threads per row, ROWS rows per workgroup, but a thread may take
-// RPT rows (a "slot" of the entry points), so that the x values it loads for a unit serve RPT rows
-// (x reads from L1 or workgroup memory otherwise outnumber the weight bytes 8 to 1); lane l of a
-// slot takes units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8
-// lanes of a block read its 128 quant bytes as one contiguous span. Entry points:
+// Work split: as matvec.wgsl, TPR threads per row, ROWS rows per workgroup; lane l of a row takes
+// units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8 lanes of a
+// block read its 128 quant bytes as one contiguous span. (Threads taking 2 to 8 rows each, so that
+// one x load serves them all, measured slower on an H100 at every split.) Entry points:
 // matvec/${ENTRY}.wgsl (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's
 // whole_rows).
 #include "common/step.wgsl"
@@ -31,14 +30,12 @@ override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
 override ROW_START: u32 = 0u;  // y column of the dispatch's first row
 override Y_STRIDE: u32 = 1u;   // values per y row
 override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
-override TPR: u32 = 32u;       // threads per row (per group of RPT rows), a power of two
-override ROWS: u32 = 8u;       // rows per workgroup, a multiple of RPT
-override RPT: u32 = 1u;        // rows per thread: each x value loaded serves RPT rows
+override TPR: u32 = 32u;       // threads per row, a power of two
+override ROWS: u32 = 8u;       // rows per workgroup
 override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
 
-const WG: u32 = TPR * ROWS / RPT;                 // the entry points' slot = tid / TPR: a group of RPT rows
-const ROW_OUTS: u32 = T_MAX * (1u + GLU);         // sums per row: [token] (gate), then [token] of the up row
-const OUTS: u32 = ROW_OUTS * RPT;                 // [row of the slot][sum]
+const WG: u32 = TPR * ROWS;
+const OUTS: u32 = T_MAX * (1u + GLU);             // sums per row: [token] (gate), then [token] of the up row
 const BLOCK_WORDS4: u32 = 9u;                     // 144 bytes
 const ROW_WORDS4: u32 = K / 256u * BLOCK_WORDS4;
 const UNITS_PER_ROW: u32 = K / 32u;               // 16 quant bytes = 32 values each
@@ -110,32 +107,36 @@ fn unit_dot(q: vec4<u32>, s: vec4<f32>, u: UnitX) -> f32 {
     return s.x * qx_lo - s.y * u.sum_lo + s.z * qx_hi - s.w * u.sum_hi;
 }
 
-// This thread's share of the slot's RPT rows (first_row + RPT slot + r): for each, the dot products of
-// its units with each token ([r][t]; with GLU, the up row's at [r][T_MAX + t]).
+// This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
+// GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     var acc: array<f32, OUTS>;
+    let row = first_row + slot;
     let n = n_tokens();
-    let row0 = first_row + slot * RPT;
-    if (row0 >= N_ROWS) {
+    if (row >= N_ROWS) {
         return acc;
     }
+    let row_base = (FIRST_ROW + row) * ROW_WORDS4;
     for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
         let block = u / 8u;
         let part = u % 8u;
         let j = part / 2u;
+        let at = row_base + block * BLOCK_WORDS4;
+        let q = weight[at + 1u + part];  // quant bytes 16 + 32 j + 16 (part % 2)
+        let s = unit_scales(weight[at], j);
+        var q_up = vec4<u32>();
+        var s_up = vec4<f32>();
+        if (GLU == 1u) {
+            q_up = weight[at + UP_WORDS4 + 1u + part];
+            s_up = unit_scales(weight[at + UP_WORDS4], j);
+        }
         let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
         for (var t = 0u; t < T_MAX; t++) {
             if (t < n) {
                 let xu = unit_x((t * K + first) / 4u);
-                for (var r = 0u; r < RPT; r++) {
-                    // rows past the shard repeat its last one (their sums are not stored)
-                    let at = (FIRST_ROW + min(row0 + r, N_ROWS - 1u)) * ROW_WORDS4 + block * BLOCK_WORDS4;
-                    acc[r * ROW_OUTS + t] += unit_dot(weight[at + 1u + part], unit_scales(weight[at], j), xu);
-                    if (GLU == 1u) {
-                        let up = at + UP_WORDS4;
-                        acc[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)] +=
-                            unit_dot(weight[up + 1u + part], unit_scales(weight[up], j), xu);
-                    }
+                acc[t] += unit_dot(q, s, xu);
+                if (GLU == 1u) {
+                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(q_up, s_up, xu);
                 }
             }
         }
@@ -144,16 +145,15 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
 }
 
 fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
-    for (var r = 0u; r < RPT; r++) {
-        let row = first_row + slot * RPT + r;
-        if (row < N_ROWS) {
-            for (var t = 0u; t < n_tokens(); t++) {
-                var v = totals[r * ROW_OUTS + t];
-                if (GLU == 1u) {
-                    v = gelu_glu(v, totals[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)]);
-                }
-                y[t * Y_STRIDE + ROW_START + row] = v;
-            }
+    let row = first_row + slot;
+    if (row >= N_ROWS) {
+        return;
+    }
+    for (var t = 0u; t < n_tokens(); t++) {
+        var v = totals[t];
+        if (GLU == 1u) {
+            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
         }
+        y[t * Y_STRIDE + ROW_START + row] = v;
     }
 }

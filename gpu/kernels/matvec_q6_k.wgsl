@@ -10,8 +10,8 @@
 // bytes, so a block starts 4-aligned or 2 bytes past; a unit's 8-byte spans load as three words and
 // shift where needed. Each quarter a is summed as d*sc_a * (sum q x - 32 sum x).
 //
-// Work split: as matvec_q4_k.wgsl: TPR threads per slot of RPT rows, ROWS rows per workgroup, lane l
-// takes units l, l + TPR, ... of its rows (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)).
+// Work split: as matvec_q4_k.wgsl: TPR threads per row, ROWS rows per workgroup, lane l takes units
+// l, l + TPR, ... of its row (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)).
 #include "common/step.wgsl"
 #include "quant/byte_floats.wgsl"
 #include "matmul/gelu_glu.wgsl"
@@ -24,14 +24,12 @@ override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
 override ROW_START: u32 = 0u;  // y column of the dispatch's first row
 override Y_STRIDE: u32 = 1u;   // values per y row
 override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
-override TPR: u32 = 32u;       // threads per slot of RPT rows, a power of two
-override ROWS: u32 = 8u;       // rows per workgroup, a multiple of RPT
-override RPT: u32 = 1u;        // rows per thread: each x value loaded serves RPT rows
+override TPR: u32 = 32u;       // threads per row, a power of two
+override ROWS: u32 = 8u;       // rows per workgroup
 override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
 
-const WG: u32 = TPR * ROWS / RPT;
-const ROW_OUTS: u32 = T_MAX * (1u + GLU);
-const OUTS: u32 = ROW_OUTS * RPT;
+const WG: u32 = TPR * ROWS;
+const OUTS: u32 = T_MAX * (1u + GLU);             // sums per row: [token] (gate), then [token] of the up row
 const BLOCK_BYTES: u32 = 210u;
 const ROW_BYTES: u32 = K / 256u * BLOCK_BYTES;
 const UNITS_PER_ROW: u32 = K / 32u;
@@ -99,27 +97,27 @@ fn unit_dot(block: u32, h: u32, l0: u32, u: UnitX) -> f32 {
     return d * dot(scales, qx - 32.0 * u.sums);
 }
 
+// This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
+// GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     var acc: array<f32, OUTS>;
+    let row = first_row + slot;
     let n = n_tokens();
-    let row0 = first_row + slot * RPT;
-    if (row0 >= N_ROWS) {
+    if (row >= N_ROWS) {
         return acc;
     }
+    let row_base = (FIRST_ROW + row) * ROW_BYTES;
     for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
         let block = u / 8u;
         let h = (u / 4u) % 2u;
         let l0 = 8u * (u % 4u);
+        let at = row_base + block * BLOCK_BYTES;
         for (var t = 0u; t < T_MAX; t++) {
             if (t < n) {
                 let xu = unit_x((t * K + block * 256u + 128u * h + l0) / 4u);
-                for (var r = 0u; r < RPT; r++) {
-                    // rows past the shard repeat its last one (their sums are not stored)
-                    let at = (FIRST_ROW + min(row0 + r, N_ROWS - 1u)) * ROW_BYTES + block * BLOCK_BYTES;
-                    acc[r * ROW_OUTS + t] += unit_dot(at, h, l0, xu);
-                    if (GLU == 1u) {
-                        acc[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)] += unit_dot(at + UP_BYTES, h, l0, xu);
-                    }
+                acc[t] += unit_dot(at, h, l0, xu);
+                if (GLU == 1u) {
+                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(at + UP_BYTES, h, l0, xu);
                 }
             }
         }
@@ -128,16 +126,15 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
 }
 
 fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
-    for (var r = 0u; r < RPT; r++) {
-        let row = first_row + slot * RPT + r;
-        if (row < N_ROWS) {
-            for (var t = 0u; t < n_tokens(); t++) {
-                var v = totals[r * ROW_OUTS + t];
-                if (GLU == 1u) {
-                    v = gelu_glu(v, totals[r * ROW_OUTS + min(T_MAX + t, ROW_OUTS - 1u)]);
-                }
-                y[t * Y_STRIDE + ROW_START + row] = v;
-            }
+    let row = first_row + slot;
+    if (row >= N_ROWS) {
+        return;
+    }
+    for (var t = 0u; t < n_tokens(); t++) {
+        var v = totals[t];
+        if (GLU == 1u) {
+            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
         }
+        y[t * Y_STRIDE + ROW_START + row] = v;
     }
 }

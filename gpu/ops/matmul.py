@@ -54,8 +54,6 @@ _SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CP
 # sub-block (GPU adapters), rather than matvec.wgsl's 16-value dequant16; bench/kernels.py times both.
 WIDE_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k", GGMLQuantizationType.Q6_K: "matvec_q6_k"}
 WIDE_MATVEC = True
-# rows a wide matvec thread takes (each x value it loads serves them all); bench/kernels.py --wide-sweep
-WIDE_MATVEC_ROWS_PER_THREAD = 1
 
 
 # Largest normalised input a matvec workgroup computes for itself (matvec/x_normed.wgsl): T_MAX x K f32 in
@@ -126,34 +124,33 @@ class MatvecShape(NamedTuple):
     rows: int  # rows per workgroup: workgroup size = tpr * rows
 
 
-def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES) -> MatvecShape:
+def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
+                 units_per_thread: int = _MATVEC_GROUPS_PER_THREAD, rows_read: int | None = None) -> MatvecShape:
     """The split of an [n_rows, k] shard over matvec threads (GPU adapters).
 
-    Threads per row, a power of two from 4 up to 64: enough threads in all (n_rows * tpr >=
-    _MATVEC_TARGET_THREADS) to hide memory latency, at most eight 16-value groups per thread, at
-    least two; measured on an H100: 640 x 262144 Q8_0 best at 4 (106 us), 4096 x 16384 Q4_K at
-    32-64 (57 us), 2048 x 640 Q6_K at 64 or 32 rather than 16. Rows per workgroup: 256 threads,
-    fewer when that leaves few workgroups. unit_values: values a thread takes at a time (16 in
-    matvec.wgsl, 32 in matvec_q4_k.wgsl).
+    Threads per row, a power of two from 4 up to 64: enough threads in all (rows_read * tpr >=
+    _MATVEC_TARGET_THREADS; rows_read counts a GLU's up rows too) to hide memory latency, at most
+    units_per_thread units of unit_values values per thread, at least two; measured on an H100: 640 x
+    262144 Q8_0 best at 4 (106 us), 4096 x 16384 Q4_K at 32-64 (57 us), 2048 x 640 Q6_K at 64 or 32
+    rather than 16. Rows per workgroup: 256 threads, fewer when that leaves few workgroups.
     """
-    groups = k // unit_values
-    wanted = max(_pow2_ceil(-(-_MATVEC_TARGET_THREADS // n_rows)), _pow2_floor(groups // _MATVEC_GROUPS_PER_THREAD))
-    tpr = max(4, min(wanted, 64, _pow2_floor(groups // 2)))
+    units = k // unit_values
+    rows_read = rows_read or n_rows
+    wanted = max(_pow2_ceil(-(-_MATVEC_TARGET_THREADS // rows_read)), _pow2_floor(units // units_per_thread))
+    tpr = max(4, min(wanted, 64, _pow2_floor(units // 2)))
     rows = max(1, _MATVEC_THREADS // tpr)
     while rows > 1 and rows * tpr > _MATVEC_MIN_THREADS and -(-n_rows // rows) < _MATVEC_TARGET_GROUPS:
         rows //= 2
     return MatvecShape(tpr, rows)
 
 
-def wide_matvec_shape(k: int, n_rows: int) -> tuple[int, int, int]:
-    """(TPR, ROWS, RPT) of matvec_q4_k.wgsl and matvec_q6_k.wgsl for an [n_rows, k] shard: matvec_shape's
-    split of 32-value units, each thread taking WIDE_MATVEC_ROWS_PER_THREAD rows (fewer where that leaves too few
-    workgroups)."""
-    shape = matvec_shape(k, n_rows, unit_values=32)
-    rpt = WIDE_MATVEC_ROWS_PER_THREAD
-    while rpt > 1 and -(-n_rows // (shape.rows * rpt)) < _MATVEC_TARGET_GROUPS:
-        rpt //= 2
-    return shape.tpr, shape.rows * rpt, rpt
+def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool) -> MatvecShape:
+    """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units). Units per thread from a sweep of
+    threads per row on an H100 (bench/kernels.py --wide-sweep, Gemma 3 4B shapes): Q4_K fastest with up to 16
+    units a thread (gate-up 2560 x 2 x 10240 at 4 threads a row, down 10240 x 2560 at 32), Q6_K with 4, its
+    units costing more loads (gate-up at 16 threads a row, down at 64)."""
+    per_thread = 16 if qtype is GGMLQuantizationType.Q4_K else 4
+    return matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1))
 
 
 def software_matvec_threads(n_rows: int) -> int:
@@ -277,7 +274,7 @@ def _plan(
 
 
 def _matvec_dispatch(
-    weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool,
+    weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool,
 ) -> tuple[str, dict[str, int | str], int]:
     """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns)."""
     if whole_rows:
@@ -288,9 +285,9 @@ def _matvec_dispatch(
         return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads}, groups
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
     if weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
-        tpr, rows, rpt = wide_matvec_shape(weight.k, n_rows)
-        constants = {"ENTRY": entry, "TPR": tpr, "ROWS": rows, "RPT": rpt}
-        return WIDE_MATVEC_KERNELS[weight.qtype], constants, -(-n_rows // rows)
+        shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu)
+        constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}
+        return WIDE_MATVEC_KERNELS[weight.qtype], constants, -(-n_rows // shape.rows)
     shape = matvec_shape(weight.k, n_rows)
     return "matvec", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
 
@@ -316,7 +313,7 @@ def _dispatch(
         if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows or not _normed_input_fits(weight.k, t_max):
             raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
                              f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu)
         constants |= extra | {"X_SOURCE": "normed", "EPS": x.eps}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
@@ -324,7 +321,7 @@ def _dispatch(
         builder.dispatch(name, constants, tensors, workgroup_grid(groups))
         return
     if plan.kernel is LinearKernel.MATVEC:
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu)
         if name != "matvec_q8_0_rows":
             extra |= {"X_SOURCE": "direct"}
         if name != "matvec":
