@@ -13,6 +13,9 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 EMBEDDINGS_BENCH_ARGS ?=
+# Whisper vs faster-whisper: its peer runs in a Python that has faster-whisper, e.g.
+# TRANSCRIPTION_BENCH_ARGS="--peer-python /work/refvenv/bin/python"
+TRANSCRIPTION_BENCH_ARGS ?=
 SPEECH_BENCH_ARGS ?=
 
 .PHONY: setup serve test bench
@@ -36,3 +39,4 @@ bench: setup
 	$(PY) bench/text.py $(BENCH_ARGS)
 	$(PY) bench/embeddings.py $(EMBEDDINGS_BENCH_ARGS)
 	$(PY) bench/speech.py $(SPEECH_BENCH_ARGS)
+	$(PY) bench/transcription.py $(TRANSCRIPTION_BENCH_ARGS)

