@@ -110,7 +110,8 @@ class Limits(_Frozen):
     max_tokens_default: int | None = Field(
         None, ge=1, description="chat max_tokens when the client sends none; None: up to the context end"
     )
-    max_loaded_models: int = Field(3, ge=1, description="models held at once; idle on-demand ones unload first")
+    # 4: one model of each endpoint family (chat, embeddings, speech, transcription) fits without evictions.
+    max_loaded_models: int = Field(4, ge=1, description="models held at once; idle on-demand ones unload first")
     max_speech_input: int = Field(4096, ge=1, description="most characters of /v1/audio/speech input, as OpenAI; "
                                   "then 400")
     request_timeout_s: float = Field(
