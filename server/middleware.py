@@ -27,6 +27,7 @@ access_log = logging.getLogger("hearth.access")
 # Paths that never need an API key: liveness and readiness probes (Docker's HEALTHCHECK, Kubernetes), and the
 # API's own description. /metrics joins them unless settings.metrics_need_key.
 OPEN_PATHS = frozenset({"/", "/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PROBE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 # The multipart upload routes, whose bodies may be up to limits.max_upload_bytes.
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 
@@ -148,9 +149,11 @@ class RequestContext:
             elapsed = time.perf_counter() - started
             method = scope.get("method", "")
             self.metrics.observe_request(self._route(scope), method, status, elapsed)
-            access_log.info("%s %s %d %.3fs", method, scope.get("path", ""), status, elapsed,
-                            extra={"method": method, "path": scope.get("path", ""), "status": status,
-                                   "duration_s": round(elapsed, 4)})
+            path = scope.get("path", "")
+            # Probes answer every few seconds (Docker, Kubernetes, Prometheus): their successes only at debug level.
+            level = logging.DEBUG if path in PROBE_PATHS and status < 400 else logging.INFO
+            access_log.log(level, "%s %s %d %.3fs", method, path, status, elapsed,
+                           extra={"method": method, "path": path, "status": status, "duration_s": round(elapsed, 4)})
             end_request(end_token)  # e.g. the model manager's lease on the request's model
             self.metrics.deactivate(metrics_token)
             reset_request_id(id_token)
