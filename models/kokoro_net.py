@@ -170,13 +170,20 @@ def _snake_resblock(g: KokoroGraph, m: KokoroModel, x: Tensor, name: str, s: Ten
 
 
 def back(m: KokoroModel, ids: np.ndarray, durations: np.ndarray, style: np.ndarray, *, seed: int,
-         noise: bool) -> np.ndarray:
-    """Audio (float32, 24 kHz) for the front's d and t_en aligned by durations."""
+         noise: bool, taps: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Audio (float32, 24 kHz) for the front's d and t_en aligned by durations. taps: a dict to fill with
+    named intermediates (tests and debugging: the F0 curve, decoder output, source, STFT, conv_post)."""
     c = m.config
     ex = m.executor
     t = len(ids)
     frames = int(durations.sum())
     g = KokoroGraph(ex, "kokoro.back")
+    kept: dict[str, Tensor] = {}
+
+    def tap(name: str, tensor: Tensor) -> None:
+        if taps is not None:
+            kept[name] = ex.tensor(f"kokoro.tap.{name}", tensor.shape)
+            g.axpby(tensor, tensor, kept[name], n=tensor.numel, b=0.0)
     idx = ex.tensor("kokoro.align", (frames,), "u32", data=np.repeat(np.arange(t, dtype=np.uint32), durations))
     s_pred = ex.tensor("kokoro.s_pred", (1, c.style_dim), data=style[c.style_dim:])
     s_dec = ex.tensor("kokoro.s_dec", (1, c.style_dim), data=style[: c.style_dim])
@@ -201,6 +208,7 @@ def back(m: KokoroModel, ids: np.ndarray, durations: np.ndarray, style: np.ndarr
         g.conv1d(x, m.w(f"predictor.{branch}_proj.weight"), m.w(f"predictor.{branch}_proj.bias"), curve,
                  c_in=hid // 2, c_out=1, t_in=2 * frames, k=1)
         curves[branch] = curve
+        tap(branch, curve)
         # decoder.F0_conv / N_conv (k3, stride 2) straight into cat0's last two rows
         row = hid if branch == "F0" else hid + 1
         g.conv1d(curve, m.w(f"decoder.{branch}_conv.weight"), m.w(f"decoder.{branch}_conv.bias"), cat0, c_in=1,
@@ -218,6 +226,9 @@ def back(m: KokoroModel, ids: np.ndarray, durations: np.ndarray, style: np.ndarr
         _adain_resblk(g, m, cats[i % 2], f"decoder.decode.{i}", s_dec, c_in=dec_in, c_out=1024, t=frames,
                       out=cats[(i + 1) % 2])
     x = _adain_resblk(g, m, cats[1], "decoder.decode.3", s_dec, c_in=dec_in, c_out=hid, t=frames, upsample=True)
+    tap("shared", sh)
+    tap("encode_in", cat0)
+    tap("decoder", x)
 
     # Generator: harmonic source from the F0 curve, its STFT (22 rows), two upsampling stages, conv_post, iSTFT.
     f0_frames = 2 * frames
@@ -227,6 +238,8 @@ def back(m: KokoroModel, ids: np.ndarray, durations: np.ndarray, style: np.ndarr
                                 upsample=c.upsample, seed=seed, noise=noise)
     har = g.act((22, samples // c.hop + 1))
     n_har = g.stft(source, har, samples=samples, hop=c.hop)
+    tap("source", source)
+    tap("har", har)
     ch, cols = hid, f0_frames
     n_k = len(c.resblock_kernels)
     for i, (rate, kernel) in enumerate(zip(c.upsample_rates, c.upsample_kernels)):
@@ -258,11 +271,17 @@ def back(m: KokoroModel, ids: np.ndarray, durations: np.ndarray, style: np.ndarr
             nxt = g.act((ch_out, cols_out))
             g.axpby(acc, o, nxt, n=ch_out * cols_out, div=float(n_k) if j == n_k else 1.0)
             acc = nxt
+        tap(f"noise_res{i}", xs)
+        tap(f"up{i}", up)
         x, ch, cols = acc, ch_out, cols_out
     post = g.act((22, cols))
     g.conv1d(x, m.w("decoder.generator.conv_post.weight"), m.w("decoder.generator.conv_post.bias"), post, c_in=ch,
              c_out=22, t_in=cols, k=7, pad=3, pre_slope=0.01)
     audio = g.act(((cols - 1) * c.hop,))
     g.istft(post, audio, frames=cols, hop=c.hop)
-    (out,) = m.run(g, [audio])
+    tap("post", post)
+    names = list(kept)
+    out, *tapped = m.run(g, [audio, *[kept[n] for n in names]])
+    if taps is not None:
+        taps.update(zip(names, tapped))
     return out.astype(np.float32)

@@ -88,8 +88,11 @@ class KokoroGraph:
         consts = {"K": k, "PRE_ACT": pre_slope is not None, "RESIDUAL": residual is not None, "R_SHIFT": r_shift}
         params = [c_in, c_out, t_in, t_out, stride, pad, dilation, float(pre_slope or 0.0), float(scale),
                   x_offset, y_offset, r_offset]
-        self.dispatch("kokoro_conv1d", consts, params, [x, w, b, residual if residual is not None else self.dummy, y],
-                      (_groups(t_out, 64), _groups(c_out, 4)))
+        tensors = [x, w, b, residual if residual is not None else self.dummy, y]
+        if stride == 1 and (k - 1) * dilation <= 64 and k <= 16:  # the tiled kernel's window and weight tile
+            self.dispatch("kokoro_conv1d_tiled", consts, params, tensors, (_groups(t_out, 64), _groups(c_out, 8)))
+        else:
+            self.dispatch("kokoro_conv1d", consts, params, tensors, (_groups(t_out, 64), _groups(c_out, 4)))
         return t_out
 
     def conv_transpose1d(self, x: Tensor, w: Tensor, b: Tensor, y: Tensor, *, c_in: int, c_out: int, t_in: int,
