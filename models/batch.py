@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 
 from gpu.kv_cache import PoolExhausted
 from models.generate import STEPS_PER_SUBMIT, gpu_sampling
-from models.sampler import SampledToken, Sampler, SamplingParams
+from models.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
+from models.step_io import CANDIDATES
 from models.text_model import PREFILL_BUCKETS, DecodeRow, Engine, GpuSampling, PendingStep, Session, TextModel
 
 
@@ -69,6 +70,7 @@ class _Sequence:
     gpu: GpuSampling | None  # None: the CPU samples from read-back logits
     sampler: Sampler | None
     history: list[int]  # prompt and tokens so far, for the CPU sampler's penalties
+    candidates: bool  # CPU path: the row's best logits come back rather than all (models/generate.py)
     request: list[int] = field(default_factory=list)  # the request's prompt
     emitted: list[int] = field(default_factory=list)  # tokens handed out
     prefilled: int = 0  # prompt tokens submitted
@@ -175,7 +177,8 @@ class BatchGenerator:
         self._sequences[key] = _Sequence(
             key, next(self._order), session, prompt, max_tokens,
             self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
-            on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(), prompt.copy())
+            on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(),
+            on_gpu is None and candidates_can_serve(sampling, CANDIDATES), prompt.copy())
 
     def cancel(self, key: Hashable) -> None:
         """End a sequence without an event (its client left, or a stop string matched)."""
@@ -291,8 +294,10 @@ class BatchGenerator:
             seq.session = self.engine.new_session()
         chunk = seq.prompt[seq.prefilled:seq.prefilled + self.prefill_chunk]
         last = seq.prefilled + len(chunk) == len(seq.prompt)
-        pending = self.engine.submit_prefill(seq.session, chunk, sampling=seq.gpu,
-                                             read_logits=last and seq.gpu is None, last=last)
+        on_cpu = last and seq.gpu is None
+        pending = self.engine.submit_prefill(seq.session, chunk, sampling=seq.gpu, last=last,
+                                             read_logits=on_cpu and not seq.candidates,
+                                             read_candidates=on_cpu and seq.candidates)
         seq.prefilled += len(chunk)
         if last:
             seq.submitted += 1  # the token after the prompt is sampled in this submission
@@ -308,7 +313,8 @@ class BatchGenerator:
         return _Submission(pending, rows, self._handle_gpu_decode, n_steps)
 
     def _submit_cpu_decode(self, rows: list[_Sequence]) -> _Submission:
-        pending = self.engine.submit_decode([DecodeRow(s.session, s.next_token, read_logits=True) for s in rows])
+        pending = self.engine.submit_decode([DecodeRow(s.session, s.next_token, read_logits=not s.candidates,
+                                                       read_candidates=s.candidates) for s in rows])
         for s in rows:
             s.next_token = None
             s.submitted += 1
@@ -332,7 +338,7 @@ class BatchGenerator:
         tokens, logits = submission.pending.wait()
         if seq.gpu is not None:
             return self._accept(seq, SampledToken(int(tokens[0, 0]), math.nan))
-        return self._accept_cpu(seq, logits[0].reshape(-1))
+        return self._accept_cpu(seq, submission.pending, 0)
 
     def _handle_gpu_decode(self, submission: _Submission) -> list[Event]:
         tokens, _ = submission.pending.wait()
@@ -345,17 +351,23 @@ class BatchGenerator:
         return events
 
     def _handle_cpu_decode(self, submission: _Submission) -> list[Event]:
-        _, logits = submission.pending.wait()
+        submission.pending.wait()
         events: list[Event] = []
         for row, seq in enumerate(submission.sequences):
-            events += self._accept_cpu(seq, logits[row].reshape(-1))
+            events += self._accept_cpu(seq, submission.pending, row)
         return events
 
-    def _accept_cpu(self, seq: _Sequence, logits: object) -> list[Event]:
+    def _accept_cpu(self, seq: _Sequence, pending: PendingStep, row: int) -> list[Event]:
+        """The CPU's token for a sequence from its row of a waited-for submission: from the row's candidates
+        where they serve, else from its logits (those the submission read, or those kept on the GPU)."""
         if seq.finished:
             return []
-        assert seq.sampler is not None
-        token = seq.sampler.sample(logits, seq.history)  # type: ignore[arg-type]
+        assert seq.sampler is not None and seq.session is not None
+        token = seq.sampler.sample_candidates(pending.candidates[row]) if seq.candidates else None
+        if token is None:
+            logits = pending.wait()[1].get(row)
+            logits = self.engine.row_logits(seq.session) if logits is None else logits.reshape(-1)
+            token = seq.sampler.sample(logits, seq.history)
         events = self._accept(seq, token)
         if not seq.finished:
             seq.history.append(token.id)

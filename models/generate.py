@@ -4,8 +4,10 @@ Two paths, the same tokens for the same choice of sampler:
 - on the GPU (greedy, or plain temperature sampling, no logprobs): the GPU samples each token and
   feeds it to the next step itself, several decode steps go in one submission, and the next
   submission is recorded while the GPU runs the current one; only token ids come back.
-- on the CPU (penalties, logit_bias, top_k / top_p / min_p, logprobs): each step's logits come
-  back and models.sampler picks the token.
+- on the CPU (penalties, logit_bias, top_k / top_p / min_p, logprobs): models.sampler picks the
+  token from what comes back each step: the row's 64 best logits and softmax statistics where those
+  serve the sampler exactly (top_k / top_p / min_p / greedy logprobs without bias or penalties), the
+  whole row of logits otherwise (and at the steps where a top_p or min_p reaches past the 64).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import math
 import secrets
 from collections.abc import Iterator, Sequence
 
-from models.sampler import SampledToken, Sampler, SamplingParams
+from models.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
+from models.step_io import CANDIDATES
 from models.text_model import PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, Session, TextModel
 
 STEPS_PER_SUBMIT = 8  # decode steps per submission on the GPU path (tokens then stream in bursts of 8)
@@ -46,7 +49,9 @@ def generate(
     """
     stops = model.tokenizer.eos_ids if stop_ids is None else stop_ids
     on_gpu = gpu_sampling(sampling, logprobs)
-    if on_gpu is None:
+    if on_gpu is None and candidates_can_serve(sampling, CANDIDATES):
+        yield from _generate_from_candidates(session, prompt_ids, sampling, max_tokens, stops)
+    elif on_gpu is None:
         yield from _generate_on_cpu(session, prompt_ids, sampling, max_tokens, stops)
     else:
         yield from _generate_on_gpu(session, prompt_ids, on_gpu, max_tokens, stops)
@@ -65,6 +70,28 @@ def _generate_on_cpu(session: Session, prompt_ids: Sequence[int], sampling: Samp
         history.append(token.id)
         if produced + 1 < max_tokens:
             logits = session.decode(token.id)
+
+
+def _generate_from_candidates(session: Session, prompt_ids: Sequence[int], sampling: SamplingParams,
+                              max_tokens: int, stops: frozenset[int]) -> Iterator[SampledToken]:
+    if max_tokens <= 0:
+        return
+    sampler = Sampler(sampling)
+    ids = list(prompt_ids)
+    session._check_ids(ids)
+    engine = session.engine
+    chunk = PREFILL_BUCKETS[-1]
+    for start in range(0, len(ids), chunk):
+        last = start + chunk >= len(ids)
+        pending = engine.submit_prefill(session, ids[start:start + chunk], last=last, read_candidates=last)
+    for produced in range(max_tokens):
+        pending.wait()
+        token = sampler.sample_candidates(pending.candidates[0]) or sampler.sample(engine.row_logits(session))
+        if token.id in stops:
+            return
+        yield token
+        if produced + 1 < max_tokens:
+            pending = engine.submit_decode([DecodeRow(session, token.id, read_candidates=True)])
 
 
 def _generate_on_gpu(session: Session, prompt_ids: Sequence[int], on_gpu: GpuSampling, max_tokens: int,

@@ -73,6 +73,29 @@ class SampledToken:
     top: list[tuple[int, float]] = field(default_factory=list)  # (token id, logprob), most likely first
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """What the GPU reads back instead of a row of V logits (gpu/ops/sampling.py top_candidates): the k largest
+    logits, most likely first (lower id on ties), and the whole row's softmax statistics."""
+
+    ids: np.ndarray  # int64 [k]
+    logits: np.ndarray  # float32 [k], descending
+    max: float  # max over the row's logits (= logits[0])
+    sum: float  # sum over the row of exp(logit - max)
+
+
+def candidates_can_serve(params: SamplingParams, k: int) -> bool:
+    """Whether a row's k best logits (and its softmax statistics) may do instead of all V for these params:
+    no logit_bias or penalties (they move tokens from outside into the best k) and a truncation the best k
+    can hold (greedy, top_k <= k, top_p or min_p), so that a draw needs only them. sample_candidates still
+    returns None where a top_p or min_p reaches past them at a given step."""
+    if params.logit_bias or params.repetition_penalty != 1 or params.presence_penalty or params.frequency_penalty:
+        return False
+    if params.top_logprobs > k or params.top_k > k:
+        return False
+    return params.temperature == 0 or params.top_k > 0 or params.top_p < 1 or params.min_p > 0
+
+
 class Sampler:
     """Samples token after token for one sequence; its random stream is seeded once from params.seed."""
 
@@ -96,6 +119,52 @@ class Sampler:
         chosen = top_id if p.temperature == 0 else self._draw(x, peak, exp)
         top = _top_logprobs(x, log_z, p.top_logprobs) if p.top_logprobs else []
         return SampledToken(chosen, float(x[chosen]) - log_z, top)
+
+    def sample_candidates(self, c: Candidates) -> SampledToken | None:
+        """The same choice as sample() over the row's candidates alone (candidates_can_serve(params) must hold),
+        or None when this step's top_p or min_p keeps tokens past them: then sample() needs the whole row.
+
+        Exact, not approximate: top_k within the k best is the same set; min_p keeps the same tokens when the
+        last candidate falls below it; top_p's nucleus is fixed once the mass outside the candidates is known
+        (at temperature 1 it is sum - the candidates' share) or bounded tightly enough (below temperature 1:
+        each outside token's weight is at most its temperature-1 weight times w_k^(1/T - 1)). The draw is
+        renormalised over the kept tokens, so it needs no more than that. Reported logprobs (temperature 1)
+        come from the statistics.
+        """
+        p = self.params
+        x = c.logits.astype(np.float64)
+        log_z = c.max + math.log(c.sum)
+        top = [(int(i), float(v) - log_z) for i, v in zip(c.ids[:p.top_logprobs], x[:p.top_logprobs], strict=True)]
+        if p.temperature == 0:
+            return SampledToken(int(c.ids[0]), float(x[0]) - log_z, top)
+        weights = np.exp((x - x[0]) / p.temperature)  # relative to the best, as _draw's
+        keep = weights.size
+        if p.top_k > 0:
+            keep = min(p.top_k, keep)
+        if p.top_p < 1:
+            inside = np.cumsum(weights[:keep])
+            if p.top_k > 0:  # the nucleus of the top_k tokens' own mass
+                outside_low = outside_high = 0.0
+            else:
+                outside_1 = max(c.sum - float(np.exp(x - c.max).sum()), 0.0)  # mass past the candidates at T = 1
+                if p.temperature == 1:
+                    outside_low = outside_high = outside_1
+                elif p.temperature < 1:
+                    outside_low, outside_high = 0.0, outside_1 * float(weights[-1]) ** (1 - p.temperature)
+                else:
+                    return None  # above temperature 1 the outside mass is not bounded usefully
+            ends = {int(np.searchsorted(inside, p.top_p * (inside[-1] + outside), side="left"))
+                    for outside in (outside_low, outside_high)}
+            if len(ends) > 1 or max(ends) >= keep:
+                return None  # the nucleus reaches past the candidates, or its end depends on the outside mass
+            keep = ends.pop() + 1
+        kept = np.arange(keep)
+        if p.min_p > 0:
+            if keep == weights.size and weights[-1] >= p.min_p and p.top_k == 0 and p.top_p == 1:
+                return None  # tokens past the candidates may still be at least min_p of the best
+            kept = kept[weights[:keep] >= p.min_p]
+        chosen = int(kept[_pick(weights[kept].astype(np.float32), self._rng.random())])
+        return SampledToken(int(c.ids[chosen]), float(x[chosen]) - log_z, top)
 
     def _adjusted(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
         """Logits after logit_bias and the penalties."""

@@ -14,6 +14,8 @@ touches only R rows of V logits:
     logits       f32 [R, V]
     sampling     u32 [R, 4]    per output row: (bits of f32 1/temperature (0 = greedy), seed, position, 0)
     sampled      u32 [R]       the token the GPU picked for each output row
+    candidates   u32 [R, C], f32 [R, C], f32 [R, 2]: each row's C best logits and softmax statistics, for
+                 the rows the CPU samples from (top-k, top-p, min-p, logprobs) without reading V logits
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ from gpu.program import Executor
 from gpu.tensor import Tensor
 
 
+CANDIDATES = 64  # best logits read back per CPU-sampled row (a power of two, at most 256)
+
+
 @dataclass(frozen=True)
 class StepOutputs:
     logits: Tensor
     sampling: Tensor
     sampled: Tensor
+    candidate_ids: Tensor
+    candidate_logits: Tensor
+    candidate_stats: Tensor
 
 
 class StepIO:
@@ -54,5 +62,8 @@ class StepIO:
                 e.tensor(f"{tag}.logits", (r_max, self.vocab_size)),
                 e.tensor(f"{tag}.sampling", (r_max, 4), "u32"),
                 e.tensor(f"{tag}.sampled", (r_max,), "u32"),
+                e.tensor(f"{tag}.candidate_ids", (r_max, CANDIDATES), "u32"),
+                e.tensor(f"{tag}.candidate_logits", (r_max, CANDIDATES)),
+                e.tensor(f"{tag}.candidate_stats", (r_max, 2)),
             )
         return self._outputs[r_max]

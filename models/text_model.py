@@ -25,10 +25,13 @@ import numpy as np
 
 from gpu.device import Device, default_device
 from gpu.kv_cache import PAGE_TOKENS, KVPool
-from gpu.program import Executor, PendingResult, Program, StepParams
+from gpu.ops.sampling import top_candidates
+from gpu.program import Executor, PendingResult, Program, ProgramBuilder, StepParams, Submission
+from gpu.tensor import Tensor
 from models.gemma3 import Gemma3
 from models.gguf_file import GGUFFile, GGUFFormatError
-from models.step_io import StepIO
+from models.sampler import Candidates
+from models.step_io import CANDIDATES, StepIO
 from models.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -103,14 +106,19 @@ class DecodeRow:
     token: int | None = None  # the input token; None: the token the GPU sampled last for this sequence
     sampling: GpuSampling = field(default_factory=GpuSampling)
     read_logits: bool = False  # copy this row's logits back (single-step submissions only)
+    read_candidates: bool = False  # its CANDIDATES best logits and softmax statistics instead (idem)
 
 
 class PendingStep:
-    """A submitted step (or run of decode steps); wait() gives the sampled tokens and any logits."""
+    """A submitted step (or run of decode steps); wait() gives the sampled tokens and any logits,
+    `candidates` then holds the rows' candidates that were asked for."""
 
-    def __init__(self, pending: PendingResult, n_steps: int, n_rows: int, logit_rows: list[int]) -> None:
+    def __init__(self, pending: PendingResult, n_steps: int, n_rows: int, logit_rows: list[int],
+                 candidate_rows: list[int] | None = None) -> None:
         self._pending, self.n_steps, self.n_rows, self.logit_rows = pending, n_steps, n_rows, logit_rows
+        self.candidate_rows = candidate_rows or []
         self._result: tuple[np.ndarray, dict[int, np.ndarray]] | None = None
+        self.candidates: dict[int, Candidates] = {}
 
     def wait(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """(tokens [n_steps, n_rows] the GPU sampled, {row: logits [V]} of the rows that asked)."""
@@ -120,7 +128,13 @@ class PendingStep:
                 self._result = (np.zeros((0, self.n_rows), np.int64), {})
                 return self._result
             tokens = arrays[0].reshape(-1)[: self.n_steps * self.n_rows].reshape(self.n_steps, self.n_rows)
-            self._result = (tokens.astype(np.int64), dict(zip(self.logit_rows, arrays[1:], strict=True)))
+            n_logits = len(self.logit_rows)
+            self._result = (tokens.astype(np.int64), dict(zip(self.logit_rows, arrays[1:1 + n_logits], strict=True)))
+            if self.candidate_rows:
+                ids, logits, stats = arrays[1 + n_logits:]
+                ids, logits, stats = ids.reshape(-1, CANDIDATES), logits.reshape(-1, CANDIDATES), stats.reshape(-1, 2)
+                self.candidates = {row: Candidates(ids[row].astype(np.int64), logits[row], float(stats[row, 0]),
+                                                   float(stats[row, 1])) for row in self.candidate_rows}
         return self._result
 
 
@@ -144,6 +158,8 @@ class Engine:
         self.history = executor.tensor(f"history_{kv_dtype}", (self.max_steps, model.max_batch), "u32")
         self.rows_ring = executor.tensor(f"rows_ring_{kv_dtype}", (self.max_steps, model.max_batch, 4), "u32")
         self._programs: dict[tuple[int, int], Program] = {}
+        self._candidate_programs: dict[int, Program] = {}
+        self._row_logits: Tensor | None = None  # [slots, V]: the logits of each slot's last candidates step
         log.info("KV cache %s: %d positions in pages of %d, %d sequences, %.0f MB", kv_dtype,
                  self.pool.n_pages * self.pool.page_tokens, self.pool.page_tokens, n_slots, self.pool.nbytes / 1e6)
 
@@ -156,6 +172,43 @@ class Engine:
         if (t_max, r_max) not in self._programs:
             self._programs[(t_max, r_max)] = self.model.arch.build_step(self.pool, self.io, t_max, r_max)
         return self._programs[(t_max, r_max)]
+
+    def candidates_program(self, r_max: int) -> Program:
+        """The program that finds each output row's CANDIDATES best logits and softmax statistics, and keeps
+        the rows' logits per slot (row_logits) for the steps where the candidates do not suffice."""
+        if r_max not in self._candidate_programs:
+            out = self.io.outputs(r_max)
+            b = ProgramBuilder(self.executor, f"candidates.r{r_max}")
+            top_candidates(b, out.logits, CANDIDATES, out.candidate_ids, out.candidate_logits, out.candidate_stats)
+            self._candidate_programs[r_max] = b.build()
+        return self._candidate_programs[r_max]
+
+    def _keep_row_logits(self, submission: Submission, r_max: int, row: int, slot: int) -> None:
+        if self._row_logits is None:
+            self._row_logits = self.executor.tensor(f"{self.io.name}.row_logits", (self.pool.n_slots,
+                                                                                      self.model.vocab_size))
+        vocab_bytes = self.model.vocab_size * 4
+        submission.copy(self.io.outputs(r_max).logits, self._row_logits, vocab_bytes, src_offset=row * vocab_bytes,
+                        dst_offset=slot * vocab_bytes)
+
+    def row_logits(self, session: Session) -> np.ndarray:
+        """The logits [V] of the session's last step that read candidates (kept on the GPU until its next one)."""
+        if self._row_logits is None:
+            raise RuntimeError("no step of this engine has read candidates")
+        vocab_bytes = self.model.vocab_size * 4
+        submission = self.executor.submission()
+        submission.read(self._row_logits, vocab_bytes, offset=session.slot * vocab_bytes)
+        return submission.submit().wait()[0].reshape(-1)
+
+    def _read_candidates(self, submission: Submission, r_max: int, n: int, rows: list[tuple[int, Session]]) -> None:
+        """After a step: the candidates of its n output rows come back; `rows` (row, session) keep their logits."""
+        out = self.io.outputs(r_max)
+        submission.step(self.candidates_program(r_max), StepParams(n_tokens=n, n_out=n))
+        for row, session in rows:
+            self._keep_row_logits(submission, r_max, row, session.slot)
+        submission.read(out.candidate_ids)
+        submission.read(out.candidate_logits)
+        submission.read(out.candidate_stats)
 
     def prefill_program(self, n_tokens: int) -> tuple[Program, int]:
         """The program for a prompt chunk of n_tokens (at most the largest bucket) and its t_max."""
@@ -180,10 +233,11 @@ class Engine:
         return program, StepParams(n_tokens=n, n_out=1)
 
     def submit_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
-                       read_logits: bool = False, last: bool = True) -> PendingStep:
+                       read_logits: bool = False, last: bool = True, read_candidates: bool = False) -> PendingStep:
         """Run one chunk of a sequence's prompt (at most PREFILL_BUCKETS[-1] tokens) at its next
         positions; the GPU samples the token after the chunk's last (kept for the next decode step).
-        last=False: a chunk before the prompt's last, whose result nobody reads (nothing comes back)."""
+        last=False: a chunk before the prompt's last, whose result nobody reads (nothing comes back).
+        read_candidates: the last position's candidates come back (PendingStep.candidates[0])."""
         program, step = self.stage_prefill(session, ids, sampling)
         out = self.io.outputs(1)
         submission = self.executor.submission()
@@ -192,8 +246,11 @@ class Engine:
             submission.read(out.sampled)
             if read_logits:
                 submission.read(out.logits)
+            if read_candidates:
+                self._read_candidates(submission, 1, 1, [(0, session)])
         session.n_past += len(ids)
-        return PendingStep(submission.submit(), 1 if last else 0, 1, [0] if last and read_logits else [])
+        return PendingStep(submission.submit(), 1 if last else 0, 1, [0] if last and read_logits else [],
+                           [0] if last and read_candidates else [])
 
     def stage_decode(self, sessions: list[Session]) -> tuple[Program, StepParams]:
         """Write the inputs of one decode step of these sessions (each decoding the token the GPU
@@ -217,8 +274,9 @@ class Engine:
         if not 1 <= n_steps <= self.max_steps:
             raise ValueError(f"n_steps must be in [1, {self.max_steps}], not {n_steps}")
         logit_rows = [i for i, r in enumerate(rows) if r.read_logits]
-        if logit_rows and n_steps > 1:
-            raise ValueError("logits can be read back from single-step submissions only")
+        candidate_rows = [i for i, r in enumerate(rows) if r.read_candidates]
+        if (logit_rows or candidate_rows) and n_steps > 1:
+            raise ValueError("logits and candidates can be read back from single-step submissions only")
         r_max = next(b for b in DECODE_BUCKETS if b >= n)
         program = self.program(r_max, r_max)
         out = self.io.outputs(r_max)
@@ -248,9 +306,11 @@ class Engine:
         vocab_bytes = self.model.vocab_size * 4
         for i in logit_rows:
             submission.read(out.logits, vocab_bytes, offset=i * vocab_bytes)
+        if candidate_rows:
+            self._read_candidates(submission, r_max, n, [(i, rows[i].session) for i in candidate_rows])
         for r in rows:
             r.session.n_past += n_steps
-        return PendingStep(submission.submit(), n_steps, n, logit_rows)
+        return PendingStep(submission.submit(), n_steps, n, logit_rows, candidate_rows)
 
 
 class TextModel:

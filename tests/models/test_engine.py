@@ -198,3 +198,58 @@ def test_gpu_kernels_agree_with_the_software_ones(model: TextModel) -> None:
         cosine = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
         assert cosine >= 0.99999, f"step {step}: cosine {cosine}"
         assert int(np.argmax(got)) == int(np.argmax(want)), f"step {step}"
+
+
+def test_candidates_are_the_best_logits_of_the_row(model: TextModel) -> None:
+    """A CPU-sampled row reads its 64 best logits and softmax statistics instead of all V: they equal the top 64
+    of the same step's logits read whole (ids exactly, values and statistics to f32 rounding), and the logits
+    kept on the GPU for the steps where candidates do not suffice are that row too."""
+    engine = model.engine()
+    prompts = [encode(model, text) for text in PROMPTS[:2]]
+    sessions = [engine.new_session() for _ in prompts]
+    try:
+        for s, prompt in zip(sessions, prompts, strict=True):
+            engine.submit_prefill(s, prompt).wait()
+        rows = [DecodeRow(s, 1000 + i, read_logits=True, read_candidates=True) for i, s in enumerate(sessions)]
+        pending = engine.submit_decode(rows)
+        _, logits = pending.wait()
+        for row, s in enumerate(sessions):
+            full = logits[row].reshape(-1)
+            c = pending.candidates[row]
+            want = np.lexsort((np.arange(full.size), -full))[:c.ids.size]
+            assert c.ids.tolist() == want.tolist()
+            np.testing.assert_array_equal(c.logits, full[want])
+            assert c.max == full.max()
+            assert c.sum == pytest.approx(float(np.exp(full.astype(np.float64) - full.max()).sum()), rel=1e-5)
+            np.testing.assert_array_equal(engine.row_logits(s), full)
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def test_top_p_requests_sample_from_candidates(model: TextModel) -> None:
+    """generate() and the batch generator with top_p / top_k / greedy logprobs: the tokens come from the GPU's
+    candidates (the sampler's own tests show the draw is the full row's), reproducibly for a seed."""
+    prompt = encode(model, PROMPTS[1])
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=3)
+    runs = []
+    for _ in range(2):
+        session = model.new_session()
+        try:
+            runs.append([t.id for t in generate(model, session, prompt, params, 8, stop_ids=frozenset())])
+        finally:
+            session.close()
+    assert runs[0] == runs[1] and len(runs[0]) == 8
+    generator = BatchGenerator(model)
+    generator.add("top_k", prompt, SamplingParams(temperature=1.0, top_k=5, seed=1), 6, stop_ids=frozenset())
+    generator.add("logprobs", prompt, SamplingParams(temperature=0, top_logprobs=3), 6, stop_ids=frozenset(),
+                  logprobs=True)
+    tokens: dict[str, list] = {"top_k": [], "logprobs": []}
+    while generator.busy:
+        for event in generator.step():
+            if isinstance(event, TokenEvent):
+                tokens[event.key].append(event.token)
+    assert len(tokens["top_k"]) == 6 and len(tokens["logprobs"]) == 6
+    greedy = reference_greedy(model, prompt, 6)
+    assert [t.id for t in tokens["logprobs"]] == greedy
+    assert all(t.logprob <= 0 and len(t.top) == 3 and t.top[0][0] == t.id for t in tokens["logprobs"])
