@@ -1,8 +1,10 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations: the multipart forms and the responses, in the order of
 OpenAI's API reference (the openai SDK's types in openai/types/audio/ are the check).
 
-The forms are pydantic models read with FastAPI's `Form()`, so an unknown field is a 400 naming it, as for JSON
-bodies. The SDK sends lists with brackets (`timestamp_granularities[]=word`); the bare name is accepted too.
+The forms are pydantic models read with FastAPI's `Form()`. The SDK sends lists with brackets
+(`timestamp_granularities[]=word`; the bare name is accepted too), and pydantic's errors cannot name a field
+with brackets in it, so the forms keep unknown fields and the granularities as sent, and `check()` raises the
+400s that name them, as for JSON bodies.
 """
 
 from __future__ import annotations
@@ -10,18 +12,35 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import UploadFile
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from server.schemas.common import OpenAIRequest
+from server.errors import InvalidRequest
 
 ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
-Granularity = Literal["word", "segment"]
+GRANULARITIES = ("word", "segment")
 # OpenAI's range for audio: 0 asks for Whisper's temperature fallback (0, 0.2, ..., 1.0 on failed windows).
 AudioTemperature = Annotated[float, Field(ge=0.0, le=1.0, description="0: greedy, with fallback on failed windows")]
 BeamSize = Annotated[int, Field(ge=1, le=16, description="beam search width; 1 is greedy (Hearth's extension)")]
 
 
-class TranslationForm(OpenAIRequest):
+class AudioForm(BaseModel):
+    """Base of the audio forms: unknown fields are kept for `check`, which refuses them by name."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def check(self) -> None:
+        """400 naming the first unknown field, or a granularity that is neither word nor segment."""
+        for name in self.model_extra or {}:
+            raise InvalidRequest(f"Unrecognized request argument supplied: {name}", param=name,
+                                 code="unknown_parameter")
+        for value in getattr(self, "timestamp_granularities", ()):
+            if value not in GRANULARITIES:
+                raise InvalidRequest(f"Invalid value for 'timestamp_granularities[]': {value!r} is not one of "
+                                     f"{list(GRANULARITIES)}.", param="timestamp_granularities[]",
+                                     code="invalid_value")
+
+
+class TranslationForm(AudioForm):
     """The /v1/audio/translations form: speech in any language the model knows, to English text."""
 
     file: UploadFile = Field(description="flac, mp3, mp4, mpeg, mpga, m4a, ogg, wav or webm (anything FFmpeg reads)")
@@ -33,7 +52,7 @@ class TranslationForm(OpenAIRequest):
     beam_size: BeamSize = 1
 
 
-class TranscriptionForm(OpenAIRequest):
+class TranscriptionForm(AudioForm):
     """The /v1/audio/transcriptions form."""
 
     file: UploadFile = Field(description="flac, mp3, mp4, mpeg, mpga, m4a, ogg, wav or webm (anything FFmpeg reads)")
@@ -43,7 +62,7 @@ class TranscriptionForm(OpenAIRequest):
     response_format: ResponseFormat = "json"
     stream: bool = Field(False, description="Server-Sent Events: transcript.text.delta per segment, then done")
     temperature: AudioTemperature = 0.0
-    timestamp_granularities: list[Granularity] = Field(
+    timestamp_granularities: list[str] = Field(
         default_factory=list, validation_alias=AliasChoices("timestamp_granularities[]", "timestamp_granularities"),
         description="verbose_json only: `segment` (the default) and/or `word`")
     # Hearth's extension.

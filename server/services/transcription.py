@@ -103,6 +103,7 @@ class TranscriptionService:
 
     async def create(self, form: TranscriptionForm | TranslationForm, task: str) -> Response | AsyncIterator[dict]:
         """A response in form.response_format, or (stream) the payloads of the SSE events."""
+        form.check()
         fmt = form.response_format
         granularities = set(getattr(form, "timestamp_granularities", ()))
         stream = getattr(form, "stream", False)
