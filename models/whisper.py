@@ -198,9 +198,7 @@ class WhisperNet:
             linear(b, w.qkv, h, qkv, n)
             ops.bias_add(b, qkv, w.qkv_b)
             a = b.activation(f"attn{i}", (n, d))
-            b.dispatch("whisper_encoder_attention", {"N": n, "HEADS": c.n_audio_heads, "D": d // c.n_audio_heads,
-                                                      "SCALE": scale}, [b.step, qkv, a],
-                       workgroup_grid(-(-n * c.n_audio_heads // 64)))
+            _encoder_attention(b, qkv, a, n, c.n_audio_heads, d // c.n_audio_heads, scale)
             o = b.activation(f"o{i}", (n, d))
             linear(b, w.o, a, o, n)
             _residual(b, x, o, w.o_b)
@@ -349,6 +347,25 @@ class WhisperNet:
             for b in range(len(sources)):
                 submission.copy(self._scratch, cache, nbytes, b * slot_bytes, b * slot_bytes)
         submission.submit().wait()
+
+
+def _encoder_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: int, head_dim: int,
+                       scale: float) -> None:
+    """out = attention of the fused q|k|v rows over all n rows. With n a multiple of 4: scores into an activation
+    [heads * n, n] by register tiles, then softmax and values (kernels/whisper_attention_scores.wgsl and
+    whisper_attention_values.wgsl, 1.6x faster than one pass on lavapipe); else one pass per (head, row)
+    (kernels/whisper_encoder_attention.wgsl)."""
+    constants = {"N": n, "HEADS": heads, "D": head_dim}
+    if n % 4:
+        b.dispatch("whisper_encoder_attention", constants | {"SCALE": scale}, [b.step, qkv, out],
+                   workgroup_grid(-(-n * heads // 64)))
+        return
+    scores = b.activation("scores", (heads * n, n))
+    blocks = n // 4
+    b.dispatch("whisper_attention_scores", constants | {"SCALE": scale}, [b.step, qkv, scores],
+               workgroup_grid(-(-heads * blocks * blocks // 64)))
+    b.dispatch("whisper_attention_values", constants, [b.step, scores, qkv, out],
+               workgroup_grid(-(-heads * blocks * (head_dim // 4) // 64)))
 
 
 def _residual(b: ProgramBuilder, x: Tensor, y: Tensor, bias: Tensor | None) -> None:

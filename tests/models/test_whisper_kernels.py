@@ -1,4 +1,5 @@
-"""Whisper's kernels against numpy: whisper_encoder_attention (full attention of a fused q|k|v), whisper_residual
+"""Whisper's kernels against numpy: the encoder attention (whisper_attention_scores + whisper_attention_values, and
+whisper_encoder_attention where the row count is not a multiple of 4) over a fused q|k|v, whisper_residual
 and copy_rows (KV-cache stores and output-row gathers).
 
 Tolerance: f32 kernels against float64 references; attention sums 200 keys of 16-value dot products with an
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 
 from gpu.device import default_device
-from gpu.program import Executor, ProgramBuilder, StepParams, workgroup_grid
-from models.whisper import _copy_rows, _residual
+from gpu.program import Executor, ProgramBuilder, StepParams
+from models.whisper import _copy_rows, _encoder_attention, _residual
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +22,14 @@ def ex() -> Executor:
     return Executor(default_device())
 
 
-def test_encoder_attention(ex: Executor) -> None:
-    n, heads, d = 200, 3, 16
+@pytest.mark.parametrize("n", [200, 201])  # tiled scores + values (n % 4 == 0), one pass per row (else)
+def test_encoder_attention(ex: Executor, n: int) -> None:
+    heads, d = 3, 16
     rng = np.random.default_rng(0)
     qkv = rng.standard_normal((n, 3 * heads * d)).astype(np.float32)
     q_t, out_t = ex.tensor("qkv", qkv.shape, data=qkv), ex.tensor("out", (n, heads * d))
     b = ProgramBuilder(ex, "attn")
-    b.dispatch("whisper_encoder_attention", {"N": n, "HEADS": heads, "D": d, "SCALE": d ** -0.5}, [b.step, q_t, out_t],
-               workgroup_grid(-(-n * heads // 64)))
+    _encoder_attention(b, q_t, out_t, n, heads, d, d ** -0.5)
     out, = ex.run(b.build(), StepParams(n_tokens=n), read=[out_t])
     x = qkv.astype(np.float64).reshape(n, 3, heads, d)
     scores = np.einsum("thd,jhd->htj", x[:, 0], x[:, 1]) * d ** -0.5
