@@ -114,9 +114,11 @@ class Limits(_Frozen):
     max_loaded_models: int = Field(4, ge=1, description="models held at once; idle on-demand ones unload first")
     max_speech_input: int = Field(4096, ge=1, description="most characters of /v1/audio/speech input, as OpenAI; "
                                   "then 400")
+    # 600 s: a first request waits for its model to load, which took 3-5 minutes for Kokoro and Whisper on lavapipe
+    # with the CPU shared (a GPU loads in seconds).
     request_timeout_s: float = Field(
-        300.0, ge=0, description="seconds until a response starts (a whole non-streamed answer, or a stream's "
-        "headers); then 504 and the work is cancelled. 0: no limit")
+        600.0, ge=0, description="seconds until a response starts (a whole non-streamed answer, or a stream's "
+        "headers; a first request's model load included); then 504 and the work is cancelled. 0: no limit")
 
 
 class OllamaConfig(_Frozen):

@@ -106,7 +106,7 @@ def test_profiles_gpu_dri_and_cpu_each_run_one_service_of_the_right_image() -> N
 
 def test_every_environment_variable_the_compose_file_sets_is_a_setting() -> None:
     env = {k: "" for k in compose()["services"]["hearth-gpu"]["environment"] if k.startswith("HEARTH_")}
-    defaults = {"HEARTH_KEEP_ALIVE": "5m", "HEARTH_MAX_LOADED_MODELS": "3", "HEARTH_REQUEST_TIMEOUT": "300",
+    defaults = {"HEARTH_KEEP_ALIVE": "5m", "HEARTH_MAX_LOADED_MODELS": "3", "HEARTH_REQUEST_TIMEOUT": "600",
                 "HEARTH_LOG_FORMAT": "json", "HEARTH_LOG_LEVEL": "info", "HEARTH_API_KEY": "a,b",
                 "HEARTH_CORS_ORIGINS": "https://x.example"}
     from config import settings as settings_module

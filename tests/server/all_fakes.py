@@ -26,3 +26,20 @@ def fake_settings(env: dict[str, str] | None = None, **overrides: Any) -> Settin
 def fake_app(env: dict[str, str] | None = None, step_s: float = 0.0, **overrides: Any) -> Any:
     """The production app on fakes (warm-up skipped: the fakes have nothing to compile)."""
     return create_app(fake_settings(env, **overrides), loader=fake_loader(step_s=step_s), warm_up=False)
+
+
+def load_soak_chat(source: str, *, progress: Any = None, **_: Any) -> Any:
+    """`HEARTH_MODEL_LOADER` for the soak's server process: the fake chat model at 5 ms a token, 8 in a batch, so
+    streams last long enough to be cancelled midway."""
+    from tests.server.fake_model import FakeModel
+
+    if progress is not None:
+        progress(1, 1)
+    return FakeModel(source, step_s=0.005, context_length=512, max_batch=8)
+
+
+def fake_config_toml() -> str:
+    """A HEARTH_CONFIG file putting the embeddings, speech and transcription families on fakes (for a server
+    started as `python -m server`, where overrides cannot be passed)."""
+    families = {"embeddings.loader": "embeddings", "speech.loader": "speech", "transcription.loader": "transcription"}
+    return "".join(f'[{families[key]}]\nloader = "{target}"\n\n' for key, target in FAKE_LOADERS.items())
