@@ -110,3 +110,15 @@ def test_chunks(vocab: dict[str, int]) -> None:
     assert all(c.ids == tuple(to_ids(c.phonemes, vocab)) for c in chunks)
     with pytest.raises(PhonemizerError, match="nothing to say"):
         chunk_text(" ... !? ", "a", vocab)
+
+
+def test_japanese(vocab: dict[str, int]) -> None:
+    """Japanese goes through the shipped package's misaki G2P, which needs pyopenjtalk (optional)."""
+    try:
+        import pyopenjtalk  # noqa: F401
+    except ImportError:
+        with pytest.raises(PhonemizerError, match="pyopenjtalk"):
+            phonemize("こんにちは。", "j")
+        return
+    ps = phonemize("こんにちは。今日はいい天気ですね。", "j")
+    assert ps.startswith("koɲɲiʨiβa") and set(ps) <= set(vocab)
