@@ -14,6 +14,7 @@ One untimed run per engine and text (compilation, allocations), then --reps time
 onnxruntime/Hearth ratios (above 1: Hearth is faster).
 
     .venv/bin/python bench/speech.py [--reps 3] [--voice jf_alpha] [--engines hearth,onnxruntime] [--json out.json]
+    .venv/bin/python bench/speech.py --texts sentence --reps 1     # quick (lavapipe: minutes per sentence)
 
 `make bench` runs it. A benchmark, not a test: nothing here asserts a speed.
 """
@@ -159,8 +160,12 @@ def main() -> None:
                         "Japanese; the text is read as US English either way)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads (default: all cores)")
+    parser.add_argument("--texts", default=",".join(TEXTS), help="which texts: " + ", ".join(TEXTS))
     parser.add_argument("--json", default=None, help="write the results here ('-' for stdout)")
     args = parser.parse_args()
+    for name in list(TEXTS):
+        if name not in args.texts.split(","):
+            del TEXTS[name]
     engines, lang = args.engines.split(","), "a"
 
     results = []
