@@ -9,6 +9,11 @@ on CUDA when PyTorch sees a GPU, else on the CPU with all cores.
 
     .venv/bin/python bench/embeddings.py [--model all-minilm-l6-v2] [--reps 3] [--json out.json]
 
+On the GPU machine, where the shipped 90 MB model.safetensors cannot travel, --random-weights DIR runs a
+random-weight model of the same shapes instead (sentence-transformers there on PyTorch CUDA): DIR holds
+the shipped model's small files (scripts/make_random_minilm.py --files-only, here) and gets random
+weights from transformers on first use. Both engines load that one file, so the cosine check holds.
+
 `make bench` runs this after bench/text.py (the `bench` extra installs sentence-transformers). A
 benchmark, not a test: nothing here asserts a speed; the cosine between the engines' vectors is shown
 as a check that both ran the same model.
@@ -17,6 +22,8 @@ as a check that both ran the same model.
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import platform
 import random
@@ -119,9 +126,21 @@ def measure(engine: Engine, workloads: dict[int, list[list[str]]], reps: int) ->
     return result, first
 
 
+def random_model(out: Path) -> Path:
+    """out with random weights of the shipped model's shapes (scripts/make_random_minilm.py), made if missing."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_random_minilm.py"
+    spec = importlib.util.spec_from_file_location("make_random_minilm", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ensure_random_model(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="all-minilm-l6-v2", help="embedding model name or directory")
+    parser.add_argument("--random-weights", type=Path, default=None, metavar="DIR",
+                        help="instead of --model: a random-weight all-MiniLM-L6-v2 in DIR (made if missing)")
     parser.add_argument("--engines", default="hearth,sentence-transformers")
     parser.add_argument("--single-texts", type=int, default=16, help="texts embedded one per call (batch 1)")
     parser.add_argument("--batches", type=int, default=2, help="calls of 32 texts (batch 32)")
@@ -130,6 +149,10 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the results here ('-' for stdout)")
     args = parser.parse_args()
     engines = args.engines.split(",")
+    label = args.model
+    if args.random_weights is not None:
+        args.model = str(random_model(args.random_weights))
+        label = "all-MiniLM-L6-v2 shapes, random weights"
 
     texts = bench_texts(max(args.single_texts, 32 * args.batches))
     workloads = {1: [[t] for t in texts[:args.single_texts]],
@@ -152,7 +175,7 @@ def main() -> None:
             results.append(result)
             vectors.append(v)
 
-    print(f"\nEmbeddings, {args.model}: texts/s (medians of {args.reps}; {platform.machine()}, "
+    print(f"\nEmbeddings, {label}: texts/s (medians of {args.reps}; {platform.machine()}, "
           f"{platform.python_version()})")
     for r in results:
         print(f"  {r.engine}: {r.detail}")
@@ -171,8 +194,11 @@ def main() -> None:
         cosine = float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
         print(f"lowest cosine between the engines' vectors: {cosine:.6f}")
     if args.json:
-        payload = json.dumps({"model": args.model, "reps": args.reps, "min_cosine": cosine,
-                              "results": [asdict(r) for r in results]}, indent=1)
+        payload = json.dumps({"model": label, "path": args.model, "random_weights": args.random_weights is not None,
+                              "single_texts": args.single_texts, "batches_of_32": args.batches, "reps": args.reps,
+                              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                              "machine": f"{platform.machine()}, Python {platform.python_version()}",
+                              "min_cosine": cosine, "results": [asdict(r) for r in results]}, indent=1)
         if args.json == "-":
             print(payload)
         else:
