@@ -5,7 +5,8 @@ What is measured where:
   new router is counted without doing anything;
 - chat and completions (tokens, time to first token, tokens/s): `meter_job`, called once where services
   submit a job (server/services/generation.py), on the worker thread as the events are made;
-- speech and transcription: `observe_audio("generated" | "transcribed", model, seconds)` from their services;
+- speech and transcription: `meter_audio` around a worker job, or `observe_audio("generated" | "transcribed",
+  model, seconds)`, from their services;
 - queue depth, running requests, state, loads and unloads per model, GPU memory held by wgpu buffers and
   textures, and the process's memory and CPU: read when /metrics is scraped.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -33,6 +34,7 @@ RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 # `*_created` series (when each counter was made) double the output and tell nothing a scrape's time does not.
 disable_created_metrics()
+T = TypeVar("T")
 _current: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar("hearth_metrics", default=None)
 
 
@@ -141,6 +143,29 @@ def observe_audio(direction: Literal["generated", "transcribed"], model: str, se
     metrics = Metrics.current()
     if metrics is not None and seconds > 0:
         metrics.audio_seconds.labels(model, direction).inc(seconds)
+
+
+def meter_audio(job: Callable[[Any], Iterator[T]], direction: Literal["generated", "transcribed"], model: str,
+                seconds_of: Callable[[T], float]) -> Callable[[Any], Iterator[T]]:
+    """A worker job (fn(model) -> iterator, as ThreadWorker.stream runs) that counts the audio seconds of each item
+    it yields. Call it inside the request (the metrics are found there); the counting runs on the worker thread."""
+    metrics = Metrics.current()
+    if metrics is None:
+        return job
+    counter = metrics.audio_seconds.labels(model, direction)
+
+    def metered(loaded: Any) -> Iterator[T]:
+        items = job(loaded)
+        try:
+            for item in items:
+                counter.inc(max(0.0, seconds_of(item)))
+                yield item
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # a client that left stops the inner job now, as it would unmetered
+
+    return metered
 
 
 def meter_job(job: Job, model: str) -> None:

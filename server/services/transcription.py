@@ -26,6 +26,7 @@ from audio.decode import AudioDecodeError, decode_audio
 from audio.subtitles import write_srt, write_vtt
 from config.settings import Settings
 from server.errors import InvalidRequest
+from server.metrics import observe_audio
 from server.model_manager import ModelManager
 from server.schemas.common import dump
 from server.schemas.transcription import (
@@ -137,6 +138,7 @@ class TranscriptionService:
         except BaseException:
             await items.aclose()
             raise
+        observe_audio("transcribed", worker.name, duration)  # the job is running: the audio counts as heard
         if stream:
             return self._events(items)
         try:

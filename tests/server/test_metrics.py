@@ -10,7 +10,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.metrics import Metrics, gpu_memory_bytes, observe_audio
+from server.metrics import Metrics, gpu_memory_bytes, meter_audio, observe_audio
 from tests.server.live_server import ThreadServer
 from tests.server.test_app import CHAT, health, start, wait_until
 
@@ -135,3 +135,37 @@ def test_gpu_memory_counts_wgpu_buffers() -> None:
     assert gpu_memory_bytes() - before == 1 << 20
     buffer.destroy()
     del buffer
+
+
+def test_audio_seconds_of_transcriptions_and_of_a_metered_speech_job() -> None:
+    import io
+    import wave
+
+    import numpy as np
+
+    from tests.server.all_fakes import fake_app
+
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(np.zeros(24000, np.int16).tobytes())  # 1.5 s
+    with ThreadServer(fake_app()) as srv:
+        assert wait_until(lambda: httpx.get(f"{srv.url}/ready").status_code == 200)
+        upload = {"file": ("a.wav", buffer.getvalue(), "audio/wav")}
+        reply = httpx.post(f"{srv.url}/v1/audio/transcriptions", files=upload, data={"model": "whisper-1"}, timeout=60)
+        assert reply.status_code == 200, reply.text
+        samples = scrape(srv)
+    assert value(samples, "hearth_audio_seconds_total", model="whisper-tiny.en", direction="transcribed") == 1.5
+
+    metrics = Metrics()
+    token = metrics.activate()
+    try:
+        job = meter_audio(lambda model: iter([np.zeros(24000), np.zeros(12000)]), "generated", "kokoro",
+                          lambda piece: piece.size / 24000)
+    finally:
+        Metrics.deactivate(token)
+    pieces = list(job(None))  # on the worker thread: no request context needed any more
+    assert len(pieces) == 2
+    assert metrics.audio_seconds.labels("kokoro", "generated")._value.get() == 1.5
