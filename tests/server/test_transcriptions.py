@@ -101,11 +101,14 @@ def test_sdk_text_srt_vtt(fake_client: openai.OpenAI) -> None:
     assert parse_vtt(create(model="whisper-1", file=("a.wav", THREE_S), response_format="vtt")) == want
 
 
-def test_sdk_verbose_json_segments_and_words(fake_client: openai.OpenAI) -> None:
+def test_sdk_verbose_json_segments_and_words(fake_client: openai.OpenAI, fake_server: ThreadServer) -> None:
     create = fake_client.audio.transcriptions.create
     verbose = create(model="whisper-1", file=("a.wav", THREE_S), response_format="verbose_json")
     assert verbose.language == "english" and verbose.duration == 2.5 and verbose.text.startswith("Second 0.")
     assert verbose.words is None and [s.text for s in verbose.segments] == [" Second 0.", " Second 1.", " Second 2."]
+    raw = post(fake_server, response_format="verbose_json").json()  # as sent, in OpenAI's order
+    assert list(raw) == ["task", "language", "duration", "text", "segments", "usage"]
+    assert list(raw["segments"][0]) == list(SEGMENT_KEYS)
     assert [s.seek for s in verbose.segments] == [0, 100, 200]  # the fake gives no window: its start in frames
     assert [s.id for s in verbose.segments] == [0, 1, 2]
     both = create(model="whisper-1", file=("a.wav", THREE_S), response_format="verbose_json",
@@ -285,6 +288,10 @@ def whisper_client(whisper_server: ThreadServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{whisper_server.url}/v1", api_key="unused", max_retries=0, timeout=600)
 
 
+SEGMENT_KEYS = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio",
+                "no_speech_prob")  # OpenAI's verbose_json segment, in its order
+
+
 def test_whisper_refusals(whisper_server: ThreadServer, clip: bytes) -> None:
     """Checks that need the loaded model but no transcription (they answer before any GPU work)."""
     error = error_of(post(whisper_server, audio=clip, language="de"), 400)
@@ -315,6 +322,9 @@ def test_whisper_verbose_json_with_words(whisper_client: openai.OpenAI, clip: by
         model="whisper-1", file=("coffee.wav", clip), response_format="verbose_json",
         timestamp_granularities=["word", "segment"])
     assert verbose.language == "english" and _words(verbose.text) == _words(CLIP_TEXT)
+    raw = verbose.to_dict()  # as sent (the SDK keeps fields its type lacks, such as task)
+    assert set(raw) == {"task", "language", "duration", "text", "segments", "words", "usage"}
+    assert raw["task"] == "transcribe" and set(raw["segments"][0]) == set(SEGMENT_KEYS)
     assert verbose.segments and "".join(s.text for s in verbose.segments).strip() == verbose.text
     for segment in verbose.segments:
         assert segment.tokens and 0 <= segment.start <= segment.end <= verbose.duration + 0.02
