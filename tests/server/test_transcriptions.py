@@ -346,7 +346,7 @@ def test_whisper_silence(whisper_client: openai.OpenAI) -> None:
 @pytest.mark.heavy
 def test_whisper_stream(whisper_client: openai.OpenAI, clip: bytes) -> None:
     events = list(whisper_client.audio.transcriptions.create(model="whisper-1", file=("coffee.wav", clip),
-                                                              stream=True))
+                                                              language="en", stream=True))
     assert events[-1].type == "transcript.text.done" and len(events) >= 2
     assert all(e.type == "transcript.text.delta" for e in events[:-1])
     assert "".join(e.delta for e in events[:-1]) == events[-1].text
