@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -173,11 +174,13 @@ class SpeechService:
             return SpeechResult("text/event-stream", events=self._sse(worker.stream(job, retry), fmt, rate, n_ids))
         enc = encoder(fmt, rate)
         streamed = []
-        async for piece in worker.stream(job, retry):
-            if await http.is_disconnected():
-                log.info("client disconnected from /v1/audio/speech; stopping its synthesis")
-                return SpeechResult(media_type, body=b"")
-            streamed.append(await asyncio.to_thread(enc.write, piece.audio))
+        pieces = worker.stream(job, retry)
+        async with contextlib.aclosing(pieces):  # leaving early stops the job before its next chunk
+            async for piece in pieces:
+                if await http.is_disconnected():
+                    log.info("client disconnected from /v1/audio/speech; stopping its synthesis")
+                    return SpeechResult(media_type, body=b"")
+                streamed.append(await asyncio.to_thread(enc.write, piece.audio))
         streamed.append(await asyncio.to_thread(enc.finish))
         return SpeechResult(media_type, body=enc.whole(b"".join(streamed)))
 
