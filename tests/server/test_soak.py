@@ -4,7 +4,8 @@ no request is lost, none fails, and the server's memory is flat after warm-up.
 By default (CI) every family runs on its fake (tests/server/all_fakes.py) so the server's own code is what soaks:
 queues, batches, streams, cancellation, middleware, metrics, logs. HEARTH_SOAK_REAL=1 serves the real default
 models on the real adapter (lavapipe here) and also watches wgpu's buffer memory. Sizes:
-HEARTH_SOAK_SECONDS (default 40), HEARTH_SOAK_CLIENTS (default 8). The figures are printed (pytest -s).
+HEARTH_SOAK_SECONDS (default 40), HEARTH_SOAK_CLIENTS (default 8), after one request of each kind has loaded
+every model. The figures are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -201,6 +202,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SubprocessServe
 @pytest.mark.heavy
 def test_soak_mixed_endpoints_with_cancellations(server: SubprocessServer) -> None:
     url = server.url
+    # Warm-up: each operation once, so every model is loaded (on demand) and compiled before the clock starts.
+    with httpx.Client(base_url=url, timeout=1800) as client:
+        for op, _ in OPS.values():
+            op(client, random.Random(0))
     tally = Tally()
     start = time.monotonic()
     deadline = start + SECONDS
