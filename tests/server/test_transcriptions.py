@@ -31,6 +31,8 @@ from tests.server.live_server import ThreadServer
 
 SAMPLE_RATE = 16000
 UPLOAD_LIMIT = 6 << 20  # the fake server's upload limit: above max_body_bytes (4 MiB), small enough to cross
+SEGMENT_KEYS = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio",
+                "no_speech_prob")  # OpenAI's verbose_json segment, in its order
 
 
 def wav_bytes(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
@@ -71,7 +73,7 @@ def fake_client(fake_server: ThreadServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{fake_server.url}/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-THREE_S = wav_bytes(tone(2.5))  # segments " Second 0." and " Second 1." and " Second 2." (0..2.5 s)
+THREE_S = wav_bytes(tone(2.5))  # 2.5 s: three segments for the fake, " Second 0.", " Second 1.", " Second 2."
 
 
 def post(server: ThreadServer, path: str = "transcriptions", *, audio: bytes = THREE_S, filename: str = "a.wav",
@@ -286,10 +288,6 @@ def whisper_server() -> Iterator[ThreadServer]:
 @pytest.fixture(scope="module")
 def whisper_client(whisper_server: ThreadServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{whisper_server.url}/v1", api_key="unused", max_retries=0, timeout=600)
-
-
-SEGMENT_KEYS = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio",
-                "no_speech_prob")  # OpenAI's verbose_json segment, in its order
 
 
 def test_whisper_refusals(whisper_server: ThreadServer, clip: bytes) -> None:
