@@ -273,8 +273,8 @@ class WhisperNet:
             _copy_rows(b, qkv, kv_pairs, self.k_cache[i], d, src_offset=d)
             _copy_rows(b, qkv, kv_pairs, self.v_cache[i], d, src_offset=2 * d)
             a = b.activation(f"attn{i}", (t_max, d))
-            ops.attention(b, qkv, self.k_cache[i], self.v_cache[i], spans, a, heads=c.n_text_heads,
-                          kv_heads=c.n_text_heads, head_dim=c.head_dim, scale=scale)
+            _decode_attention(b, qkv, self.k_cache[i], self.v_cache[i], spans, a, heads=c.n_text_heads,
+                              head_dim=c.head_dim, scale=scale, max_keys=c.n_text_ctx)
             o = b.activation(f"o{i}", (t_max, d))
             linear(b, w.o, a, o, t_max)
             _residual(b, h_in, o, w.o_b)
@@ -284,8 +284,8 @@ class WhisperNet:
             ops.bias_add(b, q, w.cross_q_b)
             if saved_q is not None:
                 _copy_rows(b, q, identity, saved_q, d, dst_offset=i * d)
-            ops.attention(b, q, self.cross_kv[i], self.cross_kv[i], cross_spans, a, heads=c.n_text_heads,
-                          kv_heads=c.n_text_heads, head_dim=c.head_dim, scale=scale, offsets=(0, 0, d))
+            _decode_attention(b, q, self.cross_kv[i], self.cross_kv[i], cross_spans, a, heads=c.n_text_heads,
+                              head_dim=c.head_dim, scale=scale, max_keys=c.n_audio_ctx, v_offset=d)
             linear(b, w.cross_o, a, o, t_max)
             _residual(b, h_in, o, w.cross_o_b)
             self._mlp(b, h_in, w, t_max, f"{i}")
@@ -366,6 +366,26 @@ def _encoder_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, head
                workgroup_grid(-(-heads * blocks * blocks // 64)))
     b.dispatch("whisper_attention_values", constants, [b.step, scores, qkv, out],
                workgroup_grid(-(-heads * blocks * (head_dim // 4) // 64)))
+
+
+DECODE_CHUNK = 256  # keys per workgroup of whisper_decode_attention.wgsl
+
+
+def _decode_attention(b: ProgramBuilder, q: Tensor, k: Tensor, v: Tensor, spans: Tensor, out: Tensor, *, heads: int,
+                      head_dim: int, scale: float, max_keys: int, v_offset: int = 0) -> None:
+    """out[t, h] = attention of q's row t, head h over the key rows spans[t] of k and v (head h of a row at h *
+    head_dim, v's from v_offset): the keys split into chunks of DECODE_CHUNK over workgroups, then merged
+    (kernels/whisper_decode_attention.wgsl, whisper_decode_attention_combine.wgsl)."""
+    t_max = q.shape[0]
+    splits = -(-max_keys // DECODE_CHUNK)
+    partial = b.activation("attn_partial", (t_max * heads * splits, head_dim + 2))
+    constants = {"HEADS": heads, "D": head_dim, "CHUNK": DECODE_CHUNK, "SPLITS": splits, "SCALE": scale,
+                 "Q_STRIDE": q.shape[1], "Q_OFFSET": 0, "K_STRIDE": k.shape[1], "K_OFFSET": 0,
+                 "V_STRIDE": v.shape[1], "V_OFFSET": v_offset}
+    b.dispatch("whisper_decode_attention", constants, [b.step, q, k, v, spans, partial],
+               workgroup_grid(t_max * heads * splits))
+    b.dispatch("whisper_decode_attention_combine", {"HEADS": heads, "D": head_dim, "SPLITS": splits},
+               [b.step, partial, out], workgroup_grid(-(-t_max * heads * head_dim // 64)))
 
 
 def _residual(b: ProgramBuilder, x: Tensor, y: Tensor, bias: Tensor | None) -> None:

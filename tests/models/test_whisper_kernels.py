@@ -67,3 +67,30 @@ def test_residual_and_copy_rows(ex: Executor) -> None:
     for s, t in gather_pairs[:2]:  # n_out pairs (BY_OUT)
         expected_g[t] = src[s, :8]
     np.testing.assert_array_equal(got_g, expected_g)
+
+
+@pytest.mark.parametrize("d, max_keys", [(16, 300), (64, 1500)])
+def test_decode_attention(ex: Executor, d: int, max_keys: int) -> None:
+    """Split attention of a few rows over spans of a key table (cache slots, cross-attention), with an empty chunk,
+    a one-key span and v read at an offset of a fused k|v row."""
+    from models.whisper import _decode_attention
+
+    heads, t = 3, 4
+    rng = np.random.default_rng(d)
+    q = rng.standard_normal((t, heads * d)).astype(np.float32)
+    kv = rng.standard_normal((max_keys, 2 * heads * d)).astype(np.float32)
+    spans = np.array([[0, max_keys], [5, 6], [10, 270], [0, 3]], np.uint32)
+    q_t, kv_t = ex.tensor("q", q.shape, data=q), ex.tensor("kv", kv.shape, data=kv)
+    s_t, out_t = ex.tensor("spans", spans.shape, "u32", data=spans), ex.tensor("out", (t, heads * d))
+    b = ProgramBuilder(ex, "dattn")
+    _decode_attention(b, q_t, kv_t, kv_t, s_t, out_t, heads=heads, head_dim=d, scale=d ** -0.5, max_keys=max_keys,
+                      v_offset=heads * d)
+    out, = ex.run(b.build(), StepParams(n_tokens=t), read=[out_t])
+    expected = np.zeros((t, heads * d))
+    for r, (lo, hi) in enumerate(spans):
+        for h in range(heads):
+            cols = slice(h * d, (h + 1) * d)
+            scores = kv[lo:hi, cols].astype(np.float64) @ q[r, cols] * d ** -0.5
+            p = np.exp(scores - scores.max())
+            expected[r, cols] = (p / p.sum()) @ kv[lo:hi, heads * d:][:, cols]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
