@@ -38,6 +38,28 @@ GEMMA_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"
 )
 
+# Gemma 4's turn format (the structure of its published template without tool declarations): one system turn
+# first (with <|think|> when thinking is asked for), turns as <|turn>role ... <turn|>, "assistant" is "model",
+# tool results come back as user turns. Models whose file has no template (Ollama's Gemma 4 blobs) get it.
+GEMMA4_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- set loop_messages = messages -%}"
+    "{%- set has_system = messages and messages[0]['role'] in ['system', 'developer'] -%}"
+    "{%- if enable_thinking or has_system -%}"
+    "{{- '<|turn>system\n' -}}"
+    "{%- if enable_thinking -%}{{- '<|think|>\n' -}}{%- endif -%}"
+    "{%- if has_system -%}{{- (messages[0]['content'] or '') | trim -}}"
+    "{%- set loop_messages = messages[1:] -%}{%- endif -%}"
+    "{{- '<turn|>\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else "
+    "('user' if message['role'] == 'tool' else message['role']) -%}"
+    "{{- '<|turn>' + role + '\n' + (message['content'] or '') | trim + '<turn|>\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|turn>model\n' -}}{%- endif -%}"
+)
+
 
 class ChatTemplateError(ValueError):
     """The messages do not fit the model's template (it raised, or rendering failed on them)."""

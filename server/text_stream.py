@@ -98,3 +98,57 @@ class TextStream(Generic[T]):
     def text(self) -> str:
         """Everything emitted so far."""
         return self._text[:self._sent]
+
+
+THINK_OPEN, THINK_CLOSE = "<|channel>", "<channel|>"  # Gemma 4's thinking channel markers
+
+
+class ReasoningSplitter:
+    """Splits generated text into reasoning and content at a thinking channel's markers, as other
+    OpenAI-compatible servers return it (`reasoning_content` beside `content`): Gemma 4 writes its thoughts
+    as `<|channel>thought\n...<channel|>` before the answer; the markers and the channel's name are dropped.
+    Text that may be the start of a marker is held back until the next text decides it."""
+
+    def __init__(self, open_tag: str = THINK_OPEN, close_tag: str = THINK_CLOSE) -> None:
+        self._open, self._close = open_tag, close_tag
+        self._buffer = ""
+        self._thinking = False
+        self._name_pending = False  # just inside the channel: its name line is not yet dropped
+
+    def push(self, text: str, final: bool = False) -> tuple[str, str]:
+        """Add text; the (reasoning, content) that can go out now (final: everything left)."""
+        self._buffer += text
+        reasoning, content = [], []
+        while True:
+            if self._thinking and self._name_pending:
+                newline = self._buffer.find("\n")
+                if newline < 0 and not final and self._close not in self._buffer:
+                    break  # the channel's name line is not complete yet
+                if 0 <= newline and " " not in self._buffer[:newline] and self._close not in self._buffer[:newline]:
+                    self._buffer = self._buffer[newline + 1:]
+                self._name_pending = False
+            tag = self._close if self._thinking else self._open
+            out = reasoning if self._thinking else content
+            at = self._buffer.find(tag)
+            if at >= 0:
+                out.append(self._buffer[:at])
+                self._buffer = self._buffer[at + len(tag):]
+                self._thinking = not self._thinking
+                self._name_pending = self._thinking
+                continue
+            keep = 0 if final else held_back(self._buffer, [tag])
+            out.append(self._buffer[:len(self._buffer) - keep])
+            self._buffer = self._buffer[len(self._buffer) - keep:]
+            break
+        return "".join(reasoning), "".join(content)
+
+    def flush(self) -> tuple[str, str]:
+        """At the end of generation: whatever was held back."""
+        return self.push("", final=True)
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """(reasoning or None, content) of a whole generated text (see ReasoningSplitter)."""
+    splitter = ReasoningSplitter()
+    reasoning, content = splitter.push(text, final=True)
+    return (reasoning or None) if THINK_OPEN in text else None, content

@@ -133,6 +133,8 @@ class ChatCompletionRequest(SamplingRequest):
     n: ChoiceCount | None = Field(1, description="choices are generated one after another")
     parallel_tool_calls: bool | None = Field(None, description="accepted and ignored")
     presence_penalty: Penalty | None = 0.0
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
+        None, description="any but none turns a thinking model's thinking on (its template's enable_thinking)")
     response_format: ResponseFormat | None = None
     seed: Seed | None = Field(None, description="same seed and request, same output; choice i uses seed + i")
     service_tier: str | None = Field(None, description="accepted and ignored")
@@ -174,11 +176,18 @@ class ChatCompletionRequest(SamplingRequest):
         """The client's limit on generated tokens (max_completion_tokens wins over the older max_tokens)."""
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def enable_thinking(self) -> bool:
+        """Whether the chat template is asked for thinking (Gemma 4's <|think|>)."""
+        return self.reasoning_effort not in (None, "none")
+
 
 class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    # Hearth extension, as other OpenAI-compatible servers: a thinking model's reasoning, apart from its answer
+    reasoning_content: str | None = None
 
 
 class ChoiceLogprobs(BaseModel):
@@ -208,10 +217,12 @@ class DeltaMessage(BaseModel):
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None  # Hearth extension: a thinking model's reasoning
 
     @model_serializer(mode="plain")
     def _without_nones(self) -> dict[str, Any]:
-        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+        fields = (("role", self.role), ("content", self.content), ("reasoning_content", self.reasoning_content))
+        return {k: v for k, v in fields if v is not None}
 
 
 class ChunkChoice(BaseModel):

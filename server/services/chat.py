@@ -25,6 +25,7 @@ from server.schemas.chat import (
 )
 from server.schemas.common import Usage
 from server.services import generation as gen
+from server.text_stream import THINK_OPEN, ReasoningSplitter, split_reasoning
 from server.jobs import ChoiceDone, TextDelta
 from server.worker import ModelWorker
 
@@ -43,7 +44,8 @@ class ChatService:
         assert template is not None
         tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
         try:
-            text = template.render([m.for_template() for m in request.messages], tools=tools or None)
+            text = template.render([m.for_template() for m in request.messages], tools=tools or None,
+                                   enable_thinking=request.enable_thinking)
         except ChatTemplateError as error:
             raise InvalidRequest(str(error), param="messages") from error
         # A template that writes the BOS token itself must not get a second one from the tokenizer.
@@ -63,17 +65,20 @@ class ChatService:
         if request.user:
             log.info("chat request for %s from user %r", entry.id, request.user)
         handle = gen.submit(worker, job, self.settings)
+        thinks = _has_thinking_channel(model.tokenizer)
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
-            return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False)
+            return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False,
+                                thinks)
         results = await gen.until_disconnected(http, gen.collect(handle, n))
-        choices = [
-            ChatCompletionChoice(
-                index=i, message=ChatCompletionMessage(content=r.text), finish_reason=r.finish_reason,  # type: ignore
+        choices = []
+        for i, r in enumerate(results):
+            reasoning, content = split_reasoning(r.text) if thinks else (None, r.text)
+            choices.append(ChatCompletionChoice(
+                index=i, message=ChatCompletionMessage(content=content, reasoning_content=reasoning),
+                finish_reason=r.finish_reason,  # type: ignore[arg-type]
                 logprobs=ChoiceLogprobs(content=gen.chat_logprobs(r.tokens)) if request.logprobs else None,
-            )
-            for i, r in enumerate(results)
-        ]
+            ))
         completion_tokens = sum(r.completion_tokens for r in results)
         return ChatCompletion(
             id=gen.new_id("chatcmpl"), created=gen.now(), model=entry.id, choices=choices,
@@ -83,7 +88,7 @@ class ChatService:
         )
 
     async def _stream(self, handle: gen.JobHandle, model: str, n: int, prompt_tokens: int, include_usage: bool,
-                      logprobs: bool) -> AsyncIterator[dict[str, Any]]:
+                      logprobs: bool, thinks: bool = False) -> AsyncIterator[dict[str, Any]]:
         """Chunks as OpenAI sends them: the role first, content deltas, a finish chunk per choice, then usage."""
         chunk_id, created = gen.new_id("chatcmpl"), gen.now()
         exclude = None if include_usage else {"usage"}
@@ -94,17 +99,40 @@ class ChatService:
             return payload.model_dump(mode="json", exclude=exclude)
 
         completion_tokens = 0
+        splitters = [ReasoningSplitter() for _ in range(n)] if thinks else None
         async with handle:
             for i in range(n):
                 yield chunk([ChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
             async for event in handle.events():
                 if isinstance(event, TextDelta):
                     lp = ChoiceLogprobs(content=gen.chat_logprobs(event.tokens)) if logprobs else None
-                    yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(content=event.text), logprobs=lp)])
+                    if splitters is None:
+                        yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(content=event.text),
+                                                 logprobs=lp)])
+                        continue
+                    reasoning, content = splitters[event.index].push(event.text)
+                    if reasoning or content or lp:  # text held back (a marker's first part) waits for the next
+                        delta = DeltaMessage(content=content or None, reasoning_content=reasoning or None)
+                        yield chunk([ChunkChoice(index=event.index, delta=delta, logprobs=lp)])
                 elif isinstance(event, ChoiceDone):
+                    if splitters:
+                        reasoning, content = splitters[event.index].flush()
+                        if reasoning or content:
+                            delta = DeltaMessage(content=content or None, reasoning_content=reasoning or None)
+                            yield chunk([ChunkChoice(index=event.index, delta=delta)])
                     completion_tokens += event.completion_tokens
                     yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(),
                                              finish_reason=event.finish_reason)])  # type: ignore[arg-type]
         if include_usage:
             yield chunk([], Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                   total_tokens=prompt_tokens + completion_tokens))
+
+
+def _has_thinking_channel(tokenizer: Any) -> bool:
+    """Whether the model's vocabulary has a thinking channel marker (Gemma 4): its replies are split into
+    reasoning_content and content."""
+    try:
+        ids = tokenizer.encode(THINK_OPEN, add_bos=False)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return len(ids) == 1 and tokenizer.id_to_piece(ids[0]) == THINK_OPEN

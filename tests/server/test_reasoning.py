@@ -1,0 +1,43 @@
+"""Thinking output apart from the answer (server/text_stream.py's ReasoningSplitter, split_reasoning) and
+Gemma 4's built-in turn format (models/chat_template.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.chat_template import GEMMA4_TEMPLATE, ChatTemplate
+from server.text_stream import ReasoningSplitter, split_reasoning
+
+THOUGHT = "<|channel>thought\nFirst, 2 + 2 is 4.<channel|>The answer is 4."
+
+
+def test_whole_text() -> None:
+    assert split_reasoning(THOUGHT) == ("First, 2 + 2 is 4.", "The answer is 4.")
+    assert split_reasoning("No thinking here.") == (None, "No thinking here.")
+    assert split_reasoning("<|channel>thought\n<channel|>Empty thought.") == (None, "Empty thought.")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 100])
+def test_streamed_in_pieces_of_any_size(size: int) -> None:
+    """Markers split across deltas are held back, never leaked into either side."""
+    splitter = ReasoningSplitter()
+    parts = [splitter.push(THOUGHT[i:i + size]) for i in range(0, len(THOUGHT), size)] + [splitter.flush()]
+    assert "".join(r for r, _ in parts) == "First, 2 + 2 is 4."
+    assert "".join(c for _, c in parts) == "The answer is 4."
+
+
+def test_unfinished_thought_and_lookalikes() -> None:
+    splitter = ReasoningSplitter()
+    assert splitter.push("a <|cha") == ("", "a ")  # might start a marker: held back
+    assert splitter.push("t") == ("", "<|chat")
+    assert split_reasoning("<|channel>thought\ncut short") == ("cut short", "")
+
+
+def test_gemma4_turn_format() -> None:
+    template = ChatTemplate(GEMMA4_TEMPLATE, bos_token="<bos>")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "2+2?"}]
+    assert template.render(messages) == ("<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n"
+                                         "<|turn>model\nHello.<turn|>\n<|turn>user\n2+2?<turn|>\n<|turn>model\n")
+    thinking = template.render(messages[1:2], enable_thinking=True)
+    assert thinking == "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n"
