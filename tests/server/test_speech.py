@@ -203,3 +203,33 @@ def test_client_gone_stops_the_synthesis(server: ThreadServer) -> None:
     done = len(model.calls) - before
     time.sleep(0.3)
     assert len(model.calls) - before == done < 10  # of 21 chunks
+
+
+def test_extra_voicepacks_from_a_folder(tmp_path) -> None:
+    """settings.speech_voices: a folder of voicepacks (an npz as voices-v1.0.bin is) joins the model's voices, and
+    OpenAI's names then reach the Kokoro voices they resemble."""
+    import asyncio
+
+    from server.services.speech import resolve_voice
+    from server.speech_worker import SpeechWorker
+    from tests.server.fake_kokoro import load
+
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "voices-v1.0.bin", af_heart=rng.normal(size=(510, 1, 256)).astype(np.float32),
+             bm_fable=rng.normal(size=(510, 1, 256)).astype(np.float32))
+    (tmp_path / "notes.txt").write_text("not a voicepack")
+    (tmp_path / "voices-v1.0.bin.npz").rename(tmp_path / "voices-v1.0.bin")
+    worker = SpeechWorker("kokoro", "kokoro", load, max_queue=2, warm_up=False)
+    worker.start()
+    try:
+        asyncio.run(worker.wait_ready())
+        voices = worker.voices((str(tmp_path),))
+    finally:
+        worker.stop()
+    assert {"af_heart", "bm_fable", "af_bella", "jf_alpha"} <= set(voices)
+    assert voices["bm_fable"].shape == (510, 256)
+    assert resolve_voice("fable", voices).ids == ("bm_fable",)
+    assert resolve_voice("coral", voices).ids == ("af_heart",)
+    assert resolve_voice("bm_fable", voices).language.code == "b"
+    with pytest.raises(FileNotFoundError):
+        worker.voices(("/nowhere/voices.bin",))
