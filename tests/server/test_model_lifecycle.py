@@ -157,3 +157,24 @@ def test_concurrent_first_requests_for_new_models_respect_the_cap(store: Path) -
     finally:
         srv.__exit__()
 
+
+
+@pytest.mark.heavy  # ~12 s alone on lavapipe, 35 s with the CPU shared
+def test_unloading_a_real_model_gives_its_gpu_memory_back() -> None:
+    """The shipped embedding model on the real adapter: loaded, used, unloaded (keep_alive 0) twice; wgpu's tally
+    of buffer bytes goes back to where it was each time (the model's weights and activations, ~42 MiB)."""
+    from config.settings import load_settings
+    from server.app import create_app
+    from server.metrics import gpu_memory_bytes
+    from tests.server.fake_model import fake_loader
+
+    app = create_app(load_settings(path=None, env={"HEARTH_OLLAMA": "false"}), loader=fake_loader())
+    with ThreadServer(app) as srv:
+        assert wait_until(lambda: httpx.get(f"{srv.url}/ready").status_code == 200)
+        before = gpu_memory_bytes()
+        for _ in range(2):
+            body = {"model": "all-minilm-l6-v2", "input": ["hello"] * 4, "keep_alive": 0}
+            assert httpx.post(f"{srv.url}/v1/embeddings", json=body, timeout=600).status_code == 200
+            assert gpu_memory_bytes() - before > 10 << 20  # loaded: its weights alone are ~22 MB
+            assert wait_until(lambda: "all-minilm-l6-v2" not in loaded(srv), timeout=60)
+            assert gpu_memory_bytes() == before
