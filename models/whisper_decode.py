@@ -233,41 +233,45 @@ def _sample(net: WhisperNet, prompt: list[int], rules: _Rules, temperature: floa
 
 
 def _beam_search(net: WhisperNet, prompt: list[int], rules: _Rules, beam_size: int, patience: float = 1.0) -> _Result:
-    """Beam search (openai-whisper's BeamSearchDecoder): each step keeps the beam_size best unfinished
-    continuations of beam_size + 1 candidates per beam; hypotheses that end go to the finished list until it
-    holds beam_size * patience; the best finished one by sum_logprob / length wins."""
+    """CTranslate2's BeamSearch (length penalty 1): the first step expands the prompt's one beam, later steps take
+    the 2 * beam_size best continuations of all beams by cumulative log-probability; a candidate among the first
+    beam_size that ends (<|endoftext|>, or the last step) becomes a finished hypothesis and its place goes to the
+    next candidate beyond beam_size that does not end; decoding stops once beam_size * patience hypotheses have
+    finished, and the best by cumulative log-probability / length wins."""
     first, no_speech = _prefill(net, prompt, beam_size)
     beams: list[tuple[list[int], float]] = [([], 0.0)]
     logits = first[None]
     finished: list[tuple[list[int], float]] = []
     max_finished = round(beam_size * patience)
+    n_candidates = 2 * beam_size
     position = len(prompt)
-    for _ in range(_max_new_tokens(net, prompt)):
-        candidates: list[tuple[float, int, int]] = []  # (score, beam, token)
-        for b, (seq, score) in enumerate(beams):
-            logprobs = _log_softmax(rules.apply(logits[b], seq))
-            top = np.argsort(-logprobs, kind="stable")[:beam_size + 1]
-            candidates += [(score + float(logprobs[t]), b, int(t)) for t in top]
-        candidates.sort(key=lambda c: -c[0])
+    max_new = _max_new_tokens(net, prompt)
+    for step in range(max_new):
+        last_step = step + 1 == max_new or position >= net.config.n_text_ctx
+        scores = np.stack([score + _log_softmax(rules.apply(logits[b], seq)) for b, (seq, score) in enumerate(beams)])
+        flat = scores.reshape(-1)
+        top = np.argpartition(-flat, n_candidates)[:n_candidates]
+        top = top[np.argsort(-flat[top], kind="stable")]
+        candidates = [(int(i) // scores.shape[1], int(i) % scores.shape[1], float(flat[i])) for i in top]
         survivors: list[tuple[list[int], float, int]] = []
-        for score, b, token in candidates:
-            seq = beams[b][0]
-            if token == rules.eot or position >= net.config.n_text_ctx:
-                if len(finished) < max_finished:
-                    finished.append((seq, score))
-            else:
-                survivors.append((seq + [token], score, b))
-            if len(survivors) == beam_size:
-                break
-        if len(finished) >= max_finished or not survivors:
+        secondary = beam_size
+        for k in range(beam_size):
+            b, token, score = candidates[k]
+            if token == rules.eot or last_step:
+                finished.append((beams[b][0] + ([] if token == rules.eot else [token]), score))
+                for j in range(secondary, n_candidates):
+                    if candidates[j][1] != rules.eot:
+                        b, token, score = candidates[j]
+                        secondary = j + 1
+                        break
+            survivors.append((beams[b][0] + [token], score, b))
+        if last_step or len(finished) >= max_finished:
             break
-        net.reorder_slots([s[2] for s in survivors], position)
-        beams = [(s[0], s[1]) for s in survivors]
+        net.reorder_slots([sv[2] for sv in survivors], position)
+        beams = [(sv[0], sv[1]) for sv in survivors]
         n = len(beams)
-        logits = net.decode([s[0][-1] for s in beams], [position] * n, list(range(n)), list(range(n)))
+        logits = net.decode([sv[0][-1] for sv in beams], [position] * n, list(range(n)), list(range(n)))
         position += 1
-    if not finished:
-        finished = beams
     best = max(finished, key=lambda h: h[1] / max(1, len(h[0])))
     return _Result(best[0], best[1], no_speech)
 
