@@ -323,8 +323,11 @@ class WhisperNet:
         ex.write(step.kv_pairs, np.stack([np.arange(n), rows], 1).astype(np.uint32))
         ex.write(step.spans, np.stack([np.asarray(slots) * c.n_text_ctx, rows + 1], 1).astype(np.uint32))
         ex.write(step.out_pairs, np.stack([unique, np.arange(len(unique))], 1).astype(np.uint32))
-        logits, = ex.run(step.program, StepParams(n_tokens=n, n_out=len(unique)), read=[step.logits])
-        return logits[where.reshape(-1)]
+        submission = ex.submission()
+        submission.step(step.program, StepParams(n_tokens=n, n_out=len(unique)))
+        submission.read(step.logits, nbytes=len(unique) * c.vocab_size * 4)  # only the rows asked for
+        logits, = submission.submit().wait()
+        return logits.reshape(len(unique), c.vocab_size)[where.reshape(-1)]
 
     def saved_alignment_inputs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(cross-attention queries [n, L, D], final normed rows [n, D]) of the last decode(keep=True)."""
