@@ -25,6 +25,7 @@ from audio.encode import MEDIA_TYPES, AudioEncoder, encoder
 from config.settings import Settings
 from models.phonemes import Chunk, Language, PhonemizerError, chunk_text, language, text_language
 from server.errors import InvalidRequest
+from server.metrics import meter_audio
 from server.model_manager import ModelManager
 from server.schemas.speech import SpeechAudioDelta, SpeechAudioDone, SpeechRequest, SpeechUsage, VoiceInfo, VoiceList
 
@@ -164,6 +165,8 @@ class SpeechService:
         if request.instructions:
             log.info("speech request for %s: instructions ignored (Kokoro takes none)", entry.id)
         job = synthesis_job(chunks, voice.pack, request.speed, request.seed)
+        # /metrics: seconds of audio made, counted per chunk on the worker thread, whichever way it is sent.
+        job = meter_audio(job, "generated", worker.name, lambda piece: piece.audio.size / model.sample_rate)
         retry = self.settings.limits.retry_after_s
         fmt, rate = request.response_format, model.sample_rate
         media_type = MEDIA_TYPES[fmt]
