@@ -156,8 +156,14 @@ def test_audio_seconds_of_transcriptions_and_of_a_metered_speech_job() -> None:
         upload = {"file": ("a.wav", buffer.getvalue(), "audio/wav")}
         reply = httpx.post(f"{srv.url}/v1/audio/transcriptions", files=upload, data={"model": "whisper-1"}, timeout=60)
         assert reply.status_code == 200, reply.text
+        speech = httpx.post(f"{srv.url}/v1/audio/speech", json={"model": "tts-1", "input": "Hello there.",
+                                                                 "voice": "alloy", "response_format": "pcm"}, timeout=60)
+        assert speech.status_code == 200, speech.text
         samples = scrape(srv)
     assert value(samples, "hearth_audio_seconds_total", model="whisper-tiny.en", direction="transcribed") == 1.5
+    # pcm is 16-bit mono at 24 kHz: the seconds counted are the seconds sent.
+    spoken = len(speech.content) / 2 / 24000
+    assert value(samples, "hearth_audio_seconds_total", model="kokoro", direction="generated") == pytest.approx(spoken)
 
     metrics = Metrics()
     token = metrics.activate()
