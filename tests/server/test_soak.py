@@ -189,7 +189,9 @@ def scrape(url: str) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SubprocessServer]:
     folder = tmp_path_factory.mktemp("soak")
-    env = {"HEARTH_OLLAMA": "false", "HEARTH_LOG_LEVEL": "warning"}
+    # keep_alive 1h: every model stays loaded through the run (a real model loading for minutes in the warm-up would
+    # otherwise outlive the 5 minute default of the others), so memory is compared with all of them in.
+    env = {"HEARTH_OLLAMA": "false", "HEARTH_LOG_LEVEL": "warning", "HEARTH_KEEP_ALIVE": "1h"}
     if not REAL:
         config = folder / "hearth.toml"
         config.write_text(fake_config_toml())
