@@ -355,9 +355,9 @@ class WhisperNet:
 def _encoder_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: int, head_dim: int,
                        scale: float) -> None:
     """out = attention of the fused q|k|v rows over all n rows. With n a multiple of 4: scores into an activation
-    [heads * n, n] by register tiles, then softmax and values (kernels/whisper_attention_scores.wgsl and
-    whisper_attention_values.wgsl, 1.6x faster than one pass on lavapipe); else one pass per (head, row)
-    (kernels/whisper_encoder_attention.wgsl)."""
+    [heads * n, n] by register tiles, softmax per row in place, then the values by register tiles
+    (kernels/whisper_attention_scores.wgsl, whisper_softmax_rows.wgsl, whisper_attention_values.wgsl; faster than
+    one pass per (head, row) on lavapipe); else that one pass (kernels/whisper_encoder_attention.wgsl)."""
     constants = {"N": n, "HEADS": heads, "D": head_dim}
     if n % 4:
         b.dispatch("whisper_encoder_attention", constants | {"SCALE": scale}, [b.step, qkv, out],
@@ -367,6 +367,7 @@ def _encoder_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, head
     blocks = n // 4
     b.dispatch("whisper_attention_scores", constants | {"SCALE": scale}, [b.step, qkv, scores],
                workgroup_grid(-(-heads * blocks * blocks // 64)))
+    b.dispatch("whisper_softmax_rows", {"ROWS": heads * n, "N": n}, [b.step, scores], workgroup_grid(heads * n))
     b.dispatch("whisper_attention_values", constants, [b.step, scores, qkv, out],
                workgroup_grid(-(-heads * blocks * (head_dim // 4) // 64)))
 
