@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, GGUFReader, Keys, TokenType
+from gguf import MODEL_TENSOR, GGUFReader, Keys, TokenType
 
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import gemma4 as g4
@@ -44,8 +44,10 @@ from gpu.ops.matmul import embedding, linear, linear_glu
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
-from gpu.weights import QuantWeight, row_bytes, upload_weight
+from gpu.weights import QuantWeight
 from models.chat_template import GEMMA4_TEMPLATE
+from models.gemma4_weights import WeightLoader
+from models.gemma4_weights import tensor_name as _name
 from models.gguf_file import GGUFFile, GGUFFormatError
 from models.step_io import StepIO
 from models.tokenizer import Tokenizer, read_gguf_vocab
@@ -136,11 +138,6 @@ def _per_layer(value: object, n: int) -> list:
     return [value] * n
 
 
-def _name(kind: MODEL_TENSOR, layer: int | None = None, suffix: str = "weight") -> str:
-    name = TENSOR_NAMES[kind]
-    return (name.format(bid=layer) if layer is not None else name) + "." + suffix
-
-
 @dataclass
 class Moe:
     router: QuantWeight  # [E, D] router projection
@@ -181,7 +178,7 @@ class Gemma4:
         self.executor = executor
         self.config = c = Gemma4Config.from_gguf(f)
         self.n_ctx = n_ctx
-        w = _WeightLoader(executor, f, progress)
+        w = WeightLoader(executor, f, progress)
         self.token_embd = w.matrix(_name(T.TOKEN_EMBD))
         self.output_norm = w.vector(_name(T.OUTPUT_NORM))
         self.output = w.matrix(_name(T.OUTPUT)) if _name(T.OUTPUT) in f.tensors else self.token_embd
@@ -213,7 +210,7 @@ class Gemma4:
                 types[i] = TokenType.USER_DEFINED
         return Tokenizer(replace(vocab, types=types, chat_template=vocab.chat_template or GEMMA4_TEMPLATE))
 
-    def _layer(self, w: _WeightLoader, f: GGUFFile, i: int) -> LayerWeights:
+    def _layer(self, w: WeightLoader, f: GGUFFile, i: int) -> LayerWeights:
         c = self.config
         shared = c.shared(i)
         names = [_name(T.ATTN_Q, i)]
@@ -397,79 +394,3 @@ def _rope_table_factors(head_dim: int, n_ctx: int, base: float, factors: np.ndar
     inv_freq = (inv_freq / factors.astype(np.float32)).astype(np.float32)
     angles = (np.arange(n_ctx, dtype=np.float32)[:, None] * inv_freq[None, :]).astype(np.float32)
     return np.stack([np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))], -1).astype(np.float32)
-
-
-class _WeightLoader:
-    """Uploads GGUF tensors by name, reporting bytes done to a progress callback."""
-
-    def __init__(self, executor: Executor, f: GGUFFile, progress: Progress | None) -> None:
-        self.executor, self.f, self.progress = executor, f, progress
-        self.total = f.tensor_bytes
-        self.read_bytes = 0
-        self.uploaded_bytes = 0
-
-    def _done(self, file_bytes: int, gpu_bytes: int) -> None:
-        self.read_bytes += file_bytes
-        self.uploaded_bytes += gpu_bytes
-        if self.progress:
-            self.progress(self.read_bytes, self.total)
-
-    def _upload(self, name: str, qtype: GGMLQuantizationType, k: int, n: int, raw: np.ndarray) -> QuantWeight:
-        weight = upload_weight(self.executor, name, qtype, k, n, raw)
-        self._done(raw.nbytes, weight.nbytes)
-        return weight
-
-    def matrix(self, name: str) -> QuantWeight:
-        qtype, shape, raw = self.f.raw(name)
-        return self._upload(name, qtype, shape[0], int(np.prod(shape[1:])), raw)
-
-    def vector(self, name: str) -> Tensor:
-        data = self.f.f32(name)
-        tensor = self.executor.tensor(name, data.shape, data=data)
-        self._done(data.nbytes, tensor.nbytes)
-        return tensor
-
-    def array(self, name: str, data: np.ndarray) -> Tensor:
-        data = np.asarray(data, np.float32)
-        return self.executor.tensor(name, data.shape, data=data)
-
-    def fused(self, names: list[str]) -> list[tuple[QuantWeight, list[int]]]:
-        """Matrices with the same input, as few as possible: consecutive ones whose types agree are
-        concatenated along the rows (their bytes: rows are contiguous in every GGML type)."""
-        groups: list[list[tuple[str, GGMLQuantizationType, tuple[int, ...], np.ndarray]]] = []
-        for name in names:
-            qtype, shape, raw = self.f.raw(name)
-            if groups and groups[-1][0][1] == qtype and groups[-1][0][2][0] == shape[0]:
-                groups[-1].append((name, qtype, shape, raw))
-            else:
-                groups.append([(name, qtype, shape, raw)])
-        out = []
-        for group in groups:
-            rows = [g[2][1] for g in group]
-            raw = np.concatenate([g[3] for g in group]) if len(group) > 1 else group[0][3]
-            weight = self._upload("+".join(g[0] for g in group), group[0][1], group[0][2][0], sum(rows), raw)
-            out.append((weight, [sum(rows[:j]) for j in range(len(group))]))
-        return out
-
-    def experts_gate_up(self, layer: int) -> QuantWeight:
-        """ffn_gate_up_exps [E, 2I, D] as one [E * 2I, D] matrix; Ollama's separate gate and up tensors are
-        interleaved per expert into the same layout."""
-        name = _name(T.FFN_GATE_UP_EXP, layer)
-        if name in self.f.tensors:
-            return self.matrix(name)
-        gate, up = _name(T.FFN_GATE_EXP, layer), _name(T.FFN_UP_EXP, layer)
-        (gt, gs, graw), (ut, us, uraw) = self.f.raw(gate), self.f.raw(up)
-        if gt != ut or gs != us:
-            raise GGUFFormatError(f"{gate} and {up} differ in type or shape")
-        e = gs[2]
-        raw = np.concatenate([graw.reshape(e, -1), uraw.reshape(e, -1)], axis=1).reshape(-1)
-        return self._upload(f"{gate}+up", gt, gs[0], 2 * gs[1] * e, raw)
-
-    def experts_down(self, layer: int) -> QuantWeight:
-        """ffn_down_exps [E, D, I] as one [D, E * I] matrix: row d holds every expert's row d side by side
-        (whole blocks, since I is a whole number of blocks), so one product sums the experts' outputs."""
-        name = _name(T.FFN_DOWN_EXP, layer)
-        qtype, (i, d, e), raw = self.f.raw(name)
-        stride = row_bytes(qtype, i)
-        raw = np.ascontiguousarray(raw.reshape(e, d, stride).transpose(1, 0, 2)).reshape(-1)
-        return self._upload(name, qtype, e * i, d, raw)

@@ -29,6 +29,7 @@ from gpu.ops.sampling import top_candidates
 from gpu.program import Executor, PendingResult, Program, ProgramBuilder, StepParams, Submission
 from gpu.tensor import Tensor
 from models.gemma3 import Gemma3
+from models.gemma4 import Gemma4
 from models.gguf_file import GGUFFile, GGUFFormatError
 from models.sampler import Candidates
 from models.step_io import CANDIDATES, StepIO
@@ -58,7 +59,7 @@ class Architecture(Protocol):
     def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program: ...
 
 
-ARCHITECTURES: dict[str, type] = {Gemma3.architecture: Gemma3}
+ARCHITECTURES: dict[str, type] = {Gemma3.architecture: Gemma3, Gemma4.architecture: Gemma4}
 
 
 class ModelNotFound(FileNotFoundError):
@@ -413,7 +414,8 @@ def load_text_model(
     if f.arch not in ARCHITECTURES:
         raise GGUFFormatError(f"{path.name}: architecture {f.arch!r} is not supported "
                               f"(supported: {', '.join(sorted(ARCHITECTURES))})")
-    tokenizer = Tokenizer.from_gguf(f.reader)
+    # an architecture may read its tokenizer its own way (Gemma 4: Ollama's blobs name a BPE vocabulary "llama")
+    tokenizer = getattr(ARCHITECTURES[f.arch], "load_tokenizer", Tokenizer.from_gguf)(f.reader)
     executor = Executor(device or default_device())
     n_ctx_train = int(f.value("{arch}.context_length"))
     n_ctx = min(context_length or DEFAULT_CONTEXT, n_ctx_train)

@@ -6,6 +6,7 @@
 // per u32 when KV_F16, else f32 bits. q, k and v are read from columns of projection outputs:
 // row t of q starts at t * Q_STRIDE + Q_OFFSET (likewise k, v), so a fused q|k|v projection (one
 // matrix product for all three) binds the same tensor three times; attention reads the cache.
+// V_NORM (Gemma 4): v rows are divided by their RMS too (a norm without weight), as HF's v_norm.
 // RoPE is NeoX-style (dims i and i + D/2 rotate together), angles from the host's (cos, sin) table.
 // Work split: one workgroup of 64 invocations per head row: the step's n_tokens * HEADS q rows
 // first, then its n_tokens * KV_HEADS k rows, each of which also copies its v row. An invocation
@@ -26,6 +27,7 @@ override K_STRIDE: u32 = 256u;
 override K_OFFSET: u32 = 0u;
 override V_STRIDE: u32 = 256u;
 override V_OFFSET: u32 = 0u;
+override V_NORM: bool = false;   // Gemma 4: v rows are RMS-normalised (no weight) before they are stored
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
 override MAX_PAGES: u32 = 64u;     // page-table entries per sequence
 
@@ -121,8 +123,16 @@ fn row_main(row: u32, lid: u32) {
     }
     if (!is_q) {
         let v_src = t * V_STRIDE + V_OFFSET + head * D;
+        var v_scale = 1.0;   // exact when V_NORM is off: x * 1.0 == x
+        if (V_NORM) {
+            var v_sum = 0.0;
+            for (var i = lid; i < D; i += WG) {
+                v_sum += v[v_src + i] * v[v_src + i];
+            }
+            v_scale = inverseSqrt(row_sum(v_sum) / f32(D) + EPS);
+        }
         for (var i = 2u * lid; i < D; i += 2u * WG) {
-            store_pair(true, dst + i, v[v_src + i], v[v_src + i + 1u]);
+            store_pair(true, dst + i, v[v_src + i] * v_scale, v[v_src + i + 1u] * v_scale);
         }
     }
 }

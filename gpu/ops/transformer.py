@@ -72,13 +72,14 @@ def _paging(pool: KVPool) -> dict[str, int]:
 def qk_norm_rope_store(
     b: ProgramBuilder, q: Column, k: Column, v: Column, q_weight: Tensor, k_weight: Tensor, rope_table: Tensor,
     pool: KVPool, layer: int, rows: Tensor, q_out: Tensor, *, heads: int, kv_heads: int, eps: float,
-    subgroups: bool | None = None,
+    subgroups: bool | None = None, v_norm: bool = False,
 ) -> None:
     """norm_rope of q into q_out and of k, and k, v stored in the layer's paged cache at each row's
     position (rows: the row table), in one dispatch (kernels/qk_norm_rope_store.wgsl).
 
     q, k and v are (tensor, first column) of projection outputs: the same tensor for all three
     when the projections ran as one fused matrix product, each its own tensor at column 0 if not.
+    v_norm (Gemma 4): v is RMS-normalised (no weight) before it is stored.
     """
     d = q_weight.numel
     if d % 4:
@@ -86,6 +87,8 @@ def qk_norm_rope_store(
     constants: dict[str, int | float | bool | str] = {
         "D": d, "HEADS": heads, "KV_HEADS": kv_heads, "EPS": eps, "KV_F16": pool.f16,
         "REDUCE": b.device.reduction(subgroups), **_paging(pool)}
+    if v_norm:
+        constants["V_NORM"] = True
     for name, (tensor, offset) in (("Q", q), ("K", k), ("V", v)):
         constants |= {f"{name}_STRIDE": tensor.shape[1], f"{name}_OFFSET": offset}
     tensors = [b.step, q[0], k[0], v[0], q_weight, k_weight, rope_table, pool.keys[layer], pool.values[layer], rows,
