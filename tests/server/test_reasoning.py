@@ -41,3 +41,36 @@ def test_gemma4_turn_format() -> None:
                                          "<|turn>model\nHello.<turn|>\n<|turn>user\n2+2?<turn|>\n<|turn>model\n")
     thinking = template.render(messages[1:2], enable_thinking=True)
     assert thinking == "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n"
+
+
+THINKING_SCRIPT = "<|channel>thought\nLet me see.<channel|>Hi there. "
+
+
+@pytest.fixture()
+def thinking_server(monkeypatch: pytest.MonkeyPatch):
+    """The fake model (tests/server/fake_model.py) saying a Gemma 4 style thought, then an answer."""
+    from config.settings import load_settings
+    from server.app import create_app
+    from server.services import chat
+    from tests.server import fake_model
+    from tests.server.live_server import ThreadServer
+
+    monkeypatch.setattr(fake_model, "SCRIPT", THINKING_SCRIPT)
+    monkeypatch.setattr(chat, "_has_thinking_channel", lambda tokenizer: True)  # its byte vocabulary has no marker
+    app = create_app(load_settings(env={"HEARTH_OLLAMA": "false"}), loader=fake_model.fake_loader())
+    with ThreadServer(app) as server:
+        yield server
+
+
+def test_reasoning_content_through_the_api(thinking_server) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=f"{thinking_server.url}/v1", api_key="unused", max_retries=0)
+    request = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": "hi"}],
+               "max_tokens": len(THINKING_SCRIPT), "temperature": 0}
+    message = client.chat.completions.create(**request).choices[0].message  # type: ignore[call-overload]
+    assert (message.reasoning_content, message.content) == ("Let me see.", "Hi there. ")  # type: ignore[attr-defined]
+    chunks = list(client.chat.completions.create(stream=True, **request))  # type: ignore[call-overload]
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "Let me see."
+    assert "".join(d.content or "" for d in deltas) == "Hi there. "
