@@ -3,6 +3,7 @@
     hearth serve [--host H] [--port P] [--config FILE] [--api-key KEY]
     hearth generate [--model PATH_OR_NAME] [--max-tokens N] [--temperature T] "prompt"
     hearth profile [--model PATH_OR_NAME] [--prompt-tokens N] [--batch B]
+    hearth convert SOURCE OUTPUT.gguf [--voices FILE ...] [--vocab config.json] [--f32]
 
 `generate` prints only the generated text on stdout, as it is produced; the loading progress bar and
 any messages go to stderr. Without --model it uses the shipped Gemma 3 270M (`gemma-3-270m`).
@@ -48,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--model", default=SHIPPED_MODEL, help="as for generate")
     prof.add_argument("--prompt-tokens", type=int, default=512, help="prefill length, then decode at that position")
     prof.add_argument("--batch", type=int, default=32, help="also profile a decode step of this many sequences")
+
+    conv = commands.add_parser("convert", help="convert Kokoro weights (.pth, .onnx) and voicepacks to Hearth's GGUF")
+    conv.add_argument("source", help="kokoro-v1_0.pth, a Kokoro .onnx (fp32 or int8), or 'kokoro' (the shipped one)")
+    conv.add_argument("output", type=Path, help="the GGUF to write")
+    conv.add_argument("--voices", type=Path, action="append", default=[],
+                      help="voicepacks: .npz, voices-v1.0.bin or .pt (repeatable)")
+    conv.add_argument("--vocab", type=Path, help="upstream config.json (its `vocab`), else the shipped vocab.json")
+    conv.add_argument("--f32", action="store_true", help="keep matrices in F32 (default F16)")
     return parser
 
 
@@ -161,6 +170,24 @@ def profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def convert_kokoro(args: argparse.Namespace) -> int:
+    """`hearth convert`: Kokoro weights and voicepacks -> our GGUF (models/kokoro_convert.py)."""
+    import shutil
+
+    from models.kokoro_convert import ConvertError, convert, converted_model_path
+
+    say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    try:
+        if args.source == "kokoro" and not args.voices:
+            shutil.copyfile(converted_model_path("kokoro", progress=say), args.output)
+        else:
+            convert(args.source, args.output, voices=args.voices, vocab=args.vocab, f16=not args.f32, progress=say)
+    except (ConvertError, OSError, ValueError) as error:
+        print(f"hearth convert: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `hearth` console script."""
     args = _parser().parse_args(argv)
@@ -168,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "profile":
         return profile(args)
+    if args.command == "convert":
+        return convert_kokoro(args)
     return generate_text(args)
 
 
