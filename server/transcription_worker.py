@@ -42,6 +42,7 @@ class TranscribeParams:
     temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     beam_size: int = 1
     word_timestamps: bool = False
+    seed: int | None = None  # sampling at temperatures above 0
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def transcribe_job(model: Any, audio: np.ndarray, params: TranscribeParams) -> I
         yield language
         options = model_type(model, "TranscribeOptions")(
             task=params.task, language=language.code, prompt=params.prompt, temperature=params.temperature,
-            beam_size=params.beam_size, word_timestamps=params.word_timestamps)
+            beam_size=params.beam_size, word_timestamps=params.word_timestamps, seed=params.seed)
         yield from model.transcribe(audio, options)
     except unknown_language as error:
         raise InvalidRequest(f"The model `{model.name}` does not know this language: {error}",

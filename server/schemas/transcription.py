@@ -21,6 +21,7 @@ GRANULARITIES = ("word", "segment")
 # OpenAI's range for audio: 0 asks for Whisper's temperature fallback (0, 0.2, ..., 1.0 on failed windows).
 AudioTemperature = Annotated[float, Field(ge=0.0, le=1.0, description="0: greedy, with fallback on failed windows")]
 BeamSize = Annotated[int, Field(ge=1, le=16, description="beam search width; 1 is greedy (Hearth's extension)")]
+AudioSeed = Annotated[int, Field(ge=0, lt=2**63, description="makes sampling at temperatures above 0 repeatable")]
 
 
 class AudioForm(BaseModel):
@@ -48,8 +49,9 @@ class TranslationForm(AudioForm):
     prompt: str | None = Field(None, description="text that comes before the audio, to guide style and spelling")
     response_format: ResponseFormat = "json"
     temperature: AudioTemperature = 0.0
-    # Hearth's extension.
+    # Hearth's extensions.
     beam_size: BeamSize = 1
+    seed: AudioSeed | None = None
 
 
 class TranscriptionForm(AudioForm):
@@ -65,8 +67,9 @@ class TranscriptionForm(AudioForm):
     timestamp_granularities: list[str] = Field(
         default_factory=list, validation_alias=AliasChoices("timestamp_granularities[]", "timestamp_granularities"),
         description="verbose_json only: `segment` (the default) and/or `word`")
-    # Hearth's extension.
+    # Hearth's extensions.
     beam_size: BeamSize = 1
+    seed: AudioSeed | None = None
 
 
 class UsageDuration(BaseModel):

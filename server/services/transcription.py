@@ -129,7 +129,7 @@ class TranscriptionService:
         duration = audio.size / SAMPLE_RATE
         params = TranscribeParams(task=task, language=language, prompt=form.prompt or None,
                                   temperature=temperatures(form.temperature), beam_size=form.beam_size,
-                                  word_timestamps="word" in granularities)
+                                  word_timestamps="word" in granularities, seed=form.seed)
         items = worker.transcribe(audio, params, self.settings.limits.retry_after_s)
         # The first item (the language) comes once the job runs: a full queue or a load failure is still an HTTP
         # error rather than an event inside a stream whose headers went out.

@@ -165,13 +165,15 @@ def test_full_queue_is_a_429_before_the_stream_starts(fake_server: ThreadServer)
 
 def test_options_reach_the_model(fake_server: ThreadServer) -> None:
     model = fake_server.app.state.manager.workers()["whisper-tiny.en"].model
-    post(fake_server, language="EN", prompt="Glossary: Hearth.", temperature="0.5", beam_size="3").raise_for_status()
+    post(fake_server, language="EN", prompt="Glossary: Hearth.", temperature="0.5", beam_size="3", seed="7"
+         ).raise_for_status()
     options = model.calls[-1]
-    assert (options.language, options.prompt, options.beam_size, options.task) == ("en", "Glossary: Hearth.", 3,
-                                                                                   "transcribe")
+    assert (options.language, options.prompt, options.beam_size, options.task, options.seed) == (
+        "en", "Glossary: Hearth.", 3, "transcribe", 7)
     assert options.temperature == (0.5, 0.7, 0.9) and not options.word_timestamps  # openai-whisper's schedule
     post(fake_server).raise_for_status()
     assert model.calls[-1].temperature == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) and model.calls[-1].language == "en"
+    assert model.calls[-1].seed is None
     # The bare field name works as well as the SDK's bracketed one.
     post(fake_server, response_format="verbose_json", timestamp_granularities="word").raise_for_status()
     assert model.calls[-1].word_timestamps
