@@ -24,6 +24,9 @@ import pytest
 
 from config.settings import load_settings
 from server.app import create_app
+from server.errors import InvalidRequest
+from server.services.transcription import language_code, temperatures
+from server.transcription_worker import TranscribeParams, transcribe_job
 from tests.audio.test_subtitles import parse_srt, parse_vtt
 from tests.server.fake_model import fake_loader
 from tests.server.live_server import ThreadServer
@@ -359,3 +362,36 @@ def test_whisper_stream(whisper_client: openai.OpenAI, clip: bytes) -> None:
     assert all(e.type == "transcript.text.delta" for e in events[:-1])
     assert "".join(e.delta for e in events[:-1]) == events[-1].text
     assert _words(events[-1].text) == _words(CLIP_TEXT)
+
+
+# ---------------------------------------------------------------------------------------------- pieces
+def test_temperature_schedule() -> None:
+    assert temperatures(0.0) == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # openai-whisper's default fallback
+    assert temperatures(0.5) == (0.5, 0.7, 0.9)  # np.arange(0.5, 1.0 + 1e-6, 0.2), as its CLI
+    assert temperatures(0.8) == (0.8, 1.0) and temperatures(1.0) == (1.0,)
+
+
+def test_language_codes() -> None:
+    many = ("en", "de", "yue", "haw")
+    assert language_code(" DE ", "m", many, True) == "de"
+    assert language_code("German", "m", many, True) == "de" and language_code("cantonese", "m", many, True) == "yue"
+    assert language_code("english", "m", ("en",), False) == "en"
+    for language, model_languages, multilingual, words in (("klingon", many, True, "Unknown language"),
+                                                             ("de", ("en",), False, "English-only"),
+                                                             ("mandarin", many, True, "does not know")):
+        with pytest.raises(InvalidRequest, match=words) as raised:
+            language_code(language, "m", model_languages, multilingual)
+        assert raised.value.param == "language"
+
+
+def test_unknown_language_from_the_model_is_a_400() -> None:
+    """A model that lists a language it then refuses (the service's check passes): still a 400 naming language."""
+    from tests.server.fake_whisper import FakeWhisper
+
+    model = FakeWhisper(multilingual=True, languages=("en", "de"))
+    model.languages = ("en",)  # what transcribe accepts; the service saw ("en", "de")
+    job = transcribe_job(model, tone(1.0).astype(np.float32), TranscribeParams(language="de"))
+    assert next(job).code == "de"
+    with pytest.raises(InvalidRequest, match="does not know this language") as raised:
+        next(job)
+    assert raised.value.param == "language"
