@@ -2,7 +2,7 @@
 
 Configured models marked `preload` load at startup (/ready waits for them) and stay; any other name the
 catalogue knows (an Ollama model, say) loads on its first request. Names that reach the same file share a
-worker. An on-demand model unloads once it has been idle for its keep_alive (Ollama's: the request's
+worker. An on-demand model unloads once it has been idle for its keep_alive (Ollama's, set by each request: its
 `keep_alive` when sent, else the model's setting, else the server's, 5 minutes by default; negative: never),
 or earlier when a new model needs its place under `limits.max_loaded_models` (least recently used first).
 
@@ -164,16 +164,15 @@ class ModelManager:
             self._leases[key] += 1
 
     def _set_keep_alive(self, entry: ModelEntry, requested: str | float | None) -> None:
-        """Ollama's rule: the request's keep_alive (already checked), else what the last request set, else the
-        model's setting, else the server's; preloaded models: never unloaded."""
+        """Ollama's rule, set by every request: its keep_alive (already checked), else the model's setting, else
+        the server's; preloaded models are never unloaded."""
         if entry.key in self._preloaded:
             self._keep_alive[entry.key] = None
-        elif requested is not None:
-            self._keep_alive[entry.key] = parse_keep_alive(requested)
-        elif entry.key not in self._keep_alive:
+        else:
             config = self._config_of(entry)
             own = config.keep_alive if config is not None else None
-            self._keep_alive[entry.key] = parse_keep_alive(own if own is not None else self.settings.keep_alive)
+            chosen = next(v for v in (requested, own, self.settings.keep_alive) if v is not None)
+            self._keep_alive[entry.key] = parse_keep_alive(chosen)
         self._wake.set()
 
     async def worker_for(self, name: str, kind: str = "text",

@@ -30,7 +30,7 @@ def _keep_alive(value: str | float | None) -> str | float | None:
 # Ollama's keep_alive, a Hearth extension of every model endpoint: how long the model stays loaded once idle.
 KeepAlive = Annotated[StrictStr | StrictInt | StrictFloat | None, AfterValidator(_keep_alive),  # not true/false
                       Field(description="how long the model stays loaded once idle, as Ollama: '5m', '1h', seconds, "
-                            "0 to unload after this request, -1 for ever; unset: the last request's or the server's")]
+                            "0 to unload after this request, -1 for ever; unset: the model's or the server's setting")]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
