@@ -31,14 +31,14 @@ class AudioForm(BaseModel):
 
     def check(self) -> None:
         """400 naming the first unknown field, or a granularity that is neither word nor segment."""
-        for name in self.model_extra or {}:
-            raise InvalidRequest(f"Unrecognized request argument supplied: {name}", param=name,
+        unknown = next(iter(self.model_extra or {}), None)
+        if unknown is not None:
+            raise InvalidRequest(f"Unrecognized request argument supplied: {unknown}", param=unknown,
                                  code="unknown_parameter")
-        for value in getattr(self, "timestamp_granularities", ()):
-            if value not in GRANULARITIES:
-                raise InvalidRequest(f"Invalid value for 'timestamp_granularities[]': {value!r} is not one of "
-                                     f"{list(GRANULARITIES)}.", param="timestamp_granularities[]",
-                                     code="invalid_value")
+        bad = next((g for g in getattr(self, "timestamp_granularities", ()) if g not in GRANULARITIES), None)
+        if bad is not None:
+            raise InvalidRequest(f"Invalid value for 'timestamp_granularities[]': {bad!r} is not one of "
+                                 f"{list(GRANULARITIES)}.", param="timestamp_granularities[]", code="invalid_value")
 
 
 class TranslationForm(AudioForm):
