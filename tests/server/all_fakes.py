@@ -38,8 +38,9 @@ def load_soak_chat(source: str, *, progress: Any = None, **_: Any) -> Any:
     return FakeModel(source, step_s=0.005, context_length=512, max_batch=8)
 
 
-def fake_config_toml() -> str:
-    """A HEARTH_CONFIG file putting the embeddings, speech and transcription families on fakes (for a server
-    started as `python -m server`, where overrides cannot be passed)."""
-    families = {"embeddings.loader": "embeddings", "speech.loader": "speech", "transcription.loader": "transcription"}
-    return "".join(f'[{families[key]}]\nloader = "{target}"\n\n' for key, target in FAKE_LOADERS.items())
+def fake_config_toml(exclude: set[str] | frozenset[str] = frozenset()) -> str:
+    """A HEARTH_CONFIG file putting the embeddings, speech and transcription families on fakes, but those in
+    exclude (for a server started as `python -m server`, where overrides cannot be passed)."""
+    tables = [key.split(".")[0] for key in FAKE_LOADERS]
+    return "".join(f'[{table}]\nloader = "{FAKE_LOADERS[table + ".loader"]}"\n\n' for table in tables
+                   if table not in exclude)
