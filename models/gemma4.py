@@ -24,8 +24,9 @@ One step, for T tokens at positions pos..pos+T-1 (rows of any sequences, see mod
 
 Full-attention layers rotate only part of their dims (proportional RoPE): the file's rope_freqs holds a
 factor per pair (1, or 1e30 for pairs left unrotated) dividing the frequencies base^(-2i/Dh) (llama.cpp).
-MoE runs every expert densely on every token, weighted by the router (0 for experts not chosen), so it
-reuses the matrix products; a sparse kernel would save (experts / top_k) of that work.
+MoE reads only the chosen experts' rows (kernels/moe_matvec.wgsl) where each expert tensor fits one binding;
+otherwise every expert runs on every token through the ordinary matrix products, weighted by the router (0
+for experts not chosen), which costs experts / top_k times the work.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from models.tokenizer import Tokenizer, read_gguf_vocab
 
 Progress = Callable[[int, int], None]
 T = MODEL_TENSOR
+SOFTCAP = 30.0  # final logit softcap of the Gemma 4 checkpoints (HF config final_logit_softcapping)
 # Pieces llama.cpp's converter makes user-defined (always rendered) so a chat parser sees them
 VISIBLE_PIECES = frozenset({"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>'})
 
@@ -121,7 +123,8 @@ class Gemma4Config:
             d_ple=int(f.value(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, 0)),
             rope_base_full=float(f.value(Keys.Rope.FREQ_BASE, 1_000_000.0)),
             rope_base_swa=float(f.value(Keys.Rope.FREQ_BASE_SWA, 10_000.0)),
-            softcap=float(f.value(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, 0.0) or 0.0),
+            # every published Gemma 4 caps at 30; a converter that leaves the key out means the model's own 30
+            softcap=float(f.value(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, SOFTCAP)),
             n_experts=int(f.value(Keys.LLM.EXPERT_COUNT, 0)),
             n_experts_used=int(f.value(Keys.LLM.EXPERT_USED_COUNT, 0)),
             n_ctx_train=int(f.value(Keys.LLM.CONTEXT_LENGTH)),
@@ -145,7 +148,8 @@ class Moe:
     expert_scale: Tensor  # [E]
     pre_norm: Tensor  # [D] pre_ffw_norm_2
     gate_up: QuantWeight  # [E * 2I, D]: each expert's I gate rows then its I up rows
-    down: QuantWeight  # [D, E * I]: the experts' down projections side by side
+    down: QuantWeight  # sparse: [E * D, I], each expert's rows; dense: [D, E * I], the experts side by side
+    sparse: bool  # the chosen experts only (moe_matvec), or all of them weighted (the dense products)
     post_norm_1: Tensor  # [D] on the dense MLP's output
     post_norm_2: Tensor  # [D] on the experts' output
 
@@ -173,6 +177,7 @@ class Gemma4:
     """Gemma 4's weights on the GPU and the programs that run its steps."""
 
     architecture = "gemma4"
+    sparse_moe = True  # run only the chosen experts where their tensors fit a binding (tests turn it off)
 
     def __init__(self, executor: Executor, f: GGUFFile, n_ctx: int, progress: Progress | None = None) -> None:
         self.executor = executor
@@ -225,9 +230,10 @@ class Gemma4:
             expert_scale = _name(T.FFN_DOWN_EXP, i, "scale")
             if expert_scale not in f.tensors:  # older Ollama blobs
                 expert_scale = _name(T.FFN_GATE_INP, i, "per_expert_scale")
+            sparse = self.sparse_moe and w.experts_fit_one_binding(i)
             moe = Moe(router=w.matrix(_name(T.FFN_GATE_INP, i)), router_norm=w.array(f"router_norm.{i}", router_scale),
                       expert_scale=w.vector(expert_scale), pre_norm=w.vector(_name(T.FFN_PRE_NORM_2, i)),
-                      gate_up=w.experts_gate_up(i), down=w.experts_down(i),
+                      gate_up=w.experts_gate_up(i), down=w.experts_down(i, sparse), sparse=sparse,
                       post_norm_1=w.vector(_name(T.FFN_POST_NORM_1, i)),
                       post_norm_2=w.vector(_name(T.FFN_POST_NORM_2, i)))
         return LayerWeights(
@@ -356,15 +362,23 @@ class Gemma4:
         scores = b.activation(f"router{i}", (t_max, e))
         linear(b, m.router, routed, scores, t_max)
         weights = b.activation(f"expert_weights{i}", (t_max, e))
-        g4.moe_route(b, scores, m.expert_scale, weights, c.n_experts_used)
+        choice = b.activation(f"expert_choice{i}", (t_max, c.n_experts_used), "u32")
+        route = b.activation(f"expert_route{i}", (t_max, c.n_experts_used))
+        g4.moe_route(b, scores, m.expert_scale, weights, choice, route)
         hx = b.activation(f"experts_in{i}", (t_max, c.d_model))
         ops.rms_norm(b, x, m.pre_norm, hx, c.eps)
-        gate_up = b.activation(f"experts_gate_up{i}", (t_max, m.gate_up.n))
-        linear(b, m.gate_up, hx, gate_up, t_max)
-        expert_act = b.activation(f"experts_act{i}", (t_max, m.down.k))
-        g4.moe_gelu_mul(b, gate_up, weights, expert_act)
         experts = b.activation(f"experts_out{i}", (t_max, c.d_model))
-        linear(b, m.down, expert_act, experts, t_max)
+        width = m.gate_up.n // (2 * e)  # I
+        if m.sparse:  # the chosen experts' rows only
+            expert_act = b.activation(f"experts_act{i}", (t_max, c.n_experts_used * width))
+            g4.moe_matvec(b, m.gate_up, hx, choice, route, expert_act, down=False)
+            g4.moe_matvec(b, m.down, expert_act, choice, route, experts, down=True)
+        else:  # every expert, weighted by the router (0 for those not chosen)
+            gate_up = b.activation(f"experts_gate_up{i}", (t_max, m.gate_up.n))
+            linear(b, m.gate_up, hx, gate_up, t_max)
+            expert_act = b.activation(f"experts_act{i}", (t_max, e * width))
+            g4.moe_gelu_mul(b, gate_up, weights, expert_act)
+            linear(b, m.down, expert_act, experts, t_max)
         y = b.activation(f"ffn_out{i}", (t_max, c.d_model))
         ops.rms_norm(b, down, m.post_norm_1, y, c.eps)
         ops.rms_norm(b, experts, m.post_norm_2, y, c.eps, accumulate=True)

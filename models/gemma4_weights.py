@@ -98,11 +98,22 @@ class WeightLoader:
         raw = np.concatenate([graw.reshape(e, -1), uraw.reshape(e, -1)], axis=1).reshape(-1)
         return self._upload(f"{gate}+up", gt, gs[0], 2 * gs[1] * e, raw)
 
-    def experts_down(self, layer: int) -> QuantWeight:
-        """ffn_down_exps [E, D, I] as one [D, E * I] matrix: row d holds every expert's row d side by side
-        (whole blocks, since I is a whole number of blocks), so one product sums the experts' outputs."""
+    def experts_fit_one_binding(self, layer: int) -> bool:
+        """Whether a layer's expert tensors (gate and up together) each fit one binding, as the sparse expert
+        kernel (kernels/moe_matvec.wgsl) reads them."""
+        size = lambda kind: int(self.f.tensor(tensor_name(kind, layer)).n_bytes)  # noqa: E731
+        fused = tensor_name(T.FFN_GATE_UP_EXP, layer) in self.f.tensors
+        gate_up = size(T.FFN_GATE_UP_EXP) if fused else size(T.FFN_GATE_EXP) + size(T.FFN_UP_EXP)
+        return max(gate_up, size(T.FFN_DOWN_EXP)) <= self.executor.device.limits.max_binding_bytes
+
+    def experts_down(self, layer: int, sparse: bool) -> QuantWeight:
+        """ffn_down_exps [E, D, I]: sparse, as the file has it ([E * D, I]: expert e's rows from e * D);
+        dense, as one [D, E * I] matrix whose row d holds every expert's row d side by side (whole blocks,
+        since I is a whole number of blocks), so one product sums the experts' outputs."""
         name = tensor_name(T.FFN_DOWN_EXP, layer)
         qtype, (i, d, e), raw = self.f.raw(name)
+        if sparse:
+            return self._upload(name, qtype, i, d * e, raw)
         stride = row_bytes(qtype, i)
         raw = np.ascontiguousarray(raw.reshape(e, d, stride).transpose(1, 0, 2)).reshape(-1)
         return self._upload(name, qtype, e * i, d, raw)

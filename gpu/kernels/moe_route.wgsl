@@ -1,7 +1,8 @@
 // moe_route: Gemma 4's expert router from its scores, per token row:
 //   p = softmax(scores[t, :]);  the TOP_K largest p (ties: the lower expert first, as torch.topk on CPU)
 //   weights[t, e] = p[e] / sum of the chosen p * expert_scale[e] for chosen e, else 0
-// so the experts' outputs can be summed densely with these weights (kernels/moe_gelu_mul.wgsl).
+// so the experts' outputs can be summed densely with these weights (kernels/moe_gelu_mul.wgsl); and the same
+// choices as lists: choice[t, k] the k-th expert picked, route[t, k] its weight (kernels/moe_matvec.wgsl).
 // Work split: one invocation per token row (EXPERTS is small: 128 in the largest Gemma 4).
 #include "common/step.wgsl"
 
@@ -12,6 +13,8 @@ override TOP_K: u32 = 8u;
 @group(0) @binding(1) var<storage, read> scores: array<f32>;          // [T_MAX, EXPERTS] router logits
 @group(0) @binding(2) var<storage, read> expert_scale: array<f32>;    // [EXPERTS] per-expert output scale
 @group(0) @binding(3) var<storage, read_write> weights: array<f32>;   // [T_MAX, EXPERTS]
+@group(0) @binding(4) var<storage, read_write> choice: array<u32>;    // [T_MAX, TOP_K]
+@group(0) @binding(5) var<storage, read_write> route: array<f32>;     // [T_MAX, TOP_K]
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -46,6 +49,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         let p = exp(best_score - top) / total;
         weights[base + best] = max(p, 1e-38);   // non-zero marks it chosen
+        choice[t * TOP_K + k] = best;
         chosen_sum += p;
     }
     for (var e = 0u; e < EXPERTS; e++) {
@@ -53,5 +57,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (p != 0.0) {
             weights[base + e] = p / chosen_sum * expert_scale[e];
         }
+    }
+    for (var k = 0u; k < TOP_K; k++) {
+        route[t * TOP_K + k] = weights[base + choice[t * TOP_K + k]];
     }
 }

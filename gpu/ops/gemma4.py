@@ -10,6 +10,7 @@ import math
 
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
+from gpu.weights import QuantWeight
 
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
 
@@ -54,12 +55,29 @@ def softcap(b: ProgramBuilder, logits: Tensor, cap: float) -> None:
                workgroup_grid(math.ceil(logits.shape[0] * v / ELEMENTWISE_GROUP)))
 
 
-def moe_route(b: ProgramBuilder, scores: Tensor, expert_scale: Tensor, weights: Tensor, top_k: int) -> None:
-    """Dense router weights [T, E]: softmax over the experts' scores, the top_k kept and renormalised,
-    times each expert's scale; 0 for the others (kernels/moe_route.wgsl)."""
-    experts = scores.shape[1]
-    b.dispatch("moe_route", {"EXPERTS": experts, "TOP_K": top_k}, [b.step, scores, expert_scale, weights],
-               workgroup_grid(math.ceil(scores.shape[0] / 64)))
+def moe_route(b: ProgramBuilder, scores: Tensor, expert_scale: Tensor, weights: Tensor, choice: Tensor,
+              route: Tensor) -> None:
+    """The router's choices from its scores [T, E] (softmax, the top_k kept and renormalised, times each
+    expert's scale), written two ways: dense weights [T, E] (0 for experts not chosen), and the choices
+    choice (u32 [T, top_k]) with their weights route [T, top_k] (kernels/moe_route.wgsl)."""
+    experts, top_k = scores.shape[1], choice.shape[1]
+    b.dispatch("moe_route", {"EXPERTS": experts, "TOP_K": top_k},
+               [b.step, scores, expert_scale, weights, choice, route], workgroup_grid(math.ceil(scores.shape[0] / 64)))
+
+
+def moe_matvec(b: ProgramBuilder, weight: QuantWeight, x: Tensor, choice: Tensor, route: Tensor, y: Tensor, *,
+               down: bool) -> None:
+    """The chosen experts' products only (kernels/moe_matvec.wgsl): gate-up, y [T, top_k * I] =
+    gelu_tanh(gate_e x) * (up_e x) per choice; down, y [T, D] = sum over choices of route * (down_e x_choice).
+    weight holds every expert's rows in one shard (the caller falls back to the dense path otherwise)."""
+    if len(weight.shards) != 1:
+        raise ValueError(f"{weight.name}: moe_matvec needs the experts in one binding, not {len(weight.shards)}")
+    top_k = choice.shape[1]
+    n = y.shape[1] if down else y.shape[1] // top_k
+    constants = {"WEIGHT_TYPE": weight.type_name, "K": weight.k, "N": n, "TOP_K": top_k, "DOWN": down}
+    outputs = y.shape[0] * y.shape[1]
+    b.dispatch("moe_matvec", constants, [b.step, weight.shards[0].tensor, x, choice, route, y],
+               workgroup_grid(math.ceil(outputs / 64)))
 
 
 def moe_gelu_mul(b: ProgramBuilder, gate_up: Tensor, weights: Tensor, act: Tensor) -> None:

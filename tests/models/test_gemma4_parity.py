@@ -5,8 +5,8 @@ temporary directory, and checked byte for byte against the files the golden logi
 tests/golden/gemma4/ holds transformers' logits on each fixture's weights as each file stores them
 (dequantised), so quantised files are compared on identical weights: only arithmetic order differs.
 Fixtures: "e2b" (PLE, KV sharing, double-wide MLP, sliding/full head dims, proportional RoPE, softcap) and
-"moe" (attention_k_eq_v, per-layer KV heads, mixture of experts), each F32, Q8_0 and Q4_K, in llama.cpp's
-layout and Ollama's.
+"moe" (attention_k_eq_v, per-layer KV heads, mixture of experts: the chosen experts only, and the dense
+fallback), each F32, Q8_0 and Q4_K, in llama.cpp's layout and Ollama's.
 
 Per prompt (5 tokens, and 40: past the 16-token window): the logits after the prompt (one prefill step)
 and after each of 32 greedy tokens decoded one per step with our own argmax. Bounds (issue 8): cosine
@@ -89,6 +89,19 @@ def test_logits_and_greedy_match_transformers(fixtures: Fixtures, fixture: str, 
         agree = next((k for k, (a, b) in enumerate(zip(tokens, ref_greedy, strict=True)) if a != b), len(tokens))
         cosines = [cosine(logits[k], ref_logits[k]) for k in range(agree + 1)]
         assert min(cosines) >= MIN_COSINE[dtype], f"prompt {i}: cosine {min(cosines):.6f} at step {np.argmin(cosines)}"
+
+
+def test_dense_experts_match_transformers(fixtures: Fixtures, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback for expert tensors too big for one binding: every expert runs, weighted by the router."""
+    from models.gemma4 import Gemma4
+
+    monkeypatch.setattr(Gemma4, "sparse_moe", False)
+    model = load_text_model(str(fixtures.path("moe", "q8_0")), context_length=256, max_batch=1)
+    assert not any(layer.moe.sparse for layer in model.arch.layers)
+    reference = np.load(GOLDEN / "moe_q8_0.npz")
+    tokens, logits = greedy_run(model, reference["prompt_1"].tolist(), 8)
+    assert tokens == reference["greedy_1"][:8].tolist()
+    assert min(cosine(logits[k], reference["logits_1"][k]) for k in range(9)) >= MIN_COSINE["q8_0"]
 
 
 def test_batched_decode_matches_single(fixtures: Fixtures) -> None:
