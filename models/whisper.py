@@ -171,6 +171,11 @@ class WhisperNet:
         self._scratch = ex.tensor("cache_scratch", (MAX_SLOTS * c.n_text_ctx, d))
         self._enc_spans = ex.tensor("enc_spans", (n_ctx, 2), "u32",
                                     data=np.tile(np.array([0, n_ctx], np.uint32), (n_ctx, 1)))
+        # Greedy steps read a summary of the logits row instead of the row (kernels/whisper_logit_summary.wgsl).
+        self._summary_mask = ex.tensor("summary_mask", (-(-c.vocab_size // 32),), "u32",
+                                       data=np.full(-(-c.vocab_size // 32), 0xFFFFFFFF, np.uint32))
+        self._summary_params = ex.tensor("summary_params", (2,), "u32")
+        self._summary = ex.tensor("summary", (12,))
         self._front_program, self._encoder_program = self._record_encoder()
         self._steps: dict[int, _DecoderStep] = {}
 
@@ -296,6 +301,9 @@ class WhisperNet:
         sel = b.activation("sel", (MAX_OUT, d))
         _copy_rows(b, hn, out_pairs, sel, d, by_out=True)
         linear(b, self.embed_weight, sel, logits, n_out)
+        tok = self.tokenizer
+        b.dispatch("whisper_logit_summary", {"V": c.vocab_size, "EOT": tok.eot, "TB": tok.timestamp_begin},
+                   [b.step, logits, self._summary_mask, self._summary_params, self._summary], (4, 1, 1))
         step = _DecoderStep(b.build(), t_max, x, kv_pairs, spans, out_pairs, logits, saved_q, saved_h)
         self._steps[t_max] = step
         return step
@@ -328,6 +336,28 @@ class WhisperNet:
         submission.read(step.logits, nbytes=len(unique) * c.vocab_size * 4)  # only the rows asked for
         logits, = submission.submit().wait()
         return logits.reshape(len(unique), c.vocab_size)[where.reshape(-1)]
+
+    def set_summary_mask(self, allowed: np.ndarray) -> None:
+        """The tokens decode_summary may pick (bool [V]): the suppressed ones cleared."""
+        bits = np.packbits(np.asarray(allowed, bool), bitorder="little")
+        bits = np.pad(bits, (0, (-len(bits)) % 4))
+        self.executor.write(self._summary_mask, bits.view(np.uint32))
+
+    def decode_summary(self, token: int, position: int, slot: int, ts_lo: int, ts_hi: int) -> np.ndarray:
+        """One decoder row, then per token group (text, <|endoftext|>, other specials, timestamps [ts_lo, ts_hi])
+        the (max logit, its token, log-sum-exp) over the allowed tokens: float64 [4, 3] (48 bytes come back)."""
+        c, ex = self.config, self.executor
+        step = self._step(1)
+        ex.write(step.x, self.embed[token] + self.dec_pos[position])
+        row = slot * c.n_text_ctx + position
+        ex.write(step.kv_pairs, np.array([[0, row]], np.uint32))
+        ex.write(step.spans, np.array([[slot * c.n_text_ctx, row + 1]], np.uint32))
+        ex.write(step.out_pairs, np.array([[0, 0]], np.uint32))
+        ex.write(self._summary_params, np.array([ts_lo, ts_hi], np.uint32))
+        out, = ex.run(step.program, StepParams(n_tokens=1, n_out=1), read=[self._summary])
+        stats = out.astype(np.float64).reshape(4, 3)
+        stats[:, 1] = out.reshape(4, 3)[:, 1].view(np.uint32)
+        return stats
 
     def saved_alignment_inputs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(cross-attention queries [n, L, D], final normed rows [n, D]) of the last decode(keep=True)."""

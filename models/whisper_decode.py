@@ -182,20 +182,64 @@ def _max_new_tokens(net: WhisperNet, prompt: list[int]) -> int:
 
 
 def _greedy(net: WhisperNet, prompt: list[int], rules: _Rules) -> _Result:
+    """Greedy decoding. The first step reads its logits row (the no-speech probability needs it); with timestamps,
+    later steps read the twelve numbers of whisper_logit_summary and replay the rules on them (_choose), so the
+    row stays on the GPU."""
     logits, no_speech = _prefill(net, prompt, 1)
+    summary = rules.timestamps
+    if summary:
+        allowed = np.ones(rules.vocab, bool)
+        allowed[rules.suppress] = False
+        allowed[rules.no_timestamps] = False
+        net.set_summary_mask(allowed)
     generated: list[int] = []
+    stats = None
     total = 0.0
     position = len(prompt)
     for _ in range(_max_new_tokens(net, prompt)):
-        logprobs = _log_softmax(rules.apply(logits, generated))
-        token = int(np.argmax(logprobs))
-        total += float(logprobs[token])
+        if stats is None:
+            logprobs = _log_softmax(rules.apply(logits, generated))
+            token = int(np.argmax(logprobs))
+            logprob = float(logprobs[token])
+        else:
+            token, logprob = _choose(stats, generated, rules)
+        total += logprob
         if token == rules.eot or position >= net.config.n_text_ctx:
             break
         generated.append(token)
-        logits = net.decode([token], [position], [0], [0])[0]
+        if summary:
+            stamps = [t for t in generated if t >= rules.timestamp_begin]
+            ts_lo = stamps[-1] if stamps else rules.timestamp_begin
+            stats = net.decode_summary(token, position, 0, ts_lo, rules.vocab - 1)
+        else:
+            logits = net.decode([token], [position], [0], [0])[0]
         position += 1
     return _Result(generated, total, no_speech)
+
+
+def _choose(stats: np.ndarray, generated: list[int], rules: _Rules) -> tuple[int, float]:
+    """(token, log-probability) of the greedy choice from whisper_logit_summary's groups (0 text, 1 <|endoftext|>,
+    2 other specials, 3 timestamps from the last one on): _Rules.apply's timestamp rules for a hypothesis that has
+    generated at least one token, then the argmax and its log-softmax."""
+    tb = rules.timestamp_begin
+    allowed = {0, 1, 2, 3}
+    last = generated[-1]
+    penultimate = generated[-2] if len(generated) >= 2 else last
+    check = True
+    if last >= tb:
+        if penultimate >= tb:
+            allowed.discard(3)
+            check = False
+        else:
+            allowed.discard(0)
+    if check and 3 in allowed:
+        others = [stats[g, 0] for g in allowed if g != 3]
+        if stats[3, 2] > max(others, default=-np.inf):
+            allowed = {3}
+    live = [g for g in sorted(allowed) if stats[g, 2] > -3e38]
+    best = max(live, key=lambda g: (stats[g, 0], -g))
+    total = np.logaddexp.reduce([stats[g, 2] for g in live])
+    return int(stats[best, 1]), float(stats[best, 0] - total)
 
 
 def _sample(net: WhisperNet, prompt: list[int], rules: _Rules, temperature: float, rng: np.random.Generator) -> _Result:

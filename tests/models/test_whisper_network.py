@@ -125,3 +125,32 @@ def test_decoder_slots_and_incremental_steps_agree(tiny_en) -> None:
     net.reorder_slots([3, 3], n)  # slots 0 and 1 take slot 3's cache
     again = net.decode([prompt[-1]] * 2, [n - 1] * 2, [0, 1], [0, 1])
     np.testing.assert_allclose(again, np.stack([whole, whole]), atol=1e-3, rtol=0)
+
+
+HISTORIES = ([50363], [50363, 1375], [50363, 1375, 50400], [50363, 1375, 50400, 50400], [50363, 1375, 4952])
+
+
+def test_logit_summary_replays_the_rules(tiny_en) -> None:
+    """A greedy step from whisper_logit_summary's twelve numbers picks the token and log-probability that the full
+    logits row gives through _Rules.apply and a log-softmax (f32 sums on the GPU vs float64 here: 1e-4), after
+    histories ending in a first timestamp, text, a closing timestamp, a timestamp pair and more text."""
+    from models.whisper_decode import _choose, _log_softmax, _rules
+
+    net = tiny_en.net
+    ref = np.load(GOLDEN / "reference_tiny_en.npz")
+    net.encode(ref["window"].astype(np.float32))
+    rules = _rules(net)
+    allowed = np.ones(rules.vocab, bool)
+    allowed[rules.suppress] = False
+    allowed[rules.no_timestamps] = False
+    net.set_summary_mask(allowed)
+    for history in HISTORIES:
+        prompt = [net.tokenizer.sot] + history
+        n = len(prompt)
+        logits = net.decode(prompt, range(n), [0] * n, [n - 1])[0]
+        stamps = [t for t in history if t >= rules.timestamp_begin]
+        stats = net.decode_summary(prompt[-1], n - 1, 0, stamps[-1], rules.vocab - 1)
+        logprobs = _log_softmax(rules.apply(logits, history))
+        token, logprob = _choose(stats, history, rules)
+        assert token == int(np.argmax(logprobs)), history
+        assert logprob == pytest.approx(float(logprobs[token]), abs=1e-4), history
