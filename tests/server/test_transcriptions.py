@@ -395,3 +395,24 @@ def test_unknown_language_from_the_model_is_a_400() -> None:
     with pytest.raises(InvalidRequest, match="does not know this language") as raised:
         next(job)
     assert raised.value.param == "language"
+
+
+@pytest.mark.heavy
+def test_whisper_stream_of_a_long_clip(whisper_client: openai.OpenAI) -> None:
+    """39.5 s (two 30 s windows): the first window's text arrives while the second is being decoded."""
+    reference = json.loads((GOLDEN / "faster_whisper.json").read_text())["clips"]["20.ogg"]
+    started = time.monotonic()
+    arrivals, events = [], []
+    for event in whisper_client.audio.transcriptions.create(
+            model="whisper-1", file=("20.ogg", (GOLDEN / "clips" / "20.ogg").read_bytes()), stream=True):
+        arrivals.append(time.monotonic() - started)
+        events.append(event)
+    deltas, done = events[:-1], events[-1]
+    assert done.type == "transcript.text.done" and "".join(d.delta for d in deltas) == done.text
+    assert len(deltas) >= 2
+    # The first window's deltas come before the second window's encoder pass and decoding: well before the end.
+    assert arrivals[0] < 0.8 * arrivals[-1], arrivals
+    want = _words("".join(s["text"] for s in reference["greedy"]))
+    got = _words(done.text)
+    matched = sum(a == b for a, b in zip(got, want))  # same model and decoding: the words agree almost everywhere
+    assert len(got) == len(want) and matched >= 0.9 * len(want), (done.text, reference["greedy"])
