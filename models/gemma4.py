@@ -278,25 +278,31 @@ class Gemma4:
         pli = self._per_layer_inputs(b, io, x, t_max) if c.d_ple else None
         h = b.activation("h0", (t_max, c.d_model))  # the next block's normalised input
         ops.rms_norm(b, x, self.layers[0].attn_norm, h, c.eps)
+        t = t_max  # token rows the blocks compute
         for i, w in enumerate(self.layers):
-            a = self._attention(b, w, i, h, pool, rows, t_max)
-            o = b.activation(f"o{i}", (t_max, c.d_model))
-            linear(b, w.o, a, o, t_max)
-            h2 = b.activation(f"h2_{i}", (t_max, c.d_model))
+            if c.shared(i) and t > r_max:  # KV-shared layers write no cache: only the output rows matter now
+                x, h, pli, rows = (self._gather(b, io, v, r_max, f"{name}_out") if v is not None else None
+                                   for v, name in ((x, "x"), (h, "h"), (pli, "pli"), (rows, "rows")))
+                t = r_max
+            a = self._attention(b, w, i, h, pool, rows, t)
+            o = b.activation(f"o{i}", (t, c.d_model))
+            linear(b, w.o, a, o, t)
+            h2 = b.activation(f"h2_{i}", (t, c.d_model))
             ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, h2, c.eps)  # x += ..., h2 = norm(x)
-            y = self._feed_forward(b, w, i, x, h2, t_max)
+            y = self._feed_forward(b, w, i, x, h2, t)
             last = i + 1 == c.n_layers
             next_norm = self.output_norm if last else self.layers[i + 1].attn_norm
-            h = b.activation("last" if last else f"h{i + 1}", (r_max if last else t_max, c.d_model))
-            gather = io.out_rows if last else None  # only each sequence's last token reaches the head
+            h = b.activation("last" if last else f"h{i + 1}", (r_max if last else t, c.d_model))
+            # only each sequence's last token reaches the head (rows already gathered: row r is output r)
+            gather = io.out_rows if last and t > r_max else None
             if pli is not None:  # x += post_ffw_norm(y), then the per-layer input's own residual
                 ops.rms_norm(b, y, w.post_ffw_norm, x, c.eps, accumulate=True)
-                gate = b.activation(f"ple_gate{i}", (t_max, c.d_ple))
-                linear(b, w.ple_gate, x, gate, t_max)
-                gated = b.activation(f"ple_act{i}", (t_max, c.d_ple))
+                gate = b.activation(f"ple_gate{i}", (t, c.d_ple))
+                linear(b, w.ple_gate, x, gate, t)
+                gated = b.activation(f"ple_act{i}", (t, c.d_ple))
                 g4.ple_gelu_mul(b, gate, pli, i, gated)
-                y = b.activation(f"ple_out{i}", (t_max, c.d_model))
-                linear(b, w.ple_proj, gated, y, t_max)
+                y = b.activation(f"ple_out{i}", (t, c.d_model))
+                linear(b, w.ple_proj, gated, y, t)
                 g4.residual_scale_norm(b, y, w.ple_post_norm, x, w.out_scale, next_norm, h, c.eps, out_rows=gather)
             else:
                 g4.residual_scale_norm(b, y, w.post_ffw_norm, x, w.out_scale, next_norm, h, c.eps, out_rows=gather)
@@ -305,8 +311,15 @@ class Gemma4:
         if c.softcap:
             g4.softcap(b, out.logits, c.softcap)
         sample(b, out.logits, out.sampling, out.sampled)
-        ops.store_tokens(b, out.sampled, io.out_rows, rows, io.slot_tokens)
+        ops.store_tokens(b, out.sampled, io.out_rows, io.rows, io.slot_tokens)
         return b.build()
+
+    @staticmethod
+    def _gather(b: ProgramBuilder, io: StepIO, src: Tensor, r_max: int, name: str) -> Tensor:
+        """The output rows of src (each sequence's last token), as a tensor of r_max rows."""
+        dst = b.activation(name, (r_max, *src.shape[1:]), src.dtype)
+        g4.gather_rows(b, src, io.out_rows, dst)
+        return dst
 
     def _per_layer_inputs(self, b: ProgramBuilder, io: StepIO, x: Tensor, t_max: int) -> Tensor:
         """pli [T, L * P]: each layer's per-layer input (the PLE table's row and a projection of x)."""

@@ -87,3 +87,13 @@ def moe_gelu_mul(b: ProgramBuilder, gate_up: Tensor, weights: Tensor, act: Tenso
     width = act.shape[1] // experts
     b.dispatch("moe_gelu_mul", {"I": width, "EXPERTS": experts}, [b.step, gate_up, weights, act],
                workgroup_grid(math.ceil(act.shape[0] * act.shape[1] / ELEMENTWISE_GROUP)))
+
+
+def gather_rows(b: ProgramBuilder, src: Tensor, out_rows: Tensor, dst: Tensor) -> None:
+    """dst[r] = src[out_rows[r]] for the step's n_out output rows, src[r] for dst's other rows
+    (kernels/gather_rows.wgsl); rows of any 32-bit type."""
+    width = src.numel // src.shape[0]
+    if dst.numel // dst.shape[0] != width:
+        raise ValueError(f"gather_rows: rows of {src} and {dst} differ")
+    b.dispatch("gather_rows", {"WIDTH": width, "ROWS": dst.shape[0]}, [b.step, src, out_rows, dst],
+               workgroup_grid(math.ceil(dst.numel / ELEMENTWISE_GROUP)))
