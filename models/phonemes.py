@@ -83,11 +83,13 @@ _OTHER_E2M = sorted({
 
 def english_from_espeak(ps: str, british: bool) -> str:
     """espeak-ng's English IPA (tie '^') in misaki's phoneme set, as misaki's EspeakFallback maps it."""
+    if british:  # before the table, whose e -> A would otherwise take the e of e^ə first
+        ps = ps.replace("e^ə", "ɛː")
     for old, new in _ENGLISH_E2M:
         ps = ps.replace(old, new)
     ps = re.sub(r"(\S)\u0329", r"ᵊ\1", ps).replace("\u0329", "")
     if british:
-        ps = ps.replace("e^ə", "ɛː").replace("iə", "ɪə").replace("ə^ʊ", "Q")
+        ps = ps.replace("iə", "ɪə").replace("ə^ʊ", "Q")
     else:
         ps = ps.replace("o^ʊ", "O").replace("ɜːɹ", "ɜɹ").replace("ɜː", "ɜɹ").replace("ɪə", "iə").replace("ː", "")
     ps = ps.replace("o", "ɔ")  # espeak < 1.52 writes o where misaki has ɔ

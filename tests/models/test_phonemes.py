@@ -71,6 +71,7 @@ def test_english_uses_misakis_symbols(vocab: dict[str, int]) -> None:
     assert "^" not in us and "ɜː" not in us and set(us) <= set(vocab)
     gb = phonemize("Go home.", "b")
     assert "Q" in gb  # British əʊ
+    assert "fˈɛː" in phonemize("It is fair.", "b")  # British eə is misaki's ɛː
     assert english_from_espeak("ɡˈo^ʊ", british=False) == "ɡˈO"
 
 
