@@ -32,6 +32,13 @@ def tiny_en():
 
 
 @pytest.fixture(scope="module")
+def tiny_en_window(tiny_en):
+    """tiny.en with the reference window encoded once (the tests below only decode: the encoder state stays)."""
+    tiny_en.net.encode(np.load(GOLDEN / "reference_tiny_en.npz")["window"].astype(np.float32))
+    return tiny_en
+
+
+@pytest.fixture(scope="module")
 def tiny_ml():
     from models.whisper import load_whisper
 
@@ -62,10 +69,9 @@ def test_hf_checkpoint_is_multilingual() -> None:
     assert ckpt.config.d_model == 16 and ckpt.config.n_text_layers == 2
 
 
-def test_tiny_en_encoder_and_logits_match_transformers(tiny_en) -> None:
+def test_tiny_en_encoder_and_logits_match_transformers(tiny_en_window) -> None:
     ref = np.load(GOLDEN / "reference_tiny_en.npz")
-    net = tiny_en.net
-    net.encode(ref["window"].astype(np.float32))
+    net = tiny_en_window.net
     enc = net.encoder_output()
     np.testing.assert_allclose(enc[::10], ref["encoder_rows"], atol=2e-2, rtol=0)
     tok = net.tokenizer
@@ -111,11 +117,10 @@ def test_language_detection_matches_transformers(tiny_ml) -> None:
     assert probs[0][1] == pytest.approx(expected.max(), abs=1e-4)
 
 
-def test_decoder_slots_and_incremental_steps_agree(tiny_en) -> None:
+def test_decoder_slots_and_incremental_steps_agree(tiny_en_window) -> None:
     """Decoding a prompt at once, token by token, or in another cache slot gives the same logits (f32 order: 1e-3)."""
-    net = tiny_en.net
+    net = tiny_en_window.net
     ref = np.load(GOLDEN / "reference_tiny_en.npz")
-    net.encode(ref["window"].astype(np.float32))
     prompt = ref["prompt1"].tolist()
     n = len(prompt)
     whole = net.decode(prompt, range(n), [0] * n, [n - 1])[0]
@@ -130,15 +135,13 @@ def test_decoder_slots_and_incremental_steps_agree(tiny_en) -> None:
 HISTORIES = ([50363], [50363, 1375], [50363, 1375, 50400], [50363, 1375, 50400, 50400], [50363, 1375, 4952])
 
 
-def test_logit_summary_replays_the_rules(tiny_en) -> None:
+def test_logit_summary_replays_the_rules(tiny_en_window) -> None:
     """A greedy step from whisper_logit_summary's twelve numbers picks the token and log-probability that the full
     logits row gives through _Rules.apply and a log-softmax (f32 sums on the GPU vs float64 here: 1e-4), after
     histories ending in a first timestamp, text, a closing timestamp, a timestamp pair and more text."""
     from models.whisper_decode import _choose, _log_softmax, _rules
 
-    net = tiny_en.net
-    ref = np.load(GOLDEN / "reference_tiny_en.npz")
-    net.encode(ref["window"].astype(np.float32))
+    net = tiny_en_window.net
     rules = _rules(net)
     allowed = np.ones(rules.vocab, bool)
     allowed[rules.suppress] = False
