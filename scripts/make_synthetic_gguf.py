@@ -148,7 +148,7 @@ def gemma4_e2b_shape(tokenizer: Path, out: Path, seed: int, layers: int | None =
     reader = GGUFReader(tokenizer)
     arch = "gemma4"
     writer = GGUFWriter(out, arch)
-    _copy_metadata(reader, writer, skip_prefix="gemma3.")
+    _copy_metadata(reader, writer, skip_prefix="gemma")  # the tokenizer's keys, not its model's (gemma3., gemma4.)
     d, p, hd, ghd = s["d"], s["ple"], s["head_dim"], s["global_head_dim"]
     ffn = [s["ffn"] * (2 if i >= n - shared else 1) for i in range(n)]
     key = lambda k: k.format(arch=arch)  # noqa: E731
