@@ -83,8 +83,8 @@ def resolve_voice(spec: str, voices: dict[str, np.ndarray]) -> Voice:
             raise InvalidRequest(f"voice {spec!r} is not a voice id, a blend like af_bella+af_sky or a weighted "
                                  "blend like af_bella(2)+af_sky(1)", param="voice", code="invalid_value")
         name, weight = match[1], float(match[2]) if match[2] else 1.0
-        if name in OPENAI_VOICES and name not in voices:
-            name = openai_voice(name, voices)
+        if name.lower() in OPENAI_VOICES and name not in voices:
+            name = openai_voice(name.lower(), voices)
         if name not in voices:
             known = ", ".join(sorted(voices))
             raise InvalidRequest(f"voice {match[1]!r} is not available; the voices are {known} and OpenAI's names "

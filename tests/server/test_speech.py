@@ -152,6 +152,7 @@ def test_voices_blends_and_aliases(server: ThreadServer, client: openai.OpenAI) 
     np.testing.assert_array_equal(even, pcm("af_bella(3) + af_sky(3)"))  # weights are relative
     np.testing.assert_array_equal(pcm({"id": "af_sky"}), sky)  # OpenAI's custom-voice object
     np.testing.assert_array_equal(pcm("shimmer"), sky)
+    np.testing.assert_array_equal(pcm("Shimmer"), sky)
     assert len(client.audio.speech.create(model="kokoro", voice="jf_alpha", input="Hello.").content) > 0
 
 
