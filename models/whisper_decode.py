@@ -367,6 +367,14 @@ def _language_probs(net: WhisperNet) -> list[tuple[str, float]]:
     return [(codes[i], float(p[i])) for i in order]
 
 
+def _features(audio: np.ndarray, n_mels: int) -> np.ndarray:
+    """faster-whisper's log-mel (160 zero samples appended); audio too short for one STFT frame (under 25 ms) is
+    padded with zeros first, which leaves it no content frames."""
+    if audio.shape[0] + 160 <= 200:
+        audio = np.pad(audio, (0, 201 - audio.shape[0]))
+    return log_mel_spectrogram(audio, n_mels, padding=160)
+
+
 def _window_mel(features: np.ndarray, seek: int, size: int) -> np.ndarray:
     return pad_or_trim(features[:, seek:seek + size], N_FRAMES)
 
@@ -376,7 +384,7 @@ def detect_language(net: WhisperNet, audio: np.ndarray) -> tuple[str, float]:
     tok = net.tokenizer
     if not tok.multilingual:
         return "en", 1.0
-    features = log_mel_spectrogram(np.asarray(audio, np.float32)[:N_FRAMES * 160], net.config.n_mels, padding=160)
+    features = _features(np.asarray(audio, np.float32).reshape(-1)[:N_FRAMES * 160], net.config.n_mels)
     net.encode(_window_mel(features, 0, N_FRAMES))
     return _language_probs(net)[0]
 
@@ -440,8 +448,8 @@ def transcribe(net: WhisperNet, audio: np.ndarray, options: TranscribeOptions) -
     if options.beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, not {options.beam_size}")
     audio = np.asarray(audio, np.float32).reshape(-1)
-    features = log_mel_spectrogram(audio, net.config.n_mels, padding=160)
-    content_frames = features.shape[-1] - 1
+    features = _features(audio, net.config.n_mels)
+    content_frames = (audio.shape[0] + 160) // 160 - 1  # as faster-whisper: frames of (audio + 160 zeros), less one
     language = options.language
     if language is None:
         if tok.multilingual:

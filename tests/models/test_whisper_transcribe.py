@@ -140,6 +140,8 @@ def test_prompt_and_options(model) -> None:
     with pytest.raises(ValueError):
         list(model.transcribe(_audio("00.ogg"), TranscribeOptions(task="summarise")))
     assert model.detect_language(_audio("00.ogg")) == ("en", 1.0)
+    for n in (0, 100):  # nothing to transcribe (shorter than one 10 ms frame after faster-whisper's padding)
+        assert list(model.transcribe(np.zeros(n, np.float32), TranscribeOptions())) == []
     assert not model.multilingual and model.languages == ("en",) and model.n_mels == 80
 
 
