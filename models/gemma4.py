@@ -22,6 +22,9 @@ One step, for T tokens at positions pos..pos+T-1 (rows of any sequences, see mod
     logits = softcap(rms_norm(x[last]) * output_norm E^T, 30)            # tied head
     next = sample(logits)
 
+A prompt chunk carries only each sequence's last row from the first KV-shared layer on: those layers write
+no cache, so the other rows would feed nothing (as transformers slices them).
+
 Full-attention layers rotate only part of their dims (proportional RoPE): the file's rope_freqs holds a
 factor per pair (1, or 1e30 for pairs left unrotated) dividing the frequencies base^(-2i/Dh) (llama.cpp).
 MoE reads only the chosen experts' rows (kernels/moe_matvec.wgsl) where each expert tensor fits one binding;
@@ -193,6 +196,9 @@ class Gemma4:
             self.ple_proj_norm = w.vector(_name(T.PER_LAYER_PROJ_NORM))
         self.layers = [self._layer(w, f, i) for i in range(c.n_layers)]
         self.weight_bytes = w.uploaded_bytes
+        # the KV pool holds a cache per layer that writes one, in layer order: layer -> its index there
+        unshared = [i for i in range(c.n_layers) if not c.shared(i)]
+        self._pool_index = {layer: j for j, layer in enumerate(unshared)}
         swa_dim = next((d for d, s in zip(c.head_dims, c.sliding) if s), c.head_dims[0])
         full_dim = next((d for d, s in zip(c.head_dims, c.sliding) if not s), c.head_dims[0])
         factors = f.f32(_name(T.ROPE_FREQS)) if _name(T.ROPE_FREQS) in f.tensors else None
@@ -257,12 +263,7 @@ class Gemma4:
     def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool:
         """Caches for the layers that write one (KV-shared layers read an earlier layer's)."""
         c = self.config
-        self._pool_index = {}
-        widths = []
-        for i in range(c.n_layers):
-            if not c.shared(i):
-                self._pool_index[i] = len(widths)
-                widths.append(c.kv_width(i))
+        widths = [c.kv_width(i) for i in self._pool_index]
         return KVPool(self.executor, f"kv_{kv_dtype}", widths, min(n_ctx, self.n_ctx), pool_tokens, n_slots,
                       kv_dtype, page_tokens)
 
