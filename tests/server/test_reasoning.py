@@ -56,6 +56,7 @@ def thinking_server(monkeypatch: pytest.MonkeyPatch):
     from tests.server.live_server import ThreadServer
 
     monkeypatch.setattr(fake_model, "SCRIPT", THINKING_SCRIPT)
+    monkeypatch.setattr(fake_model.FakeTokenizer, "chat_template", GEMMA4_TEMPLATE)
     monkeypatch.setattr(chat, "_has_thinking_channel", lambda tokenizer: True)  # its byte vocabulary has no marker
     app = create_app(load_settings(env={"HEARTH_OLLAMA": "false"}), loader=fake_model.fake_loader())
     with ThreadServer(app) as server:
@@ -74,3 +75,16 @@ def test_reasoning_content_through_the_api(thinking_server) -> None:
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "Let me see."
     assert "".join(d.content or "" for d in deltas) == "Hi there. "
+
+
+def test_reasoning_effort_turns_thinking_on(thinking_server) -> None:
+    """reasoning_effort other than "none" renders the template with enable_thinking (Gemma 4: <|think|>)."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{thinking_server.url}/v1", api_key="unused", max_retries=0)
+    request = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    plain = client.chat.completions.create(**request).usage  # type: ignore[call-overload]
+    thinking = client.chat.completions.create(reasoning_effort="high", **request).usage  # type: ignore[call-overload]
+    # the fake tokenizer has a token per byte: the extra system turn is "<|turn>system\n<|think|>\n<turn|>\n"
+    extra = len("<|turn>system\n<|think|>\n<turn|>\n".encode())
+    assert thinking.prompt_tokens - plain.prompt_tokens == extra
