@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from server.schemas.common import OpenAIRequest
+from server.schemas.common import KeepAlive, OpenAIRequest
 
 Speed = Annotated[float, Field(ge=0.25, le=4.0, description="1.0 is the model's own pace")]
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
@@ -39,6 +39,7 @@ class SpeechRequest(OpenAIRequest):
                           "es, fr, hi, it, ja, pt-br, zh); default: the voice's, and English for text without any "
                           "Japanese script sent to a Japanese voice")
     seed: int | None = Field(0, description="seed of the vocoder's noise source; None: a fresh one per request")
+    keep_alive: KeepAlive = None
 
     @field_validator("input")
     @classmethod

@@ -15,6 +15,7 @@ from fastapi import UploadFile
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from server.errors import InvalidRequest
+from server.schemas.common import KeepAlive
 
 ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
 GRANULARITIES = ("word", "segment")
@@ -28,6 +29,8 @@ class AudioForm(BaseModel):
     """Base of the audio forms: unknown fields are kept for `check`, which refuses them by name."""
 
     model_config = ConfigDict(extra="allow")
+
+    keep_alive: KeepAlive = None  # Hearth's extension (Ollama's): how long the model stays loaded once idle
 
     def check(self) -> None:
         """400 naming the first unknown field, or a granularity that is neither word nor segment."""

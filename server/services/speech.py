@@ -150,7 +150,7 @@ class SpeechService:
         if len(request.input) > limit:
             raise InvalidRequest(f"input has {len(request.input)} characters; at most {limit} are allowed.",
                                  param="input", code="string_above_max_length")
-        entry, worker = await self.manager.worker_for(request.model, kind="speech")
+        entry, worker = await self.manager.worker_for(request.model, kind="speech", keep_alive=request.keep_alive)
         model = worker.model
         voice = resolve_voice(request.voice_spec, await self._voices(worker))
         try:

@@ -115,7 +115,7 @@ class TranscriptionService:
             raise InvalidRequest(f"stream=true sends transcript.text events; response_format must be json or text "
                                  f"(got {fmt}).", param="stream", code="invalid_value")
 
-        entry, worker = await self.manager.worker_for(form.model, kind="transcription")
+        entry, worker = await self.manager.worker_for(form.model, kind="transcription", keep_alive=form.keep_alive)
         model = worker.model
         language = None
         if task == "translate" and not model.multilingual:
