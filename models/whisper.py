@@ -36,9 +36,10 @@ from gguf import GGMLQuantizationType
 
 from gpu.device import Device, default_device
 from gpu.ops import encoder as ops
+from gpu.ops import whisper as wops
 from gpu.ops.conv import conv1d, upload_conv1d
 from gpu.ops.matmul import linear
-from gpu.program import Executor, Program, ProgramBuilder, StepParams, workgroup_grid
+from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight, upload_weight
 from models.whisper_decode import (
@@ -49,7 +50,7 @@ from models.whisper_decode import (
     detect_language,
     transcribe,
 )
-from models.whisper_weights import WhisperCheckpoint, WhisperConfig, load_checkpoint, shipped_model_dir
+from models.whisper_weights import WhisperCheckpoint, load_checkpoint, shipped_model_dir
 
 __all__ = ["WhisperModel", "load_whisper", "TranscribeOptions", "Segment", "Word", "UnknownLanguage",
            "DEFAULT_WHISPER_MODEL", "WhisperNet"]
@@ -149,8 +150,8 @@ class WhisperNet:
         for i in range(c.n_text_layers):
             p = f"dec.{i}"
             self.dec_layers.append(_Layer(
-                norm(f"{p}.attn_ln"), matrix(f"{p}.qkv.w"), vector(f"{p}.qkv.b"), matrix(f"{p}.o.w"), vector(f"{p}.o.b"),
-                norm(f"{p}.mlp_ln"), matrix(f"{p}.fc1.w"), vector(f"{p}.fc1.b"), matrix(f"{p}.fc2.w"),
+                norm(f"{p}.attn_ln"), matrix(f"{p}.qkv.w"), vector(f"{p}.qkv.b"), matrix(f"{p}.o.w"),
+                vector(f"{p}.o.b"), norm(f"{p}.mlp_ln"), matrix(f"{p}.fc1.w"), vector(f"{p}.fc1.b"), matrix(f"{p}.fc2.w"),
                 vector(f"{p}.fc2.b"), norm(f"{p}.cross_ln"), matrix(f"{p}.cross_q.w"), vector(f"{p}.cross_q.b"),
                 matrix(f"{p}.cross_kv.w"), vector(f"{p}.cross_kv.b"), matrix(f"{p}.cross_o.w"),
                 vector(f"{p}.cross_o.b")))
@@ -194,7 +195,7 @@ class WhisperNet:
         conv1d(b, self.conv2, self.front, c2, t_in=N_FRAMES, stride=2, padding=1)
         x = b.activation("x", (n, d))
         ops.gelu(b, c2, x)
-        _residual(b, x, self.enc_pos, None)
+        wops.residual_add(b, x, self.enc_pos, None)
         scale = 1.0 / math.sqrt(d // c.n_audio_heads)
         for i, w in enumerate(self.enc_layers):
             h = b.activation(f"h{i}", (n, d))
@@ -203,10 +204,10 @@ class WhisperNet:
             linear(b, w.qkv, h, qkv, n)
             ops.bias_add(b, qkv, w.qkv_b)
             a = b.activation(f"attn{i}", (n, d))
-            _encoder_attention(b, qkv, a, n, c.n_audio_heads, d // c.n_audio_heads, scale)
+            wops.encoder_attention(b, qkv, a, n, c.n_audio_heads, d // c.n_audio_heads, scale)
             o = b.activation(f"o{i}", (n, d))
             linear(b, w.o, a, o, n)
-            _residual(b, x, o, w.o_b)
+            wops.residual_add(b, x, o, w.o_b)
             self._mlp(b, x, w, n, f"{i}")
         ops.layer_norm(b, x, self.enc_ln[0], self.enc_out, EPS, beta=self.enc_ln[1])
         for i, w in enumerate(self.dec_layers):
@@ -225,7 +226,7 @@ class WhisperNet:
         ops.gelu(b, u, g, bias=w.fc1_b)
         down = b.activation(f"fc2_{tag}", (t, c.d_model))
         linear(b, w.fc2, g, down, t)
-        _residual(b, x, down, w.fc2_b)
+        wops.residual_add(b, x, down, w.fc2_b)
 
     def encode(self, mel: np.ndarray) -> None:
         """Run the encoder on one window's log-mel [n_mels, 3000]; its cross-attention keys/values stay on the GPU."""
@@ -275,35 +276,34 @@ class WhisperNet:
             qkv = b.activation(f"qkv{i}", (t_max, 3 * d))
             linear(b, w.qkv, h, qkv, t_max)
             ops.bias_add(b, qkv, w.qkv_b)
-            _copy_rows(b, qkv, kv_pairs, self.k_cache[i], d, src_offset=d)
-            _copy_rows(b, qkv, kv_pairs, self.v_cache[i], d, src_offset=2 * d)
+            wops.copy_rows(b, qkv, kv_pairs, self.k_cache[i], d, src_offset=d)
+            wops.copy_rows(b, qkv, kv_pairs, self.v_cache[i], d, src_offset=2 * d)
             a = b.activation(f"attn{i}", (t_max, d))
-            _decode_attention(b, qkv, self.k_cache[i], self.v_cache[i], spans, a, heads=c.n_text_heads,
+            wops.decode_attention(b, qkv, self.k_cache[i], self.v_cache[i], spans, a, heads=c.n_text_heads,
                               head_dim=c.head_dim, scale=scale, max_keys=c.n_text_ctx)
             o = b.activation(f"o{i}", (t_max, d))
             linear(b, w.o, a, o, t_max)
-            _residual(b, h_in, o, w.o_b)
+            wops.residual_add(b, h_in, o, w.o_b)
             ops.layer_norm(b, h_in, w.cross_ln[0], h, EPS, beta=w.cross_ln[1])
             q = b.activation(f"cq{i}", (t_max, d))
             linear(b, w.cross_q, h, q, t_max)
             ops.bias_add(b, q, w.cross_q_b)
             if saved_q is not None:
-                _copy_rows(b, q, identity, saved_q, d, dst_offset=i * d)
-            _decode_attention(b, q, self.cross_kv[i], self.cross_kv[i], cross_spans, a, heads=c.n_text_heads,
+                wops.copy_rows(b, q, identity, saved_q, d, dst_offset=i * d)
+            wops.decode_attention(b, q, self.cross_kv[i], self.cross_kv[i], cross_spans, a, heads=c.n_text_heads,
                               head_dim=c.head_dim, scale=scale, max_keys=c.n_audio_ctx, v_offset=d)
             linear(b, w.cross_o, a, o, t_max)
-            _residual(b, h_in, o, w.cross_o_b)
+            wops.residual_add(b, h_in, o, w.cross_o_b)
             self._mlp(b, h_in, w, t_max, f"{i}")
         hn = b.activation("hn", (t_max, d))
         ops.layer_norm(b, h_in, self.dec_ln[0], hn, EPS, beta=self.dec_ln[1])
         if saved_h is not None:
-            _copy_rows(b, hn, identity, saved_h, d)
+            wops.copy_rows(b, hn, identity, saved_h, d)
         sel = b.activation("sel", (MAX_OUT, d))
-        _copy_rows(b, hn, out_pairs, sel, d, by_out=True)
+        wops.copy_rows(b, hn, out_pairs, sel, d, by_out=True)
         linear(b, self.embed_weight, sel, logits, n_out)
-        tok = self.tokenizer
-        b.dispatch("whisper_logit_summary", {"V": c.vocab_size, "EOT": tok.eot, "TB": tok.timestamp_begin},
-                   [b.step, logits, self._summary_mask, self._summary_params, self._summary], (4, 1, 1))
+        wops.logit_summary(b, logits, self._summary_mask, self._summary_params, self._summary,
+                           eot=self.tokenizer.eot, timestamp_begin=self.tokenizer.timestamp_begin)
         step = _DecoderStep(b.build(), t_max, x, kv_pairs, spans, out_pairs, logits, saved_q, saved_h)
         self._steps[t_max] = step
         return step
@@ -380,62 +380,6 @@ class WhisperNet:
             for b in range(len(sources)):
                 submission.copy(self._scratch, cache, nbytes, b * slot_bytes, b * slot_bytes)
         submission.submit().wait()
-
-
-def _encoder_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: int, head_dim: int,
-                       scale: float) -> None:
-    """out = attention of the fused q|k|v rows over all n rows. With n a multiple of 4: scores into an activation
-    [heads * n, n] by register tiles, softmax per row in place, then the values by register tiles
-    (kernels/whisper_attention_scores.wgsl, whisper_softmax_rows.wgsl, whisper_attention_values.wgsl; faster than
-    one pass per (head, row) on lavapipe); else that one pass (kernels/whisper_encoder_attention.wgsl)."""
-    constants = {"N": n, "HEADS": heads, "D": head_dim}
-    if n % 4:
-        b.dispatch("whisper_encoder_attention", constants | {"SCALE": scale}, [b.step, qkv, out],
-                   workgroup_grid(-(-n * heads // 64)))
-        return
-    scores = b.activation("scores", (heads * n, n))
-    blocks = n // 4
-    b.dispatch("whisper_attention_scores", constants | {"SCALE": scale}, [b.step, qkv, scores],
-               workgroup_grid(-(-heads * blocks * blocks // 64)))
-    b.dispatch("whisper_softmax_rows", {"ROWS": heads * n, "N": n}, [b.step, scores], workgroup_grid(heads * n))
-    b.dispatch("whisper_attention_values", constants, [b.step, scores, qkv, out],
-               workgroup_grid(-(-heads * blocks * (head_dim // 4) // 64)))
-
-
-DECODE_CHUNK = 256  # keys per workgroup of whisper_decode_attention.wgsl
-
-
-def _decode_attention(b: ProgramBuilder, q: Tensor, k: Tensor, v: Tensor, spans: Tensor, out: Tensor, *, heads: int,
-                      head_dim: int, scale: float, max_keys: int, v_offset: int = 0) -> None:
-    """out[t, h] = attention of q's row t, head h over the key rows spans[t] of k and v (head h of a row at h *
-    head_dim, v's from v_offset): the keys split into chunks of DECODE_CHUNK over workgroups, then merged
-    (kernels/whisper_decode_attention.wgsl, whisper_decode_attention_combine.wgsl)."""
-    t_max = q.shape[0]
-    splits = -(-max_keys // DECODE_CHUNK)
-    partial = b.activation("attn_partial", (t_max * heads * splits, head_dim + 2))
-    constants = {"HEADS": heads, "D": head_dim, "CHUNK": DECODE_CHUNK, "SPLITS": splits, "SCALE": scale,
-                 "Q_STRIDE": q.shape[1], "Q_OFFSET": 0, "K_STRIDE": k.shape[1], "K_OFFSET": 0,
-                 "V_STRIDE": v.shape[1], "V_OFFSET": v_offset}
-    b.dispatch("whisper_decode_attention", constants, [b.step, q, k, v, spans, partial],
-               workgroup_grid(t_max * heads * splits))
-    b.dispatch("whisper_decode_attention_combine", {"HEADS": heads, "D": head_dim, "SPLITS": splits},
-               [b.step, partial, out], workgroup_grid(-(-t_max * heads * head_dim // 64)))
-
-
-def _residual(b: ProgramBuilder, x: Tensor, y: Tensor, bias: Tensor | None) -> None:
-    """x += y (+ bias) on the step's rows (kernels/whisper_residual.wgsl)."""
-    d = x.shape[1]
-    b.dispatch("whisper_residual", {"D": d, "HAS_BIAS": bias is not None}, [b.step, x, y, bias or y],
-               workgroup_grid(-(-x.shape[0] * d // 256)))
-
-
-def _copy_rows(b: ProgramBuilder, src: Tensor, pairs: Tensor, dst: Tensor, width: int, *, src_offset: int = 0,
-               dst_offset: int = 0, by_out: bool = False) -> None:
-    """dst[pairs[r].y, dst_offset:+width] = src[pairs[r].x, src_offset:+width] (kernels/copy_rows.wgsl)."""
-    rows = pairs.shape[0]
-    constants = {"WIDTH": width, "SRC_STRIDE": src.shape[1], "SRC_OFFSET": src_offset, "DST_STRIDE": dst.shape[1],
-                 "DST_OFFSET": dst_offset, "BY_OUT": by_out}
-    b.dispatch("copy_rows", constants, [b.step, src, pairs, dst], workgroup_grid(-(-rows * width // 256)))
 
 
 class WhisperModel:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from audio.features import log_mel_spectrogram, pad_or_trim
-from models.whisper_align import alignment_matrix, find_alignment, merge_punctuations
 from models.whisper_weights import TIME_PRECISION
 
 if TYPE_CHECKING:
@@ -107,8 +106,7 @@ class _Rules:
     timestamp_begin: int
     max_initial: int  # last timestamp id allowed first
     timestamps: bool  # the prompt does not end with <|notimestamps|>
-    vocab: int = 0
-    mask: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    vocab: int = 0  # tokens in the vocabulary
 
     def apply(self, logits: np.ndarray, generated: list[int]) -> np.ndarray:
         """Processed logits (disabled tokens at -inf) for a hypothesis that generated `generated` so far."""

@@ -1,5 +1,6 @@
 // conv1d: a 1-D convolution over time-major rows, as torch.nn.functional.conv1d computes it:
-//   y[t, co] = bias[co] + sum_{k < K} sum_{c < C_IN / GROUPS} w[co, k, c] * x[t * STRIDE + k * DILATION - PAD_LEFT, g * C_IN / GROUPS + c]
+//   y[t, co] = bias[co] + sum_{k < K} sum_{c < C_IN / GROUPS}
+//                w[co, k, c] * x[t * STRIDE + k * DILATION - PAD_LEFT, g * C_IN / GROUPS + c]
 // with g = co / (C_OUT / GROUPS), and input rows outside [0, t_in) read as zero (PAD_LEFT zeros before the
 // input, PAD_RIGHT after it). t_in is T_IN, or the step's n_tokens when T_IN is 0; the output has
 // t_out = (t_in + PAD_LEFT + PAD_RIGHT - DILATION * (K - 1) - 1) / STRIDE + 1 rows (rows past it are untouched).

@@ -14,7 +14,7 @@ import pytest
 
 from gpu.device import default_device
 from gpu.program import Executor, ProgramBuilder, StepParams
-from models.whisper import _copy_rows, _encoder_attention, _residual
+from gpu.ops.whisper import copy_rows, decode_attention, encoder_attention, residual_add
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +23,13 @@ def ex() -> Executor:
 
 
 @pytest.mark.parametrize("n", [200, 201])  # tiled scores + values (n % 4 == 0), one pass per row (else)
-def test_encoder_attention(ex: Executor, n: int) -> None:
+def testencoder_attention(ex: Executor, n: int) -> None:
     heads, d = 3, 16
     rng = np.random.default_rng(0)
     qkv = rng.standard_normal((n, 3 * heads * d)).astype(np.float32)
     q_t, out_t = ex.tensor("qkv", qkv.shape, data=qkv), ex.tensor("out", (n, heads * d))
     b = ProgramBuilder(ex, "attn")
-    _encoder_attention(b, q_t, out_t, n, heads, d, d ** -0.5)
+    encoder_attention(b, q_t, out_t, n, heads, d, d ** -0.5)
     out, = ex.run(b.build(), StepParams(n_tokens=n), read=[out_t])
     x = qkv.astype(np.float64).reshape(n, 3, heads, d)
     scores = np.einsum("thd,jhd->htj", x[:, 0], x[:, 1]) * d ** -0.5
@@ -39,7 +39,7 @@ def test_encoder_attention(ex: Executor, n: int) -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_residual_and_copy_rows(ex: Executor) -> None:
+def test_residual_andcopy_rows(ex: Executor) -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((6, 8)).astype(np.float32)
     y = rng.standard_normal((6, 8)).astype(np.float32)
@@ -52,9 +52,9 @@ def test_residual_and_copy_rows(ex: Executor) -> None:
     gather_pairs = np.array([[4, 1], [2, 3], [0, 0]], np.uint32)
     gp, gathered = ex.tensor("gp", gather_pairs.shape, "u32", data=gather_pairs), ex.tensor("g", (4, 8))
     b = ProgramBuilder(ex, "misc")
-    _residual(b, xt, yt, bt)
-    _copy_rows(b, st, pt, dt, 8, src_offset=8, dst_offset=4)
-    _copy_rows(b, st, gp, gathered, 8, by_out=True)
+    residual_add(b, xt, yt, bt)
+    copy_rows(b, st, pt, dt, 8, src_offset=8, dst_offset=4)
+    copy_rows(b, st, gp, gathered, 8, by_out=True)
     got_x, got_d, got_g = ex.run(b.build(), StepParams(n_tokens=3, n_out=2), read=[xt, dt, gathered])
     expected_x = x.copy()
     expected_x[:3] += y[:3] + bias  # only the step's 3 rows
@@ -70,11 +70,9 @@ def test_residual_and_copy_rows(ex: Executor) -> None:
 
 
 @pytest.mark.parametrize("d, max_keys", [(16, 300), (64, 1500)])
-def test_decode_attention(ex: Executor, d: int, max_keys: int) -> None:
+def testdecode_attention(ex: Executor, d: int, max_keys: int) -> None:
     """Split attention of a few rows over spans of a key table (cache slots, cross-attention), with an empty chunk,
     a one-key span and v read at an offset of a fused k|v row."""
-    from models.whisper import _decode_attention
-
     heads, t = 3, 4
     rng = np.random.default_rng(d)
     q = rng.standard_normal((t, heads * d)).astype(np.float32)
@@ -83,7 +81,7 @@ def test_decode_attention(ex: Executor, d: int, max_keys: int) -> None:
     q_t, kv_t = ex.tensor("q", q.shape, data=q), ex.tensor("kv", kv.shape, data=kv)
     s_t, out_t = ex.tensor("spans", spans.shape, "u32", data=spans), ex.tensor("out", (t, heads * d))
     b = ProgramBuilder(ex, "dattn")
-    _decode_attention(b, q_t, kv_t, kv_t, s_t, out_t, heads=heads, head_dim=d, scale=d ** -0.5, max_keys=max_keys,
+    decode_attention(b, q_t, kv_t, kv_t, s_t, out_t, heads=heads, head_dim=d, scale=d ** -0.5, max_keys=max_keys,
                       v_offset=heads * d)
     out, = ex.run(b.build(), StepParams(n_tokens=t), read=[out_t])
     expected = np.zeros((t, heads * d))
