@@ -41,7 +41,10 @@ from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 
 GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
-MATVEC_MAX_TOKENS = 4  # up to this many tokens per step, matvec's T_MAX loop beats a 64-token tile
+# Up to this many tokens per step, matvec's per-token loop over one read of the weights beats a 64-token tile:
+# on an H100, 8 concurrent decode streams went 2,037 -> 2,642 tok/s (270M) and 763 -> 1,065 (1B) from 4 to 8;
+# 16 was slower than the tiles (bench/gpu.py --matvec-max-tokens).
+MATVEC_MAX_TOKENS = 8
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 _MATVEC_THREADS = 256  # target threads per matvec workgroup
 _MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
