@@ -128,15 +128,19 @@ class KokoroModel:
                 continue
             if re_alpha(name):
                 array = array.reshape(-1)
+            elif name.startswith("decoder.generator.ups.") and name.endswith(".weight"):
+                array = array.transpose(0, 2, 1)  # [C_in, K, C_out] for conv_transpose1d
+            elif _is_linear(name, array):
+                array = array.T  # kokoro_linear reads W^T [K, N]
             out[name] = _f32(array)
         L = "bert.layer.attention."
-        out["bert.qkv.weight"] = _f32(np.concatenate([a[L + n + ".weight"] for n in ("query", "key", "value")]))
+        out["bert.qkv.weight"] = _f32(np.concatenate([a[L + n + ".weight"] for n in ("query", "key", "value")]).T)
         out["bert.qkv.bias"] = _f32(np.concatenate([a[L + n + ".bias"] for n in ("query", "key", "value")]))
         out["bert.pos_type"] = _f32(a["bert.embeddings.position_embeddings.weight"]
                                     + a["bert.embeddings.token_type_embeddings.weight"][0])
         lstms = sorted({n.rsplit(".", 1)[0] for n in a if n.endswith(".weight_ih_l0")})
         for m in lstms:
-            out[m + ".wih"] = _f32(np.concatenate([a[m + ".weight_ih_l0"], a[m + ".weight_ih_l0_reverse"]]))
+            out[m + ".wih"] = _f32(np.concatenate([a[m + ".weight_ih_l0"], a[m + ".weight_ih_l0_reverse"]]).T)
             out[m + ".b"] = _f32(np.concatenate([a[m + ".bias_ih_l0"] + a[m + ".bias_hh_l0"],
                                                  a[m + ".bias_ih_l0_reverse"] + a[m + ".bias_hh_l0_reverse"]]))
             out[m + ".whh"] = _f32(np.stack([a[m + ".weight_hh_l0"], a[m + ".weight_hh_l0_reverse"]]))
@@ -185,6 +189,12 @@ class KokoroModel:
 
 def re_alpha(name: str) -> bool:
     return ".alpha1." in name or ".alpha2." in name
+
+
+def _is_linear(name: str, array: np.ndarray) -> bool:
+    """A Linear weight (applied by kokoro_linear, stored transposed), not an embedding table or the source's."""
+    return (array.ndim == 2 and name.endswith(".weight") and not name.endswith("_embeddings.weight")
+            and name != "text_encoder.embedding.weight" and "l_linear" not in name)
 
 
 def load_kokoro(source: str = "kokoro", *, device: Device | None = None,

@@ -2,8 +2,10 @@
 //   y[o, t] = bias[o] + sum_i sum_{j: t + pad - j = s * stride, 0 <= s < T_in} w[i, o, j] * act(x[i, s]) (+ r[o, t])
 // DEPTHWISE (groups = channels): y[c, t] = bias[c] + sum_j w[c, 0, j] * x[c, s]. REFLECT_LEFT prepends one column
 // reflected about the first (ReflectionPad1d((1, 0)): column 0 is the conv's column 1), so y has T_out + 1 columns.
-// w is PyTorch's [C_in, C_out / groups, K]. Work split: one invocation per (t, output channel), 64 along t per
-// workgroup; grid (ceil(columns / 64), C_out).
+// w: depthwise, PyTorch's [C, 1, K]; otherwise PyTorch's [C_in, C_out, K] with its last two axes swapped at
+// upload ([C_in, K, C_out]), so the 4 output channels of an invocation read 4 neighbouring weights.
+// Work split: one invocation per (t, 4 output channels), 64 along t per workgroup; grid (ceil(columns / 64),
+// ceil(C_out / 4)). Only the taps j = (t + pad) mod stride + m * stride reach column t.
 override K: u32 = 3u;              // taps
 override DEPTHWISE: bool = false;  // groups == C_in == C_out
 override PRE_ACT: bool = false;    // LeakyReLU(slope) on every input value
@@ -27,9 +29,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t_conv = p[3];
     let cols = select(t_conv, t_conv + 1u, REFLECT_LEFT);
     let col = wid.x * 64u + lid;
-    let o = wid.y;
+    let o0 = wid.y * 4u;
     if (p[63] == 0xffffffffu) { y[0] = r[0]; }
-    if (col >= cols || o >= c_out) {
+    if (col >= cols) {
         return;
     }
     var t = i32(col);
@@ -39,32 +41,40 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let stride = i32(p[4]);
     let pad = i32(p[5]);
     let slope = bitcast<f32>(p[6]);
-    var acc = 0.0;
-    for (var j = 0u; j < K; j++) {
-        let num = t + pad - i32(j);
-        if (num < 0 || num % stride != 0) {
-            continue;
-        }
-        let s = num / stride;
-        if (s >= t_in) {
+    var acc = vec4<f32>(0.0);
+    for (var j = (t + pad) % stride; j < i32(K); j += stride) {
+        let s = (t + pad - j) / stride;
+        if (s < 0 || s >= t_in) {
             continue;
         }
         if (DEPTHWISE) {
-            var v = x[o * u32(t_in) + u32(s)];
-            if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
-            acc += v * w[o * K + j];
+            for (var q = 0u; q < 4u; q++) {
+                let c = min(o0 + q, c_out - 1u);
+                var v = x[c * u32(t_in) + u32(s)];
+                if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
+                acc[q] += v * w[c * K + u32(j)];
+            }
         } else {
+            let wrow = u32(j) * c_out + o0;
             for (var i = 0u; i < c_in; i++) {
                 var v = x[i * u32(t_in) + u32(s)];
                 if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
-                acc += v * w[(i * c_out + o) * K + j];
+                let wb = i * K * c_out + wrow;
+                acc += v * vec4<f32>(w[wb], w[min(wb + 1u, wb + c_out - o0 - 1u)],
+                                     w[min(wb + 2u, wb + c_out - o0 - 1u)], w[min(wb + 3u, wb + c_out - o0 - 1u)]);
             }
         }
     }
-    var v = acc + bias[o];
-    let index = o * cols + col;
-    if (RESIDUAL) {
-        v += r[index];
+    for (var q = 0u; q < 4u; q++) {
+        let o = o0 + q;
+        if (o >= c_out) {
+            break;
+        }
+        var v = acc[q] + bias[o];
+        let index = o * cols + col;
+        if (RESIDUAL) {
+            v += r[index];
+        }
+        y[index] = v;
     }
-    y[index] = v;
 }

@@ -1,44 +1,64 @@
-// kokoro_linear: y[t, n] = act(sum_k x[t, k] * w[n, k] + bias[n]) (+ r[t, n]) for Kokoro's dynamic-length layers.
+// kokoro_linear: y[t, n] = act(sum_k x[t, k] * wt[k, n] + bias[n]) (+ r[t, n]) for Kokoro's dynamic-length layers.
 // x and y are addressed through strides (params), so the same kernel reads and writes row-major [T, C] or
-// channel-major [C, T] activations, and y may be a column slice of wider rows. w: f32 [N, K] (PyTorch's Linear).
-// Work split: one invocation per output (t, n), 64 invocations along n per workgroup; grid (ceil(N/64), T).
-// The residual r is added after the activation and shares y's addressing.
+// channel-major [C, T] activations, and y may be a column slice of wider rows. wt: f32 [K, N], PyTorch's Linear
+// weight transposed at upload, so neighbouring invocations (along n) read neighbouring weights.
+// Work split: one invocation per (8 rows, n), 64 invocations along n per workgroup; grid (ceil(N/64), ceil(T/8)):
+// each weight is read once per 8 rows. The residual r is added after the activation and shares y's addressing.
 #include "common/gelu_tanh.wgsl"
 
 override ACT: u32 = 0u;          // 0: none, 1: tanh GELU (ALBERT's gelu_new)
 override RESIDUAL: bool = false; // add r[y index]
 
+const TR: u32 = 8u;  // rows per invocation
+
 // params (u32 words): 0 T rows, 1 K inputs, 2 N outputs, 3 x stride per t, 4 x stride per k,
 // 5 y stride per t, 6 y stride per n, 7 y offset (elements); word 63 is always 0 (keeps bindings alive)
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> wt: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read> r: array<f32>;
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let t = wid.y;
-    let n = wid.x * 64u + lid;
+    let rows = p[0];
     let k_count = p[1];
+    let n_count = p[2];
+    let n = wid.x * 64u + lid;
+    let t0 = wid.y * TR;
     if (p[63] == 0xffffffffu) { y[0] = r[0]; }
-    if (t >= p[0] || n >= p[2]) {
+    if (n >= n_count) {
         return;
     }
     let xs_t = p[3];
     let xs_k = p[4];
-    var acc = 0.0;
+    // rows past T read row T - 1 (valid memory) and are not written
+    var base: array<u32, 8>;
+    for (var i = 0u; i < TR; i++) {
+        base[i] = min(t0 + i, rows - 1u) * xs_t;
+    }
+    var lo = vec4<f32>(0.0);
+    var hi = vec4<f32>(0.0);
     for (var k = 0u; k < k_count; k++) {
-        acc += x[t * xs_t + k * xs_k] * w[n * k_count + k];
+        let wv = wt[k * n_count + n];
+        let xk = k * xs_k;
+        lo += wv * vec4<f32>(x[base[0] + xk], x[base[1] + xk], x[base[2] + xk], x[base[3] + xk]);
+        hi += wv * vec4<f32>(x[base[4] + xk], x[base[5] + xk], x[base[6] + xk], x[base[7] + xk]);
     }
-    var v = acc + bias[n];
-    if (ACT == 1u) {
-        v = gelu_tanh(v);
+    for (var i = 0u; i < TR; i++) {
+        let t = t0 + i;
+        if (t >= rows) {
+            break;
+        }
+        var v = select(hi[max(i, 4u) - 4u], lo[min(i, 3u)], i < 4u) + bias[n];
+        if (ACT == 1u) {
+            v = gelu_tanh(v);
+        }
+        let o = p[7] + t * p[5] + n * p[6];
+        if (RESIDUAL) {
+            v += r[o];
+        }
+        y[o] = v;
     }
-    let o = p[7] + t * p[5] + n * p[6];
-    if (RESIDUAL) {
-        v += r[o];
-    }
-    y[o] = v;
 }

@@ -72,12 +72,14 @@ class KokoroGraph:
     def linear(self, x: Tensor, w: Tensor, b: Tensor, y: Tensor, *, rows: int, k: int, n: int,
                x_strides: tuple[int, int] | None = None, y_strides: tuple[int, int] | None = None,
                y_offset: int = 0, gelu: bool = False, residual: Tensor | None = None) -> None:
-        """y[t, n] = x[t] . w[n] + b[n] (+ gelu) (+ residual); strides (per row, per channel) default row-major."""
+        """y[t, n] = x[t] . wt[:, n] + b[n] (+ gelu) (+ residual); w is the transposed Linear weight wt [K, N];
+        strides (per row, per channel) default row-major."""
         xs = x_strides or (k, 1)
         ys = y_strides or (n, 1)
         consts = {"ACT": 1 if gelu else 0, "RESIDUAL": residual is not None}
         self.dispatch("kokoro_linear", consts, [rows, k, n, xs[0], xs[1], ys[0], ys[1], y_offset],
-                      [x, w, b, residual if residual is not None else self.dummy, y], (_groups(n, 64), rows))
+                      [x, w, b, residual if residual is not None else self.dummy, y],
+                      (_groups(n, 64), _groups(rows, 8)))
 
     def conv1d(self, x: Tensor, w: Tensor, b: Tensor, y: Tensor, *, c_in: int, c_out: int, t_in: int, k: int,
                stride: int = 1, pad: int = 0, dilation: int = 1, pre_slope: float | None = None,
@@ -90,7 +92,7 @@ class KokoroGraph:
                   x_offset, y_offset, r_offset]
         tensors = [x, w, b, residual if residual is not None else self.dummy, y]
         if stride == 1 and (k - 1) * dilation <= 64 and k <= 16:  # the tiled kernel's window and weight tile
-            self.dispatch("kokoro_conv1d_tiled", consts, params, tensors, (_groups(t_out, 64), _groups(c_out, 8)))
+            self.dispatch("kokoro_conv1d_tiled", consts, params, tensors, (_groups(t_out, 128), _groups(c_out, 8)))
         else:
             self.dispatch("kokoro_conv1d", consts, params, tensors, (_groups(t_out, 64), _groups(c_out, 4)))
         return t_out
@@ -99,13 +101,15 @@ class KokoroGraph:
                          k: int, stride: int, pad: int, output_padding: int = 0, depthwise: bool = False,
                          pre_slope: float | None = None, residual: Tensor | None = None,
                          reflect_left: bool = False) -> int:
-        """Channel-major ConvTranspose1d (kernels/conv_transpose1d.wgsl); returns the columns written."""
+        """Channel-major ConvTranspose1d (kernels/conv_transpose1d.wgsl); returns the columns written. w: [C, 1, K]
+        when depthwise, else PyTorch's [C_in, C_out, K] transposed to [C_in, K, C_out]."""
         t_out = (t_in - 1) * stride - 2 * pad + k + output_padding
         cols = t_out + (1 if reflect_left else 0)
         consts = {"K": k, "DEPTHWISE": depthwise, "PRE_ACT": pre_slope is not None,
                   "RESIDUAL": residual is not None, "REFLECT_LEFT": reflect_left}
         self.dispatch("conv_transpose1d", consts, [c_in, c_out, t_in, t_out, stride, pad, float(pre_slope or 0.0)],
-                      [x, w, b, residual if residual is not None else self.dummy, y], (_groups(cols, 64), c_out))
+                      [x, w, b, residual if residual is not None else self.dummy, y],
+                      (_groups(cols, 64), _groups(c_out, 4)))
         return cols
 
     def norm(self, x: Tensor, out: Tensor, *, groups: int, n: int, elem_stride: int, group_stride: int,

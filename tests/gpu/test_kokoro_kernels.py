@@ -44,7 +44,7 @@ def conv1d_ref(x, w, b, stride=1, pad=0, dil=1, slope=None):
 
 
 @pytest.mark.parametrize("c_in,c_out,t,k,stride,pad,dil", [
-    (10, 13, 70, 3, 1, 1, 1), (9, 8, 130, 11, 1, 25, 5), (22, 12, 61, 12, 6, 3, 1), (1, 1, 40, 3, 2, 1, 1)])
+    (10, 13, 70, 3, 1, 1, 1), (9, 8, 300, 11, 1, 25, 5), (17, 9, 129, 7, 1, 3, 1), (22, 12, 61, 12, 6, 3, 1), (1, 1, 40, 3, 2, 1, 1)])
 def test_conv1d(ex, c_in, c_out, t, k, stride, pad, dil):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((c_in, t)).astype(np.float32)
@@ -85,7 +85,8 @@ def conv_transpose_ref(x, w, b, stride, pad, out_pad=0, groups=1):
 
 
 @pytest.mark.parametrize("c_in,c_out,t,k,stride,pad,depthwise,reflect", [
-    (8, 4, 9, 20, 10, 5, False, False), (6, 3, 7, 12, 6, 3, False, True), (5, 5, 11, 3, 2, 1, True, False)])
+    (8, 4, 9, 20, 10, 5, False, False), (6, 3, 7, 12, 6, 3, False, True), (5, 5, 11, 3, 2, 1, True, False),
+    (7, 6, 5, 20, 10, 5, False, False)])
 def test_conv_transpose1d(ex, c_in, c_out, t, k, stride, pad, depthwise, reflect):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((c_in, t)).astype(np.float32)
@@ -100,7 +101,7 @@ def test_conv_transpose1d(ex, c_in, c_out, t, k, stride, pad, depthwise, reflect
     (y,) = run(ex, lambda g, x_, w_, b_, y_: g.conv_transpose1d(x_, w_, b_, y_, c_in=c_in, c_out=c_out, t_in=t, k=k,
                                                                  stride=stride, pad=pad, output_padding=out_pad,
                                                                  depthwise=depthwise, reflect_left=reflect),
-               x, w, b, out_shapes=[ref.shape])
+               x, w if depthwise else np.ascontiguousarray(w.transpose(0, 2, 1)), b, out_shapes=[ref.shape])
     np.testing.assert_allclose(y, ref, atol=1e-3)
 
 
@@ -165,7 +166,8 @@ def test_bidirectional_lstm(ex):
         gx = g.act((t, 8 * hid))
         g.linear(x_, wih_, b_, gx, rows=t, k=k, n=8 * hid)
         g.lstm(gx, whh_, y, steps=t, y_strides=(1, t))  # channel-major out
-    (y,) = run(ex, build, x, wih.reshape(8 * hid, k), b.reshape(-1), whh, out_shapes=[(2 * hid, t)])
+    (y,) = run(ex, build, x, np.ascontiguousarray(wih.reshape(8 * hid, k).T), b.reshape(-1), whh,
+               out_shapes=[(2 * hid, t)])
     np.testing.assert_allclose(y.T, ref, atol=TOL)
 
 
@@ -243,7 +245,8 @@ def test_linear_gather_axpby_attention_duration(ex):
         g.gather(ids_, x_, gat, rows=4, channels=k, out_strides=(1, 4))
         g.attention(lin, qkv_att, rows=t, heads=2)
         g.duration(lin, dur, rows=t, bins=n, speed=1.25)
-    lin, gat, att, dur = run(ex, build, x, w, b, ids, out_shapes=[(t, n), (k, 4), (t, 128), (t,)])
+    lin, gat, att, dur = run(ex, build, x, np.ascontiguousarray(w.T), b, ids,
+                             out_shapes=[(t, n), (k, 4), (t, 128), (t,)])
     z = x.astype(np.float64) @ w.T + b
     ref = 0.5 * z * (1 + np.tanh(0.7978845608028654 * (z + 0.044715 * z ** 3)))
     np.testing.assert_allclose(lin, ref, atol=1e-3)
