@@ -59,14 +59,19 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def greedy_run(model: TextModel, ids: list[int], n: int, kv_dtype: str = "f32") -> tuple[list[int], np.ndarray]:
-    """Our greedy tokens (argmax of our own logits) and the logits after the prompt and each token: [n + 1, V]."""
+    """Our greedy tokens (argmax of our own logits) and the logits after the prompt and each token: [n + 1, V].
+    Each step also checks that the token the GPU sampled (temperature 0, after the softcap) is that argmax."""
     session = model.new_session(kv_dtype)
+    engine = session.engine
     try:
-        logits = [session.prefill(ids)]
+        sampled, first = engine.submit_prefill(session, ids, read_logits=True).wait()
+        logits = [first[0].reshape(-1)]
         tokens = []
         for _ in range(n):
             tokens.append(int(logits[-1].argmax()))
-            logits.append(session.decode(tokens[-1]))
+            assert int(sampled[0][0]) == tokens[-1], "the GPU's greedy token is not the argmax of its logits"
+            sampled, step = engine.submit_decode([DecodeRow(session, tokens[-1], read_logits=True)]).wait()
+            logits.append(step[0].reshape(-1))
         return tokens, np.stack(logits)
     finally:
         session.close()
