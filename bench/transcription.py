@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# bench/ itself leaves the path: its kernels.py would shadow the `kernels` package transformers looks for.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 CLIPS = ROOT / "tests" / "golden" / "whisper" / "clips"
 
@@ -64,12 +66,13 @@ def run_faster_whisper(paths: list[Path]) -> dict:
             "texts": texts, "ctranslate2_cuda": cuda}
 
 
-def run_transformers_cuda(paths: list[Path]) -> dict | None:
-    """transformers' Whisper on CUDA in float16 (greedy, timestamps), or None without CUDA torch."""
+def run_transformers(paths: list[Path], device: str = "cuda") -> dict | None:
+    """transformers' Whisper greedy per 30 s window (float16 on CUDA), or None when that device is missing."""
     import torch
 
-    if not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         return None
+    dtype = torch.float16 if device == "cuda" else torch.float32
     import importlib.util
 
     from faster_whisper.audio import decode_audio
@@ -91,7 +94,7 @@ def run_transformers_cuda(paths: list[Path]) -> dict | None:
                            eos_token_id=ckpt.tokenizer.eot, pad_token_id=ckpt.tokenizer.eot)
     model = WhisperForConditionalGeneration(config)
     model.load_state_dict(golden.hf_state_dict(ckpt.tensors, (c.n_audio_layers, c.n_text_layers)), strict=False)
-    model = model.half().cuda().eval()
+    model = model.to(device=device, dtype=dtype).eval()
     extractor = FeatureExtractor(feature_size=c.n_mels)
     tok = ckpt.tokenizer
 
@@ -99,22 +102,24 @@ def run_transformers_cuda(paths: list[Path]) -> dict | None:
         mel = extractor(audio)
         texts = []
         for start in range(0, max(1, mel.shape[1] - 1), 3000):
-            window = torch.zeros((1, c.n_mels, 3000), dtype=torch.float16, device="cuda")
+            window = torch.zeros((1, c.n_mels, 3000), dtype=dtype, device=device)
             part = torch.from_numpy(mel[:, start:start + 3000])
-            window[0, :, :part.shape[1]] = part.half()
+            window[0, :, :part.shape[1]] = part.to(dtype)
             with torch.no_grad():
-                ids = model.generate(window, decoder_input_ids=torch.tensor([[tok.sot]], device="cuda"),
+                ids = model.generate(window, decoder_input_ids=torch.tensor([[tok.sot]], device=device),
                                      max_new_tokens=200, do_sample=False)
             texts.append(tok.decode(ids[0].tolist()))
         return "".join(texts)
 
     audios = [decode_audio(str(p)) for p in paths]
     transcribe(audios[0])
-    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
     started = time.perf_counter()
     texts = [transcribe(a) for a in audios]
-    torch.cuda.synchronize()
-    return {"engine": "transformers (CUDA, f16)", "device": torch.cuda.get_device_name(),
+    sync()
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    return {"engine": f"transformers ({device}, {str(dtype)[6:]})", "device": name,
             "seconds": time.perf_counter() - started, "texts": texts}
 
 
@@ -129,7 +134,8 @@ def _model_dir() -> Path:
 
 def peer(args: argparse.Namespace) -> list[dict]:
     """The peers, in a subprocess of --peer-python (where faster-whisper is installed)."""
-    command = [args.peer_python, str(Path(__file__).resolve()), "--peer-only", "--clips", str(args.clips)]
+    command = [args.peer_python, str(Path(__file__).resolve()), "--peer-only", "--clips", str(args.clips),
+               "--transformers-device", args.transformers_device]
     out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -139,15 +145,17 @@ def main() -> None:
     parser.add_argument("--clips", type=int, default=21)
     parser.add_argument("--peer-python", default=sys.executable)
     parser.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--transformers-device", default="cuda",
+                        help="where the transformers peer runs (it is skipped when this is cuda and there is none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     paths = clip_paths(args.clips)
     if args.peer_only:
         results = [run_faster_whisper(paths)]
-        if not results[0]["ctranslate2_cuda"]:
-            gpu = run_transformers_cuda(paths)
-            if gpu:
-                results.append(gpu)
+        if not results[0]["ctranslate2_cuda"] or args.transformers_device != "cuda":
+            other = run_transformers(paths, args.transformers_device)
+            if other:
+                results.append(other)
         print(json.dumps(results))
         return
     hearth = run_hearth(paths)
