@@ -1,5 +1,6 @@
 // kokoro_conv1d: a 1-D convolution over channel-major activations x [C_in, T_in] -> y [C_out, T_out]:
-//   y[o, t] = out_scale * (bias[o] + sum_{i, j < K} w[o, i, j] * act(x[i, t * stride + j * dil - pad]) + r[o, t >> R_SHIFT])
+//   y[o, t] = out_scale * (bias[o] + sum_{i, j < K} w[o, i, j] * act(x[i, t * stride + j * dil - pad])
+//                          + r[o, t >> R_SHIFT])
 // with inputs outside [0, T_in) read as zero, act a LeakyReLU applied on read (PRE_ACT) and r an optional residual
 // (RESIDUAL; R_SHIFT = 1 reads it at half rate: a nearest-upsampled shortcut). Sizes are params so one pipeline
 // serves every length; w is PyTorch's [C_out, C_in, K] (weight_norm folded).

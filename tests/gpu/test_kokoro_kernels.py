@@ -44,7 +44,8 @@ def conv1d_ref(x, w, b, stride=1, pad=0, dil=1, slope=None):
 
 
 @pytest.mark.parametrize("c_in,c_out,t,k,stride,pad,dil", [
-    (10, 13, 70, 3, 1, 1, 1), (9, 8, 300, 11, 1, 25, 5), (17, 9, 129, 7, 1, 3, 1), (22, 12, 61, 12, 6, 3, 1), (1, 1, 40, 3, 2, 1, 1)])
+    (10, 13, 70, 3, 1, 1, 1), (9, 8, 300, 11, 1, 25, 5), (17, 9, 129, 7, 1, 3, 1), (22, 12, 61, 12, 6, 3, 1),
+    (1, 1, 40, 3, 2, 1, 1)])
 def test_conv1d(ex, c_in, c_out, t, k, stride, pad, dil):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((c_in, t)).astype(np.float32)
@@ -95,7 +96,8 @@ def test_conv_transpose1d(ex, c_in, c_out, t, k, stride, pad, depthwise, reflect
     out_pad = 1 if depthwise else 0
     ref = conv_transpose_ref(x, w, b, stride, pad, out_pad, groups=c_in if depthwise else 1)
     if out_pad:  # PyTorch's output_padding adds columns at the end, trimmed by `pad` on the left only
-        ref = conv_transpose_ref(x, w, b, stride, 0, out_pad, groups=c_in)[:, pad: pad + (t - 1) * stride - 2 * pad + k + 1]
+        cols = (t - 1) * stride - 2 * pad + k + 1
+        ref = conv_transpose_ref(x, w, b, stride, 0, out_pad, groups=c_in)[:, pad: pad + cols]
     if reflect:
         ref = np.concatenate([ref[:, 1:2], ref], axis=1)
     (y,) = run(ex, lambda g, x_, w_, b_, y_: g.conv_transpose1d(x_, w_, b_, y_, c_in=c_in, c_out=c_out, t_in=t, k=k,
