@@ -102,6 +102,8 @@ class _DecoderStep:
     logits: Tensor  # f32 [MAX_OUT, V]
     saved_q: Tensor | None  # f32 [t_max, L * D] cross-attention queries (alignment)
     saved_h: Tensor | None  # f32 [t_max, D] final normed rows (token probabilities for alignment)
+    params: Tensor  # u32 [2] (ts_lo, ts_hi) of the logit summary
+    staging: np.ndarray  # uint8: the host image of the step's input buffer (params, out_pairs, kv_pairs, spans, x)
 
 
 class WhisperNet:
@@ -175,7 +177,6 @@ class WhisperNet:
         # Greedy steps read a summary of the logits row instead of the row (kernels/whisper_logit_summary.wgsl).
         self._summary_mask = ex.tensor("summary_mask", (-(-c.vocab_size // 32),), "u32",
                                        data=np.full(-(-c.vocab_size // 32), 0xFFFFFFFF, np.uint32))
-        self._summary_params = ex.tensor("summary_params", (2,), "u32")
         self._summary = ex.tensor("summary", (12,))
         self._front_program, self._encoder_program = self._record_encoder()
         self._steps: dict[int, _DecoderStep] = {}
@@ -255,12 +256,20 @@ class WhisperNet:
         d = c.d_model
         keep = t_max == TOKEN_BUCKETS[-1]
         tag = f"t{t_max}"
-        x = ex.tensor(f"dec_x.{tag}", (t_max, d))
-        kv_pairs = ex.tensor(f"kv_pairs.{tag}", (t_max, 2), "u32")
-        spans = ex.tensor(f"spans.{tag}", (t_max, 2), "u32")
+        # The per-step inputs share one buffer, each at an aligned offset, so a step writes them in one call.
+        align = ex.device.limits.min_offset_alignment
+        views = [(f"params.{tag}", (2,), "u32"), (f"out_pairs.{tag}", (MAX_OUT, 2), "u32"),
+                 (f"kv_pairs.{tag}", (t_max, 2), "u32"), (f"spans.{tag}", (t_max, 2), "u32"),
+                 (f"dec_x.{tag}", (t_max, d), "f32")]
+        offsets, end = [], 0
+        for _, shape, _ in views:
+            offsets.append(end)
+            end = -(-(end + 4 * int(np.prod(shape))) // align) * align
+        buffer = ex.device.create_buffer(end, f"decoder_inputs.{tag}")
+        params, out_pairs, kv_pairs, spans, x = (Tensor(name, shape, dtype, buffer=buffer, offset=offset)
+                                                 for (name, shape, dtype), offset in zip(views, offsets))
         cross_spans = ex.tensor(f"cross_spans.{tag}", (t_max, 2), "u32",
                                 data=np.tile(np.array([0, c.n_audio_ctx], np.uint32), (t_max, 1)))
-        out_pairs = ex.tensor(f"out_pairs.{tag}", (MAX_OUT, 2), "u32")
         n_out = min(t_max, MAX_OUT)
         logits = ex.tensor(f"logits.{tag}", (MAX_OUT, c.vocab_size))
         saved_q = ex.tensor(f"saved_q.{tag}", (t_max, c.n_text_layers * d)) if keep else None
@@ -302,9 +311,10 @@ class WhisperNet:
         sel = b.activation("sel", (MAX_OUT, d))
         wops.copy_rows(b, hn, out_pairs, sel, d, by_out=True)
         linear(b, self.embed_weight, sel, logits, n_out)
-        wops.logit_summary(b, logits, self._summary_mask, self._summary_params, self._summary,
+        wops.logit_summary(b, logits, self._summary_mask, params, self._summary,
                            eot=self.tokenizer.eot, timestamp_begin=self.tokenizer.timestamp_begin)
-        step = _DecoderStep(b.build(), t_max, x, kv_pairs, spans, out_pairs, logits, saved_q, saved_h)
+        step = _DecoderStep(b.build(), t_max, x, kv_pairs, spans, out_pairs, logits, saved_q, saved_h, params,
+                            np.zeros(end, np.uint8))
         self._steps[t_max] = step
         return step
 
@@ -325,17 +335,29 @@ class WhisperNet:
         if len(unique) > n:
             raise ValueError(f"{len(unique)} distinct output rows for {n} token rows")
         step = self._step(TOKEN_BUCKETS[-1] if keep else next(t for t in TOKEN_BUCKETS if t >= n))
-        ids = np.asarray(tokens, np.int64)
-        ex.write(step.x, self.embed[ids] + self.dec_pos[positions])
-        rows = np.asarray(slots, np.int64) * c.n_text_ctx + positions
-        ex.write(step.kv_pairs, np.stack([np.arange(n), rows], 1).astype(np.uint32))
-        ex.write(step.spans, np.stack([np.asarray(slots) * c.n_text_ctx, rows + 1], 1).astype(np.uint32))
-        ex.write(step.out_pairs, np.stack([unique, np.arange(len(unique))], 1).astype(np.uint32))
+        self._write_inputs(step, tokens, positions, slots, unique)
         submission = ex.submission()
         submission.step(step.program, StepParams(n_tokens=n, n_out=len(unique)))
         submission.read(step.logits, nbytes=len(unique) * c.vocab_size * 4)  # only the rows asked for
         logits, = submission.submit().wait()
         return logits.reshape(len(unique), c.vocab_size)[where.reshape(-1)]
+
+    def _write_inputs(self, step: _DecoderStep, tokens: Sequence[int], positions: np.ndarray, slots: Sequence[int],
+                      out_rows: np.ndarray, ts_range: tuple[int, int] = (0, 0)) -> None:
+        """Fill the step's input buffer (one queue write): summary params, output rows, cache rows, spans, x."""
+        c, n = self.config, len(tokens)
+        rows = np.asarray(slots, np.int64) * c.n_text_ctx + positions
+        parts = [(step.params, np.asarray(ts_range, np.uint32)),
+                 (step.out_pairs, np.stack([out_rows, np.arange(len(out_rows))], 1).astype(np.uint32)),
+                 (step.kv_pairs, np.stack([np.arange(n), rows], 1).astype(np.uint32)),
+                 (step.spans, np.stack([np.asarray(slots) * c.n_text_ctx, rows + 1], 1).astype(np.uint32)),
+                 (step.x, (self.embed[np.asarray(tokens, np.int64)] + self.dec_pos[positions]).astype(np.float32))]
+        staging = step.staging
+        for tensor, values in parts:
+            raw = values.reshape(-1).view(np.uint8)
+            staging[tensor.offset:tensor.offset + raw.nbytes] = raw
+        end = step.x.offset + parts[-1][1].nbytes
+        self.executor.device.write(step.x.buffer, staging[:end], "decoder inputs")
 
     def set_summary_mask(self, allowed: np.ndarray) -> None:
         """The tokens decode_summary may pick (bool [V]): the suppressed ones cleared."""
@@ -346,15 +368,9 @@ class WhisperNet:
     def decode_summary(self, token: int, position: int, slot: int, ts_lo: int, ts_hi: int) -> np.ndarray:
         """One decoder row, then per token group (text, <|endoftext|>, other specials, timestamps [ts_lo, ts_hi])
         the (max logit, its token, log-sum-exp) over the allowed tokens: float64 [4, 3] (48 bytes come back)."""
-        c, ex = self.config, self.executor
         step = self._step(1)
-        ex.write(step.x, self.embed[token] + self.dec_pos[position])
-        row = slot * c.n_text_ctx + position
-        ex.write(step.kv_pairs, np.array([[0, row]], np.uint32))
-        ex.write(step.spans, np.array([[slot * c.n_text_ctx, row + 1]], np.uint32))
-        ex.write(step.out_pairs, np.array([[0, 0]], np.uint32))
-        ex.write(self._summary_params, np.array([ts_lo, ts_hi], np.uint32))
-        out, = ex.run(step.program, StepParams(n_tokens=1, n_out=1), read=[self._summary])
+        self._write_inputs(step, [token], np.array([position]), [slot], np.zeros(1, np.int64), (ts_lo, ts_hi))
+        out, = self.executor.run(step.program, StepParams(n_tokens=1, n_out=1), read=[self._summary])
         stats = out.astype(np.float64).reshape(4, 3)
         stats[:, 1] = out.reshape(4, 3)[:, 1].view(np.uint32)
         return stats
