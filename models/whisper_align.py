@@ -18,6 +18,8 @@ import numpy as np
 
 TOKENS_PER_SECOND = 50  # encoder rows per second of audio
 MEDIAN_FILTER_WIDTH = 7
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"  # faster-whisper's defaults: attached to the next word
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"  # ... and to the previous one
 
 
 def median_filter(x: np.ndarray, width: int) -> np.ndarray:
@@ -191,7 +193,7 @@ def add_word_timestamps(net: Any, segments: list[dict[str, Any]], sot_sequence: 
                     alignment[i]["end"] = alignment[i]["start"] + max_duration
                 elif alignment[i - 1]["word"] in marks:
                     alignment[i]["start"] = alignment[i]["end"] - max_duration
-    merge_punctuations(alignment, "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")
+    merge_punctuations(alignment, PREPEND_PUNCTUATIONS, APPEND_PUNCTUATIONS)
     word_index = 0
     for segment, tokens in zip(segments, per_segment):
         time_offset = segment["seek"] / 100

@@ -10,8 +10,9 @@ that greedy transcripts match faster-whisper's on the same model.
 - Each step's logits go through CTranslate2's processors: the suppressed tokens (faster-whisper's non-speech
   symbols and task tokens), " " and <|endoftext|> at the first step, and the timestamp rules (timestamps in pairs,
   never decreasing, the first at most 1 s, and a timestamp forced when their total probability beats every text
-  token). Greedy takes the argmax of the log-softmax; beam search keeps beam_size hypotheses; temperatures above
-  0 sample best_of = 5 candidates.
+  token). Greedy takes the argmax of the log-softmax (after its first step from twelve numbers the GPU reduces the
+  logits row to: kernels/whisper_logit_summary.wgsl); beam search is CTranslate2's; temperatures above 0 sample
+  best_of = 5 candidates.
 - Temperature fallback on compression ratio (> 2.4) and average log-probability (< -1), the no-speech check,
   and word timestamps from the alignment heads (models/whisper_align.py).
 """
@@ -37,8 +38,6 @@ INPUT_STRIDE = 2  # mel frames per encoder row
 MAX_INITIAL_TIMESTAMP = 1.0  # seconds
 BEST_OF = 5  # candidates sampled at a temperature above 0
 PROMPT_RESET_ON_TEMPERATURE = 0.5
-PREPEND_PUNCTUATIONS = "\"'“¿([{-"
-APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 NEG_INF = -np.inf
 
 
