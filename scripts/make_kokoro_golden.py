@@ -31,19 +31,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "tests" / "golden" / "kokoro"
 
-SENTENCES = [  # (text, voice, speed, noise, seed)
-    ("Hello world.", "jf_alpha", 1.0, "off", 0),
-    ("The quick brown fox jumps over the lazy dog.", "jf_alpha", 1.0, "off", 0),
-    ("Hearth speaks through hand-written shaders.", "jm_kumo", 1.0, "off", 0),
-    ("Is it raining in London today?", "jf_nezumi", 1.0, "off", 0),
-    ("Numbers like three hundred and twelve are spelled out.", "jf_gongitsune", 1.0, "off", 0),
-    ("She sells sea shells by the sea shore.", "jf_tebukuro", 1.2, "off", 0),
-    ("Please leave a message after the tone.", "jm_kumo", 0.9, "off", 0),
-    ("A bird in the hand is worth two in the bush.", "jf_alpha", 1.0, "off", 0),
-    ("Good morning, everyone!", "jf_nezumi", 1.0, "off", 0),
-    ("Time flies like an arrow; fruit flies like a banana.", "jf_gongitsune", 1.0, "off", 0),
+SENTENCES = [  # (text, voice, speed, noise, seed): parity runs with the source noise seeded on both sides;
+    # "off" cases show the reference's ill-conditioning (see tests/models/test_kokoro_parity.py)
     ("Hello world.", "jf_alpha", 1.0, "seeded", 7),
-    ("Good morning, everyone!", "jm_kumo", 1.0, "seeded", 1234),
+    ("The quick brown fox jumps over the lazy dog.", "jf_alpha", 1.0, "seeded", 1),
+    ("Hearth speaks through hand-written shaders.", "jm_kumo", 1.0, "seeded", 2),
+    ("Is it raining in London today?", "jf_nezumi", 1.0, "seeded", 3),
+    ("Numbers like three hundred and twelve are spelled out.", "jf_gongitsune", 1.0, "seeded", 4),
+    ("She sells sea shells by the sea shore.", "jf_tebukuro", 1.2, "seeded", 5),
+    ("Please leave a message after the tone.", "jm_kumo", 0.9, "seeded", 6),
+    ("A bird in the hand is worth two in the bush.", "jf_alpha", 1.0, "seeded", 8),
+    ("Good morning, everyone!", "jf_nezumi", 1.0, "seeded", 1234),
+    ("Time flies like an arrow; fruit flies like a banana.", "jf_gongitsune", 1.0, "seeded", 9),
+    ("Hi.", "jm_kumo", 1.0, "seeded", 11),
+    ("Hello world.", "jf_alpha", 1.0, "off", 0),
 ]
 
 
@@ -170,7 +171,7 @@ def write_fixtures() -> None:
                         b=torch.tensor([0.25, 3.0], dtype=torch.bfloat16),
                         t=torch.arange(12, dtype=torch.float32).reshape(3, 4).t())
     torch.save({"decoder": state, "bert_encoder": extra}, OUT / "tiny_state.pth")
-    torch.save(torch.linspace(-1, 1, 510 * 256).reshape(510, 1, 256), OUT / "tiny_voice.pt")
+    torch.save(torch.linspace(-1, 1, 4 * 256).reshape(4, 1, 256), OUT / "tiny_voice.pt")
     folded = (g.weight_g * g.weight_v / g.weight_v.norm(dim=(1, 2), keepdim=True)).detach().numpy()
     np.savez(OUT / "tiny_state_expected.npz", conv_weight=folded, conv_bias=g.bias.detach().numpy())
 
