@@ -13,8 +13,8 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 EMBEDDINGS_BENCH_ARGS ?=
-# Whisper vs faster-whisper: its peer runs in a Python that has faster-whisper, e.g.
-# TRANSCRIPTION_BENCH_ARGS="--peer-python /work/refvenv/bin/python"
+# Whisper vs faster-whisper (the bench extra installs it; --peer-python picks another interpreter), e.g.
+# TRANSCRIPTION_BENCH_ARGS="--clips 5"
 TRANSCRIPTION_BENCH_ARGS ?=
 SPEECH_BENCH_ARGS ?=
 
