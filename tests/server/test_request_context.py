@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from server.request_context import TEXT_FORMAT, JsonFormatter, configure_logging, install_record_factory, request_id_from
+from server.request_context import TEXT_FORMAT, JsonFormatter, configure_logging, install_record_factory
+from server.request_context import request_id_from
 from tests.server.live_server import ThreadServer
-from tests.server.test_app import CHAT, start
+from tests.server.test_app import CHAT, start, wait_until
 
 
 class Records(logging.Handler):
@@ -41,12 +42,14 @@ def test_records_made_while_serving_a_request_carry_its_id(records: Records) -> 
         reply = httpx.post(f"{server.url}/v1/chat/completions", json={**CHAT, "max_tokens": 2, "user": "ada"},
                            headers={"X-Request-Id": "trace-7"})
         assert reply.status_code == 200
-        mine = [r for r in records.records if getattr(r, "request_id", None) == "trace-7"]
-        messages = [r.getMessage() for r in mine]
-        assert any("from user 'ada'" in m for m in messages)  # the chat service's own line
-        assert any(m.startswith("POST /v1/chat/completions 200 ") for m in messages)  # the access line
+        def messages() -> list[str]:
+            return [r.getMessage() for r in list(records.records) if getattr(r, "request_id", None) == "trace-7"]
+
+        # The access line is written once the response has gone out, so it may follow the client's read.
+        assert wait_until(lambda: any(m.startswith("POST /v1/chat/completions 200 ") for m in messages()))
+        assert any("from user 'ada'" in m for m in messages())  # the chat service's own line
         other = httpx.get(f"{server.url}/v1/models").headers["x-request-id"]
-        assert any(getattr(r, "request_id", None) == other for r in records.records)
+        assert wait_until(lambda: any(getattr(r, "request_id", None) == other for r in list(records.records)))
         # Outside a request (the worker thread, startup): "-".
         assert all(getattr(r, "request_id", None) for r in records.records)
     finally:
