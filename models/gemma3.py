@@ -35,6 +35,7 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, Keys
 
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import transformer as ops
+from gpu.ops.attention_prompt import attention_prompt
 from gpu.ops.matmul import NormedInput, embedding, folds_norms, linear, linear_glu
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.program import Executor, Program, ProgramBuilder
@@ -179,6 +180,9 @@ class Gemma3:
         # Decode steps fold each residual add and pre-norm into the matvec that consumes them (NormedInput: every
         # workgroup normalises its input itself), so the residual stream alternates between two buffers.
         fold = folds_norms(b, c.d_model, t_max)
+        # Prompt chunks (many rows of few sequences) take the blocked prompt kernel; decode steps (one row per
+        # sequence) the flash-decoding one, which splits each row's keys instead.
+        attend = attention_prompt if t_max > r_max else ops.attention
         block_input: Tensor | NormedInput = h
         for i, w in enumerate(self.layers):
             sliding = c.is_sliding(i)
@@ -188,8 +192,8 @@ class Gemma3:
             ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, i, rows, q_out,
                                    heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
             a = b.activation(f"attn{i}", (t_max, c.q_width))
-            ops.attention(b, q_out, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                          window=c.window if sliding else 0, scale=scale)
+            attend(b, q_out, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+                   window=c.window if sliding else 0, scale=scale)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
             ffn_input: Tensor | NormedInput
