@@ -42,13 +42,17 @@ def test_requests_are_counted_by_route_template_and_status(server: ThreadServer)
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no/such:model")
     httpx.get(f"{server.url}/no/such/path")
-    after = scrape(server)
     route = "/v1/models/{model}"  # one label for every model name a client sends
-    assert value(after, "hearth_http_requests_total", route=route, method="GET", status="200") == \
-        value(before, "hearth_http_requests_total", route=route, method="GET", status="200") + 1
-    assert value(after, "hearth_http_requests_total", route=route, method="GET", status="404") >= 1
-    assert value(after, "hearth_http_requests_total", route="unmatched", method="GET", status="404") >= 1
-    assert value(after, "hearth_http_request_duration_seconds_count", route=route, method="GET") >= 2
+
+    def counted() -> bool:  # a request is counted once its response has gone out: just after the client's read
+        after = scrape(server)
+        return (value(after, "hearth_http_requests_total", route=route, method="GET", status="200")
+                == value(before, "hearth_http_requests_total", route=route, method="GET", status="200") + 1
+                and value(after, "hearth_http_requests_total", route=route, method="GET", status="404") >= 1
+                and value(after, "hearth_http_requests_total", route="unmatched", method="GET", status="404") >= 1
+                and value(after, "hearth_http_request_duration_seconds_count", route=route, method="GET") >= 2)
+
+    assert wait_until(counted, timeout=5)
 
 
 def test_generation_tokens_time_to_first_token_and_rate(server: ThreadServer) -> None:
@@ -74,7 +78,9 @@ def test_generation_tokens_time_to_first_token_and_rate(server: ThreadServer) ->
     # At 10 ms a token the first one cannot take a minute; the sum is in seconds.
     assert 0 < grew("hearth_time_to_first_token_seconds_sum", **model) < 60
     route = "/v1/chat/completions"
-    assert grew("hearth_http_requests_total", route=route, method="POST", status="200") == 2
+    assert wait_until(lambda: value(scrape(server), "hearth_http_requests_total", route=route, method="POST",
+                                    status="200") - value(before, "hearth_http_requests_total", route=route,
+                                                          method="POST", status="200") == 2, timeout=5)
 
 
 def test_queue_depth_and_model_state_are_read_at_scrape_time(server: ThreadServer) -> None:
@@ -156,8 +162,8 @@ def test_audio_seconds_of_transcriptions_and_of_a_metered_speech_job() -> None:
         upload = {"file": ("a.wav", buffer.getvalue(), "audio/wav")}
         reply = httpx.post(f"{srv.url}/v1/audio/transcriptions", files=upload, data={"model": "whisper-1"}, timeout=60)
         assert reply.status_code == 200, reply.text
-        speech = httpx.post(f"{srv.url}/v1/audio/speech", json={"model": "tts-1", "input": "Hello there.",
-                                                                 "voice": "alloy", "response_format": "pcm"}, timeout=60)
+        body = {"model": "tts-1", "input": "Hello there.", "voice": "alloy", "response_format": "pcm"}
+        speech = httpx.post(f"{srv.url}/v1/audio/speech", json=body, timeout=60)
         assert speech.status_code == 200, speech.text
         samples = scrape(srv)
     assert value(samples, "hearth_audio_seconds_total", model="whisper-tiny.en", direction="transcribed") == 1.5
