@@ -137,7 +137,8 @@ def test_when_every_loaded_model_is_busy_a_new_one_is_503_with_retry_after(store
                 client.completions.create(model="two:1b", prompt="a", max_tokens=1)
             assert raised.value.status_code == 503 and raised.value.response.headers["retry-after"] == "2"
             assert raised.value.body["code"] == "model_unavailable"  # type: ignore[index]
-        assert complete(srv, "two:1b").status_code == 200  # room again once the stream is over
+        # Room again once the stream is over (its model's lease ends with its response, just after the client left).
+        assert wait_until(lambda: complete(srv, "two:1b").status_code == 200, timeout=10)
     finally:
         srv.__exit__()
 
