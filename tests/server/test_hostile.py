@@ -49,8 +49,10 @@ def assert_openai_error(response: Any, context: object) -> None:
 
 
 @schema.parametrize()
+# derandomize: CI runs the same examples every time (a red build is a real bug, reproducible); a larger
+# HEARTH_FUZZ_EXAMPLES explores further. database=None: no .hypothesis folder left in the tree.
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
-          phases=[Phase.explicit, Phase.generate])
+          phases=[Phase.explicit, Phase.generate], derandomize=True, database=None)
 def test_schema_generated_requests_never_get_a_5xx(case: schemathesis.Case) -> None:
     response = case.call()
     assert_openai_error(response, (case.operation.label, getattr(case, "body", None)))
