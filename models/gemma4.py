@@ -108,6 +108,8 @@ class Gemma4Config:
         pattern = f.value(Keys.Attention.SLIDING_WINDOW_PATTERN, None)
         if pattern is None:  # HF's default: 5 sliding layers to 1 full, the last one full
             pattern = [(i + 1) % 6 != 0 and i != n - 1 for i in range(n)]
+        elif isinstance(pattern, int):  # a period, as Gemma 3's files write it: every pattern-th layer is full
+            pattern = [(i + 1) % pattern != 0 for i in range(n)]
         sliding = tuple(bool(s) for s in _per_layer(pattern, n))
         full_dim = int(f.value(Keys.Attention.KEY_LENGTH))
         swa_dim = int(f.value(Keys.Attention.KEY_LENGTH_SWA, full_dim))
