@@ -120,10 +120,18 @@ class JobQueue:
                 self._cond.wait()
             return not self._closed
 
-    def get_nowait(self) -> Job | None:
-        """The next job, or None when none waits (or the queue is closed)."""
+    def peek(self) -> Job | None:
+        """The next job, left in the queue (None when none waits or the queue is closed)."""
         with self._cond:
-            return None if self._closed or not self._jobs else self._jobs.popleft()
+            return None if self._closed or not self._jobs else self._jobs[0]
+
+    def take(self, job: Job) -> bool:
+        """Remove `job` if it is still the next one (it may have been cancelled since it was peeked at)."""
+        with self._cond:
+            if self._jobs and self._jobs[0] is job:
+                self._jobs.popleft()
+                return True
+            return False
 
     @property
     def closed(self) -> bool:

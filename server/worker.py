@@ -181,12 +181,19 @@ class ModelWorker:
 
     def _admit(self, generator: Any, admitting: deque[tuple[Job, deque[ChoiceSpec]]],
                runs: dict[tuple[int, int], _ChoiceRun]) -> None:
-        """Move choices into the batch, in order of arrival, while it has room."""
+        """Move choices into the batch, in order of arrival, while it has room. A job stays in the queue (counted
+        as queued, its place held against max_queue, cancellable) until its first choice fits the batch."""
         while True:
             if not admitting:
-                job = self._queue.get_nowait()
+                job = self._queue.peek()
                 if job is None:
                     return
+                first = job.choices[0] if job.choices else None
+                if (not job.cancelled.is_set() and first is not None
+                        and not generator.can_admit(len(first.prompt_ids), first.max_tokens)):
+                    return
+                if not self._queue.take(job):  # cancelled and removed meanwhile
+                    continue
                 admitting.append((job, deque(job.choices)))
                 job.remaining = len(job.choices)
             job, specs = admitting[0]
