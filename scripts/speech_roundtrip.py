@@ -121,8 +121,10 @@ def main() -> None:
     parser.add_argument("--voice", default="jf_alpha")
     parser.add_argument("--tts", choices=("hearth", "onnxruntime"), default="hearth")
     parser.add_argument("--asr", choices=("hearth", "faster-whisper"), default="hearth")
+    parser.add_argument("--sentences", type=int, default=len(SENTENCES), help="the first N sentences only")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    del SENTENCES[args.sentences:]
     clips, synth_s = synthesize_all(args.tts, args.voice)
     texts = transcribe_all(args.asr, clips)
     errors = total = 0
