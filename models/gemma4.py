@@ -44,6 +44,7 @@ from gguf import MODEL_TENSOR, GGUFReader, Keys, TokenType
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import gemma4 as g4
 from gpu.ops import transformer as ops
+from gpu.ops.attention_prompt import attention_prompt
 from gpu.ops.matmul import embedding, linear, linear_glu
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.program import Executor, Program, ProgramBuilder
@@ -287,7 +288,7 @@ class Gemma4:
                 x, h, pli, rows = (self._gather(b, io, v, r_max, f"{name}_out") if v is not None else None
                                    for v, name in ((x, "x"), (h, "h"), (pli, "pli"), (rows, "rows")))
                 t = r_max
-            a = self._attention(b, w, i, h, pool, rows, t)
+            a = self._attention(b, w, i, h, pool, rows, t, prompt=t > r_max)
             o = b.activation(f"o{i}", (t, c.d_model))
             linear(b, w.o, a, o, t)
             h2 = b.activation(f"h2_{i}", (t, c.d_model))
@@ -341,8 +342,9 @@ class Gemma4:
         return pli
 
     def _attention(self, b: ProgramBuilder, w: LayerWeights, i: int, h: Tensor, pool: KVPool, rows: Tensor,
-                   t_max: int) -> Tensor:
-        """Attention output [T, H * Dh_i] of layer i; unshared layers append their k, v to the cache first."""
+                   t_max: int, prompt: bool) -> Tensor:
+        """Attention output [T, H * Dh_i] of layer i; unshared layers append their k, v to the cache first.
+        prompt: rows of prompt chunks (the blocked prompt kernel), else decode rows (flash-decoding splits)."""
         c = self.config
         sliding = c.sliding[i]
         rope = self.rope_swa if sliding else self.rope_full
@@ -358,8 +360,9 @@ class Gemma4:
             ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, cache, rows, q_out,
                                    heads=c.n_heads, kv_heads=c.kv_heads[i], eps=c.eps, v_norm=True)
         a = b.activation(f"attn{i}", (t_max, c.q_width(i)))
-        ops.attention(b, q_out, pool, cache, rows, a, heads=c.n_heads, kv_heads=c.kv_heads[i],
-                      head_dim=c.head_dims[i], window=c.window if sliding else 0, scale=1.0)
+        attend = attention_prompt if prompt else ops.attention
+        attend(b, q_out, pool, cache, rows, a, heads=c.n_heads, kv_heads=c.kv_heads[i],
+               head_dim=c.head_dims[i], window=c.window if sliding else 0, scale=1.0)
         return a
 
     def _feed_forward(self, b: ProgramBuilder, w: LayerWeights, i: int, x: Tensor, h2: Tensor, t_max: int,
