@@ -187,7 +187,8 @@ class ModelManager:
         if entry is None:
             raise ModelNotFound(name)
         if entry.kind != kind:
-            what = "a chat" if entry.kind == "text" else f"an {entry.kind}" if entry.kind[0] in "ae" else f"a {entry.kind}"
+            article = "an" if entry.kind[0] in "ae" else "a"
+            what = "a chat" if entry.kind == "text" else f"{article} {entry.kind}"
             raise InvalidRequest(f"The model `{name}` is {what} model (use {ENDPOINTS[entry.kind]}).", param="model",
                                  code="model_not_supported")
         try:
