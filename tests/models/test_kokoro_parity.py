@@ -43,11 +43,12 @@ def snr_db(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 def test_durations_match_reference(model):
-    """The front (ALBERT, prosody encoder, duration LSTM) on all sentences: identical durations."""
+    """The front (ALBERT, prosody encoder, duration LSTM) on the three shortest sentences: identical durations
+    (the heavy tests check every sentence's durations along with its audio)."""
     from models import kokoro_net
 
     sentences, _ = _golden()
-    for s in sentences:
+    for s in sorted(sentences, key=lambda s: len(s["ids"]))[:3]:
         ids = np.array([0, *s["ids"], 0], np.uint32)
         durations = kokoro_net.front(model, ids, model.style(model.voices[s["voice"]], len(s["ids"])), s["speed"])
         assert durations.tolist() == s["durations"], s["text"]
