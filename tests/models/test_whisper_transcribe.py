@@ -12,9 +12,8 @@ Each 30 s window costs one encoder pass, about 15-25 s on lavapipe (2 shared cor
 
 from __future__ import annotations
 
-import os
-
 import json
+import os
 import re
 from pathlib import Path
 
