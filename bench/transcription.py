@@ -5,8 +5,9 @@ default temperatures, no VAD) of the golden clips (tests/golden/whisper/clips: 2
 story, about 110 s of audio), with the model already loaded and one untimed warm-up clip. faster-whisper runs the
 shipped CTranslate2 tiny.en (float32 compute on CPU, CUDA when CTranslate2 has it); it is imported from
 --peer-python (default: this interpreter; the reference venv has it) in a subprocess. Where PyTorch has CUDA and
-CTranslate2 does not, transformers' Whisper on CUDA (same weights, float16, greedy generate per 30 s window) is
-timed too, as the GPU peer.
+CTranslate2 does not (or where CTranslate2 is not installed at all, as on the GPU machine), transformers' Whisper on
+CUDA (same weights, float16, greedy generate per 30 s window, transformers' own feature extractor) is timed too, as
+the GPU peer. Every engine gets the same 16 kHz samples (audio/decode.py, PyAV).
 
     .venv/bin/python bench/transcription.py [--clips 21] [--peer-python /work/refvenv/bin/python] [--json out.json]
 
@@ -52,12 +53,13 @@ def run_hearth(paths: list[Path]) -> dict:
 def run_faster_whisper(paths: list[Path]) -> dict:
     import ctranslate2
     from faster_whisper import WhisperModel
-    from faster_whisper.audio import decode_audio
+
+    from audio.decode import decode_audio
 
     model_dir = _model_dir()
     cuda = ctranslate2.get_cuda_device_count() > 0
     model = WhisperModel(str(model_dir), device="cuda" if cuda else "cpu", compute_type="float32")
-    audios = [decode_audio(str(p)) for p in paths]
+    audios = [decode_audio(p.read_bytes()) for p in paths]
     list(model.transcribe(audios[0], beam_size=1, vad_filter=False)[0])
     started = time.perf_counter()
     texts = ["".join(s.text for s in model.transcribe(a, beam_size=1, vad_filter=False, language="en")[0])
@@ -75,9 +77,9 @@ def run_transformers(paths: list[Path], device: str = "cuda") -> dict | None:
     dtype = torch.float16 if device == "cuda" else torch.float32
     import importlib.util
 
-    from faster_whisper.audio import decode_audio
-    from faster_whisper.feature_extractor import FeatureExtractor
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
+    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    from audio.decode import decode_audio
 
     from models.whisper_weights import load_checkpoint
 
@@ -95,11 +97,12 @@ def run_transformers(paths: list[Path], device: str = "cuda") -> dict | None:
     model = WhisperForConditionalGeneration(config)
     model.load_state_dict(golden.hf_state_dict(ckpt.tensors, (c.n_audio_layers, c.n_text_layers)), strict=False)
     model = model.to(device=device, dtype=dtype).eval()
-    extractor = FeatureExtractor(feature_size=c.n_mels)
+    extractor = WhisperFeatureExtractor(feature_size=c.n_mels)
     tok = ckpt.tokenizer
 
     def transcribe(audio) -> str:
-        mel = extractor(audio)
+        mel = extractor(audio, sampling_rate=16000, padding="longest", truncation=False,
+                        return_tensors="np").input_features[0]
         texts = []
         for start in range(0, max(1, mel.shape[1] - 1), 3000):
             window = torch.zeros((1, c.n_mels, 3000), dtype=dtype, device=device)
@@ -111,7 +114,7 @@ def run_transformers(paths: list[Path], device: str = "cuda") -> dict | None:
             texts.append(tok.decode(ids[0].tolist()))
         return "".join(texts)
 
-    audios = [decode_audio(str(p)) for p in paths]
+    audios = [decode_audio(p.read_bytes()) for p in paths]
     transcribe(audios[0])
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
@@ -151,8 +154,12 @@ def main() -> None:
     args = parser.parse_args()
     paths = clip_paths(args.clips)
     if args.peer_only:
-        results = [run_faster_whisper(paths)]
-        if not results[0]["ctranslate2_cuda"] or args.transformers_device != "cuda":
+        try:
+            results = [run_faster_whisper(paths)]
+        except ImportError as error:  # the GPU machine has no CTranslate2 wheel for its CUDA
+            print(f"faster-whisper is not installed here ({error}): skipped", file=sys.stderr)
+            results = []
+        if not results or not results[0]["ctranslate2_cuda"] or args.transformers_device != "cuda":
             other = run_transformers(paths, args.transformers_device)
             if other:
                 results.append(other)
@@ -167,7 +174,8 @@ def main() -> None:
         peers = []
     audio = hearth["audio_seconds"]
     print(f"{len(paths)} clips, {audio:.1f} s of audio, {platform.node()}")
-    print(f"{'engine':<28} {'device':<28} {'seconds':>8} {'RTF':>7} {'same text':>10}")
+    print(f"{'engine':<28} {'device':<28} {'seconds':>8} {'RTF':>7} {'same text':>10}"
+          + (f" (as {peers[0]['engine']})" if peers else ""))
     for r in [hearth] + peers:
         same = sum(a.strip() == b.strip() for a, b in zip(r["texts"], peers[0]["texts"])) if peers else 0
         print(f"{r['engine']:<28} {r['device'][:28]:<28} {r['seconds']:8.2f} {r['seconds'] / audio:7.3f} "
