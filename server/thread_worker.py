@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from server.errors import QueueFull
+from server.worker_base import Loader, WorkerBase
 
 log = logging.getLogger("hearth.worker")
 
 T = TypeVar("T")
-Loader = Callable[..., Any]  # (source, *, progress) -> model
 
 
 @dataclass
@@ -42,45 +42,23 @@ class _Finished:
     """Marks the end of a streamed job's items."""
 
 
-class ThreadWorker:
+class ThreadWorker(WorkerBase):
     """Loads one model in its own thread, then runs queued jobs on it in order."""
 
     kind = "model"
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, warm_up: bool = True) -> None:
-        self.name = name
-        self.source = source
-        self._loader = loader
-        self._warm_up = warm_up
+        super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-{self.kind}-{name}")
         self.max_queue = max_queue
         self._pending: deque[Any] = deque()  # Jobs, or a subclass's requests (anything with a .future)
         self._cond = threading.Condition()
         self._closed = False
-        self._loaded: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, name=f"hearth-{self.kind}-{name}", daemon=True)
-        self.model: Any = None
-        self.state = "loading"
-        self.error: str | None = None
-        self.progress = 0.0
-        self.running = 0
-        self.last_used = time.monotonic()
 
     # -- event-loop side -----------------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
     @property
     def queued(self) -> int:
         with self._cond:
             return len(self._pending)
-
-    @property
-    def idle(self) -> bool:
-        return self.running == 0 and self.queued == 0
-
-    async def wait_ready(self) -> None:
-        """Return once loaded; raise the load's exception if it failed."""
-        await asyncio.wrap_future(self._loaded)
 
     def _enqueue(self, item: Any, retry_after_s: int) -> None:
         """Queue a job (or a subclass's request); QueueFull when max_queue wait already."""
@@ -156,17 +134,9 @@ class ThreadWorker:
         for item in left:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(RuntimeError("the server is shutting down"))
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        self.state = "stopped"
+        self._join(timeout)
 
     # -- worker thread -------------------------------------------------------------------
-    def _on_progress(self, done: int, total: int) -> None:
-        fraction = done / total if total else 1.0
-        if int(fraction * 10) > int(self.progress * 10) or done == total:
-            log.info("loading %s: %3.0f%% (%.0f/%.0f MB)", self.name, 100 * fraction, done / 1e6, total / 1e6)
-        self.progress = fraction
-
     def warm_up(self, model: Any) -> None:
         """Run something small once after loading so the first request does not pay for compiling pipelines."""
 
@@ -209,18 +179,6 @@ class ThreadWorker:
             finally:
                 self.running = 0
                 self.last_used = time.monotonic()
-
-    def _run(self) -> None:
-        try:
-            self._load()
-        except BaseException as error:  # noqa: BLE001 - reported to every waiting request and to /health
-            log.exception("loading %s failed", self.name)
-            self.state, self.error = "failed", f"{type(error).__name__}: {error}"
-            self._loaded.set_exception(error)
-            return
-        self.state = "ready"
-        self._loaded.set_result(None)
-        self._serve()
 
 
 def load_on_own_device(load: Callable[..., Any], source: str, **kwargs: Any) -> Any:

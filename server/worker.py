@@ -10,12 +10,9 @@ away leaves the batch within one round, and its KV pages go back to the pool.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,62 +22,36 @@ from models.sampler import SampledToken
 from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
 from server.text_stream import TextStream
+from server.thread_worker import load_on_own_device as _on_own_device
+from server.worker_base import Loader, WorkerBase
 
 log = logging.getLogger("hearth.worker")
-
-Loader = Callable[..., Any]  # (source, *, progress, kv_dtype, context_length) -> TextModel
 
 
 def load_on_own_device(source: str, **kwargs: Any) -> Any:
     """Load a text model on a wgpu device of its own, so workers never share a device or a queue."""
-    import os
-
-    from gpu.device import Device, choose_adapter
     from models.text_model import load_text_model
 
-    device = Device(choose_adapter(os.environ.get("HEARTH_ADAPTER")))
-    return load_text_model(source, device=device, **kwargs)
+    return _on_own_device(load_text_model, source, **kwargs)
 
 
-class ModelWorker:
+class ModelWorker(WorkerBase):
     """Loads one model in its own thread, then serves its queue until stopped."""
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None) -> None:
-        self.name = name
-        self.source = source
-        self._loader = loader
+        super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
         self._load_kwargs: dict[str, Any] = {"kv_dtype": kv_dtype, "context_length": context_length}
         if max_batch is not None:
             self._load_kwargs["max_batch"] = max_batch
-        self._warm_up = warm_up
         self._queue = JobQueue(max_queue)
-        self._loaded: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, name=f"hearth-worker-{name}", daemon=True)
-        self.model: Any = None
         self.chat_template: ChatTemplate | None = None
-        self.state = "loading"
-        self.error: str | None = None
-        self.progress = 0.0
-        self.running = 0
-        self.last_used = time.monotonic()
         self._current: Job | None = None
 
     # -- event-loop side -----------------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
     @property
     def queued(self) -> int:
         return len(self._queue)
-
-    @property
-    def idle(self) -> bool:
-        return self.running == 0 and self.queued == 0
-
-    async def wait_ready(self) -> None:
-        """Return once loaded; raise the load's exception if it failed."""
-        await asyncio.wrap_future(self._loaded)
 
     def submit(self, job: Job, retry_after_s: int) -> JobHandle:
         """Queue a job (on the event loop's thread); QueueFull when too many wait already."""
@@ -103,20 +74,9 @@ class ModelWorker:
         current = self._current
         if current is not None:  # stops within a token
             current.cancelled.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        self.state = "stopped"
+        self._join(timeout)
 
     # -- worker thread -------------------------------------------------------------------
-    def _on_progress(self, done: int, total: int) -> None:
-        fraction = done / total if total else 1.0
-        if int(fraction * 10) > int(self.progress * 10) or done == total:
-            # Loaders count tensors or bytes; show bytes in MB.
-            unit, scale = ("MB", 1e6) if total >= 1e6 else ("", 1)
-            log.info("loading %s: %3.0f%% (%.0f/%.0f%s)", self.name, 100 * fraction, done / scale, total / scale,
-                     unit and f" {unit}")
-        self.progress = fraction
-
     def _load(self) -> None:
         started = time.perf_counter()
         log.info("loading %s from %s", self.name, self.source)
@@ -134,20 +94,9 @@ class ModelWorker:
         log.info("%s ready in %.1f s (context %d tokens%s)", self.name, time.perf_counter() - started,
                  self.model.context_length, ", built-in Gemma chat format" if self.chat_template.builtin else "")
 
-    def _run(self) -> None:
-        try:
-            self._load()
-        except BaseException as error:  # noqa: BLE001 - reported to every waiting request and to /health
-            log.exception("loading %s failed", self.name)
-            self.state, self.error = "failed", f"{type(error).__name__}: {error}"
-            self._loaded.set_exception(error)
-            return
-        self.state = "ready"
-        self._loaded.set_result(None)
-        self._serve(self.model.generator())
-
-    def _serve(self, generator: Any) -> None:
+    def _serve(self) -> None:
         """The batch loop: admit choices while the batch has room, run a round, route its events."""
+        generator = self.model.generator()
         admitting: deque[tuple[Job, deque[ChoiceSpec]]] = deque()  # jobs taken from the queue, choices left
         runs: dict[tuple[int, int], _ChoiceRun] = {}  # by (id(job), choice index)
         while True:
