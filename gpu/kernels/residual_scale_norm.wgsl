@@ -24,31 +24,9 @@ override WG: u32 = 64u;          // invocations per row (a power of two)
 @group(0) @binding(6) var<storage, read_write> h: array<f32>;    // [T_MAX, D], or [R_MAX, D] when GATHER
 @group(0) @binding(7) var<storage, read> out_rows: array<u32>;   // [R_MAX] token rows of the output head
 
-fn row_main(row: u32, lid: u32) {
-    var in_row = row;   // uniform across the workgroup
-    if (GATHER) {
-        if (row >= step.n_out) { return; }
-        in_row = out_rows[row];
-    } else if (row >= step.n_tokens) {
-        return;
-    }
-    let base = in_row * D;
-    var sum_y = 0.0;
-    for (var i = lid; i < D; i += WG) {
-        let v = y[base + i];
-        sum_y += v * v;
-    }
-    let inv_y = inverseSqrt(row_sum(sum_y) / f32(D) + EPS);
-    let s = scale[0];
-    var sum_x = 0.0;
-    for (var i = lid; i < D; i += WG) {
-        let r = (x[base + i] + y[base + i] * inv_y * w_post[i]) * s;
-        x[base + i] = r;
-        sum_x += r * r;
-    }
-    let inv_x = inverseSqrt(row_sum(sum_x) / f32(D) + EPS);
-    let dst = row * D;
-    for (var i = lid; i < D; i += WG) {
-        h[dst + i] = x[base + i] * inv_x * w_next[i];
-    }
+fn block_scale() -> f32 {
+    return scale[0];
 }
+
+// The row's work, written once for this kernel and residual_norm.wgsl.
+#include "common/residual_norm_row.wgsl"
