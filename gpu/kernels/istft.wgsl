@@ -3,10 +3,7 @@
 // imaginary parts of the DC and Nyquist bins ignored, as an inverse real FFT does), windowed, overlap-added,
 // divided by the summed squared window, and the first and last n_fft / 2 samples trimmed:
 // (frames - 1) * 5 samples. Work split: one invocation per output sample (its <= 4 frames), 256 per group.
-const N_FFT: u32 = 20u;
-const HOP: u32 = 5u;
-const BINS: u32 = 11u;
-const TWO_PI: f32 = 6.2831855;
+#include "kokoro/stft_basis.wgsl"
 
 // params: 0 frames, 1 output samples; 63 is 0
 @group(0) @binding(0) var<storage, read> p: array<u32>;
@@ -28,12 +25,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var env = 0.0;
     for (var f = f_first; f <= f_last; f++) {
         let n = u32(pos - f * i32(HOP));
-        let win = 0.5 - 0.5 * cos(TWO_PI * f32(n) / f32(N_FFT));
+        let win = hann(n);
         var v = 0.0;
         for (var k = 0u; k < BINS; k++) {
             let mag = exp(x[k * u32(frames) + u32(f)]);
             let ph = sin(x[(BINS + k) * u32(frames) + u32(f)]);
-            let ang = TWO_PI * f32((k * n) % N_FFT) / f32(N_FFT);
+            let ang = dft_angle(k, n);
             let re = mag * cos(ph);
             let im = mag * sin(ph);
             if (k == 0u) {

@@ -3,10 +3,7 @@
 // magnitudes of bins 0..10, rows 11..21 their angles (atan2). The DC and Nyquist bins have no imaginary part
 // (an FFT gives exactly 0 there, so their angle is 0 or pi as PyTorch's).
 // Work split: one invocation per (frame, bin), 256 per workgroup, grid spread over x, y.
-const N_FFT: u32 = 20u;
-const HOP: u32 = 5u;
-const BINS: u32 = 11u;
-const TWO_PI: f32 = 6.2831855;
+#include "kokoro/stft_basis.wgsl"
 
 // params: 0 N samples, 1 frames (N / HOP + 1); 63 is 0
 @group(0) @binding(0) var<storage, read> p: array<u32>;
@@ -30,9 +27,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var s = i32(f * HOP + n) - i32(N_FFT / 2u);
         if (s < 0) { s = -s; }
         if (s >= n_samples) { s = 2 * (n_samples - 1) - s; }
-        let win = 0.5 - 0.5 * cos(TWO_PI * f32(n) / f32(N_FFT));
+        let win = hann(n);
         let v = x[u32(s)] * win;
-        let ang = TWO_PI * f32((k * n) % N_FFT) / f32(N_FFT);
+        let ang = dft_angle(k, n);
         re += v * cos(ang);
         im -= v * sin(ang);
     }
