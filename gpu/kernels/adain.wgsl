@@ -11,6 +11,8 @@ override AFFINE: u32 = 0u;
 override ACT: u32 = 0u;
 override BY_GROUP: bool = true;
 
+#include "kokoro/leaky_relu.wgsl"
+
 // params: 0 groups, 1 n (elements per group), 2 element stride, 3 group stride, 4 eps (f32 bits),
 // 5 slope (f32 bits), 6 C (channels: offset of beta in h); 63 is 0
 @group(0) @binding(0) var<storage, read> p: array<u32>;
@@ -68,7 +70,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             v = (1.0 + w0[c]) * v + w0[channels + c];
         }
         if (ACT == 1u) {
-            v = select(v * slope, v, v >= 0.0);
+            v = leaky_relu(v, slope);
         } else if (ACT == 2u) {
             let a = w1[c];
             let sn = sin(a * v);

@@ -14,12 +14,8 @@ override REFLECT_LEFT: bool = false;
 
 // params: 0 C_in, 1 C_out, 2 T_in, 3 T_out (conv columns, before any reflection pad), 4 stride, 5 pad,
 // 6 slope (f32 bits); 63 is 0
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> r: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+#include "kokoro/layer_bindings.wgsl"
+#include "kokoro/leaky_relu.wgsl"
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -30,7 +26,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let cols = select(t_conv, t_conv + 1u, REFLECT_LEFT);
     let col = wid.x * 64u + lid;
     let o0 = wid.y * 4u;
-    if (p[63] == 0xffffffffu) { y[0] = r[0]; }
+    keep_residual_bound();
     if (col >= cols) {
         return;
     }
@@ -51,14 +47,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var q = 0u; q < 4u; q++) {
                 let c = min(o0 + q, c_out - 1u);
                 var v = x[c * u32(t_in) + u32(s)];
-                if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
+                if (PRE_ACT) { v = leaky_relu(v, slope); }
                 acc[q] += v * w[c * K + u32(j)];
             }
         } else {
             let wrow = u32(j) * c_out + o0;
             for (var i = 0u; i < c_in; i++) {
                 var v = x[i * u32(t_in) + u32(s)];
-                if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
+                if (PRE_ACT) { v = leaky_relu(v, slope); }
                 let wb = i * K * c_out + wrow;
                 acc += v * vec4<f32>(w[wb], w[min(wb + 1u, wb + c_out - o0 - 1u)],
                                      w[min(wb + 2u, wb + c_out - o0 - 1u)], w[min(wb + 3u, wb + c_out - o0 - 1u)]);

@@ -13,12 +13,8 @@ override R_SHIFT: u32 = 0u;      // residual time index = t >> R_SHIFT
 
 // params: 0 C_in, 1 C_out, 2 T_in, 3 T_out, 4 stride, 5 pad, 6 dilation, 7 slope (f32 bits),
 // 8 out_scale (f32 bits), 9 x offset, 10 y offset, 11 r offset (elements); 63 is 0
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> r: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+#include "kokoro/layer_bindings.wgsl"
+#include "kokoro/leaky_relu.wgsl"
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -28,7 +24,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t_out = p[3];
     let t = wid.x * 64u + lid;
     let o0 = wid.y * 4u;
-    if (p[63] == 0xffffffffu) { y[0] = r[0]; }
+    keep_residual_bound();
     if (t >= t_out) {
         return;
     }
@@ -46,9 +42,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 continue;
             }
             var v = x[x_off + i * u32(t_in) + u32(s)];
-            if (PRE_ACT) {
-                v = select(v * slope, v, v >= 0.0);
-            }
+            if (PRE_ACT) { v = leaky_relu(v, slope); }
             let wi = i * K + j;
             for (var q = 0u; q < 4u; q++) {
                 let o = min(o0 + q, c_out - 1u);

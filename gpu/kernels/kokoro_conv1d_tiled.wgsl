@@ -17,12 +17,8 @@ const WIN: u32 = 192u; // window columns kept (>= TT + (K - 1) * dil)
 
 // params: 0 C_in, 1 C_out, 2 T_in, 3 T_out, 4 stride (1), 5 pad, 6 dilation, 7 slope (f32 bits),
 // 8 out_scale (f32 bits), 9 x offset, 10 y offset, 11 r offset (elements); 63 is 0
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> r: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+#include "kokoro/layer_bindings.wgsl"
+#include "kokoro/leaky_relu.wgsl"
 
 var<workgroup> xs: array<f32, 1536>;        // CI x WIN
 var<workgroup> ws: array<vec4<f32>, 256>;   // [CI][K][2] x vec4 (8 outputs)
@@ -40,7 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t0 = wid.x * TT;
     let o0 = wid.y * OC;
     let span = TT + (K - 1u) * dil;
-    if (p[63] == 0xffffffffu) { y[0] = r[0]; }
+    keep_residual_bound();
     var a0 = vec4<f32>(0.0);  // outputs o0..o0+3 at t0 + lid
     var a1 = vec4<f32>(0.0);  // outputs o0+4..o0+7 at t0 + lid
     var b0 = vec4<f32>(0.0);  // the same at t0 + 64 + lid
@@ -54,7 +50,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var v = 0.0;
             if (i0 + ci < c_in && s >= 0 && s < t_in) {
                 v = x[x_off + (i0 + ci) * u32(t_in) + u32(s)];
-                if (PRE_ACT) { v = select(v * slope, v, v >= 0.0); }
+                if (PRE_ACT) { v = leaky_relu(v, slope); }
             }
             xs[ci * WIN + col] = v;
         }

@@ -1,6 +1,6 @@
-// kokoro_linear: y[t, n] = act(sum_k x[t, k] * wt[k, n] + bias[n]) (+ r[t, n]) for Kokoro's dynamic-length layers.
+// kokoro_linear: y[t, n] = act(sum_k x[t, k] * w[k, n] + bias[n]) (+ r[t, n]) for Kokoro's dynamic-length layers.
 // x and y are addressed through strides (params), so the same kernel reads and writes row-major [T, C] or
-// channel-major [C, T] activations, and y may be a column slice of wider rows. wt: f32 [K, N], PyTorch's Linear
+// channel-major [C, T] activations, and y may be a column slice of wider rows. w: f32 [K, N], PyTorch's Linear
 // weight transposed at upload, so neighbouring invocations (along n) read neighbouring weights.
 // Work split: one invocation per (8 rows, n), 64 invocations along n per workgroup; grid (ceil(N/64), ceil(T/8)):
 // each weight is read once per 8 rows. The residual r is added after the activation and shares y's addressing.
@@ -13,12 +13,7 @@ const TR: u32 = 8u;  // rows per invocation
 
 // params (u32 words): 0 T rows, 1 K inputs, 2 N outputs, 3 x stride per t, 4 x stride per k,
 // 5 y stride per t, 6 y stride per n, 7 y offset (elements); word 63 is always 0 (keeps bindings alive)
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> wt: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> r: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+#include "kokoro/layer_bindings.wgsl"
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -27,7 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n_count = p[2];
     let n = wid.x * 64u + lid;
     let t0 = wid.y * TR;
-    if (p[63] == 0xffffffffu) { y[0] = r[0]; }
+    keep_residual_bound();
     if (n >= n_count) {
         return;
     }
@@ -41,7 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var lo = vec4<f32>(0.0);
     var hi = vec4<f32>(0.0);
     for (var k = 0u; k < k_count; k++) {
-        let wv = wt[k * n_count + n];
+        let wv = w[k * n_count + n];
         let xk = k * xs_k;
         lo += wv * vec4<f32>(x[base[0] + xk], x[base[1] + xk], x[base[2] + xk], x[base[3] + xk]);
         hi += wv * vec4<f32>(x[base[4] + xk], x[base[5] + xk], x[base[6] + xk], x[base[7] + xk]);
