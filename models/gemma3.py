@@ -38,6 +38,7 @@ from gpu.ops import transformer as ops
 from gpu.ops.attention_prompt import attention_prompt
 from gpu.ops.matmul import NormedInput, embedding, folds_norms, linear, linear_glu
 from gpu.ops.sampling import gumbel_sample as sample
+from gpu.ops.transformer import RawQKV
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight, upload_weight
@@ -181,19 +182,26 @@ class Gemma3:
         # workgroup normalises its input itself), so the residual stream alternates between two buffers.
         fold = folds_norms(b, c.d_model, t_max)
         # Prompt chunks (many rows of few sequences) take the blocked prompt kernel; decode steps (one row per
-        # sequence) the flash-decoding one, which splits each row's keys instead.
-        attend = attention_prompt if t_max > r_max else ops.attention
+        # sequence) the flash-decoding one, which splits each row's keys instead and, on a GPU, does
+        # qk_norm_rope_store's work in its own prologue (RawQKV: no row needs another row's new key).
+        prompt = t_max > r_max
+        raw_qkv = not prompt and not b.device.is_software
         block_input: Tensor | NormedInput = h
         for i, w in enumerate(self.layers):
             sliding = c.is_sliding(i)
             rope = self.rope_local if sliding else self.rope_global
             q, k, v = self._projections(b, w.qkv, block_input, t_max, f"qkv{i}")
-            q_out = b.activation(f"q{i}", (t_max, c.q_width))
-            ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, i, rows, q_out,
-                                   heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
+            queries: Tensor | RawQKV
+            if raw_qkv:
+                queries = RawQKV(q, k, v, w.q_norm, w.k_norm, rope, c.eps)
+            else:
+                queries = b.activation(f"q{i}", (t_max, c.q_width))
+                ops.qk_norm_rope_store(b, q, k, v, w.q_norm, w.k_norm, rope, pool, i, rows, queries,
+                                       heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
             a = b.activation(f"attn{i}", (t_max, c.q_width))
-            attend(b, q_out, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                   window=c.window if sliding else 0, scale=scale)
+            (attention_prompt if prompt else ops.attention)(
+                b, queries, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+                window=c.window if sliding else 0, scale=scale)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
             ffn_input: Tensor | NormedInput

@@ -12,10 +12,18 @@
 // (adjacent invocations read adjacent words of the key row), summed in workgroup memory;
 // for values, invocation i accumulates dims i, i + 256, ...
 // With SPLITS == 1 it writes the normalised result to out[row, :]; otherwise out is a scratch
-// of [rows, SPLITS, D + 2] holding (max, sum, unnormalised acc[D]) per part, merged by
-// attention_combine.wgsl.
+// of [rows, SPLITS, D + 4] holding (unnormalised acc[D], max, sum, 2 unused) per part, merged by
+// attention_combine.wgsl (acc first at a stride of D + 4 keeps each part's acc 16-byte aligned).
+//
+// Where q and the newest key come from (Q_SOURCE, attention/q_${Q_SOURCE}.wgsl, which declares
+// bindings 1-3 and the hooks load_query, key_pair, value_at):
+//   "cache"  q as qk_norm_rope_store.wgsl wrote it, every key and value from the cache;
+//   "raw"    decode steps: the prologue normalises and rotates q from the q|k|v projection itself and,
+//            in the part holding the token's position p, k(p) and v(p) too, which it stores in the cache
+//            (so qk_norm_rope_store's dispatch is not needed) and uses from workgroup memory.
 #include "common/step.wgsl"
 #include "common/rows.wgsl"
+#include "attention/q_${Q_SOURCE}.wgsl"
 
 override D: u32 = 256u;         // head dimension (a multiple of 16, at most 512)
 override HEADS: u32 = 4u;       // query heads
@@ -36,9 +44,7 @@ const KV_WIDTH: u32 = KV_HEADS * D;     // cache values per token
 const NEG_BIG: f32 = -3.4028235e38;
 
 @group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<storage, read> q: array<f32>;          // [T_MAX, HEADS, D]
-@group(0) @binding(2) var<storage, read> k_cache: array<u32>;    // [n_ctx, KV_HEADS, D] words
-@group(0) @binding(3) var<storage, read> v_cache: array<u32>;
+// bindings 1 (q), 2 (k_cache) and 3 (v_cache): attention/q_${Q_SOURCE}.wgsl
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D] or partials
 @group(0) @binding(5) var<storage, read> rows: array<vec4<u32>>; // [T_MAX] (position, slot, -, -)
 @group(0) @binding(6) var<storage, read> page_table: array<u32>; // [slots, MAX_PAGES]
@@ -48,24 +54,33 @@ var<workgroup> dots: array<f32, WG>;
 var<workgroup> weights: array<f32, KEYS>;
 var<workgroup> key_rows: array<u32, KEYS>;  // first cache word index of each key of the chunk
 
-fn value_at(index: u32) -> f32 {
+// Value `dim` of the cache row whose first value index is `row`.
+fn cached_value(row: u32, dim: u32) -> f32 {
+    let index = row + dim;
     if (KV_F16) {
         return unpack2x16float(v_cache[index >> 1u])[index & 1u];
     }
     return bitcast<f32>(v_cache[index]);
 }
 
-// Part of q . k over dims [first, first + LANE_DIMS) of the key row starting at value `row`.
-fn partial_dot(row: u32, first: u32) -> f32 {
-    var sum = 0.0;
+// Dims i, i + 1 (i even) of the cached key row whose first value index is `row`.
+fn cached_key_pair(row: u32, i: u32) -> vec2<f32> {
     if (KV_F16) {
-        for (var i = first; i < first + LANE_DIMS; i += 2u) {
-            let kv = unpack2x16float(k_cache[(row + i) >> 1u]);
+        return unpack2x16float(k_cache[(row + i) >> 1u]);
+    }
+    return vec2<f32>(bitcast<f32>(k_cache[row + i]), bitcast<f32>(k_cache[row + i + 1u]));
+}
+
+// Part of q . k over dims [first, first + LANE_DIMS) of key position `key`, whose cache row starts at value `row`.
+fn partial_dot(key: u32, row: u32, first: u32) -> f32 {
+    var sum = 0.0;
+    for (var i = first; i < first + LANE_DIMS; i += 2u) {
+        let kv = key_pair(key, row, i);
+        if (KV_F16) {
             sum += q_row[i] * kv.x + q_row[i + 1u] * kv.y;
-        }
-    } else {
-        for (var i = first; i < first + LANE_DIMS; i++) {
-            sum += q_row[i] * bitcast<f32>(k_cache[row + i]);
+        } else {
+            sum += q_row[i] * kv.x;
+            sum += q_row[i + 1u] * kv.y;
         }
     }
     return sum;
@@ -81,7 +96,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let t = row / HEADS;
-    let kv_base = (row % HEADS) / (HEADS / KV_HEADS) * D;
+    let kv_head = (row % HEADS) / (HEADS / KV_HEADS);
+    let kv_base = kv_head * D;
     let p = rows[t].x;
     let slot = rows[t].y;
     var lo = 0u;
@@ -92,9 +108,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let start = lo + part * per_part;
     let end = min(start + per_part, p + 1u);   // keys [start, end); empty when start >= end
 
-    for (var i = lid; i < D; i += WG) {
-        q_row[i] = q[row * D + i];
-    }
+    // the part whose keys include p (exactly one: the parts tile [lo, p]) also has the token's own key
+    load_query(row, t, kv_head, p, start <= p && p < end, lid);
     workgroupBarrier();
 
     var running_max = NEG_BIG;
@@ -108,7 +123,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let n_keys = min(KEYS, end - chunk);
         var d = 0.0;
         if (my_key < n_keys) {
-            d = partial_dot(pool_row(slot, chunk + my_key) * KV_WIDTH + kv_base, my_lane * LANE_DIMS);
+            let key = chunk + my_key;
+            d = partial_dot(key, pool_row(slot, key) * KV_WIDTH + kv_base, my_lane * LANE_DIMS);
         }
         dots[lid] = d;
         workgroupBarrier();
@@ -141,7 +157,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (dim < D) {
                 var a = acc[r] * correction;
                 for (var j = 0u; j < n_keys; j++) {
-                    a += weights[j] * value_at(key_rows[j] + dim);
+                    a += weights[j] * value_at(chunk + j, key_rows[j], dim);
                 }
                 acc[r] = a;
             }
@@ -156,13 +172,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         return;
     }
-    let base = group * (D + 2u);
+    let base = group * (D + 4u);
     if (lid == 0u) {
-        out[base] = running_max;
-        out[base + 1u] = running_sum;
+        out[base + D] = running_max;
+        out[base + D + 1u] = running_sum;
     }
     for (var r = 0u; r < PER_THREAD; r++) {
         let dim = lid + r * WG;
-        if (dim < D) { out[base + 2u + dim] = acc[r]; }
+        if (dim < D) { out[base + dim] = acc[r]; }
     }
 }

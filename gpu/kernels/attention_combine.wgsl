@@ -14,7 +14,7 @@ override SPLITS: u32 = 2u;
 const WG: u32 = 256u;
 
 @group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;   // [T_MAX * HEADS, SPLITS, D + 2]
+@group(0) @binding(1) var<storage, read> partials: array<f32>;   // [T_MAX * HEADS, SPLITS, D + 4]: acc[D], m, l, -, -
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D]
 
 var<workgroup> part_max: array<f32, SPLITS>;
@@ -27,10 +27,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row >= step.n_tokens * HEADS) {
         return;
     }
-    let first = row * SPLITS * (D + 2u);
+    let first = row * SPLITS * (D + 4u);
     for (var s = lid; s < SPLITS; s += WG) {
-        part_max[s] = partials[first + s * (D + 2u)];
-        part_weight[s] = partials[first + s * (D + 2u) + 1u];  // the part's sum l_s, for now
+        part_max[s] = partials[first + s * (D + 4u) + D];
+        part_weight[s] = partials[first + s * (D + 4u) + D + 1u];  // the part's sum l_s, for now
     }
     workgroupBarrier();
     if (lid == 0u) {
@@ -52,7 +52,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var dim = lid; dim < D; dim += WG) {
         var sum = 0.0;
         for (var s = 0u; s < SPLITS; s++) {
-            sum += partials[first + s * (D + 2u) + 2u + dim] * part_weight[s];
+            sum += partials[first + s * (D + 4u) + dim] * part_weight[s];
         }
         out[row * D + dim] = sum;
     }

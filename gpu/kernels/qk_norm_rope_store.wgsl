@@ -11,10 +11,13 @@
 // Work split: one workgroup of 64 invocations per head row: the step's n_tokens * HEADS q rows
 // first, then its n_tokens * KV_HEADS k rows, each of which also copies its v row. An invocation
 // takes dims {i, i + 1, i + D/2, i + D/2 + 1} for even i, so a pair of adjacent outputs shares one
-// f16 cache word. Sums of squares go through common/row_sum_${REDUCE}.wgsl ("subgroup" or "workgroup").
+// f16 cache word. Sums of squares go through common/row_sum_${REDUCE}.wgsl ("subgroup" or "workgroup");
+// the norm, RoPE and store are common/head_norm_rope.wgsl's, which decode attention's fused prologue
+// (attention/q_raw.wgsl) shares.
 #include "common/step.wgsl"
 #include "common/row_sum_${REDUCE}.wgsl"
 #include "common/rows.wgsl"
+#include "common/head_norm_rope.wgsl"
 
 override D: u32 = 256u;         // head dimension, a multiple of 4
 override HEADS: u32 = 4u;       // query heads per token
@@ -31,8 +34,7 @@ override V_NORM: bool = false;   // Gemma 4: v rows are RMS-normalised (no weigh
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
 override MAX_PAGES: u32 = 64u;     // page-table entries per sequence
 
-const WG: u32 = 64u;
-const HALF: u32 = D / 2u;
+const WG: u32 = NORM_LANES;   // 64
 const KV_WIDTH: u32 = KV_HEADS * D;  // cache values per position
 
 @group(0) @binding(0) var<uniform> step: Step;
@@ -47,20 +49,6 @@ const KV_WIDTH: u32 = KV_HEADS * D;  // cache values per position
 @group(0) @binding(9) var<storage, read> rows: array<vec4<u32>>;     // [T_MAX] (position, slot, -, -)
 @group(0) @binding(10) var<storage, read> page_table: array<u32>;    // [slots, MAX_PAGES]
 @group(0) @binding(11) var<storage, read_write> q_out: array<f32>;   // [T_MAX, HEADS, D]
-
-// Store value index `at` (and at + 1) of a cache row: one packed word, or two f32 words.
-fn store_pair(is_value: bool, at: u32, a: f32, b: f32) {
-    if (KV_F16) {
-        let word = pack2x16float(vec2<f32>(a, b));
-        if (is_value) { v_cache[at / 2u] = word; } else { k_cache[at / 2u] = word; }
-    } else if (is_value) {
-        v_cache[at] = bitcast<u32>(a);
-        v_cache[at + 1u] = bitcast<u32>(b);
-    } else {
-        k_cache[at] = bitcast<u32>(a);
-        k_cache[at + 1u] = bitcast<u32>(b);
-    }
-}
 
 fn row_main(row: u32, lid: u32) {
     let q_rows = step.n_tokens * HEADS;   // uniform: which tensor a workgroup takes is uniform
@@ -87,38 +75,29 @@ fn row_main(row: u32, lid: u32) {
         if (is_q) { x = q[src + i]; } else { x = k[src + i]; }
         sum += x * x;
     }
-    let inv_rms = inverseSqrt(row_sum(sum) / f32(D) + EPS);
+    let inv_rms = head_inv_rms(row_sum(sum));
     // where the row goes: q_out's row, or the position's pool row of the cache, this head's D values
     var dst = row * D;
     if (!is_q) {
         dst = pool_row(rows[t].y, position) * KV_WIDTH + head * D;
     }
     for (var i = 2u * lid; i < HALF; i += 2u * WG) {
-        var a: vec2<f32>;   // dims i, i + 1 (normalised)
-        var b: vec2<f32>;   // dims i + HALF, i + HALF + 1
-        if (is_q) {
-            a = vec2<f32>(q[src + i], q[src + i + 1u]) * inv_rms * vec2<f32>(q_w[i], q_w[i + 1u]);
-            b = vec2<f32>(q[src + i + HALF], q[src + i + HALF + 1u]) * inv_rms
-                * vec2<f32>(q_w[i + HALF], q_w[i + HALF + 1u]);
+        if (is_q) {   // dims i, i + 1, i + HALF, i + HALF + 1 normalised and rotated
+            let r = norm_rope_pairs(vec2<f32>(q[src + i], q[src + i + 1u]),
+                                    vec2<f32>(q[src + i + HALF], q[src + i + HALF + 1u]),
+                                    vec2<f32>(q_w[i], q_w[i + 1u]), vec2<f32>(q_w[i + HALF], q_w[i + HALF + 1u]),
+                                    inv_rms, position, i);
+            q_out[dst + i] = r.x;
+            q_out[dst + i + 1u] = r.y;
+            q_out[dst + i + HALF] = r.z;
+            q_out[dst + i + HALF + 1u] = r.w;
         } else {
-            a = vec2<f32>(k[src + i], k[src + i + 1u]) * inv_rms * vec2<f32>(k_w[i], k_w[i + 1u]);
-            b = vec2<f32>(k[src + i + HALF], k[src + i + HALF + 1u]) * inv_rms
-                * vec2<f32>(k_w[i + HALF], k_w[i + HALF + 1u]);
-        }
-        let c0 = rope[position * HALF + i];
-        let c1 = rope[position * HALF + i + 1u];
-        let cs = vec2<f32>(c0.x, c1.x);
-        let sn = vec2<f32>(c0.y, c1.y);
-        let ra = a * cs - b * sn;
-        let rb = b * cs + a * sn;
-        if (is_q) {
-            q_out[dst + i] = ra.x;
-            q_out[dst + i + 1u] = ra.y;
-            q_out[dst + i + HALF] = rb.x;
-            q_out[dst + i + HALF + 1u] = rb.y;
-        } else {
-            store_pair(false, dst + i, ra.x, ra.y);
-            store_pair(false, dst + i + HALF, rb.x, rb.y);
+            let r = norm_rope_pairs(vec2<f32>(k[src + i], k[src + i + 1u]),
+                                    vec2<f32>(k[src + i + HALF], k[src + i + HALF + 1u]),
+                                    vec2<f32>(k_w[i], k_w[i + 1u]), vec2<f32>(k_w[i + HALF], k_w[i + HALF + 1u]),
+                                    inv_rms, position, i);
+            store_pair(false, dst + i, r.x, r.y);
+            store_pair(false, dst + i + HALF, r.z, r.w);
         }
     }
     if (!is_q) {

@@ -7,6 +7,7 @@ the step's n_tokens. Each function names the kernel file it dispatches.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpu.kv_cache import KVPool
 from gpu.program import ProgramBuilder, workgroup_grid
@@ -96,33 +97,61 @@ def qk_norm_rope_store(
     b.dispatch("qk_norm_rope_store", constants, tensors, workgroup_grid(_rows(q_out) * (heads + kv_heads)))
 
 
+@dataclass(frozen=True)
+class RawQKV:
+    """What attention needs to normalise and rotate q, k and v itself, in place of qk_norm_rope_store (whose
+    arguments these are): the projections' columns, the norm weights, the RoPE table and the norms' eps.
+    attention then also stores k and v in the cache: decode steps only (every token row the only new token
+    of its sequence, so that no workgroup needs a key another one writes)."""
+
+    q: Column
+    k: Column
+    v: Column
+    q_weight: Tensor
+    k_weight: Tensor
+    rope_table: Tensor
+    eps: float
+
+
 def attention(
-    b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
+    b: ProgramBuilder, q: Tensor | RawQKV, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
     heads: int, kv_heads: int, head_dim: int, window: int, scale: float, splits: int | None = None,
 ) -> None:
     """Causal attention of the step's queries over their sequences' keys in the layer's paged
     cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence).
 
-    splits > 1 divides each row's keys over that many workgroups and merges their partial
+    q: the queries as qk_norm_rope_store leaves them [T, heads * head_dim], or, for a decode step, RawQKV:
+    the attention then does qk_norm_rope_store's work itself (kernels/attention/q_raw.wgsl), one dispatch
+    fewer. splits > 1 divides each row's keys over that many workgroups and merges their partial
     softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
     rows (decode) is split so that a GPU gets ~ATTENTION_GROUPS workgroups (at most 32 parts);
     a CPU adapter gets 2 parts when it has fewer than 64 rows.
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
-    n_rows = _rows(q) * heads
+    queries, extra = (q.q[0], [q.k[0], q.v[0], q.q_weight, q.k_weight, q.rope_table]) if isinstance(q, RawQKV) \
+        else (q, [])
+    n_rows = _rows(queries) * heads
     if splits is None and b.device.is_software:
         splits = 2 if n_rows < 64 else 1
     elif splits is None:  # about 512 workgroups (a batch of 32 decode rows x 4 heads: 4 parts each)
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
-    constants = {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale,
-                 "KV_F16": pool.f16, "SPLITS": splits, **_paging(pool)}
+    constants: dict[str, int | float | bool | str] = {
+        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
+        "SPLITS": splits, **_paging(pool)}
+    if isinstance(q, RawQKV):  # kernels/attention/q_raw.wgsl
+        constants |= {"Q_SOURCE": "raw", "EPS": q.eps}
+        for name, (tensor, offset) in (("Q", q.q), ("K", q.k), ("V", q.v)):
+            constants |= {f"{name}_STRIDE": tensor.shape[1], f"{name}_OFFSET": offset}
+    else:  # kernels/attention/q_cache.wgsl
+        constants["Q_SOURCE"] = "cache"
     cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
-        b.dispatch("attention", constants, [b.step, q, *cache, out, rows, pool.page_table], workgroup_grid(n_rows))
+        b.dispatch("attention", constants, [b.step, queries, *cache, out, rows, pool.page_table, *extra],
+                   workgroup_grid(n_rows))
         return
-    partials = b.activation("attention_partials", (n_rows * splits, head_dim + 2))
-    b.dispatch("attention", constants, [b.step, q, *cache, partials, rows, pool.page_table],
+    partials = b.activation("attention_partials", (n_rows * splits, head_dim + 4))
+    b.dispatch("attention", constants, [b.step, queries, *cache, partials, rows, pool.page_table, *extra],
                workgroup_grid(n_rows * splits))
     b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits}, [b.step, partials, out],
                workgroup_grid(n_rows))

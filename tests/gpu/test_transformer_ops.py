@@ -1,5 +1,6 @@
 """Transformer kernels against numpy: rms_norm, norm_rope, qk_norm_rope_store, attention over the
-paged KV cache (tokens of several sequences in one step), residual_norm, gelu_mul, add, store_tokens.
+paged KV cache (tokens of several sequences in one step), decode attention doing qk_norm_rope_store's work
+(RawQKV: compared bit for bit with the two dispatches), residual_norm, gelu_mul, add, store_tokens.
 
 Tolerances: these kernels compute in f32 like the numpy reference but sum in another
 order, so results agree to a few f32 ulps of the values' magnitude (rtol 1e-5, atol 1e-5).
@@ -14,7 +15,9 @@ import pytest
 from gpu.device import default_device
 from gpu.kv_cache import PAGE_TOKENS, KVPool, rope_table
 from gpu.ops import transformer as ops
+from gpu.ops.transformer import RawQKV
 from gpu.program import Executor, ProgramBuilder, StepParams
+from gpu.tensor import Tensor
 
 RTOL = ATOL = 1e-5
 
@@ -346,3 +349,69 @@ def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: 
     np.testing.assert_array_equal(ex.read(sources[1][0]), qkv if fused else k)  # sources only read
     others = np.setdiff1d(np.arange(len(k_cache)), written)
     assert not k_cache[others].any() and not v_cache[others].any()
+
+
+def _decode_pool(ex: Executor, width: int, kv_dtype: str, positions: list[int], seed: int) -> tuple[KVPool, list[int]]:
+    """A pool with one sequence per position, reserved through it, their pages interleaved, and random words in
+    every row (those at the positions too, which the step overwrites): the same pool for the same arguments."""
+    pages = sum(-(-(p + 1) // PAGE_TOKENS) for p in positions) + 1
+    pool = KVPool(ex, "c", [width], 512, pages * PAGE_TOKENS, len(positions), kv_dtype)
+    slots = [pool.open_slot() for _ in positions]
+    for slot, p in zip(slots, positions, strict=True):
+        pool.reserve(slot, min(p + 1, PAGE_TOKENS))
+    for slot, p in zip(slots, positions, strict=True):
+        pool.reserve(slot, p + 1)
+    rng = np.random.default_rng(seed)
+    for cache in (pool.keys[0], pool.values[0]):
+        table = rng.standard_normal((pool.n_pages * PAGE_TOKENS, width)).astype(np.float32)
+        ex.write(cache, table.astype(np.float16).view(np.uint32) if kv_dtype == "f16" else table.view(np.uint32))
+    return pool, slots
+
+
+@pytest.mark.parametrize("kv_f16,window,kv_heads,d,splits,fused", [
+    (True, 0, 1, 256, 5, True), (False, 50, 2, 64, 5, True), (True, 50, 1, 64, 1, False),
+    (False, 0, 2, 128, 1, True)])
+def test_attention_raw_qkv(ex: Executor, kv_f16: bool, window: int, kv_heads: int,
+                           d: int, splits: int, fused: bool) -> None:
+    """Decode rows of four sequences (positions 128, a page's first; 127, its last; 200; 5, whose 6 keys leave
+    some of 5 parts empty): attention taking q, k, v from the projection (RawQKV, its prologue doing
+    qk_norm_rope_store's work) gives the same bits as qk_norm_rope_store (its workgroup-memory sums, whose
+    order the prologue follows) then attention, and leaves the same cache. The same f32 operations in the
+    same order, with k(p) and v(p) rounded as the cache rounds them, so equality is exact."""
+    rng = np.random.default_rng(17)
+    heads, t_max, positions = 4, 6, [128, 127, 200, 5]
+    n, width, kv_dtype = len(positions), kv_heads * d, "f16" if kv_f16 else "f32"
+    q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
+    k = rng.standard_normal((t_max, width)).astype(np.float32) * 2
+    v = rng.standard_normal((t_max, width)).astype(np.float32)
+    if fused:
+        qkv = ex.tensor("qkv", (t_max, heads * d + 2 * width), data=np.concatenate([q, k, v], axis=1))
+        sources = [(qkv, 0), (qkv, heads * d), (qkv, heads * d + width)]
+    else:
+        sources = [(ex.tensor(name, arr.shape, data=arr), 0) for name, arr in (("qf", q), ("kf", k), ("vf", v))]
+    q_w, k_w = (ex.tensor(name, (d,), data=rng.standard_normal(d).astype(np.float32)) for name in ("qw", "kw"))
+    table = ex.tensor("rope", (512, d), data=rope_table(d, 512, 10000.0))
+    results = []
+    for fold in (False, True):
+        pool, slots = _decode_pool(ex, width, kv_dtype, positions, seed=18)
+        initial_k = ex.read(pool.keys[0])
+        rows = _rows_table(ex, t_max, positions, slots)
+        b = ProgramBuilder(ex, "t")
+        if fold:
+            q_in: Tensor | RawQKV = RawQKV(*sources, q_w, k_w, table, 1e-6)
+        else:
+            q_in = ex.tensor("q_out", (t_max, heads * d))
+            ops.qk_norm_rope_store(b, *sources, q_w, k_w, table, pool, 0, rows, q_in, heads=heads, kv_heads=kv_heads,
+                                   eps=1e-6, subgroups=False)
+        out = ex.tensor("out", (t_max, heads * d), data=np.zeros((t_max, heads * d), np.float32))
+        ops.attention(b, q_in, pool, 0, rows, out, heads=heads, kv_heads=kv_heads, head_dim=d, window=window,
+                      scale=1 / np.sqrt(d), splits=splits)
+        got, = ex.run(b.build(), StepParams(n), read=[out])
+        got = got[:n]  # rows past n_tokens are not written
+        results.append((got, ex.read(pool.keys[0]), ex.read(pool.values[0])))
+    (want, want_k, want_v), (got, got_k, got_v) = results
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_k, want_k)
+    np.testing.assert_array_equal(got_v, want_v)
+    written = np.concatenate([pool.pool_rows(s, np.array([p])) for p, s in zip(positions, slots, strict=True)])
+    assert (got_k[written] != initial_k[written]).any(axis=1).all()  # each row's k(p) was stored over the noise
