@@ -80,7 +80,6 @@ def run_transformers(paths: list[Path], device: str = "cuda") -> dict | None:
     from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     from audio.decode import decode_audio
-
     from models.whisper_weights import load_checkpoint
 
     spec = importlib.util.spec_from_file_location("golden", ROOT / "scripts" / "make_whisper_golden.py")
