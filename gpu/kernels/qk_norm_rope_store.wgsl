@@ -18,18 +18,13 @@
 #include "common/row_sum_${REDUCE}.wgsl"
 #include "common/rows.wgsl"
 #include "common/head_norm_rope.wgsl"
+#include "common/qkv_columns.wgsl"
 
 override D: u32 = 256u;         // head dimension, a multiple of 4
 override HEADS: u32 = 4u;       // query heads per token
 override KV_HEADS: u32 = 1u;    // key/value heads per token
 override EPS: f32 = 1e-6;
 override KV_F16: bool = true;   // cache words hold two f16 values
-override Q_STRIDE: u32 = 1024u;  // values per row of the q source, and q's first column in it
-override Q_OFFSET: u32 = 0u;
-override K_STRIDE: u32 = 256u;
-override K_OFFSET: u32 = 0u;
-override V_STRIDE: u32 = 256u;
-override V_OFFSET: u32 = 0u;
 override V_NORM: bool = false;   // Gemma 4: v rows are RMS-normalised (no weight) before they are stored
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
 override MAX_PAGES: u32 = 64u;     // page-table entries per sequence

@@ -70,6 +70,12 @@ def _paging(pool: KVPool) -> dict[str, int]:
     return {"PAGE_TOKENS": pool.page_tokens, "MAX_PAGES": pool.max_pages}
 
 
+def _qkv_columns(q: Column, k: Column, v: Column) -> dict[str, int]:
+    """The constants of kernels/common/qkv_columns.wgsl: each source's row stride and first column."""
+    return {f"{name}_{what}": value for name, (tensor, offset) in (("Q", q), ("K", k), ("V", v))
+            for what, value in (("STRIDE", tensor.shape[1]), ("OFFSET", offset))}
+
+
 def qk_norm_rope_store(
     b: ProgramBuilder, q: Column, k: Column, v: Column, q_weight: Tensor, k_weight: Tensor, rope_table: Tensor,
     pool: KVPool, layer: int, rows: Tensor, q_out: Tensor, *, heads: int, kv_heads: int, eps: float,
@@ -90,8 +96,7 @@ def qk_norm_rope_store(
         "REDUCE": b.device.reduction(subgroups), **_paging(pool)}
     if v_norm:
         constants["V_NORM"] = True
-    for name, (tensor, offset) in (("Q", q), ("K", k), ("V", v)):
-        constants |= {f"{name}_STRIDE": tensor.shape[1], f"{name}_OFFSET": offset}
+    constants |= _qkv_columns(q, k, v)
     tensors = [b.step, q[0], k[0], v[0], q_weight, k_weight, rope_table, pool.keys[layer], pool.values[layer], rows,
                pool.page_table, q_out]
     b.dispatch("qk_norm_rope_store", constants, tensors, workgroup_grid(_rows(q_out) * (heads + kv_heads)))
@@ -129,8 +134,12 @@ def attention(
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
-    queries, extra = (q.q[0], [q.k[0], q.v[0], q.q_weight, q.k_weight, q.rope_table]) if isinstance(q, RawQKV) \
-        else (q, [])
+    source: dict[str, int | float | str]
+    if isinstance(q, RawQKV):  # kernels/attention/q_raw.wgsl
+        queries, extra = q.q[0], [q.k[0], q.v[0], q.q_weight, q.k_weight, q.rope_table]
+        source = {"Q_SOURCE": "raw", "EPS": q.eps, **_qkv_columns(q.q, q.k, q.v)}
+    else:  # kernels/attention/q_cache.wgsl
+        queries, extra, source = q, [], {"Q_SOURCE": "cache"}
     n_rows = _rows(queries) * heads
     if splits is None and b.device.is_software:
         splits = 2 if n_rows < 64 else 1
@@ -138,13 +147,7 @@ def attention(
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
     constants: dict[str, int | float | bool | str] = {
         "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
-        "SPLITS": splits, **_paging(pool)}
-    if isinstance(q, RawQKV):  # kernels/attention/q_raw.wgsl
-        constants |= {"Q_SOURCE": "raw", "EPS": q.eps}
-        for name, (tensor, offset) in (("Q", q.q), ("K", q.k), ("V", q.v)):
-            constants |= {f"{name}_STRIDE": tensor.shape[1], f"{name}_OFFSET": offset}
-    else:  # kernels/attention/q_cache.wgsl
-        constants["Q_SOURCE"] = "cache"
+        "SPLITS": splits, **_paging(pool), **source}
     cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
         b.dispatch("attention", constants, [b.step, queries, *cache, out, rows, pool.page_table, *extra],

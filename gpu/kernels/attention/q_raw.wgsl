@@ -10,14 +10,9 @@
 // and the sums of squares are added in qk_norm_rope_store's order (its workgroup variant), so that the
 // two paths give the same bits.
 #include "common/head_norm_rope.wgsl"
+#include "common/qkv_columns.wgsl"
 
 override EPS: f32 = 1e-6;
-override Q_STRIDE: u32 = 1024u;  // values per row of the q source, and q's first column in it
-override Q_OFFSET: u32 = 0u;
-override K_STRIDE: u32 = 256u;
-override K_OFFSET: u32 = 0u;
-override V_STRIDE: u32 = 256u;
-override V_OFFSET: u32 = 0u;
 
 @group(0) @binding(1) var<storage, read> q: array<f32>;              // [T_MAX, Q_STRIDE]
 @group(0) @binding(2) var<storage, read_write> k_cache: array<u32>;  // [pool rows, KV_HEADS, D] words
