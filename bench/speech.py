@@ -131,7 +131,8 @@ def saved_chunker(path: Path) -> Chunker:
 
 def run_once(synthesize: Callable[[Chunk], np.ndarray], text: str, vocab: dict[str, int],
              lang: str, chunker: Chunker = chunk_text) -> tuple[float, float, float]:
-    """(total seconds, seconds to the first chunk's audio, audio seconds) of one text, front end included."""
+    """(total seconds, seconds to the first chunk's audio, audio seconds) of one text, its chunker (the front end,
+    or saved chunks) included."""
     started = time.perf_counter()
     chunks = chunker(text, lang, vocab)
     first, samples = None, 0
