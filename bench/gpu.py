@@ -9,10 +9,12 @@ speed depends on shapes and types, not on the values. Every engine loads the sam
 
 Per model, medians of --reps runs after a warm-up:
 - prefill tok/s: one 512-token prompt;
-- decode tok/s, one stream: 128 greedy tokens after that prompt. Hearth samples on the GPU and
-  keeps tokens there (8 steps per submission, the next submission recorded while the GPU runs);
-  llama-bench's tg128 starts from an empty cache and reads no logits; transformers returns
-  logits to Python each step;
+- decode tok/s, one stream: 128 greedy tokens from an empty cache, as llama-bench's tg128 runs
+  them (Hearth and transformers: after a one-token prompt, so at positions 1..128); and again
+  after the 512-token prompt (positions 512..640; llama-bench `-d 512`), where attention over the
+  cache weighs more. Hearth samples on the GPU and keeps tokens there (8 steps per submission, the
+  next submission recorded while the GPU runs); llama-bench reads no logits; transformers
+  returns logits to Python each step;
 - decode tok/s at 8 and 32 concurrent sequences (aggregate): each sequence has a 128-token
   prompt, then all decode 128 tokens together (Hearth: one batched program per step, as its
   server's continuous batching runs them; llama.cpp: llama-batched-bench -npp 128 -ntg 128);
@@ -121,6 +123,9 @@ class HearthBench:
                 self.engine.submit_prefill(s, ids).wait()
             sessions[0].reset()
             report = [profile_report(self.model.executor, "prefill", *self.engine.stage_prefill(sessions[0], ids))]
+            sessions[0].n_past = NEW // 2
+            report.append(profile_report(self.model.executor, f"decode of 1 sequence at position {NEW // 2}",
+                                         *self.engine.stage_decode(sessions[:1])))
             sessions[0].n_past = len(ids)
             for b in sorted({1, batch}):
                 label = f"decode of {b} sequence(s) at position {len(ids)}"
@@ -147,7 +152,8 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
     # runs its prompts back to back after a warm-up; so do these, after 20 untimed ones.
     out["prefill_tok_s"] = PROMPT / median_of(reps, lambda: hearth.prefill_s(ids), warm_ups=20)
     out["prefill_split_ms"] = [round(1000 * t, 2) for t in hearth.prefill_split]
-    out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
+    out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids[:1], NEW))
+    out[f"decode_d{PROMPT}_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
     print(f"hearth: {out}", flush=True)
     for b in batches:
         out[f"decode_x{b}_tok_s"] = b * NEW / median_of(reps, lambda b=b: hearth.batched_decode_s(short, b, NEW))
@@ -162,8 +168,9 @@ def bench_llama(binary_dir: str, path: str, reps: int, batches: list[int]) -> di
     from bench.llama_cpp_cuda import run_llama_batched_bench, run_llama_bench
 
     single = run_llama_bench(binary_dir, path, prompt=PROMPT, gen=NEW, reps=reps)
+    deep = run_llama_bench(binary_dir, path, prompt=0, gen=NEW, reps=reps, depth=PROMPT)
     out = {"detail": "llama.cpp CUDA (llama-bench, llama-batched-bench)", "prefill_tok_s": single["prefill_tok_s"],
-           "decode_tok_s": single["decode_tok_s"]}
+           "decode_tok_s": single["decode_tok_s"], f"decode_d{PROMPT}_tok_s": deep["decode_tok_s"]}
     batched = run_llama_batched_bench(binary_dir, path, parallel=tuple(batches), prompt=BATCH_PROMPT, gen=NEW)
     for b in batches:
         out[f"decode_x{b}_tok_s"] = batched["decode_tok_s"][b]
@@ -191,8 +198,8 @@ def bench_transformers(path: str, reps: int) -> dict[str, Any]:
         forward(ids, DynamicCache(config=model.config))
         return time.perf_counter() - started
 
-    def decode() -> float:
-        token, cache = forward(ids, DynamicCache(config=model.config))
+    def decode() -> float:  # from a one-token prompt, as the others' 1-stream figure
+        token, cache = forward(ids[:1], DynamicCache(config=model.config))
         started = time.perf_counter()
         for _ in range(NEW):
             token, cache = forward([token], cache)
@@ -218,7 +225,8 @@ def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float
 
 def table(name: str, results: dict[str, dict[str, Any]], batches: list[int], bound: float) -> str:
     engines = list(results)
-    rows = [("prefill tok/s (512)", "prefill_tok_s"), ("decode tok/s (1 stream)", "decode_tok_s")]
+    rows = [("prefill tok/s (512)", "prefill_tok_s"), ("decode tok/s (1 stream)", "decode_tok_s"),
+            (f"  same after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s")]
     rows += [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s") for b in batches]
     ratio = "hearth" in results and "llama.cpp" in results
     lines = [f"{name:<28}" + "".join(f"{e:>14}" for e in engines) + (f"{'Hearth/llama':>14}" if ratio else "")]

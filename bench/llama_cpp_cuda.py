@@ -62,7 +62,8 @@ def run_llama_bench(binary_dir: str | Path, gguf_path: str | Path, prompt: int =
     - decode ("tg"): `gen` single-token steps, each synchronised before the next;
       decode_tok_s = gen / seconds for all of them.
     With depth > 0, `depth` tokens are put in the cache before each timed run, untimed, for
-    both tests (so prefill then runs at positions depth..depth+prompt).
+    both tests (so prefill then runs at positions depth..depth+prompt). prompt 0 runs the decode
+    test alone (the result then has no prefill_* keys).
     Each *_tok_s is the mean over the reps of per-rep tokens/s; *_tok_s_std is their sample
     standard deviation (llama-bench's avg_ts and stddev_ts); *_samples_tok_s are the reps and
     *_tok_s_median their median. On a GPU the first timed prefill rep runs well below the
@@ -84,18 +85,20 @@ def run_llama_bench(binary_dir: str | Path, gguf_path: str | Path, prompt: int =
         tests = json.loads(proc.stdout[proc.stdout.index("["):proc.stdout.rindex("]") + 1])
     except ValueError as err:
         raise RuntimeError(f"llama-bench printed no JSON ({err}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}") from err
-    pp = next(t for t in tests if t["n_prompt"] == prompt and t["n_gen"] == 0)
     tg = next(t for t in tests if t["n_gen"] == gen and t["n_prompt"] == 0)
-    return {
+    out = {
         "tool": "llama-bench", "model": str(gguf_path), "prompt": prompt, "gen": gen, "reps": reps, "depth": depth,
         "flash_attn": flash_attn,
-        "prefill_tok_s": pp["avg_ts"], "prefill_tok_s_std": pp["stddev_ts"], "prefill_samples_tok_s": pp["samples_ts"],
-        "prefill_tok_s_median": statistics.median(pp["samples_ts"]),
         "decode_tok_s": tg["avg_ts"], "decode_tok_s_std": tg["stddev_ts"], "decode_samples_tok_s": tg["samples_ts"],
         "decode_tok_s_median": statistics.median(tg["samples_ts"]),
-        **{key: pp.get(key) for key in ("build_commit", "build_number", "gpu_info", "backends", "model_type",
+        **{key: tg.get(key) for key in ("build_commit", "build_number", "gpu_info", "backends", "model_type",
                                          "model_size", "model_n_params", "n_batch", "n_ubatch", "type_k", "type_v")},
     }
+    if prompt:  # prompt 0: the decode test alone
+        pp = next(t for t in tests if t["n_prompt"] == prompt and t["n_gen"] == 0)
+        out.update({"prefill_tok_s": pp["avg_ts"], "prefill_tok_s_std": pp["stddev_ts"],
+                    "prefill_samples_tok_s": pp["samples_ts"], "prefill_tok_s_median": statistics.median(pp["samples_ts"])})
+    return out
 
 
 def run_llama_batched_bench(binary_dir: str | Path, gguf_path: str | Path, parallel: tuple[int, ...] = (1, 8, 32),
