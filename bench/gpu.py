@@ -253,6 +253,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--attention-groups", type=int, help="Hearth: decode attention's workgroups wanted "
                         "(gpu/ops/transformer.py ATTENTION_GROUPS)")
+    parser.add_argument("--f32-matmul", action="store_true", help="Hearth: prefill matmuls in f32 tiles, not in "
+                        "8-bit integers (gpu/ops/matmul.py INT8_MATMUL)")
     parser.add_argument("--matvec-max-tokens", type=int, help="Hearth: steps of up to this many rows use matvec "
                         "kernels rather than matmul tiles (gpu/ops/matmul.py MATVEC_MAX_TOKENS)")
     args = parser.parse_args()
@@ -260,6 +262,10 @@ def main() -> int:
         from gpu.ops import matmul
 
         matmul.MATVEC_MAX_TOKENS = args.matvec_max_tokens
+    if args.f32_matmul:
+        from gpu.ops import matmul
+
+        matmul.INT8_MATMUL = False
     if args.attention_groups:
         from gpu.ops import transformer
 

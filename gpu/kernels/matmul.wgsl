@@ -7,8 +7,10 @@
 // a workgroup computes matching gate and up rows and combines them before its stores.
 //
 // Entry points, matmul/${ENTRY}.wgsl: tiles (GPUs: register tiles fed through workgroup memory in
-// f32 or f16, k optionally split over workgroups) and whole_rows (software adapters: 8 rows x 8
-// tokens per thread straight from the buffers). Each header says how it splits the work.
+// f32 or f16, k optionally split over workgroups), tiles_i8 (GPUs: the same tiles in 8-bit integers,
+// dot4I8Packed, from an input quantised by kernels/quantize_q8.wgsl) and whole_rows (software
+// adapters: 8 rows x 8 tokens per thread straight from the buffers). Each header says how it splits
+// the work.
 #include "common/step.wgsl"
 #include "quant/bytes.wgsl"
 #include "quant/${WEIGHT_TYPE}.wgsl"
@@ -28,7 +30,7 @@ const GROUPS_PER_BLOCK: u32 = BLOCK_VALUES / GROUP_VALUES;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
+// binding 2: the input, declared by the entry point (f32 rows, or tiles_i8's int8 rows, its scales at binding 4)
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
 
 // Tokens of this step (x rows past it may hold anything).

@@ -23,6 +23,9 @@ and stores gelu_tanh(g) * u):
   are tested but off: slower on an H200, see F16_TILES), the tile and k split picked by
   `matmul_tile`; a split's parts are added by kernels/matmul_reduce.wgsl. On software adapters
   matmul/whole_rows.wgsl: 64 x 64 per workgroup, 8 x 8 per thread, no workgroup memory.
+  Where the weight type has an int8 unpacker (INT8_TYPES) and INT8_MATMUL is on, the GPU tiles run in
+  8-bit integers instead (matmul/tiles_i8.wgsl, dot4I8Packed), on the input quantised per 32 values
+  by kernels/quantize_q8.wgsl once per linear (`Int8Input`).
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
 
@@ -57,6 +60,49 @@ _SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CP
 # sub-block (GPU adapters), rather than matvec.wgsl's 16-value dequant16; bench/kernels.py times both.
 WIDE_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k", GGMLQuantizationType.Q6_K: "matvec_q6_k"}
 WIDE_MATVEC = True
+
+
+# Weight types whose GPU prefill matmuls run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks):
+# on an H100 dot4I8Packed ran 120 T int8 operations/s against 43 TFLOP/s of f32 fma (.bench/coop/probe.py).
+INT8_TYPES = frozenset({GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.Q5_0,
+                        GGMLQuantizationType.Q8_0})
+INT8_MATMUL = True
+
+
+@dataclass(frozen=True)
+class Int8Input:
+    """A matmul's input quantised per 32 values (kernels/quantize_q8.wgsl) for matmul/tiles_i8.wgsl."""
+
+    q: Tensor  # u32 [t_max, K / 4]: four int8 to a word
+    scales: Tensor  # f32 [t_max, K / 16]: (d, exact sum) per 32 values
+
+
+def quantize_input(builder: ProgramBuilder, x: Tensor, t_max: int) -> Int8Input:
+    """x [t_max, K] (K a multiple of 32) as int8 per 32 values with their scales and sums."""
+    k = x.shape[1]
+    if k % 32:
+        raise ValueError(f"{x}: int8 quantisation needs rows of a multiple of 32 values, not {k}")
+    q = builder.activation(f"{x.name}.q8", (t_max, k // 4), "u32")
+    scales = builder.activation(f"{x.name}.q8_scales", (t_max, k // 16))
+    builder.dispatch("quantize_q8", {"K": k, "T_MAX": t_max}, [builder.step, x, q, scales],
+                     workgroup_grid(-(-t_max * (k // 32) // 64)))
+    return Int8Input(q, scales)
+
+
+def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:
+    """matmul_tile for matmul/tiles_i8.wgsl (8 rows a thread, 32-value chunks), or None where it has no tile:
+    steps of up to 32 tokens, whose f32 tiles have too few threads for a load per row and token."""
+    if t_max <= 32:
+        return None
+    tile = matmul_tile(k, n_cols, t_max, glu)
+    return tile._replace(thread_rows=8, k_chunk=32)
+
+
+def _uses_int8(weight: QuantWeight, plan: "_Plan", t_max: int, n_cols: int, glu: bool) -> bool:
+    """Whether a linear runs matmul/tiles_i8.wgsl: a tiled matmul the plan allows int8 for, of an INT8_TYPES
+    weight, with a tile for its shape."""
+    return (plan.int8 and plan.kernel is LinearKernel.MATMUL and not plan.whole_rows
+            and weight.qtype in INT8_TYPES and int8_tile(weight.k, n_cols, t_max, glu) is not None)
 
 
 # Largest normalised input a matvec workgroup computes for itself (matvec/x_normed.wgsl): T_MAX x K f32 in
@@ -257,11 +303,12 @@ class _Plan(NamedTuple):
     kernel: LinearKernel
     subgroups: bool
     whole_rows: bool
+    int8: bool  # matmul tiles in 8-bit integers where the weight type allows
 
 
 def _plan(
     builder: ProgramBuilder, weight: QuantWeight, t_max: int,
-    kernel: LinearKernel | None, subgroups: bool | None, whole_rows: bool | None,
+    kernel: LinearKernel | None, subgroups: bool | None, whole_rows: bool | None, int8: bool | None = None,
 ) -> _Plan:
     if kernel is None:
         kernel = LinearKernel.MATVEC if t_max <= MATVEC_MAX_TOKENS else LinearKernel.MATMUL
@@ -273,7 +320,9 @@ def _plan(
         whole_rows = builder.device.is_software
     if kernel is LinearKernel.MATVEC and t_max > MATVEC_MAX_TOKENS:
         raise ValueError(f"{weight.name}: matvec handles at most {MATVEC_MAX_TOKENS} tokens, not {t_max}")
-    return _Plan(kernel, subgroups, whole_rows)
+    if int8 is None:
+        int8 = INT8_MATMUL and not builder.device.is_software
+    return _Plan(kernel, subgroups, whole_rows, int8)
 
 
 def _matvec_dispatch(
@@ -301,8 +350,8 @@ def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int,
 
 
 def _dispatch(
-    builder: ProgramBuilder, plan: _Plan, weight: QuantWeight, shard: Tensor, x: Tensor | NormedInput, y: Tensor,
-    t_max: int, *,
+    builder: ProgramBuilder, plan: _Plan, weight: QuantWeight, shard: Tensor, x: Tensor | NormedInput | Int8Input,
+    y: Tensor, t_max: int, *,
     first_row: int, n_rows: int, row_start: int, y_stride: int, glu: bool = False,
 ) -> None:
     """The dispatches of y[:, row_start + r] for rows first_row + r, r < n_rows, of one shard (with glu,
@@ -331,6 +380,9 @@ def _dispatch(
             del constants["WEIGHT_TYPE"]
         builder.dispatch(name, constants | extra, [builder.step, shard, x, y], workgroup_grid(groups))
         return
+    if isinstance(x, Int8Input):
+        _int8_dispatch(builder, weight, shard, x, y, t_max, constants, n_rows, row_start, y_stride, glu)
+        return
     if plan.whole_rows:
         groups = -(-n_rows // (32 if glu else 64)) * -(-t_max // 64)
         builder.dispatch("matmul", constants | {"ENTRY": "whole_rows", "WG": 64}, [builder.step, shard, x, y],
@@ -352,14 +404,43 @@ def _dispatch(
     width = n_rows * (2 if glu else 1)
     parts = builder.activation(f"{weight.name}.parts", (tile.split * t_max, width))
     builder.dispatch("matmul", constants | {"ROW_START": 0, "Y_STRIDE": width}, [builder.step, shard, x, parts], groups)
-    reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": tile.split,
+    _reduce_parts(builder, parts, y, t_max, n_rows, row_start, y_stride, tile.split, glu)
+
+
+def _reduce_parts(builder: ProgramBuilder, parts: Tensor, y: Tensor, t_max: int, n_rows: int, row_start: int,
+                  y_stride: int, split: int, glu: bool) -> None:
+    """y's columns from the parts of a matmul split over k (kernels/matmul_reduce.wgsl)."""
+    reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": split,
               "GLU": int(glu)}
     builder.dispatch("matmul_reduce", reduce, [builder.step, parts, y], workgroup_grid(-(-t_max * n_rows // 256)))
+
+
+def _int8_dispatch(
+    builder: ProgramBuilder, weight: QuantWeight, shard: Tensor, x: Int8Input, y: Tensor, t_max: int,
+    constants: dict[str, int | str], n_rows: int, row_start: int, y_stride: int, glu: bool,
+) -> None:
+    """matmul/tiles_i8.wgsl over one shard (and matmul_reduce where it splits k)."""
+    tile = int8_tile(weight.k, n_rows, t_max, glu)
+    if tile is None or weight.qtype not in INT8_TYPES:
+        raise ValueError(f"{weight.name}: no int8 matmul for {weight.qtype.name} at {t_max} tokens")
+    if weight.k % (32 * tile.split) or tile.rows % 32 or tile.tokens % 4 or tile.rows + tile.tokens > tile.threads:
+        raise ValueError(f"{weight.name}: int8 matmul tile {tile} does not fit K = {weight.k}")
+    constants = constants | {"ENTRY": "tiles_i8", "BT": tile.tokens, "BR": tile.rows, "SPLIT": tile.split}
+    groups = workgroup_grid(tile.groups(n_rows, t_max, glu))
+    if tile.split == 1:
+        builder.dispatch("matmul", constants, [builder.step, shard, x.q, y, x.scales], groups)
+        return
+    width = n_rows * (2 if glu else 1)
+    parts = builder.activation(f"{weight.name}.parts", (tile.split * t_max, width))
+    builder.dispatch("matmul", constants | {"ROW_START": 0, "Y_STRIDE": width},
+                     [builder.step, shard, x.q, parts, x.scales], groups)
+    _reduce_parts(builder, parts, y, t_max, n_rows, row_start, y_stride, tile.split, glu)
 
 
 def linear(
     builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor, t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
+    int8: bool | None = None,
 ) -> None:
     """y[t, :] = W x[t, :] for the step's first min(n_tokens, t_max) tokens: x [t_max, K] -> y [t_max, N].
 
@@ -368,20 +449,27 @@ def linear(
     whole_rows: matvec and matmul by whole rows per thread (the software adapters' kernels), by
     default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
     One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's
-    dispatch computes it; the same residual_out values are written by each).
+    dispatch computes it; the same residual_out values are written by each). int8: GPU matmul tiles
+    in 8-bit integers for INT8_TYPES weights (x quantised once, shared by the shards), by default
+    where INT8_MATMUL is on and the adapter is not a software one.
     """
     _check_weight(weight)
     _check_activation(x.block_out if isinstance(x, NormedInput) else x, weight.k, t_max, "x")
     _check_activation(y, weight.n, t_max, "y")
-    plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows)
+    plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows, int8)
+    source: Tensor | NormedInput | Int8Input = x
+    if isinstance(x, Tensor) and all(_uses_int8(weight, plan, t_max, shard.n_rows, False)
+                                     for shard in weight.shards):
+        source = quantize_input(builder, x, t_max)
     for shard in weight.shards:
-        _dispatch(builder, plan, weight, shard.tensor, x, y, t_max, first_row=0, n_rows=shard.n_rows,
+        _dispatch(builder, plan, weight, shard.tensor, source, y, t_max, first_row=0, n_rows=shard.n_rows,
                   row_start=shard.row_start, y_stride=weight.n)
 
 
 def linear_glu(
     builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor, t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
+    int8: bool | None = None,
 ) -> None:
     """y = gelu_tanh(x Wg^T) * (x Wu^T) for the step's first min(n_tokens, t_max) tokens: x [t_max, K]
     -> y [t_max, F], Gemma's gated feed-forward (GeGLU) before its down projection.
@@ -390,7 +478,7 @@ def linear_glu(
     bytes concatenated: same type, rows contiguous). One dispatch computing both and combining them
     in its epilogue, as gpu/kernels/gelu_mul.wgsl would; a weight split over several shards (the
     binding limit) falls back to two linears into activations and a gelu_mul dispatch. kernel,
-    subgroups and whole_rows choose the kernel as for `linear`.
+    subgroups, whole_rows and int8 choose the kernel as for `linear`.
     """
     _check_weight(weight)
     if weight.n % 2:
@@ -398,9 +486,12 @@ def linear_glu(
     f = weight.n // 2
     _check_activation(x.block_out if isinstance(x, NormedInput) else x, weight.k, t_max, "x")
     _check_activation(y, f, t_max, "y")
-    plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows)
+    plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows, int8)
     if len(weight.shards) == 1:
-        _dispatch(builder, plan, weight, weight.shards[0].tensor, x, y, t_max, first_row=0, n_rows=f,
+        source: Tensor | NormedInput | Int8Input = x
+        if isinstance(x, Tensor) and _uses_int8(weight, plan, t_max, f, True):
+            source = quantize_input(builder, x, t_max)
+        _dispatch(builder, plan, weight, weight.shards[0].tensor, source, y, t_max, first_row=0, n_rows=f,
                   row_start=0, y_stride=f, glu=True)
         return
     gate = builder.activation(f"{weight.name}.gate", (t_max, f))

@@ -17,6 +17,9 @@
 // SPLIT parts into the real y. Tiles wholly past n_tokens return at once; partial tiles compute on
 // repeated rows (or zero tokens) and skip their stores.
 #include "matmul/tile_${TILE}.wgsl"
+#include "matmul/tile_store.wgsl"
+
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
 
 override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4
 override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 4 RR
@@ -37,14 +40,6 @@ const X_JOBS: u32 = (X_COUNT + WG - 1u) / WG;
 
 var<workgroup> xs: array<vec4<tile_t>, BK * BT / 4u>;  // [BK][BT / 4]: x[t0 + 4 j + c, k0 + kk] at [kk][j][c]
 var<workgroup> ws: array<vec4<tile_t>, BK * BR / 4u>;  // [BK][BR / 4]: tile row 4 j + c, k0 + kk at [kk][j][c]
-
-// Byte offset of the weight row that tile row rho (of the tile at column r0) reads; rows past the
-// shard read its last row (their sums are not stored).
-fn tile_row_byte(r0: u32, rho: u32) -> u32 {
-    let up = GLU == 1u && rho >= COLS;
-    let col = min(r0 + rho - select(0u, COLS, up), N_ROWS - 1u);
-    return row_byte(col + select(0u, N_ROWS, up));
-}
 
 // Weight job j (j < W_COUNT): tile row j % BR, 16-value group j / BR of each chunk. Thread lid has
 // jobs lid and lid + WG (where W_JOBS = 2); threads past the count, whole warps, skip them.
@@ -75,26 +70,6 @@ fn store_x(j: u32, v: vec4<f32>) {
     xs[base + BT / 4u][c4] = to_tile(v.y);
     xs[base + 2u * (BT / 4u)][c4] = to_tile(v.z);
     xs[base + 3u * (BT / 4u)][c4] = to_tile(v.w);
-}
-
-// Store 4 columns from r of token t (t < n).
-fn store4(t: u32, r: u32, n: u32, v: vec4<f32>) {
-    store(t, r, n, v.x);
-    store(t, r + 1u, n, v.y);
-    store(t, r + 2u, n, v.z);
-    store(t, r + 3u, n, v.w);
-}
-
-// The raw sums of a split: y[s T_MAX + t, offset + c .. + 3] for columns c < N_ROWS (Y_STRIDE = the
-// parts' width).
-fn store_part(s: u32, t: u32, c: u32, offset: u32, n: u32, v: vec4<f32>) {
-    if (t < n) {
-        for (var e = 0u; e < 4u; e++) {
-            if (c + e < N_ROWS) {
-                y[(s * T_MAX + t) * Y_STRIDE + offset + c + e] = v[e];
-            }
-        }
-    }
 }
 
 @compute @workgroup_size(WG)
@@ -221,39 +196,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 
-    let t = t0 + 4u * ty;
-    if (SPLIT > 1u) {
-        // raw sums; with GLU the up sums N_ROWS columns further
-        let c = r0 + 4u * tx;
-        store_part(s, t, c, 0u, n, a0);
-        store_part(s, t + 1u, c, 0u, n, a1);
-        store_part(s, t + 2u, c, 0u, n, a2);
-        store_part(s, t + 3u, c, 0u, n, a3);
-        if (RR == 8u) {
-            let cb = select(c + BR / 2u, c, GLU == 1u);
-            let offset = select(0u, N_ROWS, GLU == 1u);
-            store_part(s, t, cb, offset, n, b0);
-            store_part(s, t + 1u, cb, offset, n, b1);
-            store_part(s, t + 2u, cb, offset, n, b2);
-            store_part(s, t + 3u, cb, offset, n, b3);
-        }
-    } else if (GLU == 1u) {
-        let r = r0 + 4u * tx;
-        store4(t, r, n, gelu_glu4(a0, b0));
-        store4(t + 1u, r, n, gelu_glu4(a1, b1));
-        store4(t + 2u, r, n, gelu_glu4(a2, b2));
-        store4(t + 3u, r, n, gelu_glu4(a3, b3));
-    } else {
-        let r = r0 + 4u * tx;
-        store4(t, r, n, a0);
-        store4(t + 1u, r, n, a1);
-        store4(t + 2u, r, n, a2);
-        store4(t + 3u, r, n, a3);
-        if (RR == 8u) {
-            store4(t, r + BR / 2u, n, b0);
-            store4(t + 1u, r + BR / 2u, n, b1);
-            store4(t + 2u, r + BR / 2u, n, b2);
-            store4(t + 3u, r + BR / 2u, n, b3);
-        }
-    }
+    store_tile(s, t0 + 4u * ty, r0 + 4u * tx, n, a0, a1, a2, a3, b0, b1, b2, b3);
 }

@@ -8,6 +8,8 @@
 
 override WG: u32 = 64u;  // threads per workgroup
 
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
+
 const COLS: u32 = 64u / (1u + GLU);  // y columns per workgroup
 const TOKEN_TILES: u32 = (T_MAX + 63u) / 64u;
 
@@ -36,6 +38,7 @@ fn dot8(t: u32, gi: u32, w0: mat4x4<f32>, w1: mat4x4<f32>, w2: mat4x4<f32>, w3: 
 }
 
 // Rows r + 8 j and tokens t + i, i, j < 8 (with GLU: gate rows r + 8 j, j < 4, then their up rows).
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {

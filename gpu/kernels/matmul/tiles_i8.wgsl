@@ -1,0 +1,181 @@
+// matmul entry point for GPUs in 8-bit integers: the tiles of matmul/tiles.wgsl (BT tokens x BR weight
+// rows a workgroup, 4 tokens x 8 rows a thread, k optionally split over SPLIT workgroups) with the
+// multiply-adds done four at a time by dot4I8Packed (DP4A on NVIDIA: on an H100 it measured 120 T int8
+// operations/s against 43 TFLOP/s of f32 fma), as llama.cpp's integer-dot kernels do. The input comes
+// quantised per 32 values by kernels/quantize_q8.wgsl: int8 q_x with a scale d_x and the block's exact
+// sum s_x; the weight's 32-value blocks are unpacked to int8 with their scales by
+// quant_i8/${WEIGHT_TYPE}.wgsl (value = d q_w + m, d per 16 or 32 values). Per block:
+//   sum_k W x  ~  d_x (d_lo (q_w . q_x)[0..16) + d_hi (q_w . q_x)[16..32)) + m s_x
+// the integer dots exact, the rest f32; the error is that of x's 8-bit rounding (relative ~2^-8 per
+// value, averaging out over k), the same trade llama.cpp makes.
+// Per 32-value chunk of k the workgroup unpacks its BR weight rows (one thread a row) and copies its
+// BT tokens' blocks (one thread a token) into workgroup memory, laid out so that neighbouring threads
+// read neighbouring words; each thread then loads its tokens' 8 words once and, per row, 8 words and
+// the scales, for 8 dot4I8Packed per (token, row). The next chunk is fetched into registers while the
+// current one is multiplied. The thread/row/token layout and the epilogue are tiles.wgsl's
+// (matmul/tile_store.wgsl), with RR = 8.
+#include "quant_i8/${WEIGHT_TYPE}.wgsl"
+#include "matmul/tile_store.wgsl"
+
+@group(0) @binding(2) var<storage, read> xq: array<vec4<u32>>;   // [T_MAX, K / 16]: 16 int8 a vec4
+@group(0) @binding(4) var<storage, read> xs: array<vec2<f32>>;   // [T_MAX, K / 32]: (d_x, s_x) a block
+
+override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4
+override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 32 (with GLU: gate then up rows)
+override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
+
+const RR: u32 = 8u;                 // rows per thread: quads tx and tx + BR / 8
+const TX: u32 = BR / RR;            // threads across rows
+const WG: u32 = TX * (BT / 4u);
+const QR: u32 = BR / 4u;            // row quads of the tile
+const QT: u32 = BT / 4u;            // token quads
+const COLS: u32 = BR / (1u + GLU);  // y columns per tile
+const TOKEN_TILES: u32 = (T_MAX + BT - 1u) / BT;
+const ROW_TILES: u32 = (N_ROWS + COLS - 1u) / COLS;
+const BLOCKS: u32 = K / 32u;        // 32-value blocks per row
+const PART: u32 = BLOCKS / SPLIT;   // blocks per workgroup
+const JOBS: u32 = BR + BT;          // loads per chunk: one per weight row, one per token (at most WG)
+
+// Row rho = 4 j + c of the tile: its q at ws_q[(4 h + c) QR + j] (h = 0: values 0..15, 1: 16..31), its
+// scales at component c of ws_d[e QR + j] (e = 0: d_lo, 1: d_hi, 2: m). Token 4 j + i likewise in
+// xs_q[(4 h + i) QT + j] and xs_d[e QT + j] (e = 0: d_x, 1: s_x).
+var<workgroup> ws_q: array<vec4<u32>, 8u * QR>;
+var<workgroup> ws_d: array<vec4<f32>, 3u * QR>;
+var<workgroup> xs_q: array<vec4<u32>, 8u * QT>;
+var<workgroup> xs_d: array<vec4<f32>, 2u * QT>;
+
+// A load job's registers: a weight row's block, or a token's (lo, hi, (d_x, s_x, 0)).
+fn fetch(job: u32, r0: u32, t0: u32, n: u32, b: u32) -> I8Block {
+    if (job < BR) {
+        return block_i8(tile_row_byte(r0, job), b);
+    }
+    let t = t0 + job - BR;
+    if (t >= n) {
+        return I8Block(vec4<u32>(), vec4<u32>(), vec3<f32>());   // zeros past the step's tokens
+    }
+    let ds = xs[t * BLOCKS + b];
+    return I8Block(xq[t * (K / 16u) + 2u * b], xq[t * (K / 16u) + 2u * b + 1u], vec3<f32>(ds, 0.0));
+}
+
+fn store_job(job: u32, v: I8Block) {
+    if (job < BR) {
+        let j = job / 4u;
+        let c = job % 4u;
+        ws_q[c * QR + j] = v.lo;
+        ws_q[(4u + c) * QR + j] = v.hi;
+        ws_d[j][c] = v.scales.x;
+        ws_d[QR + j][c] = v.scales.y;
+        ws_d[2u * QR + j][c] = v.scales.z;
+    } else {
+        let j = (job - BR) / 4u;
+        let i = (job - BR) % 4u;
+        xs_q[i * QT + j] = v.lo;
+        xs_q[(4u + i) * QT + j] = v.hi;
+        xs_d[j][i] = v.scales.x;
+        xs_d[QT + j][i] = v.scales.y;
+    }
+}
+
+fn dot16_i8(x: vec4<u32>, w: vec4<u32>) -> i32 {
+    return dot4I8Packed(x.x, w.x) + dot4I8Packed(x.y, w.y) + dot4I8Packed(x.z, w.z) + dot4I8Packed(x.w, w.w);
+}
+
+// Integers of magnitude below 2^22 as f32: an add and a subtract instead of a (quarter-rate) conversion.
+fn small_i32_to_f32(v: vec4<i32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(v + vec4<i32>(0x4B400000)) - vec4<f32>(12582912.0);
+}
+
+// The 4 rows of a quad: q words and scales.
+struct RowQuad {
+    l0: vec4<u32>, l1: vec4<u32>, l2: vec4<u32>, l3: vec4<u32>,
+    h0: vec4<u32>, h1: vec4<u32>, h2: vec4<u32>, h3: vec4<u32>,
+    d_lo: vec4<f32>, d_hi: vec4<f32>, m: vec4<f32>,
+}
+
+fn row_quad(j: u32) -> RowQuad {
+    return RowQuad(ws_q[j], ws_q[QR + j], ws_q[2u * QR + j], ws_q[3u * QR + j],
+                   ws_q[4u * QR + j], ws_q[5u * QR + j], ws_q[6u * QR + j], ws_q[7u * QR + j],
+                   ws_d[j], ws_d[QR + j], ws_d[2u * QR + j]);
+}
+
+// acc + the chunk's sums of one token (q words xl, xh; scale d_x, sum s_x) with the quad's 4 rows.
+// Integer dots: |sum| <= 32 * 127 * 127 < 2^22.
+fn add_token(acc: vec4<f32>, xl: vec4<u32>, xh: vec4<u32>, d_x: f32, s_x: f32, w: RowQuad) -> vec4<f32> {
+    let lo = vec4<i32>(dot16_i8(xl, w.l0), dot16_i8(xl, w.l1), dot16_i8(xl, w.l2), dot16_i8(xl, w.l3));
+    let hi = vec4<i32>(dot16_i8(xh, w.h0), dot16_i8(xh, w.h1), dot16_i8(xh, w.h2), dot16_i8(xh, w.h3));
+    var sum: vec4<f32>;
+    if (HALF_SCALES) {
+        sum = (small_i32_to_f32(lo) * w.d_lo + small_i32_to_f32(hi) * w.d_hi) * d_x;
+    } else {
+        sum = small_i32_to_f32(lo + hi) * (w.d_lo * d_x);
+    }
+    if (HAS_MIN) {
+        sum += w.m * s_x;
+    }
+    return acc + sum;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let id = wid.x + wid.y * nwg.x;
+    let s = id / (ROW_TILES * TOKEN_TILES);
+    let tile = id % (ROW_TILES * TOKEN_TILES);
+    let r0 = (tile / TOKEN_TILES) * COLS;  // neighbouring workgroups share weight rows
+    let t0 = (tile % TOKEN_TILES) * BT;
+    let n = n_tokens();
+    if (s >= SPLIT || t0 >= n) {
+        return;
+    }
+    let tx = lid % TX;
+    let ty = lid / TX;
+    let b_begin = s * PART;
+    let b_last = b_begin + PART - 1u;
+    let loads = lid < JOBS;   // whole warps: BR and BT are multiples of 32 and 4 x 8
+    var next = I8Block(vec4<u32>(), vec4<u32>(), vec3<f32>());
+    if (loads) {
+        next = fetch(lid, r0, t0, n, b_begin);
+    }
+
+    // a<i>: token 4 ty + i, rows of quad tx; b<i>: rows of quad tx + BR / 8
+    var a0 = vec4<f32>();
+    var a1 = vec4<f32>();
+    var a2 = vec4<f32>();
+    var a3 = vec4<f32>();
+    var b0 = vec4<f32>();
+    var b1 = vec4<f32>();
+    var b2 = vec4<f32>();
+    var b3 = vec4<f32>();
+    for (var b = b_begin; b <= b_last; b++) {
+        if (loads) {
+            store_job(lid, next);
+        }
+        workgroupBarrier();
+        if (loads) {   // the next chunk, read while this one is multiplied (the last reads itself again)
+            next = fetch(lid, r0, t0, n, min(b + 1u, b_last));
+        }
+        let x0l = xs_q[ty];
+        let x1l = xs_q[QT + ty];
+        let x2l = xs_q[2u * QT + ty];
+        let x3l = xs_q[3u * QT + ty];
+        let x0h = xs_q[4u * QT + ty];
+        let x1h = xs_q[5u * QT + ty];
+        let x2h = xs_q[6u * QT + ty];
+        let x3h = xs_q[7u * QT + ty];
+        let d_x = xs_d[ty];
+        let s_x = xs_d[QT + ty];
+        let wa = row_quad(tx);
+        a0 = add_token(a0, x0l, x0h, d_x.x, s_x.x, wa);
+        a1 = add_token(a1, x1l, x1h, d_x.y, s_x.y, wa);
+        a2 = add_token(a2, x2l, x2h, d_x.z, s_x.z, wa);
+        a3 = add_token(a3, x3l, x3h, d_x.w, s_x.w, wa);
+        let wb = row_quad(tx + BR / 8u);
+        b0 = add_token(b0, x0l, x0h, d_x.x, s_x.x, wb);
+        b1 = add_token(b1, x1l, x1h, d_x.y, s_x.y, wb);
+        b2 = add_token(b2, x2l, x2h, d_x.z, s_x.z, wb);
+        b3 = add_token(b3, x3l, x3h, d_x.w, s_x.w, wb);
+        workgroupBarrier();
+    }
+
+    store_tile(s, t0 + 4u * ty, r0 + 4u * tx, n, a0, a1, a2, a3, b0, b1, b2, b3);
+}

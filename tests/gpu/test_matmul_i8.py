@@ -1,0 +1,149 @@
+"""The int8 prefill matmul (kernels/quantize_q8.wgsl, matmul/tiles_i8.wgsl) against numpy.
+
+quantize_q8: each 32-value block of x becomes d = max|x| / 127 and q = round(x / d); the kernel
+multiplies by 1 / d (a division rounded as the adapter rounds it), so a q may differ from numpy's
+where x / d lies within a few ulps of a half: we check the defining property instead, that d q is
+within d / 2 (and a few ulps) of x, with d equal to max|x| / 127 to 1e-6 and the block sums to 1e-6
+of sum |x|.
+
+tiles_i8: with the GPU's own quantised x (read back), the kernel's sums are exact integer dots
+scaled in f32 and added over K / 32 blocks in f32, so each output is within a few f32 ulps of the
+magnitude of its terms: we allow 1e-5 of it, as tests/gpu/test_matmul.py does for the f32 kernels.
+Against the exact product W x the int8 path is off by the rounding of x only: at most
+sum_k |W[r, k]| d_x(k) / 2, which the second check allows (plus the same f32 allowance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize
+
+from gpu.device import default_device
+from gpu.ops import matmul as matmul_ops
+from gpu.ops.matmul import LinearKernel, linear, linear_glu, quantize_input
+from gpu.program import Executor, ProgramBuilder, StepParams
+from gpu.weights import upload_weight
+from tests.gpu.test_matmul import REL_TOL, SENTINEL, random_weight_bytes
+
+TYPES = sorted(matmul_ops.INT8_TYPES, key=lambda q: q.name)
+T = matmul_ops.MatmulTile
+
+
+@pytest.fixture(scope="module")
+def ex() -> Executor:
+    return Executor(default_device())
+
+
+def quantized(ex: Executor, x: np.ndarray, n_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(q int [T, K], d [T, K / 32], sums [T, K / 32]) as the GPU quantises x's first n_tokens rows."""
+    t_max, k = x.shape
+    b = ProgramBuilder(ex, "q8")
+    source = quantize_input(b, ex.tensor("x", x.shape, data=x), t_max)
+    words, scales = ex.run(b.build(), StepParams(n_tokens), read=[source.q, source.scales])
+    q = words[:n_tokens].astype(np.uint32).view(np.int8).reshape(n_tokens, k).astype(np.int64)
+    pairs = scales[:n_tokens].reshape(n_tokens, k // 32, 2)
+    return q, pairs[..., 0].astype(np.float64), pairs[..., 1].astype(np.float64)
+
+
+def test_quantize_q8(ex: Executor) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 128)).astype(np.float32) * rng.uniform(0.01, 100, (6, 1)).astype(np.float32)
+    x[1, 32:64] = 0.0           # an all-zero block: d = 0, q = 0
+    x[2, 7] = 3e4               # an outlier sets its block's scale
+    q, d, sums = quantized(ex, x, 5)
+    blocks = x[:5].reshape(5, 4, 32).astype(np.float64)
+    np.testing.assert_allclose(d, np.abs(blocks).max(axis=2) / 127, rtol=1e-6)
+    assert np.all(np.abs(q) <= 127)
+    dq = q.reshape(5, 4, 32) * d[..., None]
+    assert np.all(np.abs(dq - blocks) <= d[..., None] * (0.5 + 1e-5)), "a value rounded to the wrong q"
+    assert np.all(q[1, 32:64] == 0) and d[1, 1] == 0.0
+    assert np.all(np.abs(sums - blocks.sum(axis=2)) <= 1e-6 * np.abs(blocks).sum(axis=2))
+
+
+def q4_k_mins(raw: np.ndarray, k: int) -> np.ndarray:
+    """The additive minimum of each 32-value block of Q4_K rows: -dmin * min (ggml get_scale_min_k4)."""
+    n = raw.shape[0]
+    blocks = raw.reshape(n * k // 256, GGML_QUANT_SIZES[Q.Q4_K][1])
+    dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float64)[:, 0]
+    sc = blocks[:, 4:16].astype(np.int64)
+    mins = np.empty((len(blocks), 8), np.int64)
+    mins[:, :4] = sc[:, 4:8] & 63
+    mins[:, 4:] = (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)
+    return (-dmin[:, None] * mins).reshape(n, k // 32)
+
+
+def check_int8_linear(ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, glu: bool,
+                      seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    raw = random_weight_bytes(rng, qtype, k, n)
+    weight = upload_weight(ex, "w", qtype, k, n, raw)
+    x = (rng.standard_normal((t_max, k)) * rng.uniform(0.1, 10, (t_max, 1))).astype(np.float32)
+    cols = n // 2 if glu else n
+    yt = ex.tensor("y", (t_max, cols), data=np.full((t_max, cols), SENTINEL, np.float32))
+    b = ProgramBuilder(ex, "linear")
+    (linear_glu if glu else linear)(b, weight, ex.tensor("x", x.shape, data=x), yt, t_max,
+                                    kernel=LinearKernel.MATMUL, whole_rows=False, int8=True)
+    program = b.build()
+    assert any(d.label.endswith("tiles_i8]") for d in program.dispatches), "the int8 tiles did not run"
+    got, = ex.run(program, StepParams(n_tokens), read=[yt])
+    assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
+    got = got[:n_tokens].astype(np.float64)
+
+    q, d, sums = quantized(ex, x, n_tokens)
+    w = dequantize(raw, qtype).astype(np.float64)                      # [n, k], exact ggml values
+    x_hat = q * np.repeat(d, 32, axis=1)                                 # what the kernel multiplies
+    want = x_hat @ w.T
+    magnitude = np.abs(x_hat) @ np.abs(w).T
+    if qtype == Q.Q4_K:  # the kernel takes the minimum times the exact block sum, not times sum(x_hat)
+        mins = q4_k_mins(raw, k)                                         # [n, k / 32]
+        want += (sums - x_hat.reshape(n_tokens, -1, 32).sum(axis=2)) @ mins.T
+        magnitude += np.abs(sums) @ np.abs(mins).T
+    exact = x[:n_tokens].astype(np.float64) @ w.T
+    rounding = np.repeat(d, 32, axis=1) / 2 @ np.abs(w).T                # |W| d_x / 2: x's rounding bound
+    if glu:
+        g, u = want[:, :cols], want[:, cols:]
+        gelu = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        err = np.abs(got - gelu * u)
+        # first order in the errors of g and u: |d(gelu(g) u)| <= |gelu'(g)| |u| dg + |gelu(g)| du, gelu' <= 1.13
+        allowed = 1.13 * np.abs(u) * REL_TOL * magnitude[:, :cols] + np.abs(gelu) * REL_TOL * magnitude[:, cols:]
+        assert np.all(err <= allowed + 1e-6 * np.abs(gelu * u)), f"{qtype.name} GLU: worst {np.max(err - allowed)}"
+        return
+    err = np.abs(got - want)
+    worst = np.unravel_index(np.argmax(err - REL_TOL * magnitude), err.shape)
+    assert np.all(err <= REL_TOL * magnitude), f"{qtype.name}: token, row {worst}: {got[worst]} != {want[worst]}"
+    assert np.all(np.abs(got - exact) <= rounding + REL_TOL * magnitude), f"{qtype.name}: beyond x's rounding"
+
+
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_matmul_int8(ex: Executor, qtype: Q, glu: bool) -> None:
+    """Every int8 type, plain and gate-up: two token tiles and two row tiles (the last of each partial), K of
+    several 32-value blocks and (K-quants) two super-blocks."""
+    k = 512 if qtype in (Q.Q4_K, Q.Q6_K) else 256
+    check_int8_linear(ex, qtype, k, 300 if glu else 150, 70, 67, glu, seed=21)
+
+
+@pytest.mark.parametrize("tile", [T(64, 64, 8, 32, 4), T(128, 64, 8, 32, 2), T(64, 128, 8, 32, 8)],
+                         ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+def test_matmul_int8_tiles(ex: Executor, tile: matmul_ops.MatmulTile, glu: bool,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other tile shapes, with k split over workgroups (parts added by matmul_reduce)."""
+    monkeypatch.setattr(matmul_ops, "int8_tile", lambda k, n, t_max, glu=False: tile)
+    check_int8_linear(ex, Q.Q6_K, 512, 300 if glu else 150, 70, 67, glu, seed=22)
+
+
+def test_int8_tile_choice() -> None:
+    """int8_tile gives a tile tiles_i8 takes (a load per weight row and per token fits the workgroup) for the
+    shapes of Gemma 3 and 4, and none for steps of up to 32 tokens."""
+    for k in (640, 1152, 2048, 2560, 6912, 10240):
+        for n in (256, 640, 1024, 2048, 6912, 10240):
+            for glu in (False, True):
+                assert matmul_ops.int8_tile(k, n, 32, glu) is None
+                for t_max in (64, 512, 2048):
+                    tile = matmul_ops.int8_tile(k, n, t_max, glu)
+                    assert tile is not None and k % (32 * tile.split) == 0
+                    assert tile.rows % 32 == 0 and tile.rows + tile.tokens <= tile.threads <= 256
