@@ -5,15 +5,14 @@
 // HF and llama.cpp do). Key j sits in the pool row its sequence's pages give (common/rows.wgsl),
 // so one step may hold queries of many sequences (batched decode).
 //
-// Work split: a workgroup of 256 invocations takes one (token, head) row and one of up to SPLITS
-// parts of its key range, each a whole number of 32-key chunks (attention/parts.wgsl; flash-decoding:
-// a decode step has few rows, so the keys are what gives the GPU parallel work; a short row uses
-// fewer parts and the other workgroups return at once). It walks its keys in chunks of 32 with an online softmax
+// Work split: a workgroup of 256 invocations takes one (token, head) row and one of SPLITS
+// equal parts of its key range (flash-decoding: a decode step has few rows, so the keys are
+// what gives the GPU parallel work). It walks its keys in chunks of 32 with an online softmax
 // (running max and sum): for scores, 8 invocations share a key, each dotting D/8 dims
 // (adjacent invocations read adjacent words of the key row), summed in workgroup memory;
 // for values, invocation i accumulates dims i, i + 256, ...
 // With SPLITS == 1 it writes the normalised result to out[row, :]; otherwise out is a scratch
-// of [rows, SPLITS, D + 4] holding (unnormalised acc[D], max, sum, 2 unused) per part used, merged by
+// of [rows, SPLITS, D + 4] holding (unnormalised acc[D], max, sum, 2 unused) per part, merged by
 // attention_combine.wgsl (acc first at a stride of D + 4 keeps each part's acc 16-byte aligned).
 //
 // Where q and the newest key come from (Q_SOURCE, attention/q_${Q_SOURCE}.wgsl, which declares
@@ -24,7 +23,6 @@
 //            (so qk_norm_rope_store's dispatch is not needed) and uses from workgroup memory.
 #include "common/step.wgsl"
 #include "common/rows.wgsl"
-#include "attention/parts.wgsl"
 #include "attention/q_${Q_SOURCE}.wgsl"
 
 override D: u32 = 256u;         // head dimension (a multiple of 16, at most 512)
@@ -102,12 +100,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let kv_base = kv_head * D;
     let p = rows[t].x;
     let slot = rows[t].y;
-    let lo = first_key(p);
-    let start = lo + part * part_keys(p + 1u - lo);
-    if (start > p) {
-        return;   // a part the row does not need (attention_combine counts the parts used alike)
+    var lo = 0u;
+    if (WINDOW > 0u && p + 1u > WINDOW) {
+        lo = p + 1u - WINDOW;
     }
-    let end = min(start + part_keys(p + 1u - lo), p + 1u);   // keys [start, end)
+    let per_part = (p + 1u - lo + SPLITS - 1u) / SPLITS;
+    let start = lo + part * per_part;
+    let end = min(start + per_part, p + 1u);   // keys [start, end); empty when start >= end
 
     // the part whose keys include p (exactly one: the parts tile [lo, p]) also has the token's own key
     load_query(row, t, kv_head, p, start <= p && p < end, lid);

@@ -1,25 +1,21 @@
 // attention_combine: merge the SPLITS partial softmaxes of attention.wgsl into each row's output.
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out[row, :] = sum_s acc_s e^(m_s - M) / L
-// over the parts s the row used (attention/parts.wgsl counts them from the token's position, as attention
-// does; the scratch past them holds stale values and is not read).
+// A part with no keys has m = -max f32 and l = 0, so its weight is 0.
 // Work split: one workgroup of 256 invocations per (token, head) row. Invocation s reads part s's
 // (m, l) (loads in parallel, not one invocation walking all parts), invocation 0 forms the part
 // weights e^(m_s - M) / L in workgroup memory, then each invocation sums its dim(s) over the parts
 // (one dim each for D <= 256: 64 invocations walking 4 dims x 32 parts took ~36 us on an H200).
 #include "common/step.wgsl"
-#include "attention/parts.wgsl"
 
 override D: u32 = 256u;
 override HEADS: u32 = 4u;
 override SPLITS: u32 = 2u;
-override WINDOW: u32 = 0u;  // attention's sliding window (0 = global), which sets the keys of a row
 
 const WG: u32 = 256u;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> partials: array<f32>;   // [T_MAX * HEADS, SPLITS, D + 4]: acc[D], m, l, -, -
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D]
-@group(0) @binding(3) var<storage, read> rows: array<vec4<u32>>; // [T_MAX] (position, slot, -, -)
 
 var<workgroup> part_max: array<f32, SPLITS>;
 var<workgroup> part_weight: array<f32, SPLITS>;
@@ -31,33 +27,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row >= step.n_tokens * HEADS) {
         return;
     }
-    let p = rows[row / HEADS].x;
-    let used = parts_used(p + 1u - first_key(p));
     let first = row * SPLITS * (D + 4u);
-    for (var s = lid; s < used; s += WG) {
+    for (var s = lid; s < SPLITS; s += WG) {
         part_max[s] = partials[first + s * (D + 4u) + D];
         part_weight[s] = partials[first + s * (D + 4u) + D + 1u];  // the part's sum l_s, for now
     }
     workgroupBarrier();
     if (lid == 0u) {
         var m = -3.4028235e38;
-        for (var s = 0u; s < used; s++) {
+        for (var s = 0u; s < SPLITS; s++) {
             m = max(m, part_max[s]);
         }
         var total = 0.0;
-        for (var s = 0u; s < used; s++) {
+        for (var s = 0u; s < SPLITS; s++) {
             let w = exp(part_max[s] - m);
             total += part_weight[s] * w;
             part_max[s] = w;
         }
-        for (var s = 0u; s < used; s++) {
+        for (var s = 0u; s < SPLITS; s++) {
             part_weight[s] = part_max[s] / total;
         }
     }
     workgroupBarrier();
     for (var dim = lid; dim < D; dim += WG) {
         var sum = 0.0;
-        for (var s = 0u; s < used; s++) {
+        for (var s = 0u; s < SPLITS; s++) {
             sum += partials[first + s * (D + 4u) + dim] * part_weight[s];
         }
         out[row * D + dim] = sum;

@@ -127,9 +127,8 @@ def attention(
 
     q: the queries as qk_norm_rope_store leaves them [T, heads * head_dim], or, for a decode step, RawQKV:
     the attention then does qk_norm_rope_store's work itself (kernels/attention/q_raw.wgsl), one dispatch
-    fewer. splits > 1 divides each row's keys over up to that many workgroups, in whole 32-key chunks
-    (kernels/attention/parts.wgsl: a short row uses fewer), and merges their partial softmaxes
-    (kernels/attention_combine.wgsl). By default a step with few (token, head)
+    fewer. splits > 1 divides each row's keys over that many workgroups and merges their partial
+    softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
     rows (decode) is split so that a GPU gets ~ATTENTION_GROUPS workgroups (at most 32 parts);
     a CPU adapter gets 2 parts when it has fewer than 64 rows.
     """
@@ -157,8 +156,8 @@ def attention(
     partials = b.activation("attention_partials", (n_rows * splits, head_dim + 4))
     b.dispatch("attention", constants, [b.step, queries, *cache, partials, rows, pool.page_table, *extra],
                workgroup_grid(n_rows * splits))
-    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits, "WINDOW": window},
-               [b.step, partials, out, rows], workgroup_grid(n_rows))
+    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits}, [b.step, partials, out],
+               workgroup_grid(n_rows))
 
 
 def gelu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor) -> None:
