@@ -255,8 +255,6 @@ def main() -> int:
                         "(gpu/ops/transformer.py ATTENTION_GROUPS)")
     parser.add_argument("--f32-matmul", action="store_true", help="Hearth: prefill matmuls in f32 tiles, not in "
                         "8-bit integers (gpu/ops/matmul.py INT8_MATMUL)")
-    parser.add_argument("--int8-stage-blocks", type=int, choices=(1, 2), help="Hearth: 32-value blocks per stage "
-                        "of the int8 matmul tiles (gpu/ops/matmul.py INT8_STAGE_BLOCKS)")
     parser.add_argument("--matvec-max-tokens", type=int, help="Hearth: steps of up to this many rows use matvec "
                         "kernels rather than matmul tiles (gpu/ops/matmul.py MATVEC_MAX_TOKENS)")
     args = parser.parse_args()
@@ -264,11 +262,10 @@ def main() -> int:
         from gpu.ops import matmul
 
         matmul.MATVEC_MAX_TOKENS = args.matvec_max_tokens
-    if args.f32_matmul or args.int8_stage_blocks:
+    if args.f32_matmul:
         from gpu.ops import matmul
 
-        matmul.INT8_MATMUL = not args.f32_matmul
-        matmul.INT8_STAGE_BLOCKS = args.int8_stage_blocks or matmul.INT8_STAGE_BLOCKS
+        matmul.INT8_MATMUL = False
     if args.attention_groups:
         from gpu.ops import transformer
 

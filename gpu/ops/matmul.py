@@ -67,7 +67,6 @@ WIDE_MATVEC = True
 INT8_TYPES = frozenset({GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.Q5_0,
                         GGMLQuantizationType.Q8_0})
 INT8_MATMUL = True
-INT8_STAGE_BLOCKS = 2  # 32-value blocks per workgroup-memory stage of tiles_i8 (1 or 2), where the parts allow
 
 
 @dataclass(frozen=True)
@@ -91,14 +90,12 @@ def quantize_input(builder: ProgramBuilder, x: Tensor, t_max: int) -> Int8Input:
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:
-    """matmul_tile for matmul/tiles_i8.wgsl (8 rows a thread; k_chunk: the values of a stage, one or two
-    32-value blocks), or None where it has no tile: steps of up to 32 tokens, whose f32 tiles have too few
-    threads for a load per row and token."""
+    """matmul_tile for matmul/tiles_i8.wgsl (8 rows a thread, 32-value chunks), or None where it has no tile:
+    steps of up to 32 tokens, whose f32 tiles have too few threads for a load per row and token."""
     if t_max <= 32:
         return None
     tile = matmul_tile(k, n_cols, t_max, glu)
-    stage = 64 if INT8_STAGE_BLOCKS == 2 and k % (64 * tile.split) == 0 else 32
-    return tile._replace(thread_rows=8, k_chunk=stage)
+    return tile._replace(thread_rows=8, k_chunk=32)
 
 
 def _uses_int8(weight: QuantWeight, plan: "_Plan", t_max: int, n_cols: int, glu: bool) -> bool:
@@ -426,11 +423,9 @@ def _int8_dispatch(
     tile = int8_tile(weight.k, n_rows, t_max, glu)
     if tile is None or weight.qtype not in INT8_TYPES:
         raise ValueError(f"{weight.name}: no int8 matmul for {weight.qtype.name} at {t_max} tokens")
-    if (tile.k_chunk not in (32, 64) or weight.k % (tile.k_chunk * tile.split) or tile.rows % 32 or tile.tokens % 4
-            or tile.rows + tile.tokens > tile.threads):
+    if weight.k % (32 * tile.split) or tile.rows % 32 or tile.tokens % 4 or tile.rows + tile.tokens > tile.threads:
         raise ValueError(f"{weight.name}: int8 matmul tile {tile} does not fit K = {weight.k}")
-    constants = constants | {"ENTRY": "tiles_i8", "BT": tile.tokens, "BR": tile.rows, "SPLIT": tile.split,
-                             "CHUNK": tile.k_chunk // 32}
+    constants = constants | {"ENTRY": "tiles_i8", "BT": tile.tokens, "BR": tile.rows, "SPLIT": tile.split}
     groups = workgroup_grid(tile.groups(n_rows, t_max, glu))
     if tile.split == 1:
         builder.dispatch("matmul", constants, [builder.step, shard, x.q, y, x.scales], groups)

@@ -126,13 +126,12 @@ def test_matmul_int8(ex: Executor, qtype: Q, glu: bool) -> None:
     check_int8_linear(ex, qtype, k, 300 if glu else 150, 70, 67, glu, seed=21)
 
 
-@pytest.mark.parametrize("tile", [T(64, 64, 8, 32, 4), T(128, 64, 8, 64, 2), T(64, 128, 8, 64, 8), T(64, 128, 8, 32)],
+@pytest.mark.parametrize("tile", [T(64, 64, 8, 32, 4), T(128, 64, 8, 32, 2), T(64, 128, 8, 32, 8)],
                          ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
 def test_matmul_int8_tiles(ex: Executor, tile: matmul_ops.MatmulTile, glu: bool,
                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The other tile shapes, stages of one and two blocks, k split over workgroups (parts added by
-    matmul_reduce)."""
+    """The other tile shapes, with k split over workgroups (parts added by matmul_reduce)."""
     monkeypatch.setattr(matmul_ops, "int8_tile", lambda k, n, t_max, glu=False: tile)
     check_int8_linear(ex, Q.Q6_K, 512, 300 if glu else 150, 70, 67, glu, seed=22)
 
@@ -146,5 +145,5 @@ def test_int8_tile_choice() -> None:
                 assert matmul_ops.int8_tile(k, n, 32, glu) is None
                 for t_max in (64, 512, 2048):
                     tile = matmul_ops.int8_tile(k, n, t_max, glu)
-                    assert tile is not None and tile.k_chunk in (32, 64) and k % (tile.k_chunk * tile.split) == 0
+                    assert tile is not None and k % (32 * tile.split) == 0
                     assert tile.rows % 32 == 0 and tile.rows + tile.tokens <= tile.threads <= 256

@@ -8,11 +8,11 @@
 //   sum_k W x  ~  d_x (d_lo (q_w . q_x)[0..16) + d_hi (q_w . q_x)[16..32)) + m s_x
 // the integer dots exact, the rest f32; the error is that of x's 8-bit rounding (relative ~2^-8 per
 // value, averaging out over k), the same trade llama.cpp makes.
-// Per stage of CHUNK 32-value blocks of k the workgroup unpacks its BR weight rows (one thread a row)
-// and copies its BT tokens' blocks (one thread a token) into workgroup memory, laid out so that neighbouring threads
+// Per 32-value chunk of k the workgroup unpacks its BR weight rows (one thread a row) and copies its
+// BT tokens' blocks (one thread a token) into workgroup memory, laid out so that neighbouring threads
 // read neighbouring words; each thread then loads its tokens' 8 words once and, per row, 8 words and
-// the scales, for 8 dot4I8Packed per (token, row) and block. The next stage is fetched into registers
-// while the current one is multiplied; two blocks a stage halve the barriers per block. The thread/row/token layout and the epilogue are tiles.wgsl's
+// the scales, for 8 dot4I8Packed per (token, row). The next chunk is fetched into registers while the
+// current one is multiplied. The thread/row/token layout and the epilogue are tiles.wgsl's
 // (matmul/tile_store.wgsl), with RR = 8.
 #include "quant_i8/${WEIGHT_TYPE}.wgsl"
 #include "matmul/tile_store.wgsl"
@@ -23,7 +23,6 @@
 override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4
 override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 32 (with GLU: gate then up rows)
 override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
-override CHUNK: u32 = 1u;  // 32-value blocks per stage (1 or 2; 2 needs an even number of blocks a part)
 
 const RR: u32 = 8u;                 // rows per thread: quads tx and tx + BR / 8
 const TX: u32 = BR / RR;            // threads across rows
@@ -40,11 +39,10 @@ const JOBS: u32 = BR + BT;          // loads per chunk: one per weight row, one 
 // Row rho = 4 j + c of the tile: its q at ws_q[(4 h + c) QR + j] (h = 0: values 0..15, 1: 16..31), its
 // scales at component c of ws_d[e QR + j] (e = 0: d_lo, 1: d_hi, 2: m). Token 4 j + i likewise in
 // xs_q[(4 h + i) QT + j] and xs_d[e QT + j] (e = 0: d_x, 1: s_x).
-// Block cb of a stage sits cb 8 QR (3 QR, 8 QT, 2 QT) entries further.
-var<workgroup> ws_q: array<vec4<u32>, 8u * QR * CHUNK>;
-var<workgroup> ws_d: array<vec4<f32>, 3u * QR * CHUNK>;
-var<workgroup> xs_q: array<vec4<u32>, 8u * QT * CHUNK>;
-var<workgroup> xs_d: array<vec4<f32>, 2u * QT * CHUNK>;
+var<workgroup> ws_q: array<vec4<u32>, 8u * QR>;
+var<workgroup> ws_d: array<vec4<f32>, 3u * QR>;
+var<workgroup> xs_q: array<vec4<u32>, 8u * QT>;
+var<workgroup> xs_d: array<vec4<f32>, 2u * QT>;
 
 // A load job's registers: a weight row's block, or a token's (lo, hi, (d_x, s_x, 0)).
 fn fetch(job: u32, r0: u32, t0: u32, n: u32, b: u32) -> I8Block {
@@ -59,26 +57,22 @@ fn fetch(job: u32, r0: u32, t0: u32, n: u32, b: u32) -> I8Block {
     return I8Block(xq[t * (K / 16u) + 2u * b], xq[t * (K / 16u) + 2u * b + 1u], vec3<f32>(ds, 0.0));
 }
 
-fn store_job(job: u32, v: I8Block, cb: u32) {
+fn store_job(job: u32, v: I8Block) {
     if (job < BR) {
         let j = job / 4u;
         let c = job % 4u;
-        let q = cb * 8u * QR;
-        let d = cb * 3u * QR;
-        ws_q[q + c * QR + j] = v.lo;
-        ws_q[q + (4u + c) * QR + j] = v.hi;
-        ws_d[d + j][c] = v.scales.x;
-        ws_d[d + QR + j][c] = v.scales.y;
-        ws_d[d + 2u * QR + j][c] = v.scales.z;
+        ws_q[c * QR + j] = v.lo;
+        ws_q[(4u + c) * QR + j] = v.hi;
+        ws_d[j][c] = v.scales.x;
+        ws_d[QR + j][c] = v.scales.y;
+        ws_d[2u * QR + j][c] = v.scales.z;
     } else {
         let j = (job - BR) / 4u;
         let i = (job - BR) % 4u;
-        let q = cb * 8u * QT;
-        let d = cb * 2u * QT;
-        xs_q[q + i * QT + j] = v.lo;
-        xs_q[q + (4u + i) * QT + j] = v.hi;
-        xs_d[d + j][i] = v.scales.x;
-        xs_d[d + QT + j][i] = v.scales.y;
+        xs_q[i * QT + j] = v.lo;
+        xs_q[(4u + i) * QT + j] = v.hi;
+        xs_d[j][i] = v.scales.x;
+        xs_d[QT + j][i] = v.scales.y;
     }
 }
 
@@ -98,12 +92,10 @@ struct RowQuad {
     d_lo: vec4<f32>, d_hi: vec4<f32>, m: vec4<f32>,
 }
 
-fn row_quad(j: u32, cb: u32) -> RowQuad {
-    let q = cb * 8u * QR + j;
-    let d = cb * 3u * QR + j;
-    return RowQuad(ws_q[q], ws_q[q + QR], ws_q[q + 2u * QR], ws_q[q + 3u * QR],
-                   ws_q[q + 4u * QR], ws_q[q + 5u * QR], ws_q[q + 6u * QR], ws_q[q + 7u * QR],
-                   ws_d[d], ws_d[d + QR], ws_d[d + 2u * QR]);
+fn row_quad(j: u32) -> RowQuad {
+    return RowQuad(ws_q[j], ws_q[QR + j], ws_q[2u * QR + j], ws_q[3u * QR + j],
+                   ws_q[4u * QR + j], ws_q[5u * QR + j], ws_q[6u * QR + j], ws_q[7u * QR + j],
+                   ws_d[j], ws_d[QR + j], ws_d[2u * QR + j]);
 }
 
 // acc + the chunk's sums of one token (q words xl, xh; scale d_x, sum s_x) with the quad's 4 rows.
@@ -111,50 +103,16 @@ fn row_quad(j: u32, cb: u32) -> RowQuad {
 fn add_token(acc: vec4<f32>, xl: vec4<u32>, xh: vec4<u32>, d_x: f32, s_x: f32, w: RowQuad) -> vec4<f32> {
     let lo = vec4<i32>(dot16_i8(xl, w.l0), dot16_i8(xl, w.l1), dot16_i8(xl, w.l2), dot16_i8(xl, w.l3));
     let hi = vec4<i32>(dot16_i8(xh, w.h0), dot16_i8(xh, w.h1), dot16_i8(xh, w.h2), dot16_i8(xh, w.h3));
-    var sum = acc;
+    var sum: vec4<f32>;
     if (HALF_SCALES) {
-        sum = fma(small_i32_to_f32(lo) * w.d_lo + small_i32_to_f32(hi) * w.d_hi, vec4<f32>(d_x), sum);
+        sum = (small_i32_to_f32(lo) * w.d_lo + small_i32_to_f32(hi) * w.d_hi) * d_x;
     } else {
-        sum = fma(small_i32_to_f32(lo + hi), w.d_lo * d_x, sum);
+        sum = small_i32_to_f32(lo + hi) * (w.d_lo * d_x);
     }
     if (HAS_MIN) {
-        sum = fma(w.m, vec4<f32>(s_x), sum);
+        sum += w.m * s_x;
     }
-    return sum;
-}
-
-// The thread's sums: a<i> token 4 ty + i with the rows of quad tx, b<i> with those of quad tx + BR / 8.
-struct Sums {
-    a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
-    b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>,
-}
-
-// acc + the products of block cb of the stage in workgroup memory.
-fn multiply_block(acc: Sums, cb: u32, tx: u32, ty: u32) -> Sums {
-    let q = cb * 8u * QT + ty;
-    let d = cb * 2u * QT + ty;
-    let x0l = xs_q[q];
-    let x1l = xs_q[q + QT];
-    let x2l = xs_q[q + 2u * QT];
-    let x3l = xs_q[q + 3u * QT];
-    let x0h = xs_q[q + 4u * QT];
-    let x1h = xs_q[q + 5u * QT];
-    let x2h = xs_q[q + 6u * QT];
-    let x3h = xs_q[q + 7u * QT];
-    let d_x = xs_d[d];
-    let s_x = xs_d[d + QT];
-    var r = acc;
-    let wa = row_quad(tx, cb);
-    r.a0 = add_token(r.a0, x0l, x0h, d_x.x, s_x.x, wa);
-    r.a1 = add_token(r.a1, x1l, x1h, d_x.y, s_x.y, wa);
-    r.a2 = add_token(r.a2, x2l, x2h, d_x.z, s_x.z, wa);
-    r.a3 = add_token(r.a3, x3l, x3h, d_x.w, s_x.w, wa);
-    let wb = row_quad(tx + BR / 8u, cb);
-    r.b0 = add_token(r.b0, x0l, x0h, d_x.x, s_x.x, wb);
-    r.b1 = add_token(r.b1, x1l, x1h, d_x.y, s_x.y, wb);
-    r.b2 = add_token(r.b2, x2l, x2h, d_x.z, s_x.z, wb);
-    r.b3 = add_token(r.b3, x3l, x3h, d_x.w, s_x.w, wb);
-    return r;
+    return acc + sum;
 }
 
 @compute @workgroup_size(WG)
@@ -172,39 +130,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tx = lid % TX;
     let ty = lid / TX;
     let b_begin = s * PART;
-    let b_last = b_begin + PART - CHUNK;   // the stage's first block
+    let b_last = b_begin + PART - 1u;
     let loads = lid < JOBS;   // whole warps: BR and BT are multiples of 32 and 4 x 8
-    var next0 = I8Block(vec4<u32>(), vec4<u32>(), vec3<f32>());
-    var next1 = next0;
+    var next = I8Block(vec4<u32>(), vec4<u32>(), vec3<f32>());
     if (loads) {
-        next0 = fetch(lid, r0, t0, n, b_begin);
-        if (CHUNK == 2u) {
-            next1 = fetch(lid, r0, t0, n, b_begin + 1u);
-        }
+        next = fetch(lid, r0, t0, n, b_begin);
     }
-    var acc = Sums(vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
-                   vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>());
-    for (var b = b_begin; b <= b_last; b += CHUNK) {
+
+    // a<i>: token 4 ty + i, rows of quad tx; b<i>: rows of quad tx + BR / 8
+    var a0 = vec4<f32>();
+    var a1 = vec4<f32>();
+    var a2 = vec4<f32>();
+    var a3 = vec4<f32>();
+    var b0 = vec4<f32>();
+    var b1 = vec4<f32>();
+    var b2 = vec4<f32>();
+    var b3 = vec4<f32>();
+    for (var b = b_begin; b <= b_last; b++) {
         if (loads) {
-            store_job(lid, next0, 0u);
-            if (CHUNK == 2u) {
-                store_job(lid, next1, 1u);
-            }
+            store_job(lid, next);
         }
         workgroupBarrier();
-        if (loads) {   // the next stage, read while this one is multiplied (the last reads itself again)
-            let following = min(b + CHUNK, b_last);
-            next0 = fetch(lid, r0, t0, n, following);
-            if (CHUNK == 2u) {
-                next1 = fetch(lid, r0, t0, n, following + 1u);
-            }
+        if (loads) {   // the next chunk, read while this one is multiplied (the last reads itself again)
+            next = fetch(lid, r0, t0, n, min(b + 1u, b_last));
         }
-        acc = multiply_block(acc, 0u, tx, ty);
-        if (CHUNK == 2u) {
-            acc = multiply_block(acc, 1u, tx, ty);
-        }
+        let x0l = xs_q[ty];
+        let x1l = xs_q[QT + ty];
+        let x2l = xs_q[2u * QT + ty];
+        let x3l = xs_q[3u * QT + ty];
+        let x0h = xs_q[4u * QT + ty];
+        let x1h = xs_q[5u * QT + ty];
+        let x2h = xs_q[6u * QT + ty];
+        let x3h = xs_q[7u * QT + ty];
+        let d_x = xs_d[ty];
+        let s_x = xs_d[QT + ty];
+        let wa = row_quad(tx);
+        a0 = add_token(a0, x0l, x0h, d_x.x, s_x.x, wa);
+        a1 = add_token(a1, x1l, x1h, d_x.y, s_x.y, wa);
+        a2 = add_token(a2, x2l, x2h, d_x.z, s_x.z, wa);
+        a3 = add_token(a3, x3l, x3h, d_x.w, s_x.w, wa);
+        let wb = row_quad(tx + BR / 8u);
+        b0 = add_token(b0, x0l, x0h, d_x.x, s_x.x, wb);
+        b1 = add_token(b1, x1l, x1h, d_x.y, s_x.y, wb);
+        b2 = add_token(b2, x2l, x2h, d_x.z, s_x.z, wb);
+        b3 = add_token(b3, x3l, x3h, d_x.w, s_x.w, wb);
         workgroupBarrier();
     }
 
-    store_tile(s, t0 + 4u * ty, r0 + 4u * tx, n, acc.a0, acc.a1, acc.a2, acc.a3, acc.b0, acc.b1, acc.b2, acc.b3);
+    store_tile(s, t0 + 4u * ty, r0 + 4u * tx, n, a0, a1, a2, a3, b0, b1, b2, b3);
 }
