@@ -8,7 +8,9 @@ speed depends on shapes and types, not on the values. Every engine loads the sam
     python bench/gpu.py s270.gguf s1b.gguf s4b.gguf [--llama-bin DIR] [--transformers] [--json out.json]
 
 Per model, medians of --reps runs after a warm-up:
-- prefill tok/s: one 512-token prompt;
+- prefill tok/s: one 512-token prompt; Hearth twice: as it runs by default (f32 matmuls, exact
+  parity) and with int8_activations (activations quantised to 8 bits inside the matmuls, which is
+  what llama.cpp's CUDA matmuls do);
 - decode tok/s, one stream: 128 greedy tokens from an empty cache, as llama-bench's tg128 runs
   them (Hearth and transformers: after a one-token prompt, so at positions 1..128); and again
   after the 512-token prompt (positions 512..640; llama-bench `-d 512`), where attention over the
@@ -48,7 +50,7 @@ PROMPT, NEW, BATCH_PROMPT = 512, 128, 128
 class HearthBench:
     """Hearth through its engine: prefill chunks, GPU-sampled decode, batched decode."""
 
-    def __init__(self, model_path: str, max_batch: int) -> None:
+    def __init__(self, model_path: str, max_batch: int, int8_activations: bool = False) -> None:
         from gpu.device import default_device
         from models.text_model import load_text_model
 
@@ -56,7 +58,7 @@ class HearthBench:
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
         # KV pool: the single-stream runs' 640 positions, and every batched sequence's 256 (5 pages each)
         self.model = load_text_model(model_path, context_length=2048, max_batch=max_batch,
-                                     pool_tokens=2048 + max_batch * 5 * 128)
+                                     pool_tokens=2048 + max_batch * 5 * 128, int8_activations=int8_activations)
         self.engine = self.model.engine()
 
     def prefill_s(self, ids: list[int]) -> float:
@@ -152,6 +154,13 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
     # runs its prompts back to back after a warm-up; so do these, after 20 untimed ones.
     out["prefill_tok_s"] = PROMPT / median_of(reps, lambda: hearth.prefill_s(ids), warm_ups=20)
     out["prefill_split_ms"] = [round(1000 * t, 2) for t in hearth.prefill_split]
+    int8 = HearthBench(path, 1, int8_activations=True)  # a second copy of the model, its programs int8
+    out["prefill_int8_tok_s"] = PROMPT / median_of(reps, lambda: int8.prefill_s(ids), warm_ups=20)
+    if profile:
+        from gpu.profile import profile_report
+
+        out["profile_int8_prefill"] = profile_report(int8.model.executor, "prefill with int8 activations",
+                                                     *int8.engine.stage_prefill(int8.model.new_session(), ids))
     out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids[:1], NEW))
     out[f"decode_d{PROMPT}_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
     print(f"hearth: {out}", flush=True)
@@ -160,7 +169,7 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
         print(f"hearth: {b} streams: {out[f'decode_x{b}_tok_s']:.0f} tok/s", flush=True)
     if profile:
         out["profile"] = hearth.profile(ids, max(batches))
-        print(out["profile"], flush=True)
+        print(out["profile"], out["profile_int8_prefill"], sep="\n", flush=True)
     return out
 
 
@@ -225,16 +234,19 @@ def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float
 
 def table(name: str, results: dict[str, dict[str, Any]], batches: list[int], bound: float) -> str:
     engines = list(results)
-    rows = [("prefill tok/s (512)", "prefill_tok_s"), ("decode tok/s (1 stream)", "decode_tok_s"),
-            (f"  same after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s")]
-    rows += [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s") for b in batches]
+    # (label, Hearth's key, the peers' key): Hearth's int8 prefill is set beside the peers' one prefill figure
+    rows = [("prefill tok/s (512)", "prefill_tok_s", "prefill_tok_s"),
+            ("  int8 activations", "prefill_int8_tok_s", "prefill_tok_s"),
+            ("decode tok/s (1 stream)", "decode_tok_s", "decode_tok_s"),
+            (f"  same after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s", f"decode_d{PROMPT}_tok_s")]
+    rows += [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s", f"decode_x{b}_tok_s") for b in batches]
     ratio = "hearth" in results and "llama.cpp" in results
     lines = [f"{name:<28}" + "".join(f"{e:>14}" for e in engines) + (f"{'Hearth/llama':>14}" if ratio else "")]
-    for label, key in rows:
-        values = [results[e].get(key) for e in engines]
+    for label, key, peer_key in rows:
+        values = [results[e].get(key if e == "hearth" else peer_key if key == peer_key else None) for e in engines]
         line = f"{label:<28}" + "".join(f"{v:>14.0f}" if v is not None else f"{'-':>14}" for v in values)
-        if ratio and results["hearth"].get(key) and results["llama.cpp"].get(key):
-            line += f"{results['hearth'][key] / results['llama.cpp'][key]:>14.2f}"
+        if ratio and results["hearth"].get(key) and results["llama.cpp"].get(peer_key):
+            line += f"{results['hearth'][key] / results['llama.cpp'][peer_key]:>14.2f}"
         lines.append(line)
     shares = [results[e].get("decode_tok_s", 0.0) / bound for e in engines]
     lines.append(f"{'1-stream share of bound':<28}" + "".join(f"{s:>14.1%}" for s in shares)
@@ -253,8 +265,6 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--attention-groups", type=int, help="Hearth: decode attention's workgroups wanted "
                         "(gpu/ops/transformer.py ATTENTION_GROUPS)")
-    parser.add_argument("--f32-matmul", action="store_true", help="Hearth: prefill matmuls in f32 tiles, not in "
-                        "8-bit integers (gpu/ops/matmul.py INT8_MATMUL)")
     parser.add_argument("--matvec-max-tokens", type=int, help="Hearth: steps of up to this many rows use matvec "
                         "kernels rather than matmul tiles (gpu/ops/matmul.py MATVEC_MAX_TOKENS)")
     args = parser.parse_args()
@@ -262,10 +272,6 @@ def main() -> int:
         from gpu.ops import matmul
 
         matmul.MATVEC_MAX_TOKENS = args.matvec_max_tokens
-    if args.f32_matmul:
-        from gpu.ops import matmul
-
-        matmul.INT8_MATMUL = False
     if args.attention_groups:
         from gpu.ops import transformer
 

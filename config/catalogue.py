@@ -34,6 +34,7 @@ class ModelEntry:
     preload: bool = False
     context_length: int | None = None
     kv_dtype: str = "f16"
+    int8_activations: bool = False  # prompts' matmuls on 8-bit activations (load_text_model)
     alias_of: str | None = None
     kind: str = "text"  # "text" (chat, completions), "embedding", "speech" or "transcription"
 
@@ -47,11 +48,11 @@ def shipped_model_path() -> Path | None:
     return shipped.default_output_path()
 
 
-def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16") -> str:
-    """Same file, context and KV type: the same loaded model, whatever the names."""
+def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16", int8: bool = False) -> str:
+    """Same file, context, KV type and matmul numerics: the same loaded model, whatever the names."""
     path = shipped_model_path() if source == SHIPPED_MODEL else Path(source).expanduser()
     where = os.path.realpath(path) if path is not None and path.exists() else source
-    return f"{where}|context={context_length or 'model'}|kv={kv_dtype}"
+    return f"{where}|context={context_length or 'model'}|kv={kv_dtype}" + ("|int8" if int8 else "")
 
 
 class ModelCatalogue:
@@ -59,16 +60,18 @@ class ModelCatalogue:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._configured = {m.id: self._entry(m) for m in settings.models}
+        self._configured = {m.id: self._entry(m, settings.int8_activations) for m in settings.models}
         # The other endpoint families: kind -> {id: entry}.
         self._grouped = {kind: {m.id: self._group_entry(m, kind) for m in group.models}
                          for kind, group in settings.groups().items()}
 
     @staticmethod
-    def _entry(config: ModelConfig) -> ModelEntry:
-        key = _key(config.source, config.context_length, config.kv_dtype)
+    def _entry(config: ModelConfig, int8_default: bool) -> ModelEntry:
+        int8 = int8_default if config.int8_activations is None else config.int8_activations
+        key = _key(config.source, config.context_length, config.kv_dtype, int8)
         return ModelEntry(id=config.id, source=config.source, key=key, owned_by="hearth", created=_STARTED,
-                          preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype)
+                          preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype,
+                          int8_activations=int8)
 
     @staticmethod
     def _group_entry(config: ModelConfig, kind: str) -> ModelEntry:
@@ -127,8 +130,8 @@ class ModelCatalogue:
                         if found.architecture in OLLAMA_EMBEDDING_ARCHITECTURES]
         return entries
 
-    @staticmethod
-    def _ollama_entry(found: ollama.OllamaModel, name: str, kind: str = "text") -> ModelEntry:
-        key = _key(str(found.path)) if kind == "text" else f"{kind}:{_key(str(found.path))}"
+    def _ollama_entry(self, found: ollama.OllamaModel, name: str, kind: str = "text") -> ModelEntry:
+        int8 = kind == "text" and self.settings.int8_activations
+        key = _key(str(found.path), int8=int8) if kind == "text" else f"{kind}:{_key(str(found.path))}"
         return ModelEntry(id=name, source=str(found.path), key=key, owned_by="ollama",
-                          created=int(found.modified), kind=kind)
+                          created=int(found.modified), kind=kind, int8_activations=int8)

@@ -186,8 +186,11 @@ class Executor:
     """Runs programs: one compute pass and one submit per step, per-step values in one
     16-byte uniform buffer, and only the tensors asked for copied back."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, *, int8_matmuls: bool = False) -> None:
         self.device = device
+        # Programs built for this executor run their GPU matmuls (steps of more than 32 tokens) on activations
+        # quantised to 8 bits where the weight type allows (gpu/ops/matmul.py): faster prompts, llama.cpp's numerics.
+        self.int8_matmuls = int8_matmuls
         buffer = device.create_buffer(
             StepParams.STRUCT_BYTES, "step", wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
         )

@@ -406,8 +406,13 @@ def load_text_model(
     name_or_path: str = DEFAULT_MODEL, *, progress: Callable[[int, int], None] | None = None,
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
     max_batch: int = MAX_BATCH, pool_tokens: int | None = None, page_tokens: int = PAGE_TOKENS,
+    int8_activations: bool = False,
 ) -> TextModel:
-    """Load a GGUF model onto the GPU (the shipped default when no name is given)."""
+    """Load a GGUF model onto the GPU (the shipped default when no name is given).
+
+    int8_activations: matmuls of steps with more than 32 tokens (prompts, decode batches past 32
+    sequences) on activations quantised to 8 bits per 32 values, as llama.cpp's do: about 1.7x faster
+    prompts on an H100, logits within llama.cpp's distance of the exact ones (Executor.int8_matmuls)."""
     path = resolve_model_path(name_or_path)
     started = time.perf_counter()
     f = GGUFFile(path)
@@ -416,11 +421,12 @@ def load_text_model(
                               f"(supported: {', '.join(sorted(ARCHITECTURES))})")
     # an architecture may read its tokenizer its own way (Gemma 4: Ollama's blobs name a BPE vocabulary "llama")
     tokenizer = getattr(ARCHITECTURES[f.arch], "load_tokenizer", Tokenizer.from_gguf)(f.reader)
-    executor = Executor(device or default_device())
+    executor = Executor(device or default_device(), int8_matmuls=int8_activations)
     n_ctx_train = int(f.value("{arch}.context_length"))
     n_ctx = min(context_length or DEFAULT_CONTEXT, n_ctx_train)
     arch = ARCHITECTURES[f.arch](executor, f, n_ctx, progress)
     name = name_or_path if name_or_path == DEFAULT_MODEL else path.stem
-    log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s) in %.1f s", name, f.arch,
-             arch.weight_bytes / 1e6, n_ctx, kv_dtype, time.perf_counter() - started)
+    log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s%s) in %.1f s", name, f.arch,
+             arch.weight_bytes / 1e6, n_ctx, kv_dtype, ", int8 activations" if int8_activations else "",
+             time.perf_counter() - started)
     return TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens)

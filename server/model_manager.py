@@ -87,7 +87,8 @@ class ModelManager:
             worker: Any = ModelWorker(entry.alias_of or entry.id, entry.source, self._loader,
                                       max_queue=max_queue,
                                       max_batch=self.settings.limits.max_batch, context_length=entry.context_length,
-                                      kv_dtype=entry.kv_dtype, warm_up=self._warm_up)
+                                      kv_dtype=entry.kv_dtype, int8_activations=entry.int8_activations,
+                                      warm_up=self._warm_up)
         else:
             worker_class = import_loader(WORKER_CLASSES[entry.kind])
             loader = import_loader(self.settings.groups()[entry.kind].loader)

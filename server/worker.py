@@ -39,9 +39,12 @@ class ModelWorker(WorkerBase):
     """Loads one model in its own thread, then serves its queue until stopped."""
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
-                 kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None) -> None:
+                 kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
+                 int8_activations: bool = False) -> None:
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
         self._load_kwargs: dict[str, Any] = {"kv_dtype": kv_dtype, "context_length": context_length}
+        if int8_activations:  # only then, so that loaders without the argument (tests' fakes) still work
+            self._load_kwargs["int8_activations"] = True
         if max_batch is not None:
             self._load_kwargs["max_batch"] = max_batch
         self._queue = JobQueue(max_queue)

@@ -23,9 +23,11 @@ and stores gelu_tanh(g) * u):
   are tested but off: slower on an H200, see F16_TILES), the tile and k split picked by
   `matmul_tile`; a split's parts are added by kernels/matmul_reduce.wgsl. On software adapters
   matmul/whole_rows.wgsl: 64 x 64 per workgroup, 8 x 8 per thread, no workgroup memory.
-  Where the weight type has an int8 unpacker (INT8_TYPES) and INT8_MATMUL is on, the GPU tiles run in
-  8-bit integers instead (matmul/tiles_i8.wgsl, dot4I8Packed), on the input quantised per 32 values
-  by kernels/quantize_q8.wgsl once per linear (`Int8Input`).
+  Where the executor asks for int8 matmuls (Executor(int8_matmuls=True); a model's `int8_activations`
+  setting) and the weight type has an int8 unpacker (INT8_TYPES), the GPU tiles run in 8-bit integers
+  instead (matmul/tiles_i8.wgsl, dot4I8Packed), on the input quantised per 32 values by
+  kernels/quantize_q8.wgsl once per linear (`Int8Input`): about 1.7x faster prompts on an H100, with
+  llama.cpp's numerics (its matmuls quantise activations alike) rather than Hearth's exact-parity bound.
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
 
@@ -62,11 +64,10 @@ WIDE_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k", GGMLQuantizatio
 WIDE_MATVEC = True
 
 
-# Weight types whose GPU prefill matmuls run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks):
-# on an H100 dot4I8Packed ran 120 T int8 operations/s against 43 TFLOP/s of f32 fma (.bench/coop/probe.py).
+# Weight types whose GPU matmuls can run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks):
+# on an H100 dot4I8Packed ran 120 T int8 operations/s against 43 TFLOP/s of f32 fma.
 INT8_TYPES = frozenset({GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.Q5_0,
                         GGMLQuantizationType.Q8_0})
-INT8_MATMUL = True
 
 
 @dataclass(frozen=True)
@@ -321,7 +322,7 @@ def _plan(
     if kernel is LinearKernel.MATVEC and t_max > MATVEC_MAX_TOKENS:
         raise ValueError(f"{weight.name}: matvec handles at most {MATVEC_MAX_TOKENS} tokens, not {t_max}")
     if int8 is None:
-        int8 = INT8_MATMUL and not builder.device.is_software
+        int8 = builder.executor.int8_matmuls and not builder.device.is_software
     return _Plan(kernel, subgroups, whole_rows, int8)
 
 
@@ -451,7 +452,7 @@ def linear(
     One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's
     dispatch computes it; the same residual_out values are written by each). int8: GPU matmul tiles
     in 8-bit integers for INT8_TYPES weights (x quantised once, shared by the shards), by default
-    where INT8_MATMUL is on and the adapter is not a software one.
+    where the executor asks for them (int8_matmuls) and the adapter is not a software one.
     """
     _check_weight(weight)
     _check_activation(x.block_out if isinstance(x, NormedInput) else x, weight.k, t_max, "x")

@@ -77,3 +77,19 @@ def test_catalogue_without_ollama(store: Path) -> None:
     catalogue = ModelCatalogue(settings)
     assert catalogue.lookup("gemma3:270m") is None
     assert all(e.owned_by == "hearth" for e in catalogue.list())
+
+
+def test_int8_activations_from_the_server_or_the_model(store: Path, tmp_path: Path) -> None:
+    """HEARTH_INT8_ACTIVATIONS sets every chat model's default (the Ollama store's too); a model's own setting
+    wins; the numerics are part of the worker key, so the same file loads once per kind of matmul."""
+    path = tmp_path / "hearth.toml"
+    path.write_text('[[models]]\nid = "exact"\nsource = "gemma-3-270m"\nint8_activations = false\n'
+                    '[[models]]\nid = "fast"\nsource = "gemma-3-270m"\n')
+    env = {"OLLAMA_MODELS": str(store), "HEARTH_INT8_ACTIVATIONS": "true"}
+    catalogue = ModelCatalogue(load_settings(path, env=env))
+    exact, fast, store_model = (catalogue.lookup(name) for name in ("exact", "fast", "gemma3:270m"))
+    assert exact is not None and fast is not None and store_model is not None
+    assert (exact.int8_activations, fast.int8_activations, store_model.int8_activations) == (False, True, True)
+    assert exact.key != fast.key
+    default = ModelCatalogue(load_settings(env={"OLLAMA_MODELS": str(store)})).lookup("gemma-3-270m")
+    assert default is not None and not default.int8_activations
