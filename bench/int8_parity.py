@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "golden"
+GREEDY = 64  # tokens generated per prompt and mode
 LONG = 32  # prompts longer than this prefill through matmuls (int8 where asked); shorter ones through matvecs
 
 
@@ -65,7 +66,7 @@ def run(model_path: str, golden_path: str) -> None:
             logits = np.asarray(session.prefill(ids), np.float64)
             session.close()
             session = model.new_session()
-            greedy = generate(model, session, ids, SamplingParams(temperature=0), 64, stop_ids=frozenset())
+            greedy = generate(model, session, ids, SamplingParams(temperature=0), GREEDY, stop_ids=frozenset())
             tokens = [t.id for t in greedy]
             session.close()
             ref, lcpp = golden[f"transformers_{i}"], golden[f"llamacpp_{i}"]
