@@ -399,20 +399,25 @@ def _dispatch(
         raise ValueError(f"{weight.name}: matmul tile {tile} exceeds the adapter's workgroup limits")
     constants |= {"ENTRY": "tiles", "TILE": "f16" if f16 else "f32", "BT": tile.tokens, "BR": tile.rows,
                   "RR": tile.thread_rows, "BK": tile.k_chunk, "SPLIT": tile.split}
+    _tiles_dispatch(builder, weight, constants, tile, [builder.step, shard, x], y, [], t_max, n_rows, row_start,
+                    y_stride, glu)
+
+
+def _tiles_dispatch(
+    builder: ProgramBuilder, weight: QuantWeight, constants: dict[str, int | str], tile: MatmulTile,
+    inputs: list[Tensor], y: Tensor, after: list[Tensor], t_max: int, n_rows: int, row_start: int, y_stride: int,
+    glu: bool,
+) -> None:
+    """A tile entry's dispatch (matmul/tiles.wgsl or tiles_i8.wgsl), bound as [*inputs, y, *after]; where the
+    tile splits k, it writes a parts scratch instead and kernels/matmul_reduce.wgsl adds the parts into y."""
     groups = workgroup_grid(tile.groups(n_rows, t_max, glu))
     if tile.split == 1:
-        builder.dispatch("matmul", constants, [builder.step, shard, x, y], groups)
+        builder.dispatch("matmul", constants, [*inputs, y, *after], groups)
         return
     width = n_rows * (2 if glu else 1)
     parts = builder.activation(f"{weight.name}.parts", (tile.split * t_max, width))
-    builder.dispatch("matmul", constants | {"ROW_START": 0, "Y_STRIDE": width}, [builder.step, shard, x, parts], groups)
-    _reduce_parts(builder, parts, y, t_max, n_rows, row_start, y_stride, tile.split, glu)
-
-
-def _reduce_parts(builder: ProgramBuilder, parts: Tensor, y: Tensor, t_max: int, n_rows: int, row_start: int,
-                  y_stride: int, split: int, glu: bool) -> None:
-    """y's columns from the parts of a matmul split over k (kernels/matmul_reduce.wgsl)."""
-    reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": split,
+    builder.dispatch("matmul", constants | {"ROW_START": 0, "Y_STRIDE": width}, [*inputs, parts, *after], groups)
+    reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": tile.split,
               "GLU": int(glu)}
     builder.dispatch("matmul_reduce", reduce, [builder.step, parts, y], workgroup_grid(-(-t_max * n_rows // 256)))
 
@@ -428,15 +433,8 @@ def _int8_dispatch(
     if weight.k % (32 * tile.split) or tile.rows % 32 or tile.tokens % 4 or tile.rows + tile.tokens > tile.threads:
         raise ValueError(f"{weight.name}: int8 matmul tile {tile} does not fit K = {weight.k}")
     constants = constants | {"ENTRY": "tiles_i8", "BT": tile.tokens, "BR": tile.rows, "SPLIT": tile.split}
-    groups = workgroup_grid(tile.groups(n_rows, t_max, glu))
-    if tile.split == 1:
-        builder.dispatch("matmul", constants, [builder.step, shard, x.q, y, x.scales], groups)
-        return
-    width = n_rows * (2 if glu else 1)
-    parts = builder.activation(f"{weight.name}.parts", (tile.split * t_max, width))
-    builder.dispatch("matmul", constants | {"ROW_START": 0, "Y_STRIDE": width},
-                     [builder.step, shard, x.q, parts, x.scales], groups)
-    _reduce_parts(builder, parts, y, t_max, n_rows, row_start, y_stride, tile.split, glu)
+    _tiles_dispatch(builder, weight, constants, tile, [builder.step, shard, x.q], y, [x.scales], t_max, n_rows,
+                    row_start, y_stride, glu)
 
 
 def linear(

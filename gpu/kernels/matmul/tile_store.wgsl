@@ -1,7 +1,24 @@
-// The shared ends of the GPU matmul tiles (matmul/tiles.wgsl, matmul/tiles_i8.wgsl): which weight row a
-// tile row reads, and the stores of a thread's 4 tokens x RR rows of sums (RR = 8: quads r and
-// r + BR / 2 of the tile's columns; with GLU, gate sums in the first and up sums in the second).
-// Needs BR, RR, SPLIT and COLS (the tile's y columns, BR / (1 + GLU)) from the including entry.
+// The shared ends of the GPU matmul tiles (matmul/tiles.wgsl, matmul/tiles_i8.wgsl): where a workgroup's
+// tile lies, which weight row a tile row reads, and the stores of a thread's 4 tokens x RR rows of sums
+// (RR = 8: quads r and r + BR / 2 of the tile's columns; with GLU, gate sums in the first and up sums in
+// the second). Needs BT, BR, RR and SPLIT from the including entry.
+
+const COLS: u32 = BR / (1u + GLU);  // y columns per tile
+const TOKEN_TILES: u32 = (T_MAX + BT - 1u) / BT;
+const ROW_TILES: u32 = (N_ROWS + COLS - 1u) / COLS;
+
+// Workgroup `id`'s split part, first y column and first token: the id runs over the token tiles first,
+// so that neighbouring workgroups share weight rows, then the row tiles, then the parts.
+struct TilePlace {
+    part: u32,
+    r0: u32,
+    t0: u32,
+}
+
+fn tile_place(id: u32) -> TilePlace {
+    let tile = id % (ROW_TILES * TOKEN_TILES);
+    return TilePlace(id / (ROW_TILES * TOKEN_TILES), (tile / TOKEN_TILES) * COLS, (tile % TOKEN_TILES) * BT);
+}
 
 // Byte offset of the weight row that tile row rho (of the tile at column r0) reads; rows past the
 // shard read its last row (their sums are not stored).

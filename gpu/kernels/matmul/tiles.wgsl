@@ -29,9 +29,6 @@ override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
 
 const TX: u32 = BR / RR;            // threads across rows
 const WG: u32 = TX * (BT / 4u);
-const COLS: u32 = BR / (1u + GLU);  // y columns per tile
-const TOKEN_TILES: u32 = (T_MAX + BT - 1u) / BT;
-const ROW_TILES: u32 = (N_ROWS + COLS - 1u) / COLS;
 const K_PART: u32 = K / SPLIT;      // k values per workgroup
 const W_COUNT: u32 = BR * BK / GROUP_VALUES;  // dequant16 calls per chunk: 1 or 2 per thread
 const X_COUNT: u32 = BT * BK / 4u;            // vec4 of x per chunk: 1, 2 or 4 per thread
@@ -75,11 +72,10 @@ fn store_x(j: u32, v: vec4<f32>) {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let id = wid.x + wid.y * nwg.x;
-    let s = id / (ROW_TILES * TOKEN_TILES);
-    let tile = id % (ROW_TILES * TOKEN_TILES);
-    let r0 = (tile / TOKEN_TILES) * COLS;  // neighbouring workgroups share weight rows
-    let t0 = (tile % TOKEN_TILES) * BT;
+    let place = tile_place(wid.x + wid.y * nwg.x);
+    let s = place.part;
+    let r0 = place.r0;
+    let t0 = place.t0;
     let n = n_tokens();
     if (s >= SPLIT || t0 >= n) {
         return;

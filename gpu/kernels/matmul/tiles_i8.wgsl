@@ -31,9 +31,6 @@ const TX: u32 = BR / RR;            // threads across rows
 const WG: u32 = TX * (BT / 4u);
 const QR: u32 = BR / 4u;            // row quads of the tile
 const QT: u32 = BT / 4u;            // token quads
-const COLS: u32 = BR / (1u + GLU);  // y columns per tile
-const TOKEN_TILES: u32 = (T_MAX + BT - 1u) / BT;
-const ROW_TILES: u32 = (N_ROWS + COLS - 1u) / COLS;
 const BLOCKS: u32 = K / 32u;        // 32-value blocks per row
 const PART: u32 = BLOCKS / SPLIT;   // blocks per workgroup
 const JOBS: u32 = BR + BT;          // loads per chunk: one per weight row, one per token (at most WG)
@@ -145,11 +142,10 @@ fn multiply_quad(acc: Quad4, j: u32, ty: u32) -> Quad4 {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let id = wid.x + wid.y * nwg.x;
-    let s = id / (ROW_TILES * TOKEN_TILES);
-    let tile = id % (ROW_TILES * TOKEN_TILES);
-    let r0 = (tile / TOKEN_TILES) * COLS;  // neighbouring workgroups share weight rows
-    let t0 = (tile % TOKEN_TILES) * BT;
+    let place = tile_place(wid.x + wid.y * nwg.x);
+    let s = place.part;
+    let r0 = place.r0;
+    let t0 = place.t0;
     let n = n_tokens();
     if (s >= SPLIT || t0 >= n) {
         return;
