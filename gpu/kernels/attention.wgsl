@@ -5,18 +5,22 @@
 // HF and llama.cpp do). Key j sits in the pool row its sequence's pages give (common/rows.wgsl),
 // so one step may hold queries of many sequences (batched decode).
 //
-// Work split: a workgroup of 256 invocations takes one (token, head) row and one of SPLITS
-// equal parts of its key range (flash-decoding: a decode step has few rows, so the keys are
-// what gives the GPU parallel work). It walks its keys in chunks of 32 with an online softmax
+// Work split: a workgroup of 256 invocations takes one (token, head) row and one of up to SPLITS
+// equal parts of its key range, each of at least MIN_PART_KEYS keys (flash-decoding: a decode step
+// has few rows, so the keys are what gives the GPU parallel work). It walks its keys in chunks of 32 with an online softmax
 // (running max and sum): for scores, 8 invocations share a key, each dotting D/8 dims
 // (adjacent invocations read adjacent words of the key row), summed in workgroup memory;
-// for values, invocation i accumulates dims i, i + 256, ...
+// for values, invocation i takes dims 4 (i % (D/4)) .. + 3 of every V_GROUPS-th key of the chunk,
+// starting at key i / (D/4) (8 keys each for D = 256), loading them all before it adds them so the
+// loads are in flight together; the V_GROUPS sums of each dim meet in workgroup memory once, at the
+// end of the part. (One invocation per dim walking all 32 keys issued 32 dependent-latency loads a
+// chunk: 16 keys a part cost 6.5 us more than 2 on an H100.)
 // With SPLITS == 1 it writes the normalised result to out[row, :]; otherwise out is a scratch
 // of [rows, SPLITS, D + 4] holding (unnormalised acc[D], max, sum, 2 unused) per part, merged by
 // attention_combine.wgsl (acc first at a stride of D + 4 keeps each part's acc 16-byte aligned).
 //
 // Where q and the newest key come from (Q_SOURCE, attention/q_${Q_SOURCE}.wgsl, which declares
-// bindings 1-3 and the hooks load_query, key_pair, value_at):
+// bindings 1-3 and the hooks load_query, key_pair, value4_at):
 //   "cache"  q as qk_norm_rope_store.wgsl wrote it, every key and value from the cache;
 //   "raw"    decode steps: the prologue normalises and rotates q from the q|k|v projection itself and,
 //            in the part holding the token's position p, k(p) and v(p) too, which it stores in the cache
@@ -39,9 +43,15 @@ const WG: u32 = 256u;
 const KEYS: u32 = 32u;                  // keys per chunk
 const LANES: u32 = WG / KEYS;           // invocations per key in the score phase
 const LANE_DIMS: u32 = D / LANES;       // dims each of them dots (even)
-const PER_THREAD: u32 = (D + WG - 1u) / WG;
+const QUADS: u32 = D / 4u;               // vec4s of a value row
+const V_GROUPS: u32 = min(WG / QUADS, KEYS);  // invocations sharing a dim quad in the value phase
+const V_KEYS: u32 = KEYS / V_GROUPS;     // keys each of them takes per chunk
 const KV_WIDTH: u32 = KV_HEADS * D;     // cache values per token
 const NEG_BIG: f32 = -3.4028235e38;
+// Fewest keys a part of a split row takes: 16 measured best on an H200 (Gemma 3 270M / 4B heads, one decode
+// row, attention + combine): 64 keys in 4 parts 14.3 us against 22.0 in 32 parts of 2; 512 keys in 32
+// parts of 16, 23.5 us.
+const MIN_PART_KEYS: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> step: Step;
 // bindings 1 (q), 2 (k_cache) and 3 (v_cache): attention/q_${Q_SOURCE}.wgsl
@@ -53,14 +63,15 @@ var<workgroup> q_row: array<f32, D>;
 var<workgroup> dots: array<f32, WG>;
 var<workgroup> weights: array<f32, KEYS>;
 var<workgroup> key_rows: array<u32, KEYS>;  // first cache word index of each key of the chunk
+var<workgroup> value_sums: array<vec4<f32>, WG>;  // the value groups' sums, added at the end of the part
 
-// Value `dim` of the cache row whose first value index is `row`.
-fn cached_value(row: u32, dim: u32) -> f32 {
+// Values dim .. dim + 3 (dim a multiple of 4) of the cache row whose first value index is `row`.
+fn cached_value4(row: u32, dim: u32) -> vec4<f32> {
     let index = row + dim;
     if (KV_F16) {
-        return unpack2x16float(v_cache[index >> 1u])[index & 1u];
+        return vec4<f32>(unpack2x16float(v_cache[index >> 1u]), unpack2x16float(v_cache[(index >> 1u) + 1u]));
     }
-    return bitcast<f32>(v_cache[index]);
+    return bitcast<vec4<f32>>(vec4<u32>(v_cache[index], v_cache[index + 1u], v_cache[index + 2u], v_cache[index + 3u]));
 }
 
 // Dims i, i + 1 (i even) of the cached key row whose first value index is `row`.
@@ -104,9 +115,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (WINDOW > 0u && p + 1u > WINDOW) {
         lo = p + 1u - WINDOW;
     }
-    let per_part = (p + 1u - lo + SPLITS - 1u) / SPLITS;
+    // A part takes at least MIN_PART_KEYS keys, so a short row uses fewer parts than SPLITS and the rest
+    // are empty: their workgroups only mark themselves so (weight 0 in the combine) and leave.
+    let n_keys_row = p + 1u - lo;
+    let parts = min(SPLITS, (n_keys_row + MIN_PART_KEYS - 1u) / MIN_PART_KEYS);
+    let per_part = (n_keys_row + parts - 1u) / parts;
     let start = lo + part * per_part;
     let end = min(start + per_part, p + 1u);   // keys [start, end); empty when start >= end
+    if (start >= end) {
+        let base = group * (D + 4u);
+        for (var i = lid; i < D + 4u; i += WG) {
+            out[base + i] = select(0.0, NEG_BIG, i == D);  // acc 0, m = -max f32, l = 0
+        }
+        return;
+    }
 
     // the part whose keys include p (exactly one: the parts tile [lo, p]) also has the token's own key
     load_query(row, t, kv_head, p, start <= p && p < end, lid);
@@ -114,8 +136,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
     var running_max = NEG_BIG;
     var running_sum = 0.0;
-    var acc: array<f32, PER_THREAD>;
-    for (var r = 0u; r < PER_THREAD; r++) { acc[r] = 0.0; }
+    var acc = vec4<f32>(0.0);
+    let quad = lid % QUADS;
+    let value_group = lid / QUADS;  // >= V_GROUPS: idle in the value phase (D < 32 only)
 
     let my_key = lid / LANES;
     let my_lane = lid % LANES;
@@ -144,41 +167,54 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let new_max = max(running_max, chunk_max);
         let correction = exp(running_max - new_max);
         workgroupBarrier();   // every invocation has read the scores
-        if (lid < n_keys) {
-            weights[lid] = exp(weights[lid] - new_max);
+        if (lid < KEYS) {     // keys past the chunk's end weigh 0
+            weights[lid] = select(0.0, exp(weights[lid] - new_max), lid < n_keys);
         }
         workgroupBarrier();
         var chunk_sum = 0.0;
         for (var j = 0u; j < n_keys; j++) { chunk_sum += weights[j]; }
         running_sum = running_sum * correction + chunk_sum;
         running_max = new_max;
-        for (var r = 0u; r < PER_THREAD; r++) {
-            let dim = lid + r * WG;
-            if (dim < D) {
-                var a = acc[r] * correction;
-                for (var j = 0u; j < n_keys; j++) {
-                    a += weights[j] * value_at(chunk + j, key_rows[j], dim);
+        if (value_group < V_GROUPS) {
+            var values: array<vec4<f32>, V_KEYS>;
+            for (var i = 0u; i < V_KEYS; i++) {
+                let j = value_group + i * V_GROUPS;
+                if (j < n_keys) {
+                    values[i] = value4_at(chunk + j, key_rows[j], 4u * quad);
                 }
-                acc[r] = a;
             }
+            var a = acc * correction;
+            for (var i = 0u; i < V_KEYS; i++) {
+                a += weights[value_group + i * V_GROUPS] * values[i];
+            }
+            acc = a;
         }
         workgroupBarrier();   // dots and weights are rewritten by the next chunk
     }
 
-    if (SPLITS == 1u) {
-        for (var r = 0u; r < PER_THREAD; r++) {
-            let dim = lid + r * WG;
-            if (dim < D) { out[row * D + dim] = acc[r] / running_sum; }
-        }
+    value_sums[lid] = acc;
+    workgroupBarrier();
+    if (lid >= QUADS) {
         return;
     }
-    let base = group * (D + 4u);
-    if (lid == 0u) {
-        out[base + D] = running_max;
-        out[base + D + 1u] = running_sum;
+    var total = value_sums[lid];
+    for (var g = 1u; g < V_GROUPS; g++) {
+        total += value_sums[g * QUADS + lid];
     }
-    for (var r = 0u; r < PER_THREAD; r++) {
-        let dim = lid + r * WG;
-        if (dim < D) { out[base + dim] = acc[r]; }
+
+    var base = row * D;
+    if (SPLITS == 1u) {
+        total /= running_sum;
+    } else {
+        base = group * (D + 4u);
+        if (lid == 0u) {
+            out[base + D] = running_max;
+            out[base + D + 1u] = running_sum;
+        }
     }
+    let at = base + 4u * lid;
+    out[at] = total.x;
+    out[at + 1u] = total.y;
+    out[at + 2u] = total.z;
+    out[at + 3u] = total.w;
 }

@@ -195,12 +195,17 @@ def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
     return MatvecShape(tpr, rows)
 
 
-def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool) -> MatvecShape:
+def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int = 1) -> MatvecShape:
     """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units). Units per thread from a sweep of
     threads per row on an H100 (bench/kernels.py --wide-sweep, Gemma 3 4B shapes): Q4_K fastest with up to 16
-    units a thread (gate-up 2560 x 2 x 10240 at 4 threads a row, down 10240 x 2560 at 32), Q6_K with 4, its
-    units costing more loads (gate-up at 16 threads a row, down at 64)."""
-    per_thread = 16 if qtype is GGMLQuantizationType.Q4_K else 4
+    units a thread (down 10240 x 2560 at 32 threads a row), Q6_K with 4, its units costing more loads (gate-up
+    at 16 threads a row, down at 64). A one-token Q4_K gate-up takes 8 (2560 x 2 x 10240 at 8 threads a row:
+    29.1 us against 31.4 at 4, 32.6 against 36.6 with a normalised input; H200, every split in one run;
+    batched decode was not swept, so it keeps 16)."""
+    if qtype is GGMLQuantizationType.Q4_K:
+        per_thread = 8 if glu and t_max == 1 else 16
+    else:
+        per_thread = 4
     return matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1))
 
 
@@ -328,7 +333,7 @@ def _plan(
 
 
 def _matvec_dispatch(
-    weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool,
+    weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int,
 ) -> tuple[str, dict[str, int | str], int]:
     """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns)."""
     if whole_rows:
@@ -339,7 +344,7 @@ def _matvec_dispatch(
         return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads}, groups
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
     if weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
-        shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu)
+        shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max)
         constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}
         return WIDE_MATVEC_KERNELS[weight.qtype], constants, -(-n_rows // shape.rows)
     shape = matvec_shape(weight.k, n_rows)
@@ -367,7 +372,7 @@ def _dispatch(
         if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows or not _normed_input_fits(weight.k, t_max):
             raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
                              f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max)
         constants |= extra | {"X_SOURCE": "normed", "EPS": x.eps}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
@@ -375,7 +380,7 @@ def _dispatch(
         builder.dispatch(name, constants, tensors, workgroup_grid(groups))
         return
     if plan.kernel is LinearKernel.MATVEC:
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max)
         if name != "matvec_q8_0_rows":
             extra |= {"X_SOURCE": "direct"}
         if name != "matvec":

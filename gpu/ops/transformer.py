@@ -130,7 +130,8 @@ def attention(
     fewer. splits > 1 divides each row's keys over that many workgroups and merges their partial
     softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
     rows (decode) is split so that a GPU gets ~ATTENTION_GROUPS workgroups (at most 32 parts);
-    a CPU adapter gets 2 parts when it has fewer than 64 rows.
+    a CPU adapter gets 2 parts when it has fewer than 64 rows. A part holds at least 16 keys
+    (MIN_PART_KEYS in the kernel), so short rows leave the rest of their parts empty.
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")

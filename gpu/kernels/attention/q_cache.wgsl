@@ -17,7 +17,7 @@ fn key_pair(key: u32, row: u32, i: u32) -> vec2<f32> {
     return cached_key_pair(row, i);
 }
 
-// Value `dim` of key position `key`, whose cache row starts at value `row`.
-fn value_at(key: u32, row: u32, dim: u32) -> f32 {
-    return cached_value(row, dim);
+// Values dim .. dim + 3 of key position `key`, whose cache row starts at value `row`.
+fn value4_at(key: u32, row: u32, dim: u32) -> vec4<f32> {
+    return cached_value4(row, dim);
 }

@@ -107,10 +107,10 @@ fn key_pair(key: u32, row: u32, i: u32) -> vec2<f32> {
     return cached_key_pair(row, i);
 }
 
-// Value `dim` of key position `key`, whose cache row starts at value `row`: v(p) from workgroup memory.
-fn value_at(key: u32, row: u32, dim: u32) -> f32 {
+// Values dim .. dim + 3 of key position `key`, whose cache row starts at value `row`: v(p) from workgroup memory.
+fn value4_at(key: u32, row: u32, dim: u32) -> vec4<f32> {
     if (key == new_position) {
-        return new_value[dim];
+        return vec4<f32>(new_value[dim], new_value[dim + 1u], new_value[dim + 2u], new_value[dim + 3u]);
     }
-    return cached_value(row, dim);
+    return cached_value4(row, dim);
 }
