@@ -11,10 +11,11 @@
 // (running max and sum): for scores, 8 invocations share a key, each dotting D/8 dims
 // (adjacent invocations read adjacent words of the key row), summed in workgroup memory;
 // for values, invocation i takes dims 4 (i % (D/4)) .. + 3 of every V_GROUPS-th key of the chunk,
-// starting at key i / (D/4) (8 keys each for D = 256), loading them all before it adds them so the
-// loads are in flight together; the V_GROUPS sums of each dim meet in workgroup memory once, at the
-// end of the part. (One invocation per dim walking all 32 keys issued 32 dependent-latency loads a
-// chunk: 16 keys a part cost 6.5 us more than 2 on an H100.)
+// starting at key i / (D/4) (8 keys each for D = 256); the V_GROUPS sums of each dim meet in
+// workgroup memory once, at the end of the part. Every load of a chunk sits in a loop of constant
+// trip count without a branch around it (the hooks select k(p), v(p) after loading the cache), so
+// a thread's loads are in flight together: with a branch per load they ran one latency after
+// another, ~10 us a chunk of 32 keys on an H100.
 // With SPLITS == 1 it writes the normalised result to out[row, :]; otherwise out is a scratch
 // of [rows, SPLITS, D + 4] holding (unnormalised acc[D], max, sum, 2 unused) per part, merged by
 // attention_combine.wgsl (acc first at a stride of D + 4 keeps each part's acc 16-byte aligned).
@@ -38,6 +39,7 @@ override KV_F16: bool = true;   // cache words hold two f16 values
 override SPLITS: u32 = 1u;      // parts of each row's key range, one workgroup each
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
 override MAX_PAGES: u32 = 64u;     // page-table entries per sequence
+override MIN_PART_KEYS: u32 = 16u;  // fewest keys a part of a split row takes (gpu/ops/transformer.py)
 
 const WG: u32 = 256u;
 const KEYS: u32 = 32u;                  // keys per chunk
@@ -48,10 +50,6 @@ const V_GROUPS: u32 = min(WG / QUADS, KEYS);  // invocations sharing a dim quad 
 const V_KEYS: u32 = KEYS / V_GROUPS;     // keys each of them takes per chunk
 const KV_WIDTH: u32 = KV_HEADS * D;     // cache values per token
 const NEG_BIG: f32 = -3.4028235e38;
-// Fewest keys a part of a split row takes: 16 measured best on an H200 (Gemma 3 270M / 4B heads, one decode
-// row, attention + combine): 64 keys in 4 parts 14.3 us against 22.0 in 32 parts of 2; 512 keys in 32
-// parts of 16, 23.5 us.
-const MIN_PART_KEYS: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> step: Step;
 // bindings 1 (q), 2 (k_cache) and 3 (v_cache): attention/q_${Q_SOURCE}.wgsl
@@ -85,7 +83,8 @@ fn cached_key_pair(row: u32, i: u32) -> vec2<f32> {
 // Part of q . k over dims [first, first + LANE_DIMS) of key position `key`, whose cache row starts at value `row`.
 fn partial_dot(key: u32, row: u32, first: u32) -> f32 {
     var sum = 0.0;
-    for (var i = first; i < first + LANE_DIMS; i += 2u) {
+    for (var step = 0u; step < LANE_DIMS; step += 2u) {  // a constant trip count: the loads issue together
+        let i = first + step;
         let kv = key_pair(key, row, i);
         if (KV_F16) {
             sum += q_row[i] * kv.x + q_row[i + 1u] * kv.y;
@@ -176,16 +175,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         running_sum = running_sum * correction + chunk_sum;
         running_max = new_max;
         if (value_group < V_GROUPS) {
-            var values: array<vec4<f32>, V_KEYS>;
-            for (var i = 0u; i < V_KEYS; i++) {
-                let j = value_group + i * V_GROUPS;
-                if (j < n_keys) {
-                    values[i] = value4_at(chunk + j, key_rows[j], 4u * quad);
-                }
-            }
+            // no branch around the loads, so that they issue together: a key past the chunk's end reads
+            // the chunk's last key (a finite value) and weighs 0
             var a = acc * correction;
             for (var i = 0u; i < V_KEYS; i++) {
-                a += weights[value_group + i * V_GROUPS] * values[i];
+                let j = value_group + i * V_GROUPS;
+                let read = min(j, n_keys - 1u);
+                a += weights[j] * value4_at(chunk + read, key_rows[read], 4u * quad);
             }
             acc = a;
         }

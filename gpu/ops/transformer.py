@@ -15,6 +15,7 @@ from gpu.tensor import Tensor
 
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
 ATTENTION_GROUPS = 512  # attention workgroups wanted on a GPU: key ranges split until rows x parts reach it
+ATTENTION_MIN_PART_KEYS = 16  # fewest keys a part of a split row takes
 Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
 
 
@@ -130,8 +131,8 @@ def attention(
     fewer. splits > 1 divides each row's keys over that many workgroups and merges their partial
     softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
     rows (decode) is split so that a GPU gets ~ATTENTION_GROUPS workgroups (at most 32 parts);
-    a CPU adapter gets 2 parts when it has fewer than 64 rows. A part holds at least 16 keys
-    (MIN_PART_KEYS in the kernel), so short rows leave the rest of their parts empty.
+    a CPU adapter gets 2 parts when it has fewer than 64 rows. A part holds at least
+    ATTENTION_MIN_PART_KEYS keys, so short rows leave the rest of their parts empty.
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
@@ -148,7 +149,7 @@ def attention(
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
     constants: dict[str, int | float | bool | str] = {
         "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
-        "SPLITS": splits, **_paging(pool), **source}
+        "SPLITS": splits, "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, **_paging(pool), **source}
     cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
         b.dispatch("attention", constants, [b.step, queries, *cache, out, rows, pool.page_table, *extra],

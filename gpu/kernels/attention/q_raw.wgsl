@@ -5,8 +5,9 @@
 // one workgroup per (token, kv head) stores them in the cache at p: the group's last q head, so that where
 // workgroups run in order (lavapipe) the others run before the store and a read of cache row p would show.
 // Sound only where no workgroup of the dispatch needs another row's new key: decode steps, whose token
-// rows are each the only new token of their sequence. Nothing here reads cache row p, so its store does
-// not race; the next step's dispatches see it. The norm, RoPE and store are common/head_norm_rope.wgsl's
+// rows are each the only new token of their sequence. Reads of cache row p here are discarded (key_pair and
+// value4_at load the cache for every key and select k(p), v(p) after), so its store does not matter to
+// this dispatch; the next step's dispatches see it. The norm, RoPE and store are common/head_norm_rope.wgsl's
 // and the sums of squares are added in qk_norm_rope_store's order (its workgroup variant), so that the
 // two paths give the same bits.
 #include "common/head_norm_rope.wgsl"
@@ -100,17 +101,13 @@ fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: boo
 }
 
 // Dims i, i + 1 of key position `key`, whose cache row starts at value `row`: k(p) from workgroup memory.
+// The cache is read whatever the key (no branch around the load: see attention.wgsl).
 fn key_pair(key: u32, row: u32, i: u32) -> vec2<f32> {
-    if (key == new_position) {
-        return vec2<f32>(new_key[i], new_key[i + 1u]);
-    }
-    return cached_key_pair(row, i);
+    return select(cached_key_pair(row, i), vec2<f32>(new_key[i], new_key[i + 1u]), key == new_position);
 }
 
 // Values dim .. dim + 3 of key position `key`, whose cache row starts at value `row`: v(p) from workgroup memory.
 fn value4_at(key: u32, row: u32, dim: u32) -> vec4<f32> {
-    if (key == new_position) {
-        return vec4<f32>(new_value[dim], new_value[dim + 1u], new_value[dim + 2u], new_value[dim + 3u]);
-    }
-    return cached_value4(row, dim);
+    let fresh = vec4<f32>(new_value[dim], new_value[dim + 1u], new_value[dim + 2u], new_value[dim + 3u]);
+    return select(cached_value4(row, dim), fresh, key == new_position);
 }
