@@ -29,6 +29,7 @@
 #include "common/step.wgsl"
 #include "common/rows.wgsl"
 #include "attention/q_${Q_SOURCE}.wgsl"
+#include "attention/key_parts.wgsl"
 
 override D: u32 = 256u;         // head dimension (a multiple of 16, at most 512)
 override HEADS: u32 = 4u;       // query heads
@@ -110,18 +111,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let kv_base = kv_head * D;
     let p = rows[t].x;
     let slot = rows[t].y;
-    var lo = 0u;
-    if (WINDOW > 0u && p + 1u > WINDOW) {
-        lo = p + 1u - WINDOW;
-    }
-    // A part takes at least MIN_PART_KEYS keys, so a short row uses fewer parts than SPLITS and the rest
-    // are empty: their workgroups only mark themselves so (weight 0 in the combine) and leave.
-    let n_keys_row = p + 1u - lo;
-    let parts = min(SPLITS, (n_keys_row + MIN_PART_KEYS - 1u) / MIN_PART_KEYS);
-    let per_part = (n_keys_row + parts - 1u) / parts;
-    let start = lo + part * per_part;
-    let end = min(start + per_part, p + 1u);   // keys [start, end); empty when start >= end
-    if (start >= end) {
+    let cut = key_parts(p);  // attention/key_parts.wgsl
+    let start = cut.lo + part * cut.per_part;
+    let end = min(start + cut.per_part, p + 1u);   // keys [start, end); empty when start >= end
+    if (start >= end) {  // an empty part only marks itself so (weight 0 in the combine) and leaves
         let base = group * (D + 4u);
         for (var i = lid; i < D + 4u; i += WG) {
             out[base + i] = select(0.0, NEG_BIG, i == D);  // acc 0, m = -max f32, l = 0
@@ -146,14 +139,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var d = 0.0;
         if (my_key < n_keys) {
             let key = chunk + my_key;
-            d = partial_dot(key, pool_row(slot, key) * KV_WIDTH + kv_base, my_lane * LANE_DIMS);
+            let key_row = pool_row(slot, key) * KV_WIDTH + kv_base;
+            if (my_lane == 0u) {
+                key_rows[my_key] = key_row;
+            }
+            d = partial_dot(key, key_row, my_lane * LANE_DIMS);
         }
         dots[lid] = d;
         workgroupBarrier();
         if (lid < KEYS) {
             var score = NEG_BIG;
             if (lid < n_keys) {
-                key_rows[lid] = pool_row(slot, chunk + lid) * KV_WIDTH + kv_base;
                 score = 0.0;
                 for (var l = 0u; l < LANES; l++) { score += dots[lid * LANES + l]; }
                 score *= SCALE;
@@ -161,8 +157,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             weights[lid] = score;
         }
         workgroupBarrier();
+        // constant trip counts over the chunk's slots (past n_keys a score is -max f32, a weight 0), so that
+        // the workgroup-memory reads need not wait for each other
         var chunk_max = NEG_BIG;
-        for (var j = 0u; j < n_keys; j++) { chunk_max = max(chunk_max, weights[j]); }
+        for (var j = 0u; j < KEYS; j++) { chunk_max = max(chunk_max, weights[j]); }
         let new_max = max(running_max, chunk_max);
         let correction = exp(running_max - new_max);
         workgroupBarrier();   // every invocation has read the scores
@@ -171,7 +169,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         var chunk_sum = 0.0;
-        for (var j = 0u; j < n_keys; j++) { chunk_sum += weights[j]; }
+        for (var j = 0u; j < KEYS; j++) { chunk_sum += weights[j]; }
         running_sum = running_sum * correction + chunk_sum;
         running_max = new_max;
         if (value_group < V_GROUPS) {

@@ -1,18 +1,22 @@
 // attention_combine: merge the SPLITS partial softmaxes of attention.wgsl into each row's output.
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out[row, :] = sum_s acc_s e^(m_s - M) / L
 // A part with no keys has m = -max f32 and l = 0, so its weight is 0.
-// Work split: one workgroup of 256 invocations per (token, head) row. Invocation s < SPLITS loads
-// part s's (m, l) into workgroup memory; every invocation forms M and L from those broadcast reads
-// (no invocation walks the parts while the others wait). Then invocation i takes dims 4 (i % (D/4))
-// .. + 3 of every P_GROUPS-th part from part i / (D/4) (8 parts each for D = 256 and 32 parts), its
-// loads in a constant-trip loop without a branch so that they are in flight together, and the groups'
-// sums meet in workgroup memory. (One invocation per dim walking all 32 parts, a load each behind a
-// branch, took 12 us on an H100 where this takes ~3.)
+// Work split: one workgroup of 256 invocations per (token, head) row. Only the row's first `parts`
+// parts can hold keys (attention/key_parts.wgsl, as attention.wgsl cut them); invocation s < parts
+// loads part s's (m, l) into workgroup memory and every invocation forms M and L from those broadcast
+// reads (no invocation walks the parts while the others wait). Then invocation i takes dims
+// 4 (i % (D/4)) .. + 3 of every P_GROUPS-th part from part i / (D/4) (8 parts each for D = 256 and
+// 32 parts), its loads in a constant-trip loop without a branch so that they are in flight together,
+// and the groups' sums meet in workgroup memory. (One invocation per dim walking all 32 parts, a load
+// each behind a branch, took 12.2 us on an H100 where the constant-trip loads took 6.8.)
 #include "common/step.wgsl"
+#include "attention/key_parts.wgsl"
 
 override D: u32 = 256u;
 override HEADS: u32 = 4u;
 override SPLITS: u32 = 2u;
+override WINDOW: u32 = 0u;         // as attention.wgsl's: which keys a row sees,
+override MIN_PART_KEYS: u32 = 16u; // and how many parts they fill
 
 const WG: u32 = 256u;
 const QUADS: u32 = D / 4u;                      // vec4s of a row
@@ -23,6 +27,7 @@ const STRIDE4: u32 = D / 4u + 1u;               // vec4s per part: acc, then (m,
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> partials: array<vec4<f32>>;  // [T_MAX * HEADS, SPLITS, D + 4]: acc[D], m, l, -, -
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;       // [T_MAX, HEADS, D]
+@group(0) @binding(3) var<storage, read> rows: array<vec4<u32>>;      // [T_MAX] (position, slot, -, -)
 
 var<workgroup> part_max: array<f32, SPLITS>;
 var<workgroup> part_sum: array<f32, SPLITS>;
@@ -36,18 +41,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let first = row * SPLITS * STRIDE4;
-    for (var s = lid; s < SPLITS; s += WG) {
+    let parts = key_parts(rows[row / HEADS].x).parts;  // parts past these hold no keys
+    for (var s = lid; s < parts; s += WG) {
         let ml = partials[first + s * STRIDE4 + D / 4u];
         part_max[s] = ml.x;
         part_sum[s] = ml.y;
     }
     workgroupBarrier();
     var m = -3.4028235e38;
-    for (var s = 0u; s < SPLITS; s++) {
+    for (var s = 0u; s < parts; s++) {
         m = max(m, part_max[s]);
     }
     var total = 0.0;
-    for (var s = 0u; s < SPLITS; s++) {
+    for (var s = 0u; s < parts; s++) {
         total += part_sum[s] * exp(part_max[s] - m);
     }
     let quad = lid % QUADS;
@@ -55,8 +61,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var sum = vec4<f32>(0.0);
     if (group < P_GROUPS) {
         for (var i = 0u; i < P_PARTS; i++) {
-            let s = min(group + i * P_GROUPS, SPLITS - 1u);   // past the last part: weight 0 below
-            let weight = select(0.0, exp(part_max[s] - m), group + i * P_GROUPS < SPLITS);
+            // past the last part that can hold keys: read that part again (a cache hit) at weight 0
+            let s = min(group + i * P_GROUPS, parts - 1u);
+            let weight = select(0.0, exp(part_max[s] - m), group + i * P_GROUPS < parts);
             sum += partials[first + s * STRIDE4 + quad] * weight;
         }
     }

@@ -158,7 +158,8 @@ def attention(
     partials = b.activation("attention_partials", (n_rows * splits, head_dim + 4))
     b.dispatch("attention", constants, [b.step, queries, *cache, partials, rows, pool.page_table, *extra],
                workgroup_grid(n_rows * splits))
-    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits}, [b.step, partials, out],
+    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits, "WINDOW": window,
+                                     "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS}, [b.step, partials, out, rows],
                workgroup_grid(n_rows))
 
 

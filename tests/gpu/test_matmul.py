@@ -134,13 +134,17 @@ def test_matvec_k_quant_kernels(ex: Executor, qtype: Q, wide: bool, tokens: int,
 @pytest.mark.parametrize("k, t", [(512, 3), (2560, 1), (1312, 1)], ids=["3x512", "1x2560", "1x1312"])
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K, Q.Q8_0], ids=lambda q: q.name)
-def test_matvec_normed_input(ex: Executor, qtype: Q, glu: bool, k: int, t: int) -> None:
-    """A NormedInput: every workgroup normalises residual + rms_norm(block_out) * w_post itself, workgroup 0
-    writes that sum to residual_out; compared with numpy in float64 (the linear's tolerance on the normalised
-    input, whose own f32 rounding is a few ulp)."""
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+def test_matvec_normed_input(ex: Executor, subgroups: bool, qtype: Q, glu: bool, k: int, t: int) -> None:
+    """A NormedInput: every workgroup normalises residual + rms_norm(block_out) * w_post itself (its sums of
+    squares by the entry point's workgroup_sum: a tree, or subgroup sums), workgroup 0 writes that sum to
+    residual_out; compared with numpy in float64 (the linear's tolerance on the normalised input, whose own
+    f32 rounding is a few ulp)."""
     rng = np.random.default_rng(13)
     if k % block_values(qtype):
         pytest.skip(f"K = {k} is not a multiple of {qtype.name}'s block")
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
     n, eps = 70, 1e-6
     rows = 2 * n if glu else n
     raw = random_weight_bytes(rng, qtype, k, rows)
@@ -153,7 +157,8 @@ def test_matvec_normed_input(ex: Executor, qtype: Q, glu: bool, k: int, t: int) 
     y = ex.tensor("y", (t, n), data=np.full((t, n), SENTINEL, np.float32))
     normed = matmul_ops.NormedInput(tensors[0], tensors[2], tensors[1], tensors[3], residual_out, eps)
     b = ProgramBuilder(ex, "normed")
-    (linear_glu if glu else linear)(b, weight, normed, y, t, kernel=LinearKernel.MATVEC, whole_rows=False)
+    (linear_glu if glu else linear)(b, weight, normed, y, t, kernel=LinearKernel.MATVEC, subgroups=subgroups,
+                                    whole_rows=False)
     got, got_residual = ex.run(b.build(), StepParams(t), read=[y, residual_out])
 
     def rms_norm(v: np.ndarray) -> np.ndarray:

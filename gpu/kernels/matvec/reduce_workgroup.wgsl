@@ -3,6 +3,22 @@
 
 var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]
 
+// The sum of v over the workgroup (a tree in workgroup memory), the same in every invocation; called
+// from uniform control flow (matvec/x_normed.wgsl's prologue).
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
+    partial[lid] = v;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            partial[lid] += partial[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[0];
+    workgroupBarrier();
+    return total;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {

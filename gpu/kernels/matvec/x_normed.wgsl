@@ -6,7 +6,8 @@
 // KiB a token), and workgroup 0 of the dispatch also writes r to residual_out, a buffer other than
 // residual, since the other workgroups still read residual. Worth it because a decode step is a chain
 // of small dependent dispatches, each costing a few microseconds of launch and drain whatever its
-// size; this prologue reads 4 K floats per token from L2 and takes 2 reductions.
+// size; this prologue reads 4 K floats per token from L2 and takes 2 reductions (workgroup_sum, from
+// the entry point: subgroup sums where it has subgroups).
 
 @group(0) @binding(2) var<storage, read> block_out: array<vec4<f32>>;       // [T_MAX, K]
 @group(0) @binding(4) var<storage, read> residual: array<vec4<f32>>;        // [T_MAX, K]
@@ -17,23 +18,6 @@
 override EPS: f32 = 1e-6;
 
 var<workgroup> xs: array<vec4<f32>, T_MAX * K / 4u>;
-var<workgroup> norm_partial: array<f32, WG>;
-
-// The sum of v over the workgroup (a tree in workgroup memory), the same in every invocation.
-fn norm_sum(v: f32, lid: u32) -> f32 {
-    norm_partial[lid] = v;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            norm_partial[lid] += norm_partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let total = norm_partial[0];
-    workgroupBarrier();
-    return total;
-}
-
 // Called by the entry point from uniform control flow before any x_vec; workgroup: its linear id.
 fn prepare_x(lid: u32, workgroup: u32) {
     let n = min(step.n_tokens, T_MAX);
@@ -46,7 +30,7 @@ fn prepare_x(lid: u32, workgroup: u32) {
             let v = block_out[base + i];
             sum_y += dot(v, v);
         }
-        let inv_y = inverseSqrt(norm_sum(sum_y, lid) / f32(K) + EPS);
+        let inv_y = inverseSqrt(workgroup_sum(sum_y, lid) / f32(K) + EPS);
         var sum_r = 0.0;
         for (var i = lid; i < quads; i += WG) {
             let r = residual[base + i] + block_out[base + i] * inv_y * w_post[i];
@@ -56,7 +40,7 @@ fn prepare_x(lid: u32, workgroup: u32) {
                 residual_out[base + i] = r;
             }
         }
-        let inv_r = inverseSqrt(norm_sum(sum_r, lid) / f32(K) + EPS);
+        let inv_r = inverseSqrt(workgroup_sum(sum_r, lid) / f32(K) + EPS);
         for (var i = lid; i < quads; i += WG) {  // each invocation rescales the entries it wrote
             xs[base + i] = xs[base + i] * inv_r * w_next[i];
         }
