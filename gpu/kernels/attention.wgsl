@@ -157,10 +157,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             weights[lid] = score;
         }
         workgroupBarrier();
-        // constant trip counts over the chunk's slots (past n_keys a score is -max f32, a weight 0), so that
-        // the workgroup-memory reads need not wait for each other
         var chunk_max = NEG_BIG;
-        for (var j = 0u; j < KEYS; j++) { chunk_max = max(chunk_max, weights[j]); }
+        for (var j = 0u; j < n_keys; j++) { chunk_max = max(chunk_max, weights[j]); }
         let new_max = max(running_max, chunk_max);
         let correction = exp(running_max - new_max);
         workgroupBarrier();   // every invocation has read the scores
@@ -169,7 +167,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         var chunk_sum = 0.0;
-        for (var j = 0u; j < KEYS; j++) { chunk_sum += weights[j]; }
+        for (var j = 0u; j < n_keys; j++) { chunk_sum += weights[j]; }
         running_sum = running_sum * correction + chunk_sum;
         running_max = new_max;
         if (value_group < V_GROUPS) {

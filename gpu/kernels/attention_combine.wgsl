@@ -42,7 +42,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let first = row * SPLITS * STRIDE4;
     let parts = key_parts(rows[row / HEADS].x).parts;  // parts past these hold no keys
-    for (var s = lid; s < parts; s += WG) {
+    for (var s = lid; s < SPLITS; s += WG) {  // all of them: these loads need not wait for the row table's
         let ml = partials[first + s * STRIDE4 + D / 4u];
         part_max[s] = ml.x;
         part_sum[s] = ml.y;
