@@ -7,7 +7,8 @@
 //
 // Work split: a workgroup of 256 invocations takes one (token, head) row and one of up to SPLITS
 // equal parts of its key range, each of at least MIN_PART_KEYS keys (flash-decoding: a decode step
-// has few rows, so the keys are what gives the GPU parallel work). It walks its keys in chunks of 32 with an online softmax
+// has few rows, so the keys are what gives the GPU parallel work; attention/key_parts.wgsl). It
+// walks its keys in chunks of 32 with an online softmax
 // (running max and sum): for scores, 8 invocations share a key, each dotting D/8 dims
 // (adjacent invocations read adjacent words of the key row), summed in workgroup memory;
 // for values, invocation i takes dims 4 (i % (D/4)) .. + 3 of every V_GROUPS-th key of the chunk,

@@ -142,7 +142,8 @@ def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale):
 
 @pytest.mark.parametrize("kv_f16,window,heads,kv_heads,d,splits", [
     (True, 0, 4, 1, 256, 1), (False, 0, 4, 1, 256, 1), (True, 50, 8, 2, 128, 1), (False, 70, 2, 2, 64, 1),
-    (True, 0, 4, 1, 256, 7), (False, 40, 2, 1, 64, 16),  # parts of ~22 keys; 16 parts of <= 3 keys, some empty
+    (True, 0, 4, 1, 256, 7), (False, 40, 2, 1, 64, 16),  # parts of ~29 keys; 40 keys in 3 parts of >= 16, 13 empty
+    (True, 0, 2, 1, 512, 3),  # Gemma 4's global head dim: 2 invocations a dim quad for values, 2 for the combine
 ])
 def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
                          splits: int) -> None:
