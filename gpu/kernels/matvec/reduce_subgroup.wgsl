@@ -5,28 +5,9 @@
 // does not promise full subgroups; if they are not full the numbering falls back to
 // local_invocation_index and every lane's sum goes through workgroup memory (still correct).
 
-var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]: segment sums
-var<workgroup> subgroup_totals: array<f32, WG>;  // workgroup_sum: one per subgroup
-var<private> subgroup_lane: u32;
-var<private> subgroup_index: u32;
-var<private> subgroup_count: u32;
+#include "common/workgroup_sum_subgroup.wgsl"
 
-// The sum of v over the workgroup, the same in every invocation: subgroupAdd, then the subgroups' sums
-// added in workgroup memory (two barriers where a tree took log2(WG) + 1; right with partial subgroups
-// too, each invocation being in exactly one). Called from uniform control flow (matvec/x_normed.wgsl).
-fn workgroup_sum(v: f32, lid: u32) -> f32 {
-    let mine = subgroupAdd(v);
-    if (subgroup_lane == 0u) {
-        subgroup_totals[subgroup_index] = mine;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < subgroup_count; i++) {
-        total += subgroup_totals[i];
-    }
-    workgroupBarrier();
-    return total;
-}
+var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]: segment sums
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -38,9 +19,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (first_row >= N_ROWS) {
         return;
     }
-    subgroup_lane = sg_lane;
-    subgroup_index = sg_id;
-    subgroup_count = n_sg;
+    workgroup_sum_setup(sg_id, sg_lane, n_sg);  // for matvec/x_normed.wgsl's sums
     prepare_x(lid, workgroup);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     let full = n_sg * sg_size == WG;  // uniform
     let tid = select(lid, sg_id * sg_size + sg_lane, full);

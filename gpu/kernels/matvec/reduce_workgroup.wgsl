@@ -1,23 +1,9 @@
 // matvec entry point, portable variant: each row's TPR partial sums are added by a tree in
 // workgroup memory (log2(TPR) barriers).
 
-var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]
+#include "common/workgroup_sum_workgroup.wgsl"
 
-// The sum of v over the workgroup (a tree in workgroup memory), the same in every invocation; called
-// from uniform control flow (matvec/x_normed.wgsl's prologue).
-fn workgroup_sum(v: f32, lid: u32) -> f32 {
-    partial[lid] = v;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let total = partial[0];
-    workgroupBarrier();
-    return total;
-}
+var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -27,6 +13,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (first_row >= N_ROWS) {
         return;
     }
+    workgroup_sum_setup(lid);  // for matvec/x_normed.wgsl's sums
     prepare_x(lid, workgroup);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     let slot = lid / TPR;
     let lane = lid % TPR;

@@ -6,8 +6,8 @@
 // KiB a token), and workgroup 0 of the dispatch also writes r to residual_out, a buffer other than
 // residual, since the other workgroups still read residual. Worth it because a decode step is a chain
 // of small dependent dispatches, each costing a few microseconds of launch and drain whatever its
-// size; this prologue reads 4 K floats per token from L2 and takes 2 reductions (workgroup_sum, from
-// the entry point: subgroup sums where it has subgroups).
+// size; this prologue reads 4 K floats per token from L2 and takes 2 reductions (workgroup_sum, which
+// the entry point includes: common/workgroup_sum_subgroup.wgsl or its tree variant).
 
 @group(0) @binding(2) var<storage, read> block_out: array<vec4<f32>>;       // [T_MAX, K]
 @group(0) @binding(4) var<storage, read> residual: array<vec4<f32>>;        // [T_MAX, K]
@@ -30,7 +30,7 @@ fn prepare_x(lid: u32, workgroup: u32) {
             let v = block_out[base + i];
             sum_y += dot(v, v);
         }
-        let inv_y = inverseSqrt(workgroup_sum(sum_y, lid) / f32(K) + EPS);
+        let inv_y = inverseSqrt(workgroup_sum(sum_y) / f32(K) + EPS);
         var sum_r = 0.0;
         for (var i = lid; i < quads; i += WG) {
             let r = residual[base + i] + block_out[base + i] * inv_y * w_post[i];
@@ -40,7 +40,7 @@ fn prepare_x(lid: u32, workgroup: u32) {
                 residual_out[base + i] = r;
             }
         }
-        let inv_r = inverseSqrt(workgroup_sum(sum_r, lid) / f32(K) + EPS);
+        let inv_r = inverseSqrt(workgroup_sum(sum_r) / f32(K) + EPS);
         for (var i = lid; i < quads; i += WG) {  // each invocation rescales the entries it wrote
             xs[base + i] = xs[base + i] * inv_r * w_next[i];
         }
