@@ -2,9 +2,10 @@
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out[row, :] = sum_s acc_s e^(m_s - M) / L
 // A part with no keys has m = -max f32 and l = 0, so its weight is 0.
 // Work split: one workgroup of 256 invocations per (token, head) row. Only the row's first `parts`
-// parts can hold keys (attention/key_parts.wgsl, as attention.wgsl cut them); invocation s < parts
-// loads part s's (m, l) into workgroup memory and every invocation forms M and L from those broadcast
-// reads (no invocation walks the parts while the others wait). Then invocation i takes dims
+// parts can hold keys (attention/key_parts.wgsl, as attention.wgsl cut them). Invocation s < SPLITS
+// loads part s's (m, l) into workgroup memory (every part, so that these loads need not wait for the
+// row table's), and every invocation forms M and L over the first `parts` from those broadcast reads
+// (no invocation walks the parts while the others wait). Then invocation i takes dims
 // 4 (i % (D/4)) .. + 3 of every P_GROUPS-th part from part i / (D/4) (8 parts each for D = 256 and
 // 32 parts), its loads in a constant-trip loop without a branch so that they are in flight together,
 // and the groups' sums meet in workgroup memory. (One invocation per dim walking all 32 parts, a load
@@ -42,7 +43,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let first = row * SPLITS * STRIDE4;
     let parts = key_parts(rows[row / HEADS].x).parts;  // parts past these hold no keys
-    for (var s = lid; s < SPLITS; s += WG) {  // all of them: these loads need not wait for the row table's
+    for (var s = lid; s < SPLITS; s += WG) {
         let ml = partials[first + s * STRIDE4 + D / 4u];
         part_max[s] = ml.x;
         part_sum[s] = ml.y;
