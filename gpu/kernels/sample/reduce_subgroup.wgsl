@@ -4,12 +4,14 @@
 // numbered within them: each subgroup's first active lane writes at its subgroup id, and the scan
 // order (scan_pos) is counted at entry from the subgroups' sizes rather than assumed.
 // The including kernel defines `const WG: u32` and `fn group_main(group: u32, lid: u32)`;
-// group_main may call the functions below any number of times, from control flow uniform over
-// the workgroup. Each returns the same value in every invocation, except inclusive_scan.
+// group_main may call the functions below and workgroup_sum (the float sum, from
+// common/workgroup_sum_subgroup.wgsl) any number of times, from control flow uniform over the
+// workgroup. Each returns the same value in every invocation, except inclusive_scan.
+
+#include "common/workgroup_sum_subgroup.wgsl"
 
 var<workgroup> red_pairs: array<vec2<u32>, WG>;  // [num_subgroups]
 var<workgroup> red_u32: array<u32, WG>;          // [num_subgroups]
-var<workgroup> red_f32: array<f32, WG>;          // [num_subgroups]
 var<private> red_subgroup: u32;   // this invocation's subgroup id
 var<private> red_subgroups: u32;  // subgroups in the workgroup
 var<private> red_elected: bool;   // first active lane of its subgroup
@@ -36,6 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     scan_pos = before + subgroupExclusiveAdd(1u);
     workgroupBarrier();
+    workgroup_sum_setup(sg_id, sg_lane, n_sg);
     group_main(wid.x + wid.y * nwg.x, lid);
 }
 
@@ -64,20 +67,6 @@ fn max_u32(v: u32) -> u32 {
     var total = 0u;
     for (var s = 0u; s < red_subgroups; s++) {
         total = max(total, red_u32[s]);
-    }
-    workgroupBarrier();
-    return total;
-}
-
-fn sum_f32(v: f32) -> f32 {
-    let m = subgroupAdd(v);
-    if (red_elected) {
-        red_f32[red_subgroup] = m;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var s = 0u; s < red_subgroups; s++) {
-        total += red_f32[s];
     }
     workgroupBarrier();
     return total;

@@ -1,13 +1,15 @@
 // Entry point and workgroup reductions of the sampling kernels, portable variant: trees in
 // workgroup memory (log2(WG) + 1 barriers each) and a Hillis-Steele scan (2 log2(WG) barriers).
 // The including kernel defines `const WG: u32` (a power of two) and `fn group_main(group: u32,
-// lid: u32)`; group_main may call the functions below any number of times, from control flow
-// uniform over the workgroup. Each returns the same value in every invocation, except
-// inclusive_scan, whose order is the invocations' scan_pos (here local_invocation_index).
+// lid: u32)`; group_main may call the functions below and workgroup_sum (the float sum, from
+// common/workgroup_sum_workgroup.wgsl) any number of times, from control flow uniform over the
+// workgroup. Each returns the same value in every invocation, except inclusive_scan, whose order
+// is the invocations' scan_pos (here local_invocation_index).
+
+#include "common/workgroup_sum_workgroup.wgsl"
 
 var<workgroup> red_pairs: array<vec2<u32>, WG>;
 var<workgroup> red_u32: array<u32, WG>;
-var<workgroup> red_f32: array<f32, WG>;
 var<private> red_lid: u32;
 var<private> scan_pos: u32;  // this invocation's place in the order of inclusive_scan
 
@@ -16,6 +18,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
     red_lid = lid;
     scan_pos = lid;
+    workgroup_sum_setup(lid);
     group_main(wid.x + wid.y * nwg.x, lid);
 }
 
@@ -44,20 +47,6 @@ fn max_u32(v: u32) -> u32 {
         workgroupBarrier();
     }
     let total = red_u32[0];
-    workgroupBarrier();
-    return total;
-}
-
-fn sum_f32(v: f32) -> f32 {
-    red_f32[red_lid] = v;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (red_lid < stride) {
-            red_f32[red_lid] += red_f32[red_lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let total = red_f32[0];
     workgroupBarrier();
     return total;
 }

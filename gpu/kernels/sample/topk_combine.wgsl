@@ -60,7 +60,7 @@ fn group_main(row: u32, lid: u32) {
             }
         }
     }
-    let total = sum_f32(sum);
+    let total = workgroup_sum(sum);
     if (lid == 0u) {
         out_stats[2u * row] = key_bits(max_key);
         out_stats[2u * row + 1u] = bitcast<u32>(total);

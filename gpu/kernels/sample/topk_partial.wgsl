@@ -71,7 +71,7 @@ fn group_main(group: u32, lid: u32) {
     } else {
         sum = 0.0;
     }
-    let total = sum_f32(sum);
+    let total = workgroup_sum(sum);
     if (lid == 0u) {
         partials[out + 2u * K] = max_key;
         partials[out + 2u * K + 1u] = bitcast<u32>(total);
