@@ -195,7 +195,7 @@ def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
     return MatvecShape(tpr, rows)
 
 
-def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int = 1) -> MatvecShape:
+def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int) -> MatvecShape:
     """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units). Units per thread from a sweep of
     threads per row on an H100 (bench/kernels.py --wide-sweep, Gemma 3 4B shapes): Q4_K fastest with up to 16
     units a thread (down 10240 x 2560 at 32 threads a row), Q6_K with 4, its units costing more loads (gate-up
