@@ -144,16 +144,4 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     return acc;
 }
 
-fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
-    let row = first_row + slot;
-    if (row >= N_ROWS) {
-        return;
-    }
-    for (var t = 0u; t < n_tokens(); t++) {
-        var v = totals[t];
-        if (GLU == 1u) {
-            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
-        }
-        y[t * Y_STRIDE + ROW_START + row] = v;
-    }
-}
+#include "matvec/store_row.wgsl"

@@ -1,0 +1,16 @@
+// The matvec kernels' last step: row first_row + slot's totals (with GLU, gelu_tanh(gate) * up) written to y
+// for the step's tokens. Needs the kernel's N_ROWS, T_MAX, OUTS, GLU, Y_STRIDE, ROW_START, y and n_tokens.
+
+fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
+    let row = first_row + slot;
+    if (row >= N_ROWS) {
+        return;
+    }
+    for (var t = 0u; t < n_tokens(); t++) {
+        var v = totals[t];
+        if (GLU == 1u) {
+            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
+        }
+        y[t * Y_STRIDE + ROW_START + row] = v;
+    }
+}
