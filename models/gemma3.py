@@ -5,7 +5,7 @@ One step, for T tokens at positions pos..pos+T-1:
     x = embed(ids) * sqrt(D)                                   # x: [T, D]
     for each layer:
         h = rms_norm(x) * attn_norm
-        q, k, v = h [Wq|Wk|Wv]                                 # one product where the types agree
+        q, k, v = h [Wq|Wk|Wv]                                 # one product where the types allow
         q = rope(rms_norm(q) * q_norm); k = rope(rms_norm(k) * k_norm)
         cache[pos:pos+T] = k, v                                # paged: rows of a shared pool
         a = attention(q, cache)   (sliding window on 5 of every 6 layers, global on the 6th)
@@ -30,8 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, Keys
+from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys
 
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import transformer as ops
@@ -41,7 +40,7 @@ from gpu.ops.sampling import gumbel_sample as sample
 from gpu.ops.transformer import RawQKV
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
-from gpu.weights import QuantWeight, upload_weight
+from gpu.weights import QuantWeight, concat_rows, upload_weight
 from models.gguf_file import GGUFFile
 from models.step_io import StepIO
 
@@ -114,13 +113,13 @@ class Fused:
 @dataclass
 class LayerWeights:
     attn_norm: Tensor
-    qkv: list[Fused]  # q|k|v as one matrix where their types agree, else q|k and v, or q, k, v
+    qkv: list[Fused]  # q|k|v as one matrix where their types allow (concat_rows), else q|k and v, or q, k, v
     q_norm: Tensor
     k_norm: Tensor
     o: QuantWeight
     post_attention_norm: Tensor
     ffn_norm: Tensor
-    gate_up: list[Fused]  # gate|up as one matrix (one GeGLU dispatch) where their types agree
+    gate_up: list[Fused]  # gate|up as one matrix (one GeGLU dispatch) where their types allow
     down: QuantWeight
     post_ffw_norm: Tensor
 
@@ -270,24 +269,17 @@ class _WeightLoader:
             self.progress(self.read_bytes, self.total)
 
     def fused(self, kinds: list[MODEL_TENSOR], layer: int) -> list[Fused]:
-        """Matrices with the same input, as few as possible: consecutive ones whose types agree are
-        concatenated along the rows (their bytes, since rows are contiguous in every GGML type)."""
-        groups: list[list[tuple[str, GGMLQuantizationType, tuple[int, ...], np.ndarray]]] = []
+        """Matrices with the same input, as few as possible (gpu/weights.py's concat_rows)."""
+        matrices = []
         for kind in kinds:
             name = self._name(kind, layer)
             qtype, shape, raw = self.f.raw(name)
-            if groups and groups[-1][0][1] == qtype and groups[-1][0][2][0] == shape[0]:
-                groups[-1].append((name, qtype, shape, raw))
-            else:
-                groups.append([(name, qtype, shape, raw)])
+            matrices.append((name, qtype, shape[0], shape[1], raw))
         weights = []
-        for group in groups:
-            name = "+".join(g[0] for g in group)
-            rows = [g[2][1] for g in group]
-            raw = np.concatenate([g[3] for g in group]) if len(group) > 1 else group[0][3]
-            weight = upload_weight(self.executor, name, group[0][1], group[0][2][0], sum(rows), raw)
-            self._done(raw.nbytes, weight.nbytes)
-            weights.append(Fused(weight, [sum(rows[:j]) for j in range(len(group))]))
+        for group in concat_rows(matrices):
+            weight = upload_weight(self.executor, group.name, group.qtype, group.k, group.rows, group.raw)
+            self._done(group.file_bytes, weight.nbytes)
+            weights.append(Fused(weight, group.row_starts))
         return weights
 
     def matrix(self, kind: MODEL_TENSOR, layer: int | None = None) -> QuantWeight:

@@ -15,7 +15,7 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType
 
 from gpu.program import Executor
 from gpu.tensor import Tensor
-from gpu.weights import QuantWeight, row_bytes, upload_weight
+from gpu.weights import QuantWeight, concat_rows, row_bytes, upload_weight
 from models.gguf_file import GGUFFile, GGUFFormatError
 
 Progress = Callable[[int, int], None]
@@ -67,21 +67,16 @@ class WeightLoader:
         return self.executor.tensor(name, data.shape, data=data)
 
     def fused(self, names: list[str]) -> list[tuple[QuantWeight, list[int]]]:
-        """Matrices with the same input, as few as possible: consecutive ones whose types agree are
-        concatenated along the rows (their bytes: rows are contiguous in every GGML type)."""
-        groups: list[list[tuple[str, GGMLQuantizationType, tuple[int, ...], np.ndarray]]] = []
+        """Matrices with the same input, as few as possible (gpu/weights.py's concat_rows)."""
+        matrices = []
         for name in names:
             qtype, shape, raw = self.f.raw(name)
-            if groups and groups[-1][0][1] == qtype and groups[-1][0][2][0] == shape[0]:
-                groups[-1].append((name, qtype, shape, raw))
-            else:
-                groups.append([(name, qtype, shape, raw)])
+            matrices.append((name, qtype, shape[0], shape[1], raw))
         out = []
-        for group in groups:
-            rows = [g[2][1] for g in group]
-            raw = np.concatenate([g[3] for g in group]) if len(group) > 1 else group[0][3]
-            weight = self._upload("+".join(g[0] for g in group), group[0][1], group[0][2][0], sum(rows), raw)
-            out.append((weight, [sum(rows[:j]) for j in range(len(group))]))
+        for group in concat_rows(matrices):
+            weight = upload_weight(self.executor, group.name, group.qtype, group.k, group.rows, group.raw)
+            self._done(group.file_bytes, weight.nbytes)
+            out.append((weight, group.row_starts))
         return out
 
     def experts_gate_up(self, layer: int) -> QuantWeight:
