@@ -147,11 +147,12 @@ class RowConcat:
 
 
 def concat_rows(matrices: Sequence[tuple[str, GGMLQuantizationType, int, int, np.ndarray]]) -> list[RowConcat]:
-    """Consecutive matrices (name, type, K, rows, bytes) with the same input as few matrices as possible, so
-    that one dispatch computes their products: concatenated along the rows (their bytes, since rows are
-    contiguous in every GGML type) where their types agree, or where each is exactly a Q8_0 matrix (Q4_0, Q5_0
-    and Q8_0: llama.cpp's Q4_K_M files give Gemma 3 270M and 1B a Q5_0 q and k beside a Q8_0 v in half the
-    layers; as one Q8_0 matrix the q and k read 55% more bytes but the step has one dispatch less)."""
+    """Consecutive matrices (name, type, K, rows, their bytes as a flat uint8 array, as GGUFFile.raw gives
+    them) with the same input as few matrices as possible, so that one dispatch computes their products:
+    concatenated along the rows (their bytes, since rows are contiguous in every GGML type) where their types
+    agree, or where each is exactly a Q8_0 matrix (Q4_0, Q5_0 and Q8_0: llama.cpp's Q4_K_M files give Gemma 3
+    270M and 1B a Q5_0 q and k beside a Q8_0 v in half the layers; as one Q8_0 matrix the q and k read 55% more
+    bytes but the step has one dispatch less)."""
     groups: list[list[tuple[str, GGMLQuantizationType, int, int, np.ndarray]]] = []
     for m in matrices:
         group = groups[-1] if groups else None
