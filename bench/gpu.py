@@ -9,8 +9,9 @@ speed depends on shapes and types, not on the values. Every engine loads the sam
 
 Per model, medians of --reps runs after a warm-up:
 - prefill tok/s: one 512-token prompt; Hearth twice: as it runs by default (f32 matmuls, exact
-  parity) and with int8_activations (activations quantised to 8 bits inside the matmuls, which is
-  what llama.cpp's CUDA matmuls do);
+  parity) and with int8_activations (activations quantised to 8 bits inside the matmuls and the
+  K-quant decode matvecs, which is what llama.cpp's CUDA matmuls and matvecs do); the one-stream
+  decode figures too;
 - decode tok/s, one stream: 128 greedy tokens from an empty cache, as llama-bench's tg128 runs
   them (Hearth and transformers: after a one-token prompt, so at positions 1..128); and again
   after the 512-token prompt (positions 512..640; llama-bench `-d 512`), where attention over the
@@ -163,13 +164,24 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
                                                      *int8.engine.stage_prefill(int8.model.new_session(), ids))
     out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids[:1], NEW))
     out[f"decode_d{PROMPT}_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
+    out["decode_int8_tok_s"] = NEW / median_of(reps, lambda: int8.decode_s(ids[:1], NEW))
+    out[f"decode_d{PROMPT}_int8_tok_s"] = NEW / median_of(reps, lambda: int8.decode_s(ids, NEW))
+    if profile:
+        int8_session = int8.model.new_session()
+        try:
+            int8.engine.submit_prefill(int8_session, ids).wait()
+            label = f"decode with int8 activations, position {len(ids)}"
+            out["profile_int8_decode"] = profile_report(int8.model.executor, label,
+                                                        *int8.engine.stage_decode([int8_session]))
+        finally:
+            int8_session.close()
     print(f"hearth: {out}", flush=True)
     for b in batches:
         out[f"decode_x{b}_tok_s"] = b * NEW / median_of(reps, lambda b=b: hearth.batched_decode_s(short, b, NEW))
         print(f"hearth: {b} streams: {out[f'decode_x{b}_tok_s']:.0f} tok/s", flush=True)
     if profile:
         out["profile"] = hearth.profile(ids, max(batches))
-        print(out["profile"], out["profile_int8_prefill"], sep="\n", flush=True)
+        print(out["profile"], out["profile_int8_prefill"], out["profile_int8_decode"], sep="\n", flush=True)
     return out
 
 
@@ -241,7 +253,9 @@ def table(name: str, results: dict[str, dict[str, Any]], batches: list[int], bou
     rows = [("prefill tok/s (512)", "prefill_tok_s", "prefill_tok_s"),
             ("  int8 activations", "prefill_int8_tok_s", "prefill_tok_s"),
             ("decode tok/s (1 stream)", "decode_tok_s", "decode_tok_s"),
-            (f"  same after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s", f"decode_d{PROMPT}_tok_s")]
+            ("  int8 activations", "decode_int8_tok_s", "decode_tok_s"),
+            (f"  same after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s", f"decode_d{PROMPT}_tok_s"),
+            ("  int8 activations", f"decode_d{PROMPT}_int8_tok_s", f"decode_d{PROMPT}_tok_s")]
     rows += [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s", f"decode_x{b}_tok_s") for b in batches]
     ratio = "hearth" in results and "llama.cpp" in results
     lines = [f"{name:<28}" + "".join(f"{e:>14}" for e in engines) + (f"{'Hearth/llama':>14}" if ratio else "")]

@@ -21,6 +21,7 @@
 #include "common/step.wgsl"
 #include "quant/byte_floats.wgsl"
 #include "matmul/gelu_glu.wgsl"
+#include "matvec/q4_k_unit_scales.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"
 
@@ -47,30 +48,6 @@ const UP_WORDS4: u32 = N_ROWS * ROW_WORDS4 * GLU;
 
 fn n_tokens() -> u32 {
     return min(step.n_tokens, T_MAX);
-}
-
-// Scale and min of sub-blocks 2j and 2j + 1 from the header words h (h.x = d | dmin << 16,
-// h.yzw = the scale bytes), already multiplied by d and dmin: (d sc_lo, dmin m_lo, d sc_hi, dmin m_hi).
-fn unit_scales(h: vec4<u32>, j: u32) -> vec4<f32> {
-    let dm = unpack2x16float(h.x);
-    var sc: vec2<u32>;
-    var mn: vec2<u32>;
-    if (j < 2u) {  // sub-blocks 0..3: low six bits of bytes s (scale) and s + 4 (min)
-        let shift = 16u * j;
-        let s = (h.y >> shift) & 0xFFFFu;
-        let m = (h.z >> shift) & 0xFFFFu;
-        sc = vec2<u32>(s & 63u, (s >> 8u) & 63u);
-        mn = vec2<u32>(m & 63u, (m >> 8u) & 63u);
-    } else {       // sub-blocks 4..7: four bits from bytes 8..11, two from the top of bytes 0..7
-        let shift = 16u * (j - 2u);
-        let lo = (h.w >> shift) & 0xFFFFu;
-        let s = (h.y >> shift) & 0xFFFFu;
-        let m = (h.z >> shift) & 0xFFFFu;
-        sc = vec2<u32>((lo & 0xFu) | (((s >> 6u) & 3u) << 4u), ((lo >> 8u) & 0xFu) | (((s >> 14u) & 3u) << 4u));
-        mn = vec2<u32>(((lo >> 4u) & 0xFu) | (((m >> 6u) & 3u) << 4u),
-                       ((lo >> 12u) & 0xFu) | (((m >> 14u) & 3u) << 4u));
-    }
-    return vec4<f32>(dm.x * f32(sc.x), dm.y * f32(mn.x), dm.x * f32(sc.y), dm.y * f32(mn.y));
 }
 
 // The unit's 32 values of x for one token: the low sub-block's 16 (4 vec4 from xb), the high's (8 vec4 on).

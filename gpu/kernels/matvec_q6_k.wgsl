@@ -6,15 +6,15 @@
 // 16-byte loads (five words each), a scale byte and d, reading each low-bits byte twice and each
 // high-bits byte four times. Here a unit is one half h of a block and 8 consecutive l (see q6_k.wgsl
 // for the layout): 8 bytes of ql at 64h + l, 8 at 64h + 32 + l and 8 of qh at 32h + l give the 32
-// values 128h + 32a + l (a = 0..3) with four scales; every byte is read once. Q6_K blocks are 210
-// bytes, so a block starts 4-aligned or 2 bytes past; a unit's 8-byte spans load as three words and
-// shift where needed. Each quarter a is summed as d*sc_a * (sum q x - 32 sum x).
+// values 128h + 32a + l (a = 0..3) with four scales; every byte is read once (matvec/q6_k_unit.wgsl).
+// Each quarter a is summed as d*sc_a * (sum q x - 32 sum x).
 //
 // Work split: as matvec_q4_k.wgsl: TPR threads per row, ROWS rows per workgroup, lane l takes units
 // l, l + TPR, ... of its row (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)).
 #include "common/step.wgsl"
 #include "quant/byte_floats.wgsl"
 #include "matmul/gelu_glu.wgsl"
+#include "matvec/q6_k_unit.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"
 
@@ -30,8 +30,7 @@ override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + 
 
 const WG: u32 = TPR * ROWS;
 const OUTS: u32 = T_MAX * (1u + GLU);             // sums per row: [token] (gate), then [token] of the up row
-const BLOCK_BYTES: u32 = 210u;
-const ROW_BYTES: u32 = K / 256u * BLOCK_BYTES;
+const ROW_BYTES: u32 = K / 256u * Q6_K_BLOCK_BYTES;
 const UNITS_PER_ROW: u32 = K / 32u;
 const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;
 
@@ -41,18 +40,6 @@ const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;
 
 fn n_tokens() -> u32 {
     return min(step.n_tokens, T_MAX);
-}
-
-// The 8 bytes at an even offset as two words.
-fn load_8(byte: u32) -> vec2<u32> {
-    let i = byte >> 2u;
-    let w0 = weight[i];
-    let w1 = weight[i + 1u];
-    if ((byte & 2u) == 0u) {
-        return vec2<u32>(w0, w1);
-    }
-    let w2 = weight[i + 2u];
-    return vec2<u32>((w0 >> 16u) | (w1 << 16u), (w1 >> 16u) | (w2 << 16u));
 }
 
 // The unit's 32 values of x for one token: quarter a's 8 values are x[base + 32 a .. + 8) (2 vec4 each).
@@ -82,19 +69,11 @@ fn quarter_dot(low: vec2<u32>, high: vec2<u32>, xq: mat2x4<f32>) -> f32 {
 
 // sum over the unit's 32 values of W x, the block at byte `block`, half h, l = l0 .. l0 + 7.
 fn unit_dot(block: u32, h: u32, l0: u32, u: UnitX) -> f32 {
-    let ql_a = load_8(block + 64u * h + l0);          // quarters 0 (low nibbles) and 2 (high)
-    let ql_b = load_8(block + 64u * h + 32u + l0);    // quarters 1 and 3
-    let qh = load_8(block + 128u + 32u * h + l0);     // bits 2a, 2a + 1 of each byte: quarter a
-    let qx = vec4<f32>(quarter_dot(ql_a, qh, u.a0), quarter_dot(ql_b, qh >> vec2<u32>(2u), u.a1),
-                       quarter_dot(ql_a >> vec2<u32>(4u), qh >> vec2<u32>(4u), u.a2),
-                       quarter_dot(ql_b >> vec2<u32>(4u), qh >> vec2<u32>(6u), u.a3));
-    // scales of sub-blocks 8h + 2a + l0 / 16: bytes s, s + 2, s + 4, s + 6 from s = 192 + 8h + l0 / 16
-    let sc = load_8(block + 192u + 8u * h + (l0 / 16u & ~1u)) >> vec2<u32>(8u * (l0 / 16u & 1u));
-    let signed = bitcast<vec4<i32>>(vec4<u32>(sc.x, sc.x >> 16u, sc.y, sc.y >> 16u) << vec4<u32>(24u));
-    let scales = vec4<f32>(signed >> vec4<u32>(24u));  // int8, sign-extended
-    let d_word = weight[(block + 208u) >> 2u] >> (8u * ((block + 208u) & 2u));
-    let d = unpack2x16float(d_word).x;
-    return d * dot(scales, qx - 32.0 * u.sums);
+    let q = q6_k_unit(block, h, l0);
+    let qx = vec4<f32>(quarter_dot(q.ql_a, q.qh, u.a0), quarter_dot(q.ql_b, q.qh >> vec2<u32>(2u), u.a1),
+                       quarter_dot(q.ql_a >> vec2<u32>(4u), q.qh >> vec2<u32>(4u), u.a2),
+                       quarter_dot(q.ql_b >> vec2<u32>(4u), q.qh >> vec2<u32>(6u), u.a3));
+    return q.d * dot(q.scales, qx - 32.0 * u.sums);
 }
 
 // This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
@@ -111,7 +90,7 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
         let block = u / 8u;
         let h = (u / 4u) % 2u;
         let l0 = 8u * (u % 4u);
-        let at = row_base + block * BLOCK_BYTES;
+        let at = row_base + block * Q6_K_BLOCK_BYTES;
         for (var t = 0u; t < T_MAX; t++) {
             if (t < n) {
                 let xu = unit_x((t * K + block * 256u + 128u * h + l0) / 4u);

@@ -1,10 +1,10 @@
-// quantize_q8: the f32 rows of a matmul's input as 8-bit integers per 32 values, the input of
-// matmul_i8.wgsl (llama.cpp quantises activations alike, its Q8_1, for its integer-dot kernels):
-//   d = max |x_i| / 127,  q_i = round(x_i / d) in [-127, 127]  (q = 0 where d = 0),
+// quantize_q8: the f32 rows of a matmul's input as 8-bit integers per 32 values (common/q8_block.wgsl),
+// the input of matmul/tiles_i8.wgsl:
 //   xq[t, 8 b .. 8 b + 7] = the 32 q of block b packed four to a word (value 4 w + j in byte j),
 //   xs[t, b] = (d, sum_i x_i)  (the exact sum, for the weight formats with a minimum)
 // for the step's first min(n_tokens, T_MAX) rows. Work split: one invocation per 32-value block.
 #include "common/step.wgsl"
+#include "common/q8_block.wgsl"
 
 override K: u32 = 32u;      // values per row, a multiple of 32
 override T_MAX: u32 = 1u;   // rows
@@ -24,21 +24,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     var v: array<vec4<f32>, 8>;
-    var amax = 0.0;
-    var sum = 0.0;
     for (var j = 0u; j < 8u; j++) {
         v[j] = x[8u * i + j];
-        let a = abs(v[j]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-        sum += (v[j].x + v[j].y) + (v[j].z + v[j].w);
     }
-    let d = amax / 127.0;
-    let inv = select(0.0, 1.0 / d, d > 0.0);
-    var words: array<u32, 8>;
-    for (var j = 0u; j < 8u; j++) {
-        words[j] = pack4xI8(vec4<i32>(round(v[j] * inv)));
-    }
-    xq[2u * i] = vec4<u32>(words[0], words[1], words[2], words[3]);
-    xq[2u * i + 1u] = vec4<u32>(words[4], words[5], words[6], words[7]);
-    xs[i] = vec2<f32>(d, sum);
+    let block = q8_block(v);
+    xq[2u * i] = block.lo;
+    xq[2u * i + 1u] = block.hi;
+    xs[i] = block.scale;
 }

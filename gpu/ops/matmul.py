@@ -29,6 +29,9 @@ and stores gelu_tanh(g) * u):
   kernels/quantize_q8.wgsl once per linear (`Int8Input`): 1.3x (270M) to 2x (4B) faster prompts on an
   H100, with llama.cpp's numerics (its matmuls quantise activations alike) rather than Hearth's
   exact-parity bound.
+  With int8 matmuls, decode matvecs whose shape pays for it (int8_matvec_pays: output heads, Q4_K linears without
+  GLU) run kernels/matvec_q4_k_i8.wgsl / matvec_q6_k_i8.wgsl: each workgroup quantises its input as quantize_q8
+  does (matvec/q8_input.wgsl), then dot4I8Packed.
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
 
@@ -57,6 +60,8 @@ _MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
 _MATVEC_TARGET_GROUPS = 256  # matvec workgroups wanted before rows per workgroup may grow
 _MATVEC_GROUPS_PER_THREAD = 8  # most 16-value groups a matvec thread should take per row
 _MATVEC_TARGET_THREADS = 65536  # matvec threads wanted in all (about 500 per H100 SM)
+_HEAD_ROWS = 65536  # a matvec reading this many rows (an output head) takes _HEAD_TPR threads a row
+_HEAD_TPR = 4
 _ROWS_PER_THREAD = 4  # whole-row matvec kernels (software adapters): rows per thread
 _SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CPU cores)
 # K-quant matvecs through kernels of their own that take 32 values per load step and apply scales per
@@ -69,6 +74,12 @@ WIDE_MATVEC = True
 # on an H100 dot4I8Packed ran 120 T int8 operations/s against 43 TFLOP/s of f32 fma.
 INT8_TYPES = frozenset({GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.Q5_0,
                         GGMLQuantizationType.Q8_0})
+# Decode matvecs in 8-bit integers (where the executor asks for int8 matmuls): the wide K-quant kernels on an input
+# each workgroup quantises for itself (kernels/matvec/q8_input.wgsl, workgroup memory of Q8_INPUT_BYTES at most).
+INT8_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k_i8", GGMLQuantizationType.Q6_K: "matvec_q6_k_i8"}
+Q8_INPUT_BYTES = 16 << 10
+# Rows of at most this many values take an int8 matvec (Q4_K, no GLU; see _int8_matvec)
+INT8_MATVEC_MAX_K = 4096
 
 
 @dataclass(frozen=True)
@@ -183,11 +194,16 @@ def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
     _MATVEC_TARGET_THREADS; rows_read counts a GLU's up rows too) to hide memory latency, at most
     units_per_thread units of unit_values values per thread, at least two; measured on an H100: 640 x
     262144 Q8_0 best at 4 (106 us), 4096 x 16384 Q4_K at 32-64 (57 us), 2048 x 640 Q6_K at 64 or 32
-    rather than 16. Rows per workgroup: 256 threads, fewer when that leaves few workgroups.
+    rather than 16. Output heads (rows_read >= _HEAD_ROWS: the rows alone give threads enough) take _HEAD_TPR
+    threads a row, long runs of units each: on an H200 the 1B's Q8_0 head (1152 x 262144) 180-186 us at 2-4
+    threads a row against 225 at 8, the 4B's Q6_K head 314 us at 4 (322 at 16; 252 against 378 in int8), the
+    270M's 98 us at 4 as at 2. Rows per workgroup: 256 threads, fewer when that leaves few workgroups.
     """
     units = k // unit_values
     rows_read = rows_read or n_rows
     wanted = max(_pow2_ceil(-(-_MATVEC_TARGET_THREADS // rows_read)), _pow2_floor(units // units_per_thread))
+    if rows_read >= _HEAD_ROWS:
+        wanted = _HEAD_TPR
     tpr = max(4, min(wanted, 64, _pow2_floor(units // 2)))
     rows = max(1, _MATVEC_THREADS // tpr)
     while rows > 1 and rows * tpr > _MATVEC_MIN_THREADS and -(-n_rows // rows) < _MATVEC_TARGET_GROUPS:
@@ -207,6 +223,14 @@ def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: boo
     else:
         per_thread = 4
     return matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1))
+
+
+def int8_matvec_shape(k: int, n_rows: int, glu: bool) -> MatvecShape:
+    """matvec_shape for the int8 matvecs (INT8_MATVEC_KERNELS, 32-value units): up to 4 units a thread, their
+    arithmetic being light (H200, Gemma 3 4B shapes, the input quantised beforehand: Q4_K gate-up 2560 x 2 x
+    10240 best at 16 threads a row, down 10240 x 2560 at 64 (10.7 us against 23.1 in f32), o 2048 x 2560 at 32,
+    Q6_K down at 64, v 2560 x 1024 at 64)."""
+    return matvec_shape(k, n_rows, 32, 4, rows_read=n_rows * (2 if glu else 1))
 
 
 def software_matvec_threads(n_rows: int) -> int:
@@ -332,10 +356,35 @@ def _plan(
     return _Plan(kernel, subgroups, whole_rows, int8)
 
 
+def _q8_input_fits(width: int, t_max: int) -> bool:
+    """Whether an int8 matvec's workgroups can hold their quantised input: a byte a value and 8 bytes a block."""
+    return width % 32 == 0 and t_max * width * 5 // 4 <= Q8_INPUT_BYTES
+
+
+def int8_matvec_pays(weight: QuantWeight, glu: bool) -> bool:
+    """Whether an int8 matvec measured faster than the f32 one for this weight. On an H200, one token, Gemma 3 4B
+    shapes, f32 -> int8 in us (each workgroup quantising its input: the arithmetic alone is 1.4-2x faster, the
+    prologue is what costs): output heads, Q6_K 2560 x 262208: 314 -> 230; Q4_K without GLU, rows of at most
+    INT8_MATVEC_MAX_K values: q|k|v 2560 x 4096 on a normalised input 13.3 -> 11.7, o 2048 x 2560 7.9 -> 6.9.
+    Not: the gate-up GLU on a normalised input 32.4 -> 37.5 (19.1 on a plain one), down 10240 x 2560 (the
+    prologue reads 40 KB a workgroup) Q4_K 22.9 -> 25.6 and Q6_K 18.2 -> 33.9, Q6_K v 2560 x 1024 9.9 -> 11.1."""
+    if weight.n >= _HEAD_ROWS:
+        return True
+    return weight.qtype is GGMLQuantizationType.Q4_K and not glu and weight.k <= INT8_MATVEC_MAX_K
+
+
+def _int8_matvec(weight: QuantWeight, plan: "_Plan", t_max: int, glu: bool) -> bool:
+    """Whether a matvec runs in 8-bit integers: the plan allows int8, the type has an int8 matvec, its input fits,
+    and int8 pays for the shape."""
+    return (plan.int8 and not plan.whole_rows and weight.qtype in INT8_MATVEC_KERNELS and WIDE_MATVEC
+            and _q8_input_fits(weight.k, t_max) and int8_matvec_pays(weight, glu))
+
+
 def _matvec_dispatch(
-    weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int,
+    weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int, int8: bool = False,
 ) -> tuple[str, dict[str, int | str], int]:
-    """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns)."""
+    """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns); int8: the int8
+    kernel of the weight's type (see _int8_matvec)."""
     if whole_rows:
         threads = software_matvec_threads(n_rows)
         groups = -(-n_rows // (threads * _ROWS_PER_THREAD))
@@ -343,6 +392,10 @@ def _matvec_dispatch(
             return "matvec_q8_0_rows", {"WG": threads}, groups
         return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads}, groups
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
+    if int8:
+        shape = int8_matvec_shape(weight.k, n_rows, glu)
+        constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}
+        return INT8_MATVEC_KERNELS[weight.qtype], constants, -(-n_rows // shape.rows)
     if weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
         shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max)
         constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}
@@ -372,17 +425,19 @@ def _dispatch(
         if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows or not _normed_input_fits(weight.k, t_max):
             raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
                              f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max)
-        constants |= extra | {"X_SOURCE": "normed", "EPS": x.eps}
+        int8 = _int8_matvec(weight, plan, t_max, glu)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8)
+        constants |= extra | {"X_SOURCE": "q8_normed" if int8 else "normed", "EPS": x.eps}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
         tensors = [builder.step, shard, x.block_out, y, x.residual, x.post_weight, x.next_weight, x.residual_out]
         builder.dispatch(name, constants, tensors, workgroup_grid(groups))
         return
     if plan.kernel is LinearKernel.MATVEC:
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max)
+        int8 = _int8_matvec(weight, plan, t_max, glu)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8)
         if name != "matvec_q8_0_rows":
-            extra |= {"X_SOURCE": "direct"}
+            extra |= {"X_SOURCE": "q8_direct" if int8 else "direct"}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
         builder.dispatch(name, constants | extra, [builder.step, shard, x, y], workgroup_grid(groups))

@@ -76,7 +76,7 @@ def q4_k_mins(raw: np.ndarray, k: int) -> np.ndarray:
 
 
 def check_int8_linear(ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, glu: bool,
-                      seed: int) -> None:
+                      seed: int, kernel: LinearKernel = LinearKernel.MATMUL, subgroups: bool | None = None) -> None:
     rng = np.random.default_rng(seed)
     raw = random_weight_bytes(rng, qtype, k, n)
     weight = upload_weight(ex, "w", qtype, k, n, raw)
@@ -85,9 +85,10 @@ def check_int8_linear(ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_toke
     yt = ex.tensor("y", (t_max, cols), data=np.full((t_max, cols), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "linear")
     (linear_glu if glu else linear)(b, weight, ex.tensor("x", x.shape, data=x), yt, t_max,
-                                    kernel=LinearKernel.MATMUL, whole_rows=False, int8=True)
+                                    kernel=kernel, whole_rows=False, int8=True, subgroups=subgroups)
     program = b.build()
-    assert any(d.label.endswith("tiles_i8]") for d in program.dispatches), "the int8 tiles did not run"
+    int8_label = "tiles_i8]" if kernel is LinearKernel.MATMUL else "q8_direct]"
+    assert any(d.label.endswith(int8_label) for d in program.dispatches), "the int8 kernel did not run"
     got, = ex.run(program, StepParams(n_tokens), read=[yt])
     assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
     got = got[:n_tokens].astype(np.float64)
@@ -147,3 +148,85 @@ def test_int8_tile_choice() -> None:
                     tile = matmul_ops.int8_tile(k, n, t_max, glu)
                     assert tile is not None and k % (32 * tile.split) == 0
                     assert tile.rows % 32 == 0 and tile.rows + tile.tokens <= tile.threads <= 256
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+@pytest.mark.parametrize("qtype", sorted(matmul_ops.INT8_MATVEC_KERNELS, key=lambda q: q.name), ids=lambda q: q.name)
+def test_matvec_int8(ex: Executor, qtype: Q, glu: bool, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The int8 decode matvecs (matvec_q4_k_i8, matvec_q6_k_i8; x quantised in each workgroup's prologue, by
+    8-lane groups with subgroups, else a block an invocation): the same bounds as the tiles, for 3 of 5 tokens
+    (every token loop) over 3 super-blocks, with rows that leave the last workgroup part-empty; every type and
+    GLU, whether or not int8_matvec_pays picks them in models."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("the adapter has no subgroups")
+    monkeypatch.setattr(matmul_ops, "int8_matvec_pays", lambda weight, glu: True)
+    check_int8_linear(ex, qtype, 768, 94 if glu else 47, 5, 3, glu, seed=23, kernel=LinearKernel.MATVEC,
+                      subgroups=subgroups)
+
+
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+@pytest.mark.parametrize("qtype", sorted(matmul_ops.INT8_MATVEC_KERNELS, key=lambda q: q.name), ids=lambda q: q.name)
+def test_matvec_int8_normed_input(ex: Executor, qtype: Q, glu: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An int8 matvec on a NormedInput (matvec/x_q8_normed.wgsl: the normalisation of
+    tests/gpu/test_matmul.py::test_matvec_normed_input, then the quantisation, in each workgroup): against the
+    exact product with numpy's float64 normalised x, within x's rounding (d_x / 2 a value, d_x from numpy's x:
+    the GPU's f32 x is a few ulp away, covered by the 1e-5 allowance) and the f32 allowance."""
+    monkeypatch.setattr(matmul_ops, "int8_matvec_pays", lambda weight, glu: True)
+    rng = np.random.default_rng(24)
+    k, n, t, eps = 512, 70, 2, 1e-6
+    rows = 2 * n if glu else n
+    raw = random_weight_bytes(rng, qtype, k, rows)
+    weight = upload_weight(ex, "w", qtype, k, rows, raw)
+    block_out, residual = (rng.standard_normal((t, k)).astype(np.float32) * s for s in (3.0, 1.0))
+    w_post, w_next = (rng.uniform(0.5, 1.5, k).astype(np.float32) for _ in range(2))
+    tensors = [ex.tensor(name, a.shape, data=a) for name, a in
+               (("block_out", block_out), ("residual", residual), ("w_post", w_post), ("w_next", w_next))]
+    residual_out = ex.tensor("residual_out", (t, k), data=np.zeros((t, k), np.float32))
+    y = ex.tensor("y", (t, n), data=np.full((t, n), SENTINEL, np.float32))
+    normed = matmul_ops.NormedInput(tensors[0], tensors[2], tensors[1], tensors[3], residual_out, eps)
+    b = ProgramBuilder(ex, "normed")
+    (linear_glu if glu else linear)(b, weight, normed, y, t, kernel=LinearKernel.MATVEC, whole_rows=False,
+                                    int8=True)
+    program = b.build()
+    assert any(d.label.endswith("q8_normed]") for d in program.dispatches), "the int8 kernel did not run"
+    got, got_residual = ex.run(program, StepParams(t), read=[y, residual_out])
+
+    def rms_norm(v: np.ndarray) -> np.ndarray:
+        return v / np.sqrt(np.mean(v * v, axis=1, keepdims=True) + eps)
+
+    r = residual.astype(np.float64) + rms_norm(block_out.astype(np.float64)) * w_post
+    x = rms_norm(r) * w_next
+    np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)
+    w = dequantize(raw, qtype).astype(np.float64)
+    exact = x @ w.T
+    d = np.repeat(np.abs(x).reshape(t, -1, 32).max(axis=2) / 127, 32, axis=1)
+    bound = (d / 2 * (1 + 1e-5) + 1e-5 * np.abs(x)) @ np.abs(w).T + REL_TOL * (np.abs(x) @ np.abs(w).T)
+    if glu:
+        g, u = exact[:, :n], exact[:, n:]
+        gelu = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        # first order: |d(gelu(g) u)| <= |gelu'(g)| |u| dg + |gelu(g)| du (gelu' <= 1.13), plus the second order dg du
+        allowed = 1.13 * np.abs(u) * bound[:, :n] + (np.abs(gelu) + 1.13 * bound[:, :n]) * bound[:, n:]
+        err = np.abs(got - gelu * u)
+        assert np.all(err <= allowed + 1e-6 * np.abs(gelu * u)), f"{qtype.name} GLU: worst {np.max(err - allowed)}"
+        return
+    err = np.abs(got - exact)
+    assert np.all(err <= bound), f"{qtype.name}: worst {np.max(err - bound)}"
+
+
+def test_int8_matvec_choice(ex: Executor) -> None:
+    """int8_matvec_pays as measured: Gemma 3 4B's output head and its Q4_K linears without GLU take the int8
+    kernels; its gate-up, down and Q6_K v keep the f32 ones."""
+    def kernel(qtype: Q, k: int, n: int, glu: bool = False) -> str:
+        weight = upload_weight(ex, "w", qtype, k, n, random_weight_bytes(np.random.default_rng(0), qtype, k, n))
+        x = ex.tensor("x", (1, k))
+        y = ex.tensor("y", (1, n // 2 if glu else n))
+        b = ProgramBuilder(ex, "choice")
+        (linear_glu if glu else linear)(b, weight, x, y, 1, kernel=LinearKernel.MATVEC, whole_rows=False, int8=True)
+        return b.build().dispatches[-1].label.split("[")[0]
+
+    assert kernel(Q.Q6_K, 256, matmul_ops._HEAD_ROWS) == "matvec_q6_k_i8"
+    assert kernel(Q.Q4_K, 2048, 64) == "matvec_q4_k_i8"
+    assert kernel(Q.Q4_K, 2560, 128, glu=True) == "matvec_q4_k"
+    assert kernel(Q.Q4_K, 10240, 64) == "matvec_q4_k"
+    assert kernel(Q.Q6_K, 2560, 64) == "matvec_q6_k"

@@ -14,7 +14,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     workgroup_sum_setup(lid);  // for matvec/x_normed.wgsl's sums
-    prepare_x(lid, workgroup);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
+    prepare_x(lid, workgroup, false);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     let slot = lid / TPR;
     let lane = lid % TPR;
     let acc = row_partial(first_row, slot, lane);

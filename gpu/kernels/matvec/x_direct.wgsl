@@ -2,7 +2,7 @@
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
 
-fn prepare_x(lid: u32, workgroup: u32) {}
+fn prepare_x(tid: u32, workgroup: u32, lanes_of_8: bool) {}
 
 fn x_vec(i: u32) -> vec4<f32> {
     return x[i];

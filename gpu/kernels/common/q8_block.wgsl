@@ -1,0 +1,29 @@
+// One 32-value block of f32 as 8-bit integers, llama.cpp's Q8_1 quantisation of activations for its
+// integer-dot kernels (kernels/quantize_q8.wgsl and the int8 matvec inputs, matvec/q8_input.wgsl, share it
+// so that a prompt's and a decode step's activations round alike):
+//   d = max |x_i| / 127,  q_i = round(x_i / d) in [-127, 127]  (q = 0 where d = 0),  sum = sum_i x_i (exact)
+// q packed four to a word, value 4 w + j in byte j of word w (dot4I8Packed's order). Pure: no bindings.
+
+struct Q8Block {
+    lo: vec4<u32>,     // q of values 0..15
+    hi: vec4<u32>,     // q of values 16..31
+    scale: vec2<f32>,  // (d, sum)
+}
+
+fn q8_block(v: array<vec4<f32>, 8>) -> Q8Block {
+    var amax = 0.0;
+    var sum = 0.0;
+    for (var j = 0u; j < 8u; j++) {
+        let a = abs(v[j]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        sum += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+    }
+    let d = amax / 127.0;
+    let inv = select(0.0, 1.0 / d, d > 0.0);
+    var words: array<u32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        words[j] = pack4xI8(vec4<i32>(round(v[j] * inv)));
+    }
+    return Q8Block(vec4<u32>(words[0], words[1], words[2], words[3]),
+                   vec4<u32>(words[4], words[5], words[6], words[7]), vec2<f32>(d, sum));
+}

@@ -1,0 +1,105 @@
+// matvec_q6_k_i8: matvec_q6_k.wgsl on an input quantised to 8 bits per 32 values (llama.cpp's Q8_1 for its
+// integer-dot matvecs; a model's int8_activations): y[t, ROW_START + r] = sum over 16-value sub-blocks g of
+//   d sc_g * d_x(t, block of g) * sum_i (q_i - 32) xq_i
+// for N_ROWS rows of one shard and the step's first min(n_tokens, T_MAX) tokens (GLU as in matvec.wgsl).
+//
+// Why: as matvec_q4_k_i8.wgsl, dot4I8Packed takes four 6-bit values (bytes 0..63, assembled in place as in
+// matvec_q6_k.wgsl) times four int8 of x in one instruction; the zero point's term is 32 times the sum of
+// the quantised x, four bytes at a time by dot4I8Packed with 0x01010101.
+// Units as matvec_q6_k.wgsl: unit u of a row is half h = (u / 4) % 2 of block u / 8 at l0 = 8 (u % 4): the
+// 32 values 128 h + 32 a + l0 .. + 7 (a = 0..3), each quarter a in 32-value block 4 h + a of x.
+#include "common/step.wgsl"
+#include "matmul/gelu_glu.wgsl"
+#include "matvec/q6_k_unit.wgsl"
+#include "matvec/${ENTRY}.wgsl"
+#include "matvec/x_${X_SOURCE}.wgsl"
+
+override K: u32 = 256u;        // values per weight row, a multiple of 256
+override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
+override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
+override ROW_START: u32 = 0u;  // y column of the dispatch's first row
+override Y_STRIDE: u32 = 1u;   // values per y row
+override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
+override TPR: u32 = 32u;       // threads per row, a power of two
+override ROWS: u32 = 8u;       // rows per workgroup
+override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
+
+const WG: u32 = TPR * ROWS;
+const OUTS: u32 = T_MAX * (1u + GLU);             // sums per row: [token] (gate), then [token] of the up row
+const ROW_BYTES: u32 = K / 256u * Q6_K_BLOCK_BYTES;
+const UNITS_PER_ROW: u32 = K / 32u;
+const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;
+const ONES: u32 = 0x01010101u;
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> weight: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
+
+fn n_tokens() -> u32 {
+    return min(step.n_tokens, T_MAX);
+}
+
+// One token's x for a unit: each quarter's 8 int8 (two words) and its block's d.
+struct UnitX {
+    a0: vec2<u32>, a1: vec2<u32>, a2: vec2<u32>, a3: vec2<u32>,
+    d: vec4<f32>,
+}
+
+fn x_8(first: u32) -> vec2<u32> {  // the 8 int8 from value first (a multiple of 8)
+    let v = x_q8(first / 16u);
+    return select(v.xy, v.zw, (first & 8u) != 0u);
+}
+
+// first: the unit's first value (quarter 0) in the [T_MAX, K] input.
+fn unit_x(first: u32) -> UnitX {
+    let b = first / 32u;
+    return UnitX(x_8(first), x_8(first + 32u), x_8(first + 64u), x_8(first + 96u),
+                 vec4<f32>(x_q8_scale(b).x, x_q8_scale(b + 1u).x, x_q8_scale(b + 2u).x, x_q8_scale(b + 3u).x));
+}
+
+// sum (q - 32) xq over one quarter's 8 values: low, the 4-bit parts (two words), high, the 2-bit parts in place.
+fn quarter_dot(low: vec2<u32>, high: vec2<u32>, x: vec2<u32>) -> i32 {
+    let q0 = (low.x & 0x0F0F0F0Fu) | ((high.x & 0x03030303u) << 4u);
+    let q1 = (low.y & 0x0F0F0F0Fu) | ((high.y & 0x03030303u) << 4u);
+    let qx = dot4I8Packed(q0, x.x) + dot4I8Packed(q1, x.y);
+    return qx - 32 * (dot4I8Packed(ONES, x.x) + dot4I8Packed(ONES, x.y));
+}
+
+// sum over the unit's 32 values of W x, the block at byte `block`, half h, l = l0 .. l0 + 7.
+fn unit_dot(block: u32, h: u32, l0: u32, u: UnitX) -> f32 {
+    let q = q6_k_unit(block, h, l0);
+    let qx = vec4<i32>(quarter_dot(q.ql_a, q.qh, u.a0), quarter_dot(q.ql_b, q.qh >> vec2<u32>(2u), u.a1),
+                       quarter_dot(q.ql_a >> vec2<u32>(4u), q.qh >> vec2<u32>(4u), u.a2),
+                       quarter_dot(q.ql_b >> vec2<u32>(4u), q.qh >> vec2<u32>(6u), u.a3));
+    return q.d * dot(q.scales * u.d, vec4<f32>(qx));
+}
+
+// This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
+// GLU, the up row's at [T_MAX + t]).
+fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
+    var acc: array<f32, OUTS>;
+    let row = first_row + slot;
+    let n = n_tokens();
+    if (row >= N_ROWS) {
+        return acc;
+    }
+    let row_base = (FIRST_ROW + row) * ROW_BYTES;
+    for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
+        let block = u / 8u;
+        let h = (u / 4u) % 2u;
+        let l0 = 8u * (u % 4u);
+        let at = row_base + block * Q6_K_BLOCK_BYTES;
+        for (var t = 0u; t < T_MAX; t++) {
+            if (t < n) {
+                let xu = unit_x(t * K + block * 256u + 128u * h + l0);
+                acc[t] += unit_dot(at, h, l0, xu);
+                if (GLU == 1u) {
+                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(at + UP_BYTES, h, l0, xu);
+                }
+            }
+        }
+    }
+    return acc;
+}
+
+#include "matvec/store_row.wgsl"
