@@ -411,7 +411,7 @@ def load_text_model(
     """Load a GGUF model onto the GPU (the shipped default when no name is given).
 
     int8_activations: matmuls of steps with more than 32 tokens (prompts, decode batches past 32
-    sequences), and the decode matvecs where it pays (output heads, Q4_K linears without GLU), on
+    sequences), and the decode matvecs where it pays (output heads, large Q4_K linears without GLU), on
     activations quantised to 8 bits per 32 values, as llama.cpp's do: 1.3x (270M) to 2x (4B) faster
     prompts on an H100, logits about as far from the exact ones as llama.cpp's (Executor.int8_matmuls)."""
     path = resolve_model_path(name_or_path)

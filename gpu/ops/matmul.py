@@ -29,8 +29,8 @@ and stores gelu_tanh(g) * u):
   kernels/quantize_q8.wgsl once per linear (`Int8Input`): 1.3x (270M) to 2x (4B) faster prompts on an
   H100, with llama.cpp's numerics (its matmuls quantise activations alike) rather than Hearth's
   exact-parity bound.
-  With int8 matmuls, decode matvecs whose shape pays for it (int8_matvec_pays: output heads, Q4_K linears without
-  GLU) run kernels/matvec_q4_k_i8.wgsl / matvec_q6_k_i8.wgsl: each workgroup quantises its input as quantize_q8
+  With int8 matmuls, decode matvecs whose shape pays for it (int8_matvec_pays: output heads, large Q4_K linears
+  without GLU) run kernels/matvec_q4_k_i8.wgsl / matvec_q6_k_i8.wgsl: each workgroup quantises its input as quantize_q8
   does (matvec/q8_input.wgsl), then dot4I8Packed.
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
@@ -78,8 +78,10 @@ INT8_TYPES = frozenset({GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GG
 # each workgroup quantises for itself (kernels/matvec/q8_input.wgsl, workgroup memory of Q8_INPUT_BYTES at most).
 INT8_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k_i8", GGMLQuantizationType.Q6_K: "matvec_q6_k_i8"}
 Q8_INPUT_BYTES = 16 << 10
-# Rows of at most this many values take an int8 matvec (Q4_K, no GLU; see _int8_matvec)
+# Q4_K matvecs without GLU take the int8 kernel for rows of at most INT8_MATVEC_MAX_K values and matrices of at
+# least INT8_MATVEC_MIN_VALUES (see int8_matvec_pays)
 INT8_MATVEC_MAX_K = 4096
+INT8_MATVEC_MIN_VALUES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -367,10 +369,13 @@ def int8_matvec_pays(weight: QuantWeight, glu: bool) -> bool:
     prologue is what costs): output heads, Q6_K 2560 x 262208: 314 -> 230; Q4_K without GLU, rows of at most
     INT8_MATVEC_MAX_K values: q|k|v 2560 x 4096 on a normalised input 13.3 -> 11.7, o 2048 x 2560 7.9 -> 6.9.
     Not: the gate-up GLU on a normalised input 32.4 -> 37.5 (19.1 on a plain one), down 10240 x 2560 (the
-    prologue reads 40 KB a workgroup) Q4_K 22.9 -> 25.6 and Q6_K 18.2 -> 33.9, Q6_K v 2560 x 1024 9.9 -> 11.1."""
+    prologue reads 40 KB a workgroup) Q4_K 22.9 -> 25.6 and Q6_K 18.2 -> 33.9, Q6_K v 2560 x 1024 9.9 -> 11.1;
+    nor small Q4_K matrices (INT8_MATVEC_MIN_VALUES), where the prologue outweighs the arithmetic: the 270M's o
+    (1024 x 640) in int8 took its decode from 994 to 919 tok/s, the 1B's (1024 x 1152) from 519 to 513."""
     if weight.n >= _HEAD_ROWS:
         return True
-    return weight.qtype is GGMLQuantizationType.Q4_K and not glu and weight.k <= INT8_MATVEC_MAX_K
+    return (weight.qtype is GGMLQuantizationType.Q4_K and not glu and weight.k <= INT8_MATVEC_MAX_K
+            and weight.k * weight.n >= INT8_MATVEC_MIN_VALUES)
 
 
 def _int8_matvec(weight: QuantWeight, plan: "_Plan", t_max: int, glu: bool) -> bool:

@@ -216,7 +216,7 @@ def test_matvec_int8_normed_input(ex: Executor, qtype: Q, glu: bool, monkeypatch
 
 def test_int8_matvec_choice(ex: Executor) -> None:
     """int8_matvec_pays as measured: Gemma 3 4B's output head and its Q4_K linears without GLU take the int8
-    kernels; its gate-up, down and Q6_K v keep the f32 ones."""
+    kernels; its gate-up, down and Q6_K v, and the 270M's small o, keep the f32 ones."""
     def kernel(qtype: Q, k: int, n: int, glu: bool = False) -> str:
         weight = upload_weight(ex, "w", qtype, k, n, random_weight_bytes(np.random.default_rng(0), qtype, k, n))
         x = ex.tensor("x", (1, k))
@@ -226,7 +226,8 @@ def test_int8_matvec_choice(ex: Executor) -> None:
         return b.build().dispatches[-1].label.split("[")[0]
 
     assert kernel(Q.Q6_K, 256, matmul_ops._HEAD_ROWS) == "matvec_q6_k_i8"
-    assert kernel(Q.Q4_K, 2048, 64) == "matvec_q4_k_i8"
+    assert kernel(Q.Q4_K, 2048, 2560) == "matvec_q4_k_i8"     # the 4B's o
+    assert kernel(Q.Q4_K, 1024, 640) == "matvec_q4_k"         # the 270M's o
     assert kernel(Q.Q4_K, 2560, 128, glu=True) == "matvec_q4_k"
     assert kernel(Q.Q4_K, 10240, 64) == "matvec_q4_k"
     assert kernel(Q.Q6_K, 2560, 64) == "matvec_q6_k"
