@@ -84,8 +84,9 @@ class ModelConfig(_Frozen):
     context_length: int | None = Field(None, ge=16, description="tokens; None: the model's own")
     kv_dtype: Literal["f16", "f32"] = "f16"
     int8_activations: bool | None = Field(
-        None, description="GPU matmuls of prompts on activations quantised to 8 bits, as llama.cpp does: 1.3-2x "
-        "faster prompts, llama.cpp's numerics rather than exact parity; None: the server's int8_activations")
+        None, description="GPU matmuls of prompts (and decode's output heads and large Q4_K matvecs) on activations "
+        "quantised to 8 bits, as llama.cpp does: 1.3-2x faster prompts, llama.cpp's numerics rather than exact "
+        "parity; None: the server's int8_activations")
     keep_alive: str | float | None = Field(
         None, description="idle time before unloading (Ollama style: '5m', seconds, -1 for ever); None: the "
         "server's keep_alive. Preloaded models never unload: /ready promises them")
