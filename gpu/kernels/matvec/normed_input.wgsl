@@ -19,21 +19,22 @@
 override EPS: f32 = 1e-6;
 
 var<workgroup> xs: array<vec4<f32>, T_MAX * K / 4u>;
-// From uniform control flow; workgroup: its linear id. Ends with a barrier: xs is ready to read.
-fn normalise_input(lid: u32, workgroup: u32) {
+
+// From uniform control flow; tid: the invocation's index in the workgroup (any numbering), workgroup: its
+// linear id. Ends with a barrier: xs is ready to read.
+fn normalise_input(tid: u32, workgroup: u32) {
     let n = min(step.n_tokens, T_MAX);
     let quads = K / 4u;
-    let ones = vec4<f32>(1.0);
     for (var t = 0u; t < n; t++) {
         let base = t * quads;
         var sum_y = 0.0;
-        for (var i = lid; i < quads; i += WG) {
+        for (var i = tid; i < quads; i += WG) {
             let v = block_out[base + i];
             sum_y += dot(v, v);
         }
         let inv_y = inverseSqrt(workgroup_sum(sum_y) / f32(K) + EPS);
         var sum_r = 0.0;
-        for (var i = lid; i < quads; i += WG) {
+        for (var i = tid; i < quads; i += WG) {
             let r = residual[base + i] + block_out[base + i] * inv_y * w_post[i];
             xs[base + i] = r;
             sum_r += dot(r, r);
@@ -42,7 +43,7 @@ fn normalise_input(lid: u32, workgroup: u32) {
             }
         }
         let inv_r = inverseSqrt(workgroup_sum(sum_r) / f32(K) + EPS);
-        for (var i = lid; i < quads; i += WG) {  // each invocation rescales the entries it wrote
+        for (var i = tid; i < quads; i += WG) {  // each invocation rescales the entries it wrote
             xs[base + i] = xs[base + i] * inv_r * w_next[i];
         }
     }

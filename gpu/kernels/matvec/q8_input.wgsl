@@ -1,7 +1,8 @@
 // The int8 matvecs' input (matvec_q4_k_i8.wgsl, matvec_q6_k_i8.wgsl): the step's x quantised per 32 values
 // (common/q8_block.wgsl's rule) into workgroup memory by each workgroup's prologue, T_MAX * K * 5 / 4 bytes.
 // Each workgroup quantises for itself (reading x from L2) rather than a quantize_q8 dispatch doing it once:
-// inside a pass such a dispatch costs 5.5 us on an H200, the prologue about 1.
+// inside a pass such a dispatch costs 5.5 us on an H200, the prologue 1.3-1.4 us for rows of 2048-2560
+// values (but about 10 for 10240: see matmul.py's int8_matvec_pays).
 //
 // Where the entry point numbers its invocations so that tid ^ 1, ^ 2, ^ 4 are lanes of the same subgroup
 // (lanes_of_8: full subgroups of at least 8, matvec/reduce_subgroup.wgsl), each invocation reads one vec4 of
