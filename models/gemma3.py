@@ -35,7 +35,17 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import transformer as ops
 from gpu.ops.attention_prompt import attention_prompt
-from gpu.ops.matmul import NormedInput, embedding, folds_norms, linear, linear_glu
+from gpu.ops.matmul import (
+    NormedInput,
+    QuantisedActivation,
+    embedding,
+    folds_norms,
+    linear,
+    linear_glu,
+    quantised_activation,
+    quantises_ffn_input,
+    quantises_glu_output,
+)
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.ops.transformer import RawQKV
 from gpu.program import Executor, Program, ProgramBuilder
@@ -203,8 +213,12 @@ class Gemma3:
                 window=c.window if sliding else 0, scale=scale)
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
-            ffn_input: Tensor | NormedInput
-            if fold:
+            ffn_input: Tensor | NormedInput | QuantisedActivation
+            if len(w.gate_up) == 1 and quantises_ffn_input(b, w.gate_up[0].weight, t_max):
+                # int8 activations: normalised and quantised once for an int8 gate-up
+                ffn_input = quantised_activation(b, f"h2_{i}", t_max, c.d_model)
+                ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, ffn_input, c.eps)
+            elif fold:
                 x_next = b.activation(f"x{i}a", (t_max, c.d_model))
                 ffn_input = NormedInput(o, w.post_attention_norm, x, w.ffn_norm, x_next, c.eps)
                 x = x_next
@@ -212,7 +226,11 @@ class Gemma3:
                 ffn_input = b.activation(f"h2_{i}", (t_max, c.d_model))
                 # x += rms_norm(o) * post_attention_norm, then the feed-forward's input is rms_norm(x) * ffn_norm
                 ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, ffn_input, c.eps)
-            act = b.activation(f"act{i}", (t_max, c.d_ffn))
+            act: Tensor | QuantisedActivation
+            if len(w.gate_up) == 1 and quantises_glu_output(b, w.gate_up[0].weight, w.down, t_max):
+                act = quantised_activation(b, f"act{i}", t_max, c.d_ffn)  # int8 activations: for an int8 down
+            else:
+                act = b.activation(f"act{i}", (t_max, c.d_ffn))
             if len(w.gate_up) == 1:  # gelu_tanh(h2 Wgate) * (h2 Wup) in one dispatch
                 linear_glu(b, w.gate_up[0].weight, ffn_input, act, t_max)
             else:

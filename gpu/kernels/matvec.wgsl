@@ -38,7 +38,6 @@ const GROUPS_PER_ROW: u32 = K / GROUP_VALUES;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
 
 // Tokens of this step (x rows past it may hold anything).
 fn n_tokens() -> u32 {
@@ -87,4 +86,4 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     return acc;
 }
 
-#include "matvec/store_row.wgsl"
+#include "matvec/store_${STORE}.wgsl"

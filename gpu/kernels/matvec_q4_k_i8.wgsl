@@ -36,7 +36,6 @@ const NIBBLES: u32 = 0x0F0F0F0Fu;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
 
 fn n_tokens() -> u32 {
     return min(step.n_tokens, T_MAX);
@@ -106,4 +105,4 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     return acc;
 }
 
-#include "matvec/store_row.wgsl"
+#include "matvec/store_${STORE}.wgsl"

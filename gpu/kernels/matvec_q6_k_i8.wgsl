@@ -33,7 +33,6 @@ const ONES: u32 = 0x01010101u;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
 
 fn n_tokens() -> u32 {
     return min(step.n_tokens, T_MAX);
@@ -102,4 +101,4 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     return acc;
 }
 
-#include "matvec/store_row.wgsl"
+#include "matvec/store_${STORE}.wgsl"

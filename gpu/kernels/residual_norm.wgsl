@@ -34,3 +34,11 @@ fn block_scale() -> f32 {
 
 // The row's work, written once for this kernel and residual_scale_norm.wgsl.
 #include "common/residual_norm_row.wgsl"
+
+fn store_h(i: u32, v: f32) {
+    h[i] = v;
+}
+
+fn row_main(row: u32, lid: u32) {
+    residual_norm_row(row, lid);
+}

@@ -44,6 +44,7 @@ from typing import NamedTuple
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gpu.device import Device
+from gpu.ops.quantised import QuantisedActivation, quantised_activation  # noqa: F401 (re-exported)
 from gpu.ops.transformer import gelu_mul
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
@@ -102,6 +103,34 @@ def quantize_input(builder: ProgramBuilder, x: Tensor, t_max: int) -> Int8Input:
     builder.dispatch("quantize_q8", {"K": k, "T_MAX": t_max}, [builder.step, x, q, scales],
                      workgroup_grid(-(-t_max * (k // 32) // 64)))
     return Int8Input(q, scales)
+
+
+def int8_matmul_pays(weight: QuantWeight, t_max: int) -> bool:
+    """Whether a QuantisedActivation input pays for a decode matvec of this weight (quantises_ffn_input,
+    quantises_glu_output): a Q4_K matrix of at least INT8_MATVEC_MIN_VALUES. On an H100, one token, f32 -> int8
+    on a quantised input in us: the 4B's Q4_K gate-up 32.5 (normalised in its prologue) -> 19.0 (20.4 writing
+    its output quantised) after a quantising residual norm of 9.5 (8.3 in f32), its Q4_K down 23.1 -> 11.6, the
+    1B's 16.2 -> 14.1; but Q6_K downs 18.5 -> 20.3 (4B), 21.1 -> 21.6 (1B)."""
+    return (weight.qtype is GGMLQuantizationType.Q4_K and t_max <= MATVEC_MAX_TOKENS
+            and weight.k * weight.n >= INT8_MATVEC_MIN_VALUES)
+
+
+def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> bool:
+    """Whether a step's feed-forward input should be a QuantisedActivation written by a residual_norm dispatch
+    (kernels/residual_norm_q8.wgsl) rather than normalised in the gate-up's prologue (NormedInput): where the
+    executor asks for int8 matmuls, on a GPU, for decode matvecs, a one-shard gate-up for which int8_matmul_pays,
+    of a width that is a multiple of 64. (Normalising and quantising in every workgroup of an int8 gate-up
+    instead took 37.5 us on an H200 for the 4B's.)"""
+    return (builder.executor.int8_matmuls and not builder.device.is_software and len(gate_up.shards) == 1
+            and gate_up.k % 64 == 0 and int8_matmul_pays(gate_up, t_max))
+
+
+def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: QuantWeight, t_max: int) -> bool:
+    """Whether a step's gate-up should write its output as a QuantisedActivation for an int8 down projection:
+    where the executor asks for int8 matmuls, on a GPU, for decode matvecs (at most MATVEC_MAX_TOKENS tokens),
+    a one-shard gate-up of a width that is a multiple of 64, and a down projection for which int8_matmul_pays."""
+    return (builder.executor.int8_matmuls and not builder.device.is_software and len(gate_up.shards) == 1
+            and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2 and int8_matmul_pays(down, t_max))
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:
@@ -387,26 +416,30 @@ def _int8_matvec(weight: QuantWeight, plan: "_Plan", t_max: int, glu: bool) -> b
 
 def _matvec_dispatch(
     weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int, int8: bool = False,
+    q8_output: bool = False,
 ) -> tuple[str, dict[str, int | str], int]:
     """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns); int8: the int8
-    kernel of the weight's type (see _int8_matvec)."""
+    kernel of the weight's type (see _int8_matvec); q8_output: y is a QuantisedActivation (matvec/store_q8.wgsl,
+    whose workgroups hold whole 32-row blocks)."""
     if whole_rows:
+        if q8_output:
+            raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
         threads = software_matvec_threads(n_rows)
         groups = -(-n_rows // (threads * _ROWS_PER_THREAD))
         if weight.qtype is GGMLQuantizationType.Q8_0 and weight.k % 64 == 0:
             return "matvec_q8_0_rows", {"WG": threads}, groups
-        return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads}, groups
+        return "matvec", {"ENTRY": "whole_rows", "TPR": 1, "ROWS": threads, "STORE": "row"}, groups
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
     if int8:
-        shape = int8_matvec_shape(weight.k, n_rows, glu)
-        constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}
-        return INT8_MATVEC_KERNELS[weight.qtype], constants, -(-n_rows // shape.rows)
-    if weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
-        shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max)
-        constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}
-        return WIDE_MATVEC_KERNELS[weight.qtype], constants, -(-n_rows // shape.rows)
-    shape = matvec_shape(weight.k, n_rows)
-    return "matvec", {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows}, -(-n_rows // shape.rows)
+        name, shape = INT8_MATVEC_KERNELS[weight.qtype], int8_matvec_shape(weight.k, n_rows, glu)
+    elif weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
+        name, shape = WIDE_MATVEC_KERNELS[weight.qtype], wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max)
+    else:
+        name, shape = "matvec", matvec_shape(weight.k, n_rows)
+    if q8_output and shape.rows % 32:
+        shape = MatvecShape(min(shape.tpr, _MATVEC_THREADS // 32), 32)
+    constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows, "STORE": "q8" if q8_output else "row"}
+    return name, constants, -(-n_rows // shape.rows)
 
 
 def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int, glu: bool) -> tuple[MatmulTile, bool]:
@@ -415,38 +448,59 @@ def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int,
 
 
 def _dispatch(
-    builder: ProgramBuilder, plan: _Plan, weight: QuantWeight, shard: Tensor, x: Tensor | NormedInput | Int8Input,
-    y: Tensor, t_max: int, *,
+    builder: ProgramBuilder, plan: _Plan, weight: QuantWeight, shard: Tensor,
+    x: Tensor | NormedInput | Int8Input | QuantisedActivation, y: Tensor | QuantisedActivation, t_max: int, *,
     first_row: int, n_rows: int, row_start: int, y_stride: int, glu: bool = False,
 ) -> None:
     """The dispatches of y[:, row_start + r] for rows first_row + r, r < n_rows, of one shard (with glu,
     gelu_tanh(gate) * up, the up rows following the n_rows gate rows): one, or two for a matmul split
-    over k (the parts, then matmul_reduce)."""
+    over k (the parts, then matmul_reduce). A QuantisedActivation x or y takes a GPU matvec."""
     constants: dict[str, int | str] = {
         "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": n_rows, "FIRST_ROW": first_row,
         "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "GLU": int(glu),
     }
+    q8_output = isinstance(y, QuantisedActivation)
+    y_tensor = y.tensor if isinstance(y, QuantisedActivation) else y
+    if isinstance(x, (NormedInput, QuantisedActivation)) or q8_output:
+        if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows:
+            raise ValueError(f"{weight.name}: a normalised or quantised input or output needs a GPU matvec")
+        if q8_output and (n_rows % 32 or row_start % 32 or y_stride % 64):
+            raise ValueError(f"{weight.name}: a quantised output needs whole 32-column blocks and rows of a "
+                             f"multiple of 64 values")
+    if isinstance(x, QuantisedActivation):
+        if weight.qtype not in INT8_MATVEC_KERNELS or x.width != weight.k:
+            raise ValueError(f"{weight.name}: no int8 matvec for {weight.qtype.name} on a quantised input of "
+                             f"width {x.width}")
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, False, glu, t_max, True, q8_output)
+        del constants["WEIGHT_TYPE"]
+        builder.dispatch(name, constants | extra | {"X_SOURCE": "q8_buffer"}, [builder.step, shard, x.tensor, y_tensor],
+                         workgroup_grid(groups))
+        return
     if isinstance(x, NormedInput):
-        if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows or not _normed_input_fits(weight.k, t_max):
+        if not _normed_input_fits(weight.k, t_max):
             raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
                              f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
         int8 = _int8_matvec(weight, plan, t_max, glu)
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8,
+                                               q8_output)
         constants |= extra | {"X_SOURCE": "q8_normed" if int8 else "normed", "EPS": x.eps}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
-        tensors = [builder.step, shard, x.block_out, y, x.residual, x.post_weight, x.next_weight, x.residual_out]
+        tensors = [builder.step, shard, x.block_out, y_tensor, x.residual, x.post_weight, x.next_weight,
+                   x.residual_out]
         builder.dispatch(name, constants, tensors, workgroup_grid(groups))
         return
     if plan.kernel is LinearKernel.MATVEC:
         int8 = _int8_matvec(weight, plan, t_max, glu)
-        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8)
+        name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8,
+                                               q8_output)
         if name != "matvec_q8_0_rows":
             extra |= {"X_SOURCE": "q8_direct" if int8 else "direct"}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
-        builder.dispatch(name, constants | extra, [builder.step, shard, x, y], workgroup_grid(groups))
+        builder.dispatch(name, constants | extra, [builder.step, shard, x, y_tensor], workgroup_grid(groups))
         return
+    assert isinstance(y, Tensor)
     if isinstance(x, Int8Input):
         _int8_dispatch(builder, weight, shard, x, y, t_max, constants, n_rows, row_start, y_stride, glu)
         return
@@ -502,8 +556,18 @@ def _int8_dispatch(
                     row_start, y_stride, glu)
 
 
+def _check_input(x: Tensor | NormedInput | QuantisedActivation, width: int, t_max: int, what: str) -> None:
+    if isinstance(x, QuantisedActivation):
+        t = x.tensor
+        if x.width != width or t.dtype != "u32" or t.shape[0] < t_max or t.shape[1] != width * 5 // 16:
+            raise ValueError(f"{what} {t} must be a quantised activation of [>= {t_max}, {width}]")
+        return
+    _check_activation(x.block_out if isinstance(x, NormedInput) else x, width, t_max, what)
+
+
 def linear(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor, t_max: int, *,
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput | QuantisedActivation, y: Tensor,
+    t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
     int8: bool | None = None,
 ) -> None:
@@ -514,15 +578,16 @@ def linear(
     whole_rows: matvec and matmul by whole rows per thread (the software adapters' kernels), by
     default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
     One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's
-    dispatch computes it; the same residual_out values are written by each). int8: GPU matmul tiles
-    in 8-bit integers for INT8_TYPES weights (x quantised once, shared by the shards), by default
-    where the executor asks for them (int8_matmuls) and the adapter is not a software one.
+    dispatch computes it; the same residual_out values are written by each), or a QuantisedActivation
+    (an int8 matvec: INT8_MATVEC_KERNELS weights). int8: GPU matmul tiles in 8-bit integers for
+    INT8_TYPES weights (x quantised once, shared by the shards), by default where the executor asks for
+    them (int8_matmuls) and the adapter is not a software one.
     """
     _check_weight(weight)
-    _check_activation(x.block_out if isinstance(x, NormedInput) else x, weight.k, t_max, "x")
+    _check_input(x, weight.k, t_max, "x")
     _check_activation(y, weight.n, t_max, "y")
     plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows, int8)
-    source: Tensor | NormedInput | Int8Input = x
+    source: Tensor | NormedInput | Int8Input | QuantisedActivation = x
     if isinstance(x, Tensor) and all(_uses_int8(weight, plan, t_max, shard.n_rows, False)
                                      for shard in weight.shards):
         source = quantize_input(builder, x, t_max)
@@ -532,7 +597,8 @@ def linear(
 
 
 def linear_glu(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor, t_max: int, *,
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor | QuantisedActivation,
+    t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
     int8: bool | None = None,
 ) -> None:
@@ -543,14 +609,20 @@ def linear_glu(
     bytes concatenated: same type, rows contiguous). One dispatch computing both and combining them
     in its epilogue, as gpu/kernels/gelu_mul.wgsl would; a weight split over several shards (the
     binding limit) falls back to two linears into activations and a gelu_mul dispatch. kernel,
-    subgroups, whole_rows and int8 choose the kernel as for `linear`.
+    subgroups, whole_rows and int8 choose the kernel as for `linear`. y may be a QuantisedActivation
+    (see quantises_glu_output): the matvec's epilogue quantises the output.
     """
     _check_weight(weight)
     if weight.n % 2:
         raise ValueError(f"{weight.name}: a gate-up weight needs an even number of rows, not {weight.n}")
     f = weight.n // 2
-    _check_activation(x.block_out if isinstance(x, NormedInput) else x, weight.k, t_max, "x")
-    _check_activation(y, f, t_max, "y")
+    _check_input(x, weight.k, t_max, "x")
+    if isinstance(y, QuantisedActivation):
+        _check_input(y, f, t_max, "y")
+        if len(weight.shards) != 1:
+            raise ValueError(f"{weight.name}: a quantised output needs a gate-up of one shard")
+    else:
+        _check_activation(y, f, t_max, "y")
     plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows, int8)
     if len(weight.shards) == 1:
         source: Tensor | NormedInput | Int8Input = x

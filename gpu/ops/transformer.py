@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from gpu.kv_cache import KVPool
+from gpu.ops.quantised import QuantisedActivation
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
@@ -38,24 +39,33 @@ def rms_norm(
 
 
 def residual_norm(
-    b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, next_weight: Tensor, h: Tensor, eps: float, *,
+    b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, next_weight: Tensor,
+    h: Tensor | QuantisedActivation, eps: float, *,
     out_rows: Tensor | None = None, subgroups: bool | None = None, threads: int | None = None,
 ) -> None:
     """x += rms_norm(y) * post_weight, then h = rms_norm(x) * next_weight, per row (kernels/residual_norm.wgsl).
 
     One dispatch for Gemma's post-norm residual add and the next pre-norm. out_rows (u32 [R]):
     only the step's first n_out rows listed there, into h[0..n_out) (x's other rows are then left
-    stale: use it after the last layer, before the output head).
+    stale: use it after the last layer, before the output head). A QuantisedActivation h is written
+    quantised per 32 values (kernels/residual_norm_q8.wgsl; not with out_rows).
     """
     d = post_weight.numel
     gather = out_rows is not None
     # threads per row: 256 on GPUs (measured on an H200: a 640-wide decode row took ~10 us with 64,
     # each invocation walking 10 values three times); 64 on CPU adapters
     threads = threads or (64 if b.device.is_software else 256)
-    constants = {"D": d, "EPS": eps, "GATHER": gather, "REDUCE": b.device.reduction(subgroups), "WG": threads}
+    constants = {"D": d, "EPS": eps, "REDUCE": b.device.reduction(subgroups), "WG": threads}
+    groups = workgroup_grid(out_rows.numel if out_rows else _rows(x))
+    if isinstance(h, QuantisedActivation):
+        if gather or h.width != d:
+            raise ValueError(f"{h.tensor}: a quantised residual norm output takes every row, {d} values each")
+        b.dispatch("residual_norm_q8", constants, [b.step, y, post_weight, x, next_weight, h.tensor, post_weight],
+                   groups)
+        return
     # without GATHER the out_rows binding is not read: post_weight stands in
     tensors = [b.step, y, post_weight, x, next_weight, h, out_rows or post_weight]
-    b.dispatch("residual_norm", constants, tensors, workgroup_grid(out_rows.numel if out_rows else _rows(x)))
+    b.dispatch("residual_norm", constants | {"GATHER": gather}, tensors, groups)
 
 
 def norm_rope(

@@ -231,3 +231,96 @@ def test_int8_matvec_choice(ex: Executor) -> None:
     assert kernel(Q.Q4_K, 2560, 128, glu=True) == "matvec_q4_k"
     assert kernel(Q.Q4_K, 10240, 64) == "matvec_q4_k"
     assert kernel(Q.Q6_K, 2560, 64) == "matvec_q6_k"
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize("down_type", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("gate_type", [Q.Q4_K, Q.Q5_0], ids=lambda q: q.name)
+def test_quantised_glu_output_into_int8_down(ex: Executor, gate_type: Q, down_type: Q, subgroups: bool) -> None:
+    """A gate-up writing its output quantised (matvec/store_q8.wgsl; the wide Q4_K kernel and the generic one,
+    each workgroup holding whole 32-column blocks) and a down projection reading it (matvec/x_q8_buffer.wgsl),
+    2 of 3 tokens: the blocks are quantize_q8's rule applied to the f32 gate-up's output (to the f32 ulps by
+    which the two dispatches' sums may differ), and the down projection is the int8 product of those
+    blocks within the tiles' bound."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("the adapter has no subgroups")
+    rng = np.random.default_rng(25)
+    k, f, n, t_max, n_tokens = 256, 256, 40, 3, 2
+    raw_gu, raw_down = random_weight_bytes(rng, gate_type, k, 2 * f), random_weight_bytes(rng, down_type, f, n)
+    gate_up = upload_weight(ex, "gu", gate_type, k, 2 * f, raw_gu)
+    down = upload_weight(ex, "down", down_type, f, n, raw_down)
+    x = ex.tensor("x", (t_max, k), data=rng.standard_normal((t_max, k)).astype(np.float32))
+    act_f32 = ex.tensor("act32", (t_max, f))
+    y = ex.tensor("y", (t_max, n), data=np.full((t_max, n), SENTINEL, np.float32))
+    b = ProgramBuilder(ex, "q8 glu")
+    options = dict(kernel=LinearKernel.MATVEC, whole_rows=False, subgroups=subgroups)
+    linear_glu(b, gate_up, x, act_f32, t_max, **options)
+    act = matmul_ops.quantised_activation(b, "act", t_max, f)
+    linear_glu(b, gate_up, x, act, t_max, **options)
+    linear(b, down, act, y, t_max, **options)
+    program = b.build()
+    assert any(d.label.endswith("q8_buffer]") for d in program.dispatches), "the int8 down did not run"
+    want_act, words, got = ex.run(program, StepParams(n_tokens), read=[act_f32, act.tensor, y])
+    assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
+
+    words = words[:n_tokens].astype(np.uint32)
+    q = words[:, :f // 4].copy().view(np.int8).reshape(n_tokens, f).astype(np.int64)
+    pairs = words[:, f // 4:].copy().view(np.float32).reshape(n_tokens, f // 32, 2).astype(np.float64)
+    d, sums = pairs[..., 0], pairs[..., 1]
+    blocks = want_act[:n_tokens].astype(np.float64).reshape(n_tokens, f // 32, 32)
+    np.testing.assert_allclose(d, np.abs(blocks).max(axis=2) / 127, rtol=1e-5)
+    assert np.all(np.abs(q.reshape(blocks.shape) * d[..., None] - blocks) <= d[..., None] * (0.5 + 1e-4))
+    assert np.all(np.abs(sums - blocks.sum(axis=2)) <= 1e-5 * np.abs(blocks).sum(axis=2))
+
+    w = dequantize(raw_down, down_type).astype(np.float64)
+    x_hat = q * np.repeat(d, 32, axis=1)
+    want = x_hat @ w.T
+    magnitude = np.abs(x_hat) @ np.abs(w).T
+    if down_type == Q.Q4_K:
+        mins = q4_k_mins(raw_down, f)
+        want += (sums - x_hat.reshape(n_tokens, -1, 32).sum(axis=2)) @ mins.T
+        magnitude += np.abs(sums) @ np.abs(mins).T
+    err = np.abs(got[:n_tokens] - want)
+    assert np.all(err <= REL_TOL * magnitude), f"worst {np.max(err - REL_TOL * magnitude)}"
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+def test_quantised_ffn_input(ex: Executor, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A residual norm writing its output quantised (kernels/residual_norm_q8.wgsl) and an int8 gate-up reading
+    it (matvec/x_q8_buffer.wgsl with GLU), 2 of 3 tokens: the quantised rows are exactly quantize_q8 of the f32
+    residual norm's (the same row arithmetic, the same block rule), x is updated alike, and the gate-up's output
+    equals the int8 gate-up's on the f32 rows (quantised in its prologue: the same q, block sums added in
+    another order) to f32 rounding."""
+    from gpu.ops import transformer as ops
+
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("the adapter has no subgroups")
+    monkeypatch.setattr(matmul_ops, "int8_matvec_pays", lambda weight, glu: True)
+    rng = np.random.default_rng(26)
+    d, f, t_max, n_tokens = 256, 128, 3, 2
+    block_out = rng.standard_normal((t_max, d)).astype(np.float32) * 5
+    residual = rng.standard_normal((t_max, d)).astype(np.float32) * 20
+    w_post, w_next = (rng.uniform(0.5, 1.5, d).astype(np.float32) for _ in range(2))
+    yt, wpt, wnt = (ex.tensor(n, a.shape, data=a) for n, a in (("y", block_out), ("wp", w_post), ("wn", w_next)))
+    x_f32, x_q8 = (ex.tensor(n, residual.shape, data=residual) for n in ("x32", "x8"))
+    h_f32 = ex.tensor("h32", (t_max, d))
+    gate_up = upload_weight(ex, "gu", Q.Q4_K, d, 2 * f, random_weight_bytes(rng, Q.Q4_K, d, 2 * f))
+    act_direct, act_buffer = ex.tensor("a_direct", (t_max, f)), ex.tensor("a_buffer", (t_max, f))
+    reduce = ex.device.has("subgroup") and subgroups
+    b = ProgramBuilder(ex, "q8 ffn input")
+    ops.residual_norm(b, yt, wpt, x_f32, wnt, h_f32, 1e-6, subgroups=reduce)
+    h_q8 = matmul_ops.quantised_activation(b, "h8", t_max, d)
+    ops.residual_norm(b, yt, wpt, x_q8, wnt, h_q8, 1e-6, subgroups=reduce)
+    reference = quantize_input(b, h_f32, t_max)
+    options = dict(kernel=LinearKernel.MATVEC, whole_rows=False, subgroups=subgroups, int8=True)
+    linear_glu(b, gate_up, h_f32, act_direct, t_max, **options)
+    linear_glu(b, gate_up, h_q8, act_buffer, t_max, **options)
+    outputs = ex.run(b.build(), StepParams(n_tokens),
+                     read=[x_f32, x_q8, h_q8.tensor, reference.q, reference.scales, act_direct, act_buffer])
+    gx32, gx8, packed, want_q, want_scales, got_direct, got_buffer = outputs
+    np.testing.assert_array_equal(gx8, gx32)
+    packed = packed[:n_tokens].astype(np.uint32)
+    np.testing.assert_array_equal(packed[:, :d // 4], want_q[:n_tokens].astype(np.uint32))
+    np.testing.assert_array_equal(packed[:, d // 4:].view(np.float32), want_scales[:n_tokens])
+    np.testing.assert_allclose(got_buffer[:n_tokens], got_direct[:n_tokens], rtol=1e-5,
+                               atol=1e-5 * np.abs(got_direct[:n_tokens]).max())

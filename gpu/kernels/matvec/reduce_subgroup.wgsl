@@ -48,4 +48,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         store_row(first_row, slot, totals);
     }
+    finish_rows(first_row, tid);  // matvec/store_${STORE}.wgsl: nothing, or the quantised output
 }

@@ -1,5 +1,8 @@
-// The matvec kernels' last step: row first_row + slot's totals (with GLU, gelu_tanh(gate) * up) written to y
-// for the step's tokens. Needs the kernel's N_ROWS, T_MAX, OUTS, GLU, Y_STRIDE, ROW_START, y and n_tokens.
+// The matvec kernels' last step (STORE = "row"): row first_row + slot's totals (with GLU, gelu_tanh(gate) * up)
+// written to y for the step's tokens. Needs the kernel's N_ROWS, T_MAX, OUTS, GLU, Y_STRIDE, ROW_START and
+// n_tokens. The other store: matvec/store_q8.wgsl.
+
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;   // [T_MAX, Y_STRIDE]
 
 fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
     let row = first_row + slot;
@@ -14,3 +17,6 @@ fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
         y[t * Y_STRIDE + ROW_START + row] = v;
     }
 }
+
+// Called by the entry point from uniform control flow after every store_row.
+fn finish_rows(first_row: u32, tid: u32) {}
