@@ -17,7 +17,9 @@ One step, for T tokens at positions pos..pos+T-1:
 
 The T tokens may belong to several sequences (a prefill chunk, or one decode token each of a
 batch): the row table gives each token's position and sequence, `last` lists each sequence's
-last token (see models/step_io.py).
+last token (see models/step_io.py). With int8 activations (a model's int8_activations), decode steps may keep
+the feed-forward's h and its GLU output as int8 blocks between dispatches (gpu/ops/quantised.py), where
+gpu/ops/matmul.py's quantises_ffn_input / quantises_glu_output find that it pays.
 
 GGUF particulars: the converter bakes HF's (1 + w) RMSNorm scale into the stored weights,
 so norms multiply by the stored weight as is. Sliding layers use RoPE base 10k, global

@@ -30,8 +30,10 @@ and stores gelu_tanh(g) * u):
   H100, with llama.cpp's numerics (its matmuls quantise activations alike) rather than Hearth's
   exact-parity bound.
   With int8 matmuls, decode matvecs whose shape pays for it (int8_matvec_pays: output heads, large Q4_K linears
-  without GLU) run kernels/matvec_q4_k_i8.wgsl / matvec_q6_k_i8.wgsl: each workgroup quantises its input as quantize_q8
-  does (matvec/q8_input.wgsl), then dot4I8Packed.
+  without GLU) run kernels/matvec_q4_k_i8.wgsl / matvec_q6_k_i8.wgsl: each workgroup quantises its input as
+  quantize_q8 does (matvec/q8_input.wgsl), then dot4I8Packed; and a model may keep an activation quantised
+  between two dispatches (gpu/ops/quantised.py QuantisedActivation, quantised_input_pays): a matvec's epilogue
+  writes it (matvec/store_q8.wgsl), an int8 matvec reads it (matvec/x_q8_buffer.wgsl).
 - kernels/get_rows.wgsl: embedding rows (times a scale) for a u32 tensor of token ids.
 """
 
@@ -80,7 +82,7 @@ INT8_TYPES = frozenset({GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GG
 INT8_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k_i8", GGMLQuantizationType.Q6_K: "matvec_q6_k_i8"}
 Q8_INPUT_BYTES = 16 << 10
 # Q4_K matvecs without GLU take the int8 kernel for rows of at most INT8_MATVEC_MAX_K values and matrices of at
-# least INT8_MATVEC_MIN_VALUES (see int8_matvec_pays)
+# least INT8_MATVEC_MIN_VALUES (int8_matvec_pays); quantised inputs pay from that size too (quantised_input_pays)
 INT8_MATVEC_MAX_K = 4096
 INT8_MATVEC_MIN_VALUES = 4 << 20
 
@@ -105,7 +107,7 @@ def quantize_input(builder: ProgramBuilder, x: Tensor, t_max: int) -> Int8Input:
     return Int8Input(q, scales)
 
 
-def int8_matmul_pays(weight: QuantWeight, t_max: int) -> bool:
+def quantised_input_pays(weight: QuantWeight, t_max: int) -> bool:
     """Whether a QuantisedActivation input pays for a decode matvec of this weight (quantises_ffn_input,
     quantises_glu_output): a Q4_K matrix of at least INT8_MATVEC_MIN_VALUES. On an H100, one token, f32 -> int8
     on a quantised input in us: the 4B's Q4_K gate-up 32.5 (normalised in its prologue) -> 19.0 (20.4 writing
@@ -118,19 +120,19 @@ def int8_matmul_pays(weight: QuantWeight, t_max: int) -> bool:
 def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> bool:
     """Whether a step's feed-forward input should be a QuantisedActivation written by a residual_norm dispatch
     (kernels/residual_norm_q8.wgsl) rather than normalised in the gate-up's prologue (NormedInput): where the
-    executor asks for int8 matmuls, on a GPU, for decode matvecs, a one-shard gate-up for which int8_matmul_pays,
+    executor asks for int8 matmuls, on a GPU, for decode matvecs, a one-shard gate-up for which quantised_input_pays,
     of a width that is a multiple of 64. (Normalising and quantising in every workgroup of an int8 gate-up
     instead took 37.5 us on an H200 for the 4B's.)"""
     return (builder.executor.int8_matmuls and not builder.device.is_software and len(gate_up.shards) == 1
-            and gate_up.k % 64 == 0 and int8_matmul_pays(gate_up, t_max))
+            and gate_up.k % 64 == 0 and quantised_input_pays(gate_up, t_max))
 
 
 def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: QuantWeight, t_max: int) -> bool:
     """Whether a step's gate-up should write its output as a QuantisedActivation for an int8 down projection:
     where the executor asks for int8 matmuls, on a GPU, for decode matvecs (at most MATVEC_MAX_TOKENS tokens),
-    a one-shard gate-up of a width that is a multiple of 64, and a down projection for which int8_matmul_pays."""
+    a one-shard gate-up of a width that is a multiple of 64, and a down projection for which quantised_input_pays."""
     return (builder.executor.int8_matmuls and not builder.device.is_software and len(gate_up.shards) == 1
-            and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2 and int8_matmul_pays(down, t_max))
+            and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2 and quantised_input_pays(down, t_max))
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:
@@ -597,8 +599,8 @@ def linear(
 
 
 def linear_glu(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput, y: Tensor | QuantisedActivation,
-    t_max: int, *,
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput | QuantisedActivation,
+    y: Tensor | QuantisedActivation, t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
     int8: bool | None = None,
 ) -> None:
@@ -609,8 +611,8 @@ def linear_glu(
     bytes concatenated: same type, rows contiguous). One dispatch computing both and combining them
     in its epilogue, as gpu/kernels/gelu_mul.wgsl would; a weight split over several shards (the
     binding limit) falls back to two linears into activations and a gelu_mul dispatch. kernel,
-    subgroups, whole_rows and int8 choose the kernel as for `linear`. y may be a QuantisedActivation
-    (see quantises_glu_output): the matvec's epilogue quantises the output.
+    subgroups, whole_rows and int8 choose the kernel as for `linear`. x may be a QuantisedActivation as
+    for `linear`, and y too (see quantises_glu_output): the matvec's epilogue quantises the output.
     """
     _check_weight(weight)
     if weight.n % 2:
@@ -625,7 +627,7 @@ def linear_glu(
         _check_activation(y, f, t_max, "y")
     plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows, int8)
     if len(weight.shards) == 1:
-        source: Tensor | NormedInput | Int8Input = x
+        source: Tensor | NormedInput | Int8Input | QuantisedActivation = x
         if isinstance(x, Tensor) and _uses_int8(weight, plan, t_max, f, True):
             source = quantize_input(builder, x, t_max)
         _dispatch(builder, plan, weight, weight.shards[0].tensor, source, y, t_max, first_row=0, n_rows=f,
