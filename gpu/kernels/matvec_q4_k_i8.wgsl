@@ -55,8 +55,8 @@ struct UnitX {
 
 // first: the low sub-block's first value of the unit in the [T_MAX, K] input (a multiple of 16).
 fn unit_x(first: u32) -> UnitX {
-    return UnitX(x_q8(first / 16u), x_q8((first + 32u) / 16u), x_q8_scale(first / 32u),
-                 x_q8_scale((first + 32u) / 32u));
+    let scales = x_q8_scales2(first / 32u);  // the low sub-block's block is even: the pair starts there
+    return UnitX(x_q8(first / 16u), x_q8((first + 32u) / 16u), scales.xy, scales.zw);
 }
 
 // The unit's sum of W x: q its 16 quant bytes, s their scales (unit_scales), with_min: add the minimum's term.

@@ -51,9 +51,11 @@ fn x_8(first: u32) -> vec2<u32> {  // the 8 int8 from value first (a multiple of
 
 // first: the unit's first value (quarter 0) in the [T_MAX, K] input.
 fn unit_x(first: u32) -> UnitX {
-    let b = first / 32u;
+    let b = first / 32u;  // a multiple of 4: quarters 0..3 are blocks b .. b + 3
+    let s01 = x_q8_scales2(b);
+    let s23 = x_q8_scales2(b + 2u);
     return UnitX(x_8(first), x_8(first + 32u), x_8(first + 64u), x_8(first + 96u),
-                 vec4<f32>(x_q8_scale(b).x, x_q8_scale(b + 1u).x, x_q8_scale(b + 2u).x, x_q8_scale(b + 3u).x));
+                 vec4<f32>(s01.x, s01.z, s23.x, s23.z));
 }
 
 // sum (q - 32) xq over one quarter's 8 values: low, the 4-bit parts (two words), high, the 2-bit parts in place.

@@ -109,11 +109,11 @@ def quantize_input(builder: ProgramBuilder, x: Tensor, t_max: int) -> Int8Input:
 
 def quantised_input_pays(weight: QuantWeight, t_max: int) -> bool:
     """Whether a QuantisedActivation input pays for a decode matvec of this weight (quantises_ffn_input,
-    quantises_glu_output): a Q4_K matrix of at least INT8_MATVEC_MIN_VALUES. On an H100, one token, f32 -> int8
-    on a quantised input in us: the 4B's Q4_K gate-up 32.5 (normalised in its prologue) -> 19.0 (20.4 writing
-    its output quantised) after a quantising residual norm of 9.5 (8.3 in f32), its Q4_K down 23.1 -> 11.6, the
-    1B's 16.2 -> 14.1; but Q6_K downs 18.5 -> 20.3 (4B), 21.1 -> 21.6 (1B)."""
-    return (weight.qtype is GGMLQuantizationType.Q4_K and t_max <= MATVEC_MAX_TOKENS
+    quantises_glu_output): an INT8_MATVEC_KERNELS matrix of at least INT8_MATVEC_MIN_VALUES. On an H100, one
+    token, f32 -> int8 on a quantised input in us: the 4B's Q4_K gate-up 32.5 (normalised in its prologue) ->
+    18.1 (19.8 writing its output quantised) after a quantising residual norm of 9.5 (8.2 in f32); its downs
+    Q4_K 23.0 -> 11.2, Q6_K 18.5 -> 15.0; the 1B's 12.4 -> 10.0 and 15.5 -> 14.2."""
+    return (weight.qtype in INT8_MATVEC_KERNELS and t_max <= MATVEC_MAX_TOKENS
             and weight.k * weight.n >= INT8_MATVEC_MIN_VALUES)
 
 

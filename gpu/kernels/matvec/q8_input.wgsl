@@ -64,7 +64,7 @@ fn x_q8(i: u32) -> vec4<u32> {
     return vec4<u32>(xq8[4u * i], xq8[4u * i + 1u], xq8[4u * i + 2u], xq8[4u * i + 3u]);
 }
 
-// (d, exact sum) of x's 32-value block b of the [T_MAX, K] input.
-fn x_q8_scale(b: u32) -> vec2<f32> {
-    return xd8[b];
+// (d, exact sum) of x's 32-value blocks b and b + 1 (b even) of the [T_MAX, K] input.
+fn x_q8_scales2(b: u32) -> vec4<f32> {
+    return vec4<f32>(xd8[b], xd8[b + 1u]);
 }

@@ -14,10 +14,8 @@ fn x_q8(i: u32) -> vec4<u32> {
     return xq[t * X_ROW_VEC4 + i - t * (K / 16u)];
 }
 
-// (d, exact sum) of x's 32-value block b of the [T_MAX, K] input.
-fn x_q8_scale(b: u32) -> vec2<f32> {
+// (d, exact sum) of x's 32-value blocks b and b + 1 (b even) of the [T_MAX, K] input: one vec4 load.
+fn x_q8_scales2(b: u32) -> vec4<f32> {
     let t = b / (K / 32u);
-    let pair = b - t * (K / 32u);
-    let v = xq[t * X_ROW_VEC4 + K / 16u + pair / 2u];
-    return bitcast<vec2<f32>>(select(v.xy, v.zw, (pair & 1u) == 1u));
+    return bitcast<vec4<f32>>(xq[t * X_ROW_VEC4 + K / 16u + (b - t * (K / 32u)) / 2u]);
 }
