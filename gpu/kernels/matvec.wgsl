@@ -12,37 +12,19 @@
 // sum per token (two with GLU) in registers; the TPR sums of a row are added once at the end by the
 // variant's entry point, matvec/${ENTRY}.wgsl: reduce_workgroup (workgroup memory), reduce_subgroup
 // (subgroup shuffles), or whole_rows (software adapters: TPR = 1, four rows per thread).
-#include "common/step.wgsl"
+#include "matvec/constants.wgsl"
 #include "quant/bytes.wgsl"
 #include "quant/${WEIGHT_TYPE}.wgsl"
 #include "matmul/gelu_glu.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"
 
-override K: u32 = 256u;        // values per weight row, a multiple of BLOCK_VALUES
-override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
-override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
-override ROW_START: u32 = 0u;  // y column of the dispatch's first row
-override Y_STRIDE: u32 = 1u;   // values per y row
-override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
-override TPR: u32 = 32u;       // threads per row, a power of two
-override ROWS: u32 = 8u;       // rows per workgroup
-override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
-
-const WG: u32 = TPR * ROWS;
-const OUTS: u32 = T_MAX * (1u + GLU);  // sums per row: [token] (gate), then [token] of the up row
 const ROW_BYTES: u32 = K / BLOCK_VALUES * BLOCK_BYTES;
 const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;  // from a gate row to its up row
 const GROUPS_PER_BLOCK: u32 = BLOCK_VALUES / GROUP_VALUES;
 const GROUPS_PER_ROW: u32 = K / GROUP_VALUES;
 
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<u32>;
-
-// Tokens of this step (x rows past it may hold anything).
-fn n_tokens() -> u32 {
-    return min(step.n_tokens, T_MAX);
-}
 
 // The values of the 16-value group gi of the row at byte row_base.
 fn group16(row_base: u32, gi: u32) -> mat4x4<f32> {

@@ -18,36 +18,19 @@
 // one x load serves them all, measured slower on an H100 at every split.) Entry points:
 // matvec/${ENTRY}.wgsl (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's
 // whole_rows).
-#include "common/step.wgsl"
+#include "matvec/constants.wgsl"
 #include "quant/byte_floats.wgsl"
 #include "matmul/gelu_glu.wgsl"
 #include "matvec/q4_k_unit_scales.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"
 
-override K: u32 = 256u;        // values per weight row, a multiple of 256
-override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
-override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
-override ROW_START: u32 = 0u;  // y column of the dispatch's first row
-override Y_STRIDE: u32 = 1u;   // values per y row
-override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
-override TPR: u32 = 32u;       // threads per row, a power of two
-override ROWS: u32 = 8u;       // rows per workgroup
-override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
-
-const WG: u32 = TPR * ROWS;
-const OUTS: u32 = T_MAX * (1u + GLU);             // sums per row: [token] (gate), then [token] of the up row
 const BLOCK_WORDS4: u32 = 9u;                     // 144 bytes
 const ROW_WORDS4: u32 = K / 256u * BLOCK_WORDS4;
 const UNITS_PER_ROW: u32 = K / 32u;               // 16 quant bytes = 32 values each
 const UP_WORDS4: u32 = N_ROWS * ROW_WORDS4 * GLU;
 
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;
-
-fn n_tokens() -> u32 {
-    return min(step.n_tokens, T_MAX);
-}
 
 // The unit's 32 values of x for one token: the low sub-block's 16 (4 vec4 from xb), the high's (8 vec4 on).
 struct UnitX {

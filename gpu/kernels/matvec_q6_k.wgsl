@@ -11,35 +11,18 @@
 //
 // Work split: as matvec_q4_k.wgsl: TPR threads per row, ROWS rows per workgroup, lane l takes units
 // l, l + TPR, ... of its row (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)).
-#include "common/step.wgsl"
+#include "matvec/constants.wgsl"
 #include "quant/byte_floats.wgsl"
 #include "matmul/gelu_glu.wgsl"
 #include "matvec/q6_k_unit.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"
 
-override K: u32 = 256u;        // values per weight row, a multiple of 256
-override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
-override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
-override ROW_START: u32 = 0u;  // y column of the dispatch's first row
-override Y_STRIDE: u32 = 1u;   // values per y row
-override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
-override TPR: u32 = 32u;       // threads per row, a power of two
-override ROWS: u32 = 8u;       // rows per workgroup
-override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
-
-const WG: u32 = TPR * ROWS;
-const OUTS: u32 = T_MAX * (1u + GLU);             // sums per row: [token] (gate), then [token] of the up row
 const ROW_BYTES: u32 = K / 256u * Q6_K_BLOCK_BYTES;
 const UNITS_PER_ROW: u32 = K / 32u;
 const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;
 
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<u32>;
-
-fn n_tokens() -> u32 {
-    return min(step.n_tokens, T_MAX);
-}
 
 // The unit's 32 values of x for one token: quarter a's 8 values are x[base + 32 a .. + 8) (2 vec4 each).
 struct UnitX {

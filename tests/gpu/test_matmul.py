@@ -130,6 +130,24 @@ def test_matvec_k_quant_kernels(ex: Executor, qtype: Q, wide: bool, tokens: int,
                subgroups=ex.device.has("subgroup"), whole_rows=False)
 
 
+def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float,
+                        ) -> tuple[matmul_ops.NormedInput, np.ndarray, np.ndarray]:
+    """A NormedInput of t random rows of k values, and in float64 what it computes: the residual r (written to
+    its residual_out) and the normalised input x."""
+    block_out, residual = (rng.standard_normal((t, k)).astype(np.float32) * s for s in (3.0, 1.0))
+    w_post, w_next = (rng.uniform(0.5, 1.5, k).astype(np.float32) for _ in range(2))
+    tensors = [ex.tensor(name, a.shape, data=a) for name, a in
+               (("block_out", block_out), ("residual", residual), ("w_post", w_post), ("w_next", w_next))]
+    residual_out = ex.tensor("residual_out", (t, k), data=np.zeros((t, k), np.float32))
+
+    def rms_norm(v: np.ndarray) -> np.ndarray:
+        return v / np.sqrt(np.mean(v * v, axis=1, keepdims=True) + eps)
+
+    r = residual.astype(np.float64) + rms_norm(block_out.astype(np.float64)) * w_post
+    normed = matmul_ops.NormedInput(tensors[0], tensors[2], tensors[1], tensors[3], residual_out, eps)
+    return normed, r, rms_norm(r) * w_next
+
+
 # 1 x 2560 and 1 x 1312: several vec4s of the row a thread, the last of them past the row for some (1312: Q8_0 only)
 @pytest.mark.parametrize("k, t", [(512, 3), (2560, 1), (1312, 1)], ids=["3x512", "1x2560", "1x1312"])
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
@@ -149,23 +167,12 @@ def test_matvec_normed_input(ex: Executor, subgroups: bool, qtype: Q, glu: bool,
     rows = 2 * n if glu else n
     raw = random_weight_bytes(rng, qtype, k, rows)
     weight = upload_weight(ex, "w", qtype, k, rows, raw)
-    block_out, residual = (rng.standard_normal((t, k)).astype(np.float32) * s for s in (3.0, 1.0))
-    w_post, w_next = (rng.uniform(0.5, 1.5, k).astype(np.float32) for _ in range(2))
-    tensors = [ex.tensor(name, a.shape, data=a) for name, a in
-               (("block_out", block_out), ("residual", residual), ("w_post", w_post), ("w_next", w_next))]
-    residual_out = ex.tensor("residual_out", (t, k), data=np.zeros((t, k), np.float32))
+    normed, r, x = random_normed_input(ex, rng, t, k, eps)
     y = ex.tensor("y", (t, n), data=np.full((t, n), SENTINEL, np.float32))
-    normed = matmul_ops.NormedInput(tensors[0], tensors[2], tensors[1], tensors[3], residual_out, eps)
     b = ProgramBuilder(ex, "normed")
     (linear_glu if glu else linear)(b, weight, normed, y, t, kernel=LinearKernel.MATVEC, subgroups=subgroups,
                                     whole_rows=False)
-    got, got_residual = ex.run(b.build(), StepParams(t), read=[y, residual_out])
-
-    def rms_norm(v: np.ndarray) -> np.ndarray:
-        return v / np.sqrt(np.mean(v * v, axis=1, keepdims=True) + eps)
-
-    r = residual.astype(np.float64) + rms_norm(block_out.astype(np.float64)) * w_post
-    x = rms_norm(r) * w_next
+    got, got_residual = ex.run(b.build(), StepParams(t), read=[y, normed.residual_out])
     np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)
     want, allowed = reference(raw, qtype, x, False)
     if glu:

@@ -26,7 +26,7 @@ from gpu.ops import matmul as matmul_ops
 from gpu.ops.matmul import LinearKernel, linear, linear_glu, quantize_input
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import upload_weight
-from tests.gpu.test_matmul import REL_TOL, SENTINEL, random_weight_bytes
+from tests.gpu.test_matmul import REL_TOL, SENTINEL, random_normed_input, random_weight_bytes
 
 TYPES = sorted(matmul_ops.INT8_TYPES, key=lambda q: q.name)
 T = matmul_ops.MatmulTile
@@ -178,25 +178,14 @@ def test_matvec_int8_normed_input(ex: Executor, qtype: Q, glu: bool, monkeypatch
     rows = 2 * n if glu else n
     raw = random_weight_bytes(rng, qtype, k, rows)
     weight = upload_weight(ex, "w", qtype, k, rows, raw)
-    block_out, residual = (rng.standard_normal((t, k)).astype(np.float32) * s for s in (3.0, 1.0))
-    w_post, w_next = (rng.uniform(0.5, 1.5, k).astype(np.float32) for _ in range(2))
-    tensors = [ex.tensor(name, a.shape, data=a) for name, a in
-               (("block_out", block_out), ("residual", residual), ("w_post", w_post), ("w_next", w_next))]
-    residual_out = ex.tensor("residual_out", (t, k), data=np.zeros((t, k), np.float32))
+    normed, r, x = random_normed_input(ex, rng, t, k, eps)
     y = ex.tensor("y", (t, n), data=np.full((t, n), SENTINEL, np.float32))
-    normed = matmul_ops.NormedInput(tensors[0], tensors[2], tensors[1], tensors[3], residual_out, eps)
     b = ProgramBuilder(ex, "normed")
     (linear_glu if glu else linear)(b, weight, normed, y, t, kernel=LinearKernel.MATVEC, whole_rows=False,
                                     int8=True)
     program = b.build()
     assert any(d.label.endswith("q8_normed]") for d in program.dispatches), "the int8 kernel did not run"
-    got, got_residual = ex.run(program, StepParams(t), read=[y, residual_out])
-
-    def rms_norm(v: np.ndarray) -> np.ndarray:
-        return v / np.sqrt(np.mean(v * v, axis=1, keepdims=True) + eps)
-
-    r = residual.astype(np.float64) + rms_norm(block_out.astype(np.float64)) * w_post
-    x = rms_norm(r) * w_next
+    got, got_residual = ex.run(program, StepParams(t), read=[y, normed.residual_out])
     np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)
     w = dequantize(raw, qtype).astype(np.float64)
     exact = x @ w.T

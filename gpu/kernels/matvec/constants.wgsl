@@ -1,0 +1,23 @@
+// The matvec kernels' (matvec.wgsl, matvec_q4_k.wgsl, matvec_q6_k.wgsl and their _i8 variants) shape of one
+// dispatch, the step binding, and the step's token count.
+#include "common/step.wgsl"
+
+override K: u32 = 256u;        // values per weight row, a multiple of the type's block (the host checks)
+override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
+override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
+override ROW_START: u32 = 0u;  // y column of the dispatch's first row
+override Y_STRIDE: u32 = 1u;   // values per y row
+override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
+override TPR: u32 = 32u;       // threads per row, a power of two
+override ROWS: u32 = 8u;       // rows per workgroup
+override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
+
+const WG: u32 = TPR * ROWS;
+const OUTS: u32 = T_MAX * (1u + GLU);  // sums per row: [token] (gate), then [token] of the up row
+
+@group(0) @binding(0) var<uniform> step: Step;
+
+// Tokens of this step (x rows past it may hold anything).
+fn n_tokens() -> u32 {
+    return min(step.n_tokens, T_MAX);
+}
