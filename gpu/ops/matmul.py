@@ -117,22 +117,27 @@ def quantised_input_pays(weight: QuantWeight, t_max: int) -> bool:
             and weight.k * weight.n >= INT8_MATVEC_MIN_VALUES)
 
 
+def _int8_glu_matvec(builder: ProgramBuilder, gate_up: QuantWeight) -> bool:
+    """Whether a program may keep a gate-up's input or output quantised at all: the executor asks for int8
+    matmuls, the adapter is a GPU, and the gate-up is one shard (one GLU dispatch)."""
+    return builder.executor.int8_matmuls and not builder.device.is_software and len(gate_up.shards) == 1
+
+
 def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> bool:
     """Whether a step's feed-forward input should be a QuantisedActivation written by a residual_norm dispatch
     (kernels/residual_norm_q8.wgsl) rather than normalised in the gate-up's prologue (NormedInput): where the
     executor asks for int8 matmuls, on a GPU, for decode matvecs, a one-shard gate-up for which quantised_input_pays,
     of a width that is a multiple of 64. (Normalising and quantising in every workgroup of an int8 gate-up
     instead took 37.5 us on an H200 for the 4B's.)"""
-    return (builder.executor.int8_matmuls and not builder.device.is_software and len(gate_up.shards) == 1
-            and gate_up.k % 64 == 0 and quantised_input_pays(gate_up, t_max))
+    return _int8_glu_matvec(builder, gate_up) and gate_up.k % 64 == 0 and quantised_input_pays(gate_up, t_max)
 
 
 def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: QuantWeight, t_max: int) -> bool:
     """Whether a step's gate-up should write its output as a QuantisedActivation for an int8 down projection:
     where the executor asks for int8 matmuls, on a GPU, for decode matvecs (at most MATVEC_MAX_TOKENS tokens),
     a one-shard gate-up of a width that is a multiple of 64, and a down projection for which quantised_input_pays."""
-    return (builder.executor.int8_matmuls and not builder.device.is_software and len(gate_up.shards) == 1
-            and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2 and quantised_input_pays(down, t_max))
+    return (_int8_glu_matvec(builder, gate_up) and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2
+            and quantised_input_pays(down, t_max))
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:

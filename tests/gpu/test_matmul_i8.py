@@ -26,6 +26,7 @@ from gpu.ops import matmul as matmul_ops
 from gpu.ops.matmul import LinearKernel, linear, linear_glu, quantize_input
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import upload_weight
+from tests.gpu.test_linear_glu import gelu_tanh
 from tests.gpu.test_matmul import REL_TOL, SENTINEL, random_normed_input, random_weight_bytes
 
 TYPES = sorted(matmul_ops.INT8_TYPES, key=lambda q: q.name)
@@ -106,7 +107,7 @@ def check_int8_linear(ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_toke
     rounding = np.repeat(d, 32, axis=1) / 2 @ np.abs(w).T                # |W| d_x / 2: x's rounding bound
     if glu:
         g, u = want[:, :cols], want[:, cols:]
-        gelu = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        gelu = gelu_tanh(g)
         err = np.abs(got - gelu * u)
         # first order in the errors of g and u: |d(gelu(g) u)| <= |gelu'(g)| |u| dg + |gelu(g)| du, gelu' <= 1.13
         allowed = 1.13 * np.abs(u) * REL_TOL * magnitude[:, :cols] + np.abs(gelu) * REL_TOL * magnitude[:, cols:]
@@ -193,7 +194,7 @@ def test_matvec_int8_normed_input(ex: Executor, qtype: Q, glu: bool, monkeypatch
     bound = (d / 2 * (1 + 1e-5) + 1e-5 * np.abs(x)) @ np.abs(w).T + REL_TOL * (np.abs(x) @ np.abs(w).T)
     if glu:
         g, u = exact[:, :n], exact[:, n:]
-        gelu = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        gelu = gelu_tanh(g)
         # first order: |d(gelu(g) u)| <= |gelu'(g)| |u| dg + |gelu(g)| du (gelu' <= 1.13), plus the second order dg du
         allowed = 1.13 * np.abs(u) * bound[:, :n] + (np.abs(gelu) + 1.13 * bound[:, :n]) * bound[:, n:]
         err = np.abs(got - gelu * u)

@@ -14,25 +14,24 @@ fn q8_block(v: array<vec4<f32>, 8>) -> Q8Block {
     var amax = 0.0;
     var sum = 0.0;
     for (var j = 0u; j < 8u; j++) {
-        let a = abs(v[j]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-        sum += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+        let s = quad_stats(v[j]);
+        amax = max(amax, s.x);
+        sum += s.y;
     }
-    let d = amax / 127.0;
-    let inv = select(0.0, 1.0 / d, d > 0.0);
+    let scale = q8_quad_scale(amax, sum);
     var words: array<u32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        words[j] = pack4xI8(vec4<i32>(round(v[j] * inv)));
+        words[j] = q8_quad_word(v[j], scale.x);
     }
     return Q8Block(vec4<u32>(words[0], words[1], words[2], words[3]),
-                   vec4<u32>(words[4], words[5], words[6], words[7]), vec2<f32>(d, sum));
+                   vec4<u32>(words[4], words[5], words[6], words[7]), scale);
 }
 
-// The same quantisation spread over 8 invocations a block, each holding 4 of its values (a quad), in two
-// phases with a barrier between: each writes quad_stats(v) where the block's 8 quads can read them, then
-// each takes q8_quad_scale of the 8 stats in order and packs its own word with q8_quad_word. The sum adds the
-// quads' pair sums in q8_block's order, so d, q and the sum are q8_block's bit for bit, without its arrays
-// (which a compiler may keep in local memory when a single invocation walks a block).
+// The rule by quads (4 values): q8_block is these three steps over its 8 quads. Kernels may spread them over
+// 8 invocations a block, each holding a quad, in two phases with a barrier between: each writes quad_stats(v)
+// where the block's 8 quads can read them, then each takes q8_quad_scale of the 8 stats in order and packs its
+// own word with q8_quad_word. Adding the quads' sums in order gives q8_block's sum bit for bit, without its
+// arrays (which a compiler may keep in local memory when a single invocation walks a block).
 fn quad_stats(v: vec4<f32>) -> vec2<f32> {  // (max |v|, sum of v)
     let a = abs(v);
     return vec2<f32>(max(max(a.x, a.y), max(a.z, a.w)), (v.x + v.y) + (v.z + v.w));

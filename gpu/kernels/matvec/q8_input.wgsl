@@ -26,19 +26,16 @@ fn quantise_input(tid: u32, lanes_of_8: bool) {
         for (var r = 0u; r < QUANTISE_ROUNDS; r++) {  // a constant trip count: the loads can all be in flight
             let i = r * WG + tid;
             let v = f32_vec(min(i, X_QUADS - 1u));
-            let a = abs(v);
-            var amax = max(max(a.x, a.y), max(a.z, a.w));
-            var sum = (v.x + v.y) + (v.z + v.w);
+            var stats = quad_stats(v);
             for (var mask = 1u; mask < 8u; mask <<= 1u) {
-                amax = max(amax, subgroupShuffleXor(amax, mask));
-                sum += subgroupShuffleXor(sum, mask);
+                stats = vec2<f32>(max(stats.x, subgroupShuffleXor(stats.x, mask)),
+                                  stats.y + subgroupShuffleXor(stats.y, mask));
             }
-            let d = amax / 127.0;
-            let inv = select(0.0, 1.0 / d, d > 0.0);
+            let scale = q8_quad_scale(stats.x, stats.y);
             if (i < X_QUADS) {
-                xq8[i] = pack4xI8(vec4<i32>(round(v * inv)));
+                xq8[i] = q8_quad_word(v, scale.x);
                 if (i % 8u == 0u) {
-                    xd8[i / 8u] = vec2<f32>(d, sum);
+                    xd8[i / 8u] = scale;
                 }
             }
         }
