@@ -11,6 +11,7 @@ so it reads them all). The first line is the floor: one small elementwise dispat
 
     python bench/decode_attention.py                       # 270m and 4b heads, 64 / 512 / 2048 keys
     python bench/decode_attention.py --positions 64 --splits 4,32 --min-part-keys 16,32
+    python bench/decode_attention.py --reduce subgroup,workgroup     # the kernel's two reduction variants
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def main() -> None:
     parser.add_argument("--positions", default="64,512,2048", help="cache lengths (the row's position)")
     parser.add_argument("--splits", default="4,32", help="parts of a row's keys")
     parser.add_argument("--min-part-keys", default=str(ops.ATTENTION_MIN_PART_KEYS))
+    parser.add_argument("--reduce", default="default", help="'default', 'subgroup', 'workgroup' or a list")
     args = parser.parse_args()
     ex = Executor(default_device())
     timer = Timer(ex)
@@ -93,17 +95,20 @@ def main() -> None:
             pool, rows, raw = decode_case(ex, rng, m, position)
             out = ex.tensor("out", (1, m["heads"] * m["d"]))
             cells = []
-            for min_keys in (int(k) for k in args.min_part_keys.split(",")):
-                ops.ATTENTION_MIN_PART_KEYS = min_keys
-                for splits in (int(s) for s in args.splits.split(",")):
-                    def record(b: ProgramBuilder, layer: int, splits: int = splits) -> None:
-                        ops.attention(b, raw, pool, layer, rows, out, heads=m["heads"], kv_heads=m["kv"],
-                                      head_dim=m["d"], window=0, scale=m["d"] ** -0.5, splits=splits)
-                    both = per_layer_us(record)
-                    alone = per_layer_us(record, "attention_combine") if splits > 1 else both
-                    combine = per_layer_us(record, "attention") if splits > 1 else 0.0
-                    cells.append(f"{splits} parts (>= {min_keys} keys): {both:.1f} us "
-                                 f"(attention alone {alone:.1f}, combine alone {combine:.1f})")
+            for reduce in args.reduce.split(","):
+                subgroups = None if reduce == "default" else reduce == "subgroup"
+                for min_keys in (int(k) for k in args.min_part_keys.split(",")):
+                    ops.ATTENTION_MIN_PART_KEYS = min_keys
+                    for splits in (int(s) for s in args.splits.split(",")):
+                        def record(b: ProgramBuilder, layer: int, splits: int = splits) -> None:
+                            ops.attention(b, raw, pool, layer, rows, out, heads=m["heads"], kv_heads=m["kv"],
+                                          head_dim=m["d"], window=0, scale=m["d"] ** -0.5, splits=splits,
+                                          subgroups=subgroups)
+                        both = per_layer_us(record)
+                        alone = per_layer_us(record, "attention_combine") if splits > 1 else both
+                        combine = per_layer_us(record, "attention") if splits > 1 else 0.0
+                        cells.append(f"{reduce}, {splits} parts (>= {min_keys} keys): {both:.1f} us "
+                                     f"(attention alone {alone:.1f}, combine alone {combine:.1f})")
             print(f"{model} heads, {position} keys: " + "; ".join(cells), flush=True)
 
 

@@ -8,15 +8,16 @@
 // Work split: a workgroup of 256 invocations takes one (token, head) row and one of up to SPLITS
 // equal parts of its key range, each of at least MIN_PART_KEYS keys (flash-decoding: a decode step
 // has few rows, so the keys are what gives the GPU parallel work; attention/key_parts.wgsl). It
-// walks its keys in chunks of 32 with an online softmax
-// (running max and sum): for scores, 8 invocations share a key, each dotting D/8 dims
-// (adjacent invocations read adjacent words of the key row), summed in workgroup memory;
-// for values, invocation i takes dims 4 (i % (D/4)) .. + 3 of every V_GROUPS-th key of the chunk,
-// starting at key i / (D/4) (8 keys each for D = 256); the V_GROUPS sums of each dim meet in
-// workgroup memory once, at the end of the part. Every load of a chunk sits in a loop of constant
-// trip count without a branch around it (the hooks select k(p), v(p) after loading the cache), so
-// a thread's loads are in flight together: with a branch per load they ran one latency after
-// another, ~10 us a chunk of 32 keys on an H100.
+// walks its keys in chunks of 32 with an online softmax (running max and sum): for scores, 8
+// invocations share a key, each dotting D/8 dims (adjacent invocations read adjacent words of the key
+// row), their sums added and the chunk's max and sum of exponentials formed by attention/decode_${REDUCE}.wgsl
+// (subgroup shuffles where the adapter has them, else workgroup memory); for values, invocation i takes
+// dims 4 (i % (D/4)) .. + 3 of every V_GROUPS-th key of the chunk, starting at key i / (D/4) (8 keys each
+// for D = 256), weighing each by exp(score - max) itself; the V_GROUPS sums of each dim meet in workgroup
+// memory once, at the end of the part. Every load of a chunk sits in a loop of constant trip count without
+// a branch around it (the hooks select k(p), v(p) after loading the cache), so a thread's loads are in
+// flight together: with a branch per load they ran one latency after another, ~10 us a chunk of 32 keys
+// on an H100.
 // With SPLITS == 1 it writes the normalised result to out[row, :]; otherwise out is a scratch
 // of [rows, SPLITS, D + 4] holding (unnormalised acc[D], max, sum, 2 unused) per part, merged by
 // attention_combine.wgsl (acc first at a stride of D + 4 keeps each part's acc 16-byte aligned).
@@ -29,6 +30,8 @@
 //            (so qk_norm_rope_store's dispatch is not needed) and uses from workgroup memory.
 #include "common/step.wgsl"
 #include "common/rows.wgsl"
+#include "attention/decode_${REDUCE}.wgsl"
+#include "attention/decode_memory.wgsl"
 #include "attention/q_${Q_SOURCE}.wgsl"
 #include "attention/key_parts.wgsl"
 
@@ -60,8 +63,7 @@ const NEG_BIG: f32 = -3.4028235e38;
 @group(0) @binding(6) var<storage, read> page_table: array<u32>; // [slots, MAX_PAGES]
 
 var<workgroup> q_row: array<f32, D>;
-var<workgroup> dots: array<f32, WG>;
-var<workgroup> weights: array<f32, KEYS>;
+var<workgroup> scores: array<f32, KEYS>;    // the chunk's scaled scores; NEG_BIG past its keys
 var<workgroup> key_rows: array<u32, KEYS>;  // first cache word index of each key of the chunk
 var<workgroup> value_sums: array<vec4<f32>, WG>;  // the value groups' sums, added at the end of the part
 
@@ -98,11 +100,10 @@ fn partial_dot(key: u32, row: u32, first: u32) -> f32 {
     return sum;
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let group = wid.x + wid.y * nwg.x;   // uniform: (row, part)
-    let row = group / SPLITS;
+// The work of workgroup `group` ((row, part)); tid: the invocation's role, numbered so that a key's LANES
+// invocations are lanes of one subgroup where the decode_${REDUCE} variant uses subgroups.
+fn attention_main(group: u32, tid: u32) {
+    let row = group / SPLITS;   // uniform
     let part = group % SPLITS;
     if (row >= step.n_tokens * HEADS) {
         return;
@@ -117,82 +118,60 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let end = min(start + cut.per_part, p + 1u);   // keys [start, end); empty when start >= end
     if (start >= end) {  // an empty part only marks itself so (weight 0 in the combine) and leaves
         let base = group * (D + 4u);
-        for (var i = lid; i < D + 4u; i += WG) {
+        for (var i = tid; i < D + 4u; i += WG) {
             out[base + i] = select(0.0, NEG_BIG, i == D);  // acc 0, m = -max f32, l = 0
         }
         return;
     }
 
     // the part whose keys include p (exactly one: the parts tile [lo, p]) also has the token's own key
-    load_query(row, t, kv_head, p, start <= p && p < end, lid);
+    load_query(row, t, kv_head, p, start <= p && p < end, tid);
     workgroupBarrier();
 
     var running_max = NEG_BIG;
     var running_sum = 0.0;
     var acc = vec4<f32>(0.0);
-    let quad = lid % QUADS;
-    let value_group = lid / QUADS;  // >= V_GROUPS: idle in the value phase (D < 32 only)
+    let quad = tid % QUADS;
+    let value_group = tid / QUADS;  // >= V_GROUPS: idle in the value phase (D < 32 only)
 
-    let my_key = lid / LANES;
-    let my_lane = lid % LANES;
+    let my_key = tid / LANES;
+    let my_lane = tid % LANES;
     for (var chunk = start; chunk < end; chunk += KEYS) {
         let n_keys = min(KEYS, end - chunk);
         var d = 0.0;
+        var key_row = 0u;
         if (my_key < n_keys) {
             let key = chunk + my_key;
-            let key_row = pool_row(slot, key) * KV_WIDTH + kv_base;
-            if (my_lane == 0u) {
-                key_rows[my_key] = key_row;
-            }
+            key_row = pool_row(slot, key) * KV_WIDTH + kv_base;
             d = partial_dot(key, key_row, my_lane * LANE_DIMS);
         }
-        dots[lid] = d;
-        workgroupBarrier();
-        if (lid < KEYS) {
-            var score = NEG_BIG;
-            if (lid < n_keys) {
-                score = 0.0;
-                for (var l = 0u; l < LANES; l++) { score += dots[lid * LANES + l]; }
-                score *= SCALE;
-            }
-            weights[lid] = score;
-        }
-        workgroupBarrier();
-        var chunk_max = NEG_BIG;
-        for (var j = 0u; j < n_keys; j++) { chunk_max = max(chunk_max, weights[j]); }
-        let new_max = max(running_max, chunk_max);
-        let correction = exp(running_max - new_max);
-        workgroupBarrier();   // every invocation has read the scores
-        if (lid < KEYS) {     // keys past the chunk's end weigh 0
-            weights[lid] = select(0.0, exp(weights[lid] - new_max), lid < n_keys);
-        }
-        workgroupBarrier();
-        var chunk_sum = 0.0;
-        for (var j = 0u; j < n_keys; j++) { chunk_sum += weights[j]; }
-        running_sum = running_sum * correction + chunk_sum;
-        running_max = new_max;
+        chunk_scores(d, key_row, n_keys, tid);           // scores, key_rows; ends with a barrier
+        let stats = chunk_softmax(n_keys, running_max);  // (new max, sum of exp(score - new max))
+        let correction = exp(running_max - stats.x);
+        running_sum = running_sum * correction + stats.y;
+        running_max = stats.x;
         if (value_group < V_GROUPS) {
             // no branch around the loads, so that they issue together: a key past the chunk's end reads
-            // the chunk's last key (a finite value) and weighs 0
+            // the chunk's last key (a finite value) and weighs exp(NEG_BIG - max) = 0
             var a = acc * correction;
             for (var i = 0u; i < V_KEYS; i++) {
                 let j = value_group + i * V_GROUPS;
                 let read = min(j, n_keys - 1u);
-                a += weights[j] * value4_at(chunk + read, key_rows[read], 4u * quad);
+                a += exp(scores[j] - running_max) * value4_at(chunk + read, key_rows[read], 4u * quad);
             }
             acc = a;
         }
-        workgroupBarrier();   // dots and weights are rewritten by the next chunk
+        workgroupBarrier();   // scores and key_rows are rewritten by the next chunk
     }
 
-    value_sums[lid] = acc;
+    value_sums[tid] = acc;
     workgroupBarrier();
-    if (lid >= QUADS) {
+    if (tid >= QUADS) {
         return;
     }
-    var total = value_sums[lid];
+    var total = value_sums[tid];
     for (var g = 1u; g < V_GROUPS; g++) {
-        total += value_sums[g * QUADS + lid];
+        total += value_sums[g * QUADS + tid];
     }
 
     var base = row * D;
@@ -200,12 +179,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         total /= running_sum;
     } else {
         base = group * (D + 4u);
-        if (lid == 0u) {
+        if (tid == 0u) {
             out[base + D] = running_max;
             out[base + D + 1u] = running_sum;
         }
     }
-    let at = base + 4u * lid;
+    let at = base + 4u * tid;
     out[at] = total.x;
     out[at + 1u] = total.y;
     out[at + 2u] = total.z;

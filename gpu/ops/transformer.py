@@ -132,6 +132,7 @@ class RawQKV:
 def attention(
     b: ProgramBuilder, q: Tensor | RawQKV, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
     heads: int, kv_heads: int, head_dim: int, window: int, scale: float, splits: int | None = None,
+    subgroups: bool | None = None,
 ) -> None:
     """Causal attention of the step's queries over their sequences' keys in the layer's paged
     cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence).
@@ -142,7 +143,9 @@ def attention(
     softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
     rows (decode) is split so that a GPU gets ~ATTENTION_GROUPS workgroups (at most 32 parts);
     a CPU adapter gets 2 parts when it has fewer than 64 rows. A part holds at least
-    ATTENTION_MIN_PART_KEYS keys, so short rows leave the rest of their parts empty.
+    ATTENTION_MIN_PART_KEYS keys, so short rows leave the rest of their parts empty. subgroups: the
+    kernels' sums by subgroup operations (kernels/attention/decode_subgroup.wgsl, combine_subgroup.wgsl;
+    the default where the adapter has them) or through workgroup memory (False).
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
@@ -159,7 +162,8 @@ def attention(
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
     constants: dict[str, int | float | bool | str] = {
         "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
-        "SPLITS": splits, "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, **_paging(pool), **source}
+        "SPLITS": splits, "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": b.device.reduction(subgroups),
+        **_paging(pool), **source}
     cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
         b.dispatch("attention", constants, [b.step, queries, *cache, out, rows, pool.page_table, *extra],
@@ -169,8 +173,8 @@ def attention(
     b.dispatch("attention", constants, [b.step, queries, *cache, partials, rows, pool.page_table, *extra],
                workgroup_grid(n_rows * splits))
     b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits, "WINDOW": window,
-                                     "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS}, [b.step, partials, out, rows],
-               workgroup_grid(n_rows))
+                                     "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": constants["REDUCE"]},
+               [b.step, partials, out, rows], workgroup_grid(n_rows))
 
 
 def gelu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor) -> None:

@@ -145,10 +145,14 @@ def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale):
     (True, 0, 4, 1, 256, 7), (False, 40, 2, 1, 64, 16),  # parts of ~29 keys; 40 keys in 3 parts of >= 16, 13 empty
     (True, 0, 2, 1, 512, 3),  # Gemma 4's global head dim: 2 invocations a dim quad for values, 2 for the combine
 ])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
-                         splits: int) -> None:
+                         splits: int, subgroups: bool) -> None:
     """Six prompt tokens of sequence a (positions 150-155, keys across a page edge and the
-    window edge) and one decode token of sequence b (position 200) in one step."""
+    window edge) and one decode token of sequence b (position 200) in one step; the kernel's sums
+    through workgroup memory or by subgroup operations."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("the adapter has no subgroups")
     rng = np.random.default_rng(3)
     n_ctx, t_max, width = 512, 8, kv_heads * d
     kv_dtype = "f16" if kv_f16 else "f32"
@@ -170,7 +174,8 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
     rows = _rows_table(ex, t_max, positions, slots)
     scale = 1 / np.sqrt(d)
     got, = _run(ex, lambda bld: ops.attention(bld, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads,
-                                              head_dim=d, window=window, scale=scale, splits=splits),
+                                              head_dim=d, window=window, scale=scale, splits=splits,
+                                              subgroups=subgroups),
                 StepParams(n), [out])
     for t, (p, slot) in enumerate(zip(positions, slots, strict=True)):
         k = keys[slot].reshape(-1, kv_heads, d).astype(np.float64)
@@ -369,16 +374,19 @@ def _decode_pool(ex: Executor, width: int, kv_dtype: str, positions: list[int], 
     return pool, slots
 
 
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("kv_f16,window,kv_heads,d,splits,fused", [
     (True, 0, 1, 256, 5, True), (False, 50, 2, 64, 5, True), (True, 50, 1, 64, 1, False),
     (False, 0, 2, 128, 1, True)])
 def test_attention_raw_qkv(ex: Executor, kv_f16: bool, window: int, kv_heads: int,
-                           d: int, splits: int, fused: bool) -> None:
+                           d: int, splits: int, fused: bool, subgroups: bool) -> None:
     """Decode rows of four sequences (positions 128, a page's first; 127, its last; 200; 5, whose 6 keys leave
     some of 5 parts empty): attention taking q, k, v from the projection (RawQKV, its prologue doing
-    qk_norm_rope_store's work) gives the same bits as qk_norm_rope_store (its workgroup-memory sums, whose
-    order the prologue follows) then attention, and leaves the same cache. The same f32 operations in the
-    same order, with k(p) and v(p) rounded as the cache rounds them, so equality is exact."""
+    qk_norm_rope_store's work) gives the same bits as qk_norm_rope_store (with the same reduction variant,
+    whose order of sums the prologue follows) then attention, and leaves the same cache. The same f32
+    operations in the same order, with k(p) and v(p) rounded as the cache rounds them, so equality is exact."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("the adapter has no subgroups")
     rng = np.random.default_rng(17)
     heads, t_max, positions = 4, 6, [128, 127, 200, 5]
     n, width, kv_dtype = len(positions), kv_heads * d, "f16" if kv_f16 else "f32"
@@ -403,10 +411,10 @@ def test_attention_raw_qkv(ex: Executor, kv_f16: bool, window: int, kv_heads: in
         else:
             q_in = ex.tensor("q_out", (t_max, heads * d))
             ops.qk_norm_rope_store(b, *sources, q_w, k_w, table, pool, 0, rows, q_in, heads=heads, kv_heads=kv_heads,
-                                   eps=1e-6, subgroups=False)
+                                   eps=1e-6, subgroups=subgroups)
         out = ex.tensor("out", (t_max, heads * d), data=np.zeros((t_max, heads * d), np.float32))
         ops.attention(b, q_in, pool, 0, rows, out, heads=heads, kv_heads=kv_heads, head_dim=d, window=window,
-                      scale=1 / np.sqrt(d), splits=splits)
+                      scale=1 / np.sqrt(d), splits=splits, subgroups=subgroups)
         got, = ex.run(b.build(), StepParams(n), read=[out])
         got = got[:n]  # rows past n_tokens are not written
         results.append((got, ex.read(pool.keys[0]), ex.read(pool.values[0])))

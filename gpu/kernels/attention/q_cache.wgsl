@@ -6,8 +6,8 @@
 @group(0) @binding(3) var<storage, read> v_cache: array<u32>;
 
 // q_row = q of (token, head) row `row`.
-fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: bool, lid: u32) {
-    for (var i = lid; i < D; i += WG) {
+fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: bool, tid: u32) {
+    for (var i = tid; i < D; i += WG) {
         q_row[i] = q[row * D + i];
     }
 }

@@ -8,8 +8,8 @@
 // rows are each the only new token of their sequence. Reads of cache row p here are discarded (key_pair and
 // value4_at load the cache for every key and select k(p), v(p) after), so its store does not matter to
 // this dispatch; the next step's dispatches see it. The norm, RoPE and store are common/head_norm_rope.wgsl's
-// and the sums of squares are added in qk_norm_rope_store's order (its workgroup variant), so that the
-// two paths give the same bits.
+// and the sums of squares are added in qk_norm_rope_store's order for the same REDUCE variant
+// (attention/decode_${REDUCE}.wgsl's head_sums), so that the two paths give the same bits.
 #include "common/head_norm_rope.wgsl"
 #include "common/qkv_columns.wgsl"
 
@@ -24,20 +24,19 @@ override EPS: f32 = 1e-6;
 @group(0) @binding(10) var<storage, read> k_w: array<f32>;           // [D] k norm weight
 @group(0) @binding(11) var<storage, read> rope: array<vec2<f32>>;    // [n_ctx, D/2] (cos, sin)
 
-var<workgroup> norm_sums: array<vec2<f32>, NORM_LANES>;  // (q, k) sums of squares, then their tree
 var<workgroup> new_key: array<f32, D>;                   // k(p), v(p) as the cache will hold them
 var<workgroup> new_value: array<f32, D>;
 var<private> new_position: u32 = 0xffffffffu;            // p where this part holds it; no key matches otherwise
 
 // q_row = q of (token, head) row `row` normalised and rotated; where holds_position, k(p) and v(p) too.
 // Called from uniform control flow (it has barriers).
-fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: bool, lid: u32) {
+fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: bool, tid: u32) {
     let head = row % HEADS;
     let q_src = t * Q_STRIDE + Q_OFFSET + head * D;
     let k_src = t * K_STRIDE + K_OFFSET + kv_head * D;
-    if (lid < NORM_LANES) {
-        var sums = vec2<f32>(0.0, 0.0);
-        for (var i = lid; i < D; i += NORM_LANES) {
+    var sums = vec2<f32>(0.0, 0.0);
+    if (tid < NORM_LANES) {
+        for (var i = tid; i < D; i += NORM_LANES) {
             let x = q[q_src + i];
             sums.x += x * x;
             if (holds_position) {
@@ -45,17 +44,10 @@ fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: boo
                 sums.y += y * y;
             }
         }
-        norm_sums[lid] = sums;
     }
-    workgroupBarrier();
-    for (var stride = NORM_LANES / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            norm_sums[lid] += norm_sums[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let q_inv_rms = head_inv_rms(norm_sums[0].x);
-    for (var i = 2u * lid; i < HALF; i += 2u * WG) {
+    sums = head_sums(sums, tid);  // attention/decode_${REDUCE}.wgsl
+    let q_inv_rms = head_inv_rms(sums.x);
+    for (var i = 2u * tid; i < HALF; i += 2u * WG) {
         let r = norm_rope_pairs(vec2<f32>(q[q_src + i], q[q_src + i + 1u]),
                                 vec2<f32>(q[q_src + i + HALF], q[q_src + i + HALF + 1u]),
                                 vec2<f32>(q_w[i], q_w[i + 1u]), vec2<f32>(q_w[i + HALF], q_w[i + HALF + 1u]),
@@ -69,10 +61,10 @@ fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: boo
         return;
     }
     new_position = position;
-    let k_inv_rms = head_inv_rms(norm_sums[0].y);
+    let k_inv_rms = head_inv_rms(sums.y);
     let stores = head % (HEADS / KV_HEADS) == HEADS / KV_HEADS - 1u;
     let dst = pool_row(rows[t].y, position) * KV_WIDTH + kv_head * D;
-    for (var i = 2u * lid; i < HALF; i += 2u * WG) {
+    for (var i = 2u * tid; i < HALF; i += 2u * WG) {
         let r = norm_rope_pairs(vec2<f32>(k[k_src + i], k[k_src + i + 1u]),
                                 vec2<f32>(k[k_src + i + HALF], k[k_src + i + HALF + 1u]),
                                 vec2<f32>(k_w[i], k_w[i + 1u]), vec2<f32>(k_w[i + HALF], k_w[i + HALF + 1u]),
@@ -89,7 +81,7 @@ fn load_query(row: u32, t: u32, kv_head: u32, position: u32, holds_position: boo
         }
     }
     let v_src = t * V_STRIDE + V_OFFSET + kv_head * D;
-    for (var i = 2u * lid; i < D; i += 2u * WG) {
+    for (var i = 2u * tid; i < D; i += 2u * WG) {
         let pair = vec2<f32>(v[v_src + i], v[v_src + i + 1u]);
         let rounded = cache_rounded(pair);
         new_value[i] = rounded.x;

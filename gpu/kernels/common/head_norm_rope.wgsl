@@ -4,11 +4,9 @@
 // The including kernel declares the overrides D, EPS and KV_F16 and the bindings
 // `rope: array<vec2<f32>>` ([n_ctx, D/2] (cos, sin)) and `k_cache`, `v_cache: array<u32>` (read_write).
 
+#include "common/norm_lanes.wgsl"
+
 const HALF: u32 = D / 2u;
-// Invocations that sum a row's squares, each every NORM_LANES-th value from its own index, before a
-// tree (common/row_sum_workgroup.wgsl's order): qk_norm_rope_store's workgroup size, which attention's
-// prologue follows to get its sums.
-const NORM_LANES: u32 = 64u;
 
 // 1 / rms of a head row of D values, from the sum of their squares.
 fn head_inv_rms(sum_of_squares: f32) -> f32 {
