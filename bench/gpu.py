@@ -146,7 +146,7 @@ def median_of(reps: int, run: Any, warm_ups: int = 1) -> float:
 
 
 def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dict[str, Any]:
-    hearth = HearthBench(path, max(batches))
+    hearth = HearthBench(path, max(batches, default=1))
     ids = prompt_ids(lambda text: hearth.model.tokenizer.encode(text, add_bos=True), PROMPT)
     short = ids[:BATCH_PROMPT]
     out: dict[str, Any] = {"detail": hearth.detail}
@@ -180,7 +180,7 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
         out[f"decode_x{b}_tok_s"] = b * NEW / median_of(reps, lambda b=b: hearth.batched_decode_s(short, b, NEW))
         print(f"hearth: {b} streams: {out[f'decode_x{b}_tok_s']:.0f} tok/s", flush=True)
     if profile:
-        out["profile"] = hearth.profile(ids, max(batches))
+        out["profile"] = hearth.profile(ids, max(batches, default=1))
         print(out["profile"], out["profile_int8_prefill"], out["profile_int8_decode"], sep="\n", flush=True)
     return out
 
@@ -293,7 +293,7 @@ def main() -> int:
         from gpu.ops import transformer
 
         transformer.ATTENTION_GROUPS = args.attention_groups
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = [int(b) for b in args.batches.split(",") if b]  # "" : single-stream figures only
     report: dict[str, Any] = {}
     for path in args.models:
         results: dict[str, dict[str, Any]] = {}

@@ -141,12 +141,24 @@ def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: Qu
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:
-    """matmul_tile for matmul/tiles_i8.wgsl (8 rows a thread, 32-value chunks), or None where it has no tile:
-    steps of up to 32 tokens, whose f32 tiles have too few threads for a load per row and token."""
+    """matmul_tile's tile for matmul/tiles_i8.wgsl (8 rows a thread, 32-value chunks), or None where it has no
+    tile: steps of up to 32 tokens, whose f32 tiles have too few threads for a load per row and token.
+
+    The int8 tiles split k less than the f32 ones: only where the tiles alone make fewer than _INT8_FEW_GROUPS
+    workgroups, then until there are _INT8_SPLIT_GROUPS. Measured on an H100 (.bench/s9_tiles.py, 4B shapes at
+    512 tokens, 128 x 64 tiles, us): q|k|v 2560 x 4096 230 unsplit against 312 in 8 parts (matmul_tile's
+    split), o 2048 x 2560 158 in 4 parts against 181 in 8 and 176 in 2, Q4_K down 10240 x 2560 657 in 4
+    against 668 in 8 (Q6_K 585 against 599). The 270M's and 1B's shapes get the same splits as before."""
     if t_max <= 32:
         return None
-    tile = matmul_tile(k, n_cols, t_max, glu)
-    return tile._replace(thread_rows=8, k_chunk=32)
+    tile = matmul_tile(k, n_cols, t_max, glu)._replace(thread_rows=8, k_chunk=32, split=1)
+    groups = tile.groups(n_cols, t_max, glu)
+    split = 1
+    if not glu and groups < _INT8_FEW_GROUPS:
+        while (groups * split < _INT8_SPLIT_GROUPS and split < _MATMUL_MAX_SPLIT and k % (64 * split) == 0
+               and k // (2 * split) >= _MATMUL_PART and 2 * split * t_max * n_cols * 4 <= _MATMUL_MAX_PARTS_BYTES):
+            split *= 2
+    return tile._replace(split=split)
 
 
 def _uses_int8(weight: QuantWeight, plan: "_Plan", t_max: int, n_cols: int, glu: bool) -> bool:
@@ -313,6 +325,8 @@ class MatmulTile(NamedTuple):
 
 
 _MATMUL_MIN_GROUPS = 128  # workgroups wanted (about one per H100/H200 SM) before k is split further
+_INT8_FEW_GROUPS = 256  # int8 tiles: fewer workgroups than this (about two an SM) split k ...
+_INT8_SPLIT_GROUPS = 512  # ... into parts until there are this many
 _MATMUL_MAX_SPLIT = 8
 _MATMUL_PART = 256  # k values per split part wanted (parts of 256 to 511 values)
 _MATMUL_MIN_PART = 128  # k values a part keeps at least

@@ -149,6 +149,9 @@ def test_int8_tile_choice() -> None:
                     tile = matmul_ops.int8_tile(k, n, t_max, glu)
                     assert tile is not None and k % (32 * tile.split) == 0
                     assert tile.rows % 32 == 0 and tile.rows + tile.tokens <= tile.threads <= 256
+                    # k is split only where the tiles alone leave the GPU few workgroups
+                    if glu or tile._replace(split=1).groups(n, t_max, glu) >= matmul_ops._INT8_FEW_GROUPS:
+                        assert tile.split == 1
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
