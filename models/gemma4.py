@@ -45,7 +45,15 @@ from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import gemma4 as g4
 from gpu.ops import transformer as ops
 from gpu.ops.attention_prompt import attention_prompt
-from gpu.ops.matmul import embedding, linear, linear_glu
+from gpu.ops.matmul import (
+    QuantisedActivation,
+    embedding,
+    linear,
+    linear_glu,
+    quantised_activation,
+    quantises_ffn_input,
+    quantises_glu_output,
+)
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
@@ -291,7 +299,12 @@ class Gemma4:
             a = self._attention(b, w, i, h, pool, rows, t, prompt=t > r_max)
             o = b.activation(f"o{i}", (t, c.d_model))
             linear(b, w.o, a, o, t)
-            h2 = b.activation(f"h2_{i}", (t, c.d_model))
+            h2: Tensor | QuantisedActivation
+            if len(w.gate_up) == 1 and quantises_ffn_input(b, w.gate_up[0][0], t):
+                # int8 activations: normalised and quantised once for an int8 gate-up (as Gemma 3's)
+                h2 = quantised_activation(b, f"h2_{i}", t, c.d_model)
+            else:
+                h2 = b.activation(f"h2_{i}", (t, c.d_model))
             ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, h2, c.eps)  # x += ..., h2 = norm(x)
             y = self._feed_forward(b, w, i, x, h2, t)
             last = i + 1 == c.n_layers
@@ -365,11 +378,16 @@ class Gemma4:
                head_dim=c.head_dims[i], window=c.window if sliding else 0, scale=1.0)
         return a
 
-    def _feed_forward(self, b: ProgramBuilder, w: LayerWeights, i: int, x: Tensor, h2: Tensor, t_max: int,
-                      ) -> Tensor:
-        """The block's feed-forward output before post_ffw_norm: the GeGLU MLP, plus the experts in MoE layers."""
+    def _feed_forward(self, b: ProgramBuilder, w: LayerWeights, i: int, x: Tensor, h2: Tensor | QuantisedActivation,
+                      t_max: int) -> Tensor:
+        """The block's feed-forward output before post_ffw_norm: the GeGLU MLP, plus the experts in MoE layers.
+        h2 may be quantised (int8 activations), and the GLU's output is where an int8 down pays for it."""
         c = self.config
-        act = b.activation(f"act{i}", (t_max, c.d_ffn[i]))
+        act: Tensor | QuantisedActivation
+        if len(w.gate_up) == 1 and quantises_glu_output(b, w.gate_up[0][0], w.down, t_max):
+            act = quantised_activation(b, f"act{i}", t_max, c.d_ffn[i])
+        else:
+            act = b.activation(f"act{i}", (t_max, c.d_ffn[i]))
         if len(w.gate_up) == 1:  # gelu_tanh(h2 Wgate) * (h2 Wup) in one dispatch
             linear_glu(b, w.gate_up[0][0], h2, act, t_max)
         else:

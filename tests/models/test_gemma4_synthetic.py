@@ -31,3 +31,44 @@ def test_e2b_shaped_file_loads_and_runs(tmp_path: Path, monkeypatch: pytest.Monk
     assert logits.shape == (len(VOCAB),) and np.isfinite(logits).all()
     assert np.isfinite(session.decode(int(logits.argmax()))).all()
     session.close()
+
+
+def test_e2b_int8_feed_forward_stays_near_the_exact_logits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """int8_activations' decode feed-forward in Gemma 4's dense layers, on the GPU kernels (run here on lavapipe
+    with the adapter taken for a GPU and the size threshold lifted, as tests/models/test_engine.py does for Gemma
+    3): the residual norm writes the gate-up's input quantised, the gate-up its output, the down reads it. Fed
+    the same tokens, the logits stay within 1 - cosine <= 1e-5 of the exact path's. Why that bound: in this
+    random-weight model the feed-forward moves the logits little (its output is RMS-normalised before the
+    residual add), so 8-bit activations moved them by 1 - cosine ~3e-7 here, while a layout bug of the kind the
+    path could have (two values of each quad swapped in the quantised input) moved them by ~1e-3; the bound sits
+    more than an order of magnitude from each. (The kernels' own numerics: tests/gpu/test_matmul_i8.py.)"""
+    from gpu.device import Device
+    from gpu.ops import matmul as matmul_ops
+
+    tokenizer = write_gguf(FIXTURES["e2b"], tmp_path / "tokenizer.gguf", "q8_0", "llamacpp")
+    small = dict(synthetic.GEMMA4_E2B, d=256, head_dim=128, global_head_dim=256, heads=2, ffn=256, ple=256,
+                 vocab=len(VOCAB))
+    monkeypatch.setattr(synthetic, "GEMMA4_E2B", small)
+    path = tmp_path / "e2b.gguf"
+    synthetic.gemma4_e2b_shape(tokenizer, path, seed=0, layers=10)
+    exact = load_text_model(str(path), context_length=256, max_batch=1)
+    monkeypatch.setattr(Device, "is_software", property(lambda self: False))
+    monkeypatch.setattr(matmul_ops, "INT8_MATVEC_MIN_VALUES", 0)
+    int8 = load_text_model(str(path), context_length=256, max_batch=1, int8_activations=True)
+    prompt = [2, 300, 301, 302, 303, 304, 305]
+    session, reference = int8.new_session(), exact.new_session()
+    try:
+        pairs = [(session.prefill(prompt), reference.prefill(prompt))]
+        for _ in range(4):
+            token = int(pairs[-1][1].argmax())
+            pairs.append((session.decode(token), reference.decode(token)))
+        labels = [d.label for d in int8.engine().program(1, 1).dispatches]
+    finally:
+        session.close()
+        reference.close()
+    assert any(label.startswith("residual_norm_q8[") for label in labels), "no residual norm quantised"
+    assert any(",q8,q8_buffer]" in label for label in labels), "no gate-up read and wrote quantised activations"
+    assert any(label.endswith(",row,q8_buffer]") for label in labels), "no down projection read a quantised input"
+    for step, (got, want) in enumerate(pairs):
+        cosine = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
+        assert 1.0 - cosine <= 1e-5, f"step {step}: cosine {cosine}"
