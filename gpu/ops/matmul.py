@@ -149,7 +149,7 @@ def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile 
     512 tokens, 128 x 64 tiles, us): q|k|v 2560 x 4096 230 unsplit against 312 in 8 parts (matmul_tile's
     split), o 2048 x 2560 158 in 4 parts against 181 in 8 and 176 in 2, Q4_K down 10240 x 2560 657 in 4
     against 668 in 8 (Q6_K 585 against 599). At 512 tokens the 270M's and 1B's shapes keep matmul_tile's splits;
-    at 2048 fewer of them split (not measured there)."""
+    at other token counts some of them split less (not measured there)."""
     if t_max <= 32:
         return None
     tile = matmul_tile(k, n_cols, t_max, glu)._replace(thread_rows=8, k_chunk=32, split=1)
