@@ -14,14 +14,20 @@ from scripts import make_synthetic_gguf as synthetic
 from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf
 
 
-def test_e2b_shaped_file_loads_and_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def small_e2b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An E2B-shaped file at the small widths and 10 layers of the module docstring."""
     tokenizer = write_gguf(FIXTURES["e2b"], tmp_path / "tokenizer.gguf", "q8_0", "llamacpp")
     small = dict(synthetic.GEMMA4_E2B, d=256, head_dim=128, global_head_dim=256, heads=2, ffn=256, ple=256,
                  vocab=len(VOCAB))
     monkeypatch.setattr(synthetic, "GEMMA4_E2B", small)
     path = tmp_path / "e2b.gguf"
     synthetic.gemma4_e2b_shape(tokenizer, path, seed=0, layers=10)
-    model = load_text_model(str(path), context_length=256, max_batch=2)
+    return path
+
+
+def test_e2b_shaped_file_loads_and_runs(small_e2b: Path) -> None:
+    model = load_text_model(str(small_e2b), context_length=256, max_batch=2)
     c = model.arch.config
     assert (c.n_layers, c.n_shared_kv, c.d_ple) == (10, 5, 256)
     assert c.sliding == (True, True, True, True, False) * 2
@@ -33,7 +39,7 @@ def test_e2b_shaped_file_loads_and_runs(tmp_path: Path, monkeypatch: pytest.Monk
     session.close()
 
 
-def test_e2b_int8_feed_forward_stays_near_the_exact_logits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_e2b_int8_feed_forward_stays_near_the_exact_logits(small_e2b: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """int8_activations' decode feed-forward in Gemma 4's dense layers, on the GPU kernels (run here on lavapipe
     with the adapter taken for a GPU and the size threshold lifted, as tests/models/test_engine.py does for Gemma
     3): the residual norm writes the gate-up's input quantised, the gate-up its output, the down reads it. Fed
@@ -45,16 +51,10 @@ def test_e2b_int8_feed_forward_stays_near_the_exact_logits(tmp_path: Path, monke
     from gpu.device import Device
     from gpu.ops import matmul as matmul_ops
 
-    tokenizer = write_gguf(FIXTURES["e2b"], tmp_path / "tokenizer.gguf", "q8_0", "llamacpp")
-    small = dict(synthetic.GEMMA4_E2B, d=256, head_dim=128, global_head_dim=256, heads=2, ffn=256, ple=256,
-                 vocab=len(VOCAB))
-    monkeypatch.setattr(synthetic, "GEMMA4_E2B", small)
-    path = tmp_path / "e2b.gguf"
-    synthetic.gemma4_e2b_shape(tokenizer, path, seed=0, layers=10)
-    exact = load_text_model(str(path), context_length=256, max_batch=1)
+    exact = load_text_model(str(small_e2b), context_length=256, max_batch=1)
     monkeypatch.setattr(Device, "is_software", property(lambda self: False))
     monkeypatch.setattr(matmul_ops, "INT8_MATVEC_MIN_VALUES", 0)
-    int8 = load_text_model(str(path), context_length=256, max_batch=1, int8_activations=True)
+    int8 = load_text_model(str(small_e2b), context_length=256, max_batch=1, int8_activations=True)
     prompt = [2, 300, 301, 302, 303, 304, 305]
     session, reference = int8.new_session(), exact.new_session()
     try:
