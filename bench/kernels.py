@@ -19,10 +19,10 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
     python bench/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row
     python bench/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
 
-The sweep times many short passes with compilation between them: an idle GPU may not raise its
-clocks for them (on an H200 most shapes read about 5x slower in the sweep than in the kernel
-benchmark right after it), so compare its figures with each other only, and confirm the fastest
-with the kernel benchmark (--tiles).
+The sweep times many short passes with compilation between them: an idle GPU lowers its clocks
+(on an H200 most shapes read about 5x slower in the sweep than in the kernel benchmark right after
+it), so every measurement now follows WARM_S of untimed passes; still, compare the sweep's figures
+with each other, and confirm the fastest with the kernel benchmark (--tiles).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ MODELS = {
 MIX = {"q": Q.Q5_0, "k": Q.Q5_0, "v": Q.Q8_0, "o": Q.Q4_K, "gate_up": Q.Q5_0, "down": Q.Q6_K, "output": Q.Q8_0}
 ROTATE_BYTES = 256 << 20  # decode weights are copied until they exceed this (past any L2)
 TARGET_PASS_S = 0.01  # GPU time per timed pass
+WARM_S = 0.2  # seconds of untimed passes before each measurement (clocks up)
 # tile shapes for --sweep (BT, BR, RR, BK), each with k split in 1, 2, 4 (and 8 where K >= 2048)
 SWEEP_TILES = [(64, 128, 8, 32), (32, 128, 8, 16), (128, 64, 8, 32), (64, 64, 8, 32), (32, 64, 8, 16), (16, 64, 8, 16),
                (64, 64, 4, 32), (32, 64, 4, 32), (16, 64, 4, 16)]
@@ -121,10 +122,15 @@ class Bench:
         return gpu, time.perf_counter() - start
 
     def time(self, program: Program, calls: int, n_tokens: int) -> tuple[float, float]:
-        """(GPU, wall) microseconds per call of a program holding `calls` calls."""
-        gpu, wall = self._pass(program, 1, n_tokens)  # warm-up and estimate
+        """(GPU, wall) microseconds per call of a program holding `calls` calls, after WARM_S of passes: an
+        idle GPU (pipelines compiling between shapes) lowers its clocks, and an H100's first passes after one
+        read up to 4x slower than the same passes later (session 10's --wide-sweep before this warm-up)."""
+        gpu, wall = self._pass(program, 1, n_tokens)  # estimate
         once = gpu if gpu == gpu else wall
         reps = max(1, min(1000, math.ceil(TARGET_PASS_S / max(once, 1e-6))))
+        warm_until = time.perf_counter() + WARM_S
+        while time.perf_counter() < warm_until:
+            self._pass(program, reps, n_tokens)
         runs = [self._pass(program, reps, n_tokens) for _ in range(3)]
         per_call = 1e6 / (reps * calls)
         return (statistics.median(r[0] for r in runs) * per_call, statistics.median(r[1] for r in runs) * per_call)
@@ -146,14 +152,17 @@ def glu_unfused(linear_fn: Callable) -> Callable:
     return record
 
 
-def generic_matvec(record: Callable[[ProgramBuilder, int], None]) -> Callable[[ProgramBuilder, int], None]:
-    """record, with K-quant matvecs through the generic matvec.wgsl instead of their own (matvec_q4_k...)."""
+def with_setting(record: Callable[[ProgramBuilder, int], None], setting: str, value: bool,
+                 ) -> Callable[[ProgramBuilder, int], None]:
+    """record, with a gpu.ops.matmul switch (WIDE_MATVEC: K-quant matvecs through their own kernels; ROW_PAIRS:
+    their threads taking two rows where there is no GLU) set to value while it records."""
     def recorded(b: ProgramBuilder, c: int) -> None:
-        matmul_ops.WIDE_MATVEC = False
+        before = getattr(matmul_ops, setting)
+        setattr(matmul_ops, setting, value)
         try:
             record(b, c)
         finally:
-            matmul_ops.WIDE_MATVEC = True
+            setattr(matmul_ops, setting, before)
     return recorded
 
 
@@ -179,7 +188,10 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
         n_out, flops, weight_bytes = n, 2 * t * k * n, weights[0].nbytes
     if qtype in matmul_ops.WIDE_MATVEC_KERNELS and t <= matmul_ops.MATVEC_MAX_TOKENS and not args.wide_sweep:
-        variants |= {f"{name} generic": generic_matvec(record) for name, record in variants.items()}
+        if qtype in matmul_ops.ROW_PAIRS_KERNELS and op != "gate_up" and k >= matmul_ops.ROW_PAIRS_MIN_K:
+            variants["linear unpaired"] = with_setting(variants["linear"], "ROW_PAIRS", False)
+        variants |= {f"{name} generic": with_setting(record, "WIDE_MATVEC", False) for name, record in variants.items()
+                     if name in ("linear", "glu fused", "glu unfused")}
     moved = weight_bytes + 4 * t * (k + n_out)
     base = None
     for name, record in variants.items():

@@ -14,8 +14,9 @@
 //
 // Work split: as matvec.wgsl, TPR threads per row, ROWS rows per workgroup; lane l of a row takes
 // units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8 lanes of a
-// block read its 128 quant bytes as one contiguous span. (Threads taking 2 to 8 rows each, so that
-// one x load serves them all, measured slower on an H100 at every split.) Entry points:
+// block read its 128 quant bytes as one contiguous span. With PAIRS (long rows: row_pairs_shape in
+// gpu/ops/matmul.py) a thread also takes the row ROWS further on the same loads of x, 32 values of which
+// cost 8 vec4 loads against the weight's one. Entry points:
 // matvec/${ENTRY}.wgsl (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's
 // whole_rows).
 #include "matvec/constants.wgsl"
@@ -28,7 +29,6 @@
 const BLOCK_WORDS4: u32 = 9u;                     // 144 bytes
 const ROW_WORDS4: u32 = K / 256u * BLOCK_WORDS4;
 const UNITS_PER_ROW: u32 = K / 32u;               // 16 quant bytes = 32 values each
-const UP_WORDS4: u32 = N_ROWS * ROW_WORDS4 * GLU;
 
 @group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;
 
@@ -66,8 +66,8 @@ fn unit_dot(q: vec4<u32>, s: vec4<f32>, u: UnitX) -> f32 {
     return s.x * qx_lo - s.y * u.sum_lo + s.z * qx_hi - s.w * u.sum_hi;
 }
 
-// This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
-// GLU, the up row's at [T_MAX + t]).
+// This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with a
+// second row, GLU's up row or PAIRS' row ROWS further, its at [T_MAX + t]: the same x serves both).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     var acc: array<f32, OUTS>;
     let row = first_row + slot;
@@ -76,6 +76,9 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
         return acc;
     }
     let row_base = (FIRST_ROW + row) * ROW_WORDS4;
+    // a pair row past the shard reads the last row again; store_row drops its sums
+    let second_row = select(min(row + ROWS, N_ROWS - 1u), row + N_ROWS, GLU == 1u);
+    let second_base = (FIRST_ROW + second_row) * ROW_WORDS4;
     for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
         let block = u / 8u;
         let part = u % 8u;
@@ -83,19 +86,20 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
         let at = row_base + block * BLOCK_WORDS4;
         let q = weight[at + 1u + part];  // quant bytes 16 + 32 j + 16 (part % 2)
         let s = unit_scales(weight[at], j);
-        var q_up = vec4<u32>();
-        var s_up = vec4<f32>();
-        if (GLU == 1u) {
-            q_up = weight[at + UP_WORDS4 + 1u + part];
-            s_up = unit_scales(weight[at + UP_WORDS4], j);
+        var q_2 = vec4<u32>();
+        var s_2 = vec4<f32>();
+        if (SECOND == 1u) {
+            let at_2 = second_base + block * BLOCK_WORDS4;
+            q_2 = weight[at_2 + 1u + part];
+            s_2 = unit_scales(weight[at_2], j);
         }
         let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
         for (var t = 0u; t < T_MAX; t++) {
             if (t < n) {
                 let xu = unit_x((t * K + first) / 4u);
                 acc[t] += unit_dot(q, s, xu);
-                if (GLU == 1u) {
-                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(q_up, s_up, xu);
+                if (SECOND == 1u) {
+                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(q_2, s_2, xu);
                 }
             }
         }

@@ -71,6 +71,10 @@ _SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CP
 # sub-block (GPU adapters), rather than matvec.wgsl's 16-value dequant16; bench/kernels.py times both.
 WIDE_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k", GGMLQuantizationType.Q6_K: "matvec_q6_k"}
 WIDE_MATVEC = True
+# Wide matvecs whose threads may take two rows on one load of x (row_pairs_shape), and the switch (benchmarks).
+ROW_PAIRS_KERNELS = {GGMLQuantizationType.Q4_K}
+ROW_PAIRS = True
+ROW_PAIRS_MIN_K = 6144  # rows at least this long (Gemma's down projections)
 
 
 # Weight types whose GPU matmuls can run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks):
@@ -276,6 +280,23 @@ def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: boo
     return matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1))
 
 
+def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> MatvecShape | None:
+    """The split of a wide matvec (no GLU, f32 output) whose threads each take two rows, ROWS apart, on the same
+    loads of x (PAIRS in kernels/matvec/constants.wgsl), or None where single rows are faster. A unit of 32
+    values costs 8 vec4 loads of x against one of the weight, so on long rows the loads of x bound the kernel;
+    the pairs take twice the threads a row (up to 64) and half the rows a workgroup. Measured on an H100
+    (bench/kernels.py, one run, in us, single rows -> pairs): the 4B's Q4_K down 10240 x 2560 22.9 -> 18.5 at
+    one token, 140.8 -> 99.4 at 8; the 1B's 6912 x 1152 (already at 64 threads a row) 11.0 -> 11.5 at one
+    token, 56.6 -> 46.7 at 8; shorter rows slower: q 2560 x 2048 7.9 -> 8.8, o 2048 x 2560 8.0 -> 8.6. End to
+    end on the 4B's shapes (bench/gpu.py, against the tree before in one call): decode 266 -> 273 tok/s, after
+    512 tokens 262 -> 268, 8 streams 449 -> 467."""
+    if not (ROW_PAIRS and weight.qtype in ROW_PAIRS_KERNELS and weight.k >= ROW_PAIRS_MIN_K):
+        return None
+    if t_max == 1 and shape.tpr >= 64:
+        return None
+    return MatvecShape(min(64, 2 * shape.tpr), max(1, shape.rows // 2))
+
+
 def int8_matvec_shape(k: int, n_rows: int, glu: bool) -> MatvecShape:
     """matvec_shape for the int8 matvecs (INT8_MATVEC_KERNELS, 32-value units): up to 4 units a thread, their
     arithmetic being light (H200, Gemma 3 4B shapes, the input quantised beforehand: Q4_K gate-up 2560 x 2 x
@@ -460,8 +481,14 @@ def _matvec_dispatch(
         name, shape = "matvec", matvec_shape(weight.k, n_rows)
     if q8_output and shape.rows % 32:
         shape = MatvecShape(min(shape.tpr, _MATVEC_THREADS // 32), 32)
-    constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows, "STORE": "q8" if q8_output else "row"}
-    return name, constants, -(-n_rows // shape.rows)
+    paired = None
+    if name in WIDE_MATVEC_KERNELS.values() and not glu and not q8_output:
+        paired = row_pairs_shape(weight, t_max, shape)
+    pairs = paired is not None
+    shape = paired or shape
+    constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows, "STORE": "q8" if q8_output else "row",
+                 "PAIRS": int(pairs)}
+    return name, constants, -(-n_rows // (shape.rows * (2 if pairs else 1)))
 
 
 def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int, glu: bool) -> tuple[MatmulTile, bool]:

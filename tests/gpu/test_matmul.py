@@ -130,6 +130,22 @@ def test_matvec_k_quant_kernels(ex: Executor, qtype: Q, wide: bool, tokens: int,
                subgroups=ex.device.has("subgroup"), whole_rows=False)
 
 
+@pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+def test_matvec_row_pairs(ex: Executor, subgroups: bool, tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Q4_K rows two a thread on one load of x (PAIRS, row_pairs_shape), made to apply at K = 2560: 45 rows, so
+    that the last workgroup's pair rows fall past the shard (read clamped, not stored) and one slot has no row."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    monkeypatch.setattr(matmul_ops, "ROW_PAIRS_MIN_K", 2560)
+    shapes: list[matmul_ops.MatvecShape | None] = []
+    choose = matmul_ops.row_pairs_shape
+    monkeypatch.setattr(matmul_ops, "row_pairs_shape", lambda *args: shapes.append(choose(*args)) or shapes[-1])
+    run_linear(ex, Q.Q4_K, 2560, 45, tokens, tokens, seed=21, kernel=LinearKernel.MATVEC, subgroups=subgroups,
+               whole_rows=False)
+    assert shapes and all(shape is not None for shape in shapes), "the matvec did not take rows in pairs"
+
+
 def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float,
                         ) -> tuple[matmul_ops.NormedInput, np.ndarray, np.ndarray]:
     """A NormedInput of t random rows of k values, and in float64 what it computes: the residual r (written to

@@ -11,9 +11,12 @@ override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
 override TPR: u32 = 32u;       // threads per row, a power of two
 override ROWS: u32 = 8u;       // rows per workgroup
 override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
+override PAIRS: u32 = 0u;      // 1 (not with GLU): a thread also takes the row ROWS further, on the same x
 
 const WG: u32 = TPR * ROWS;
-const OUTS: u32 = T_MAX * (1u + GLU);  // sums per row: [token] (gate), then [token] of the up row
+const ROW_SPAN: u32 = ROWS * (1u + PAIRS);   // rows per workgroup
+const SECOND: u32 = GLU + PAIRS;             // 1: a thread's units have a second row (up, or pair)
+const OUTS: u32 = T_MAX * (1u + SECOND);     // sums per row: [token] (gate), then [token] of the second row
 
 @group(0) @binding(0) var<uniform> step: Step;
 

@@ -15,7 +15,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32,
         @builtin(num_subgroups) n_sg: u32) {
     let workgroup = wid.x + wid.y * nwg.x;
-    let first_row = workgroup * ROWS;
+    let first_row = workgroup * ROW_SPAN;
     if (first_row >= N_ROWS) {
         return;
     }

@@ -9,7 +9,7 @@ var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let workgroup = wid.x + wid.y * nwg.x;
-    let first_row = workgroup * ROWS;
+    let first_row = workgroup * ROW_SPAN;
     if (first_row >= N_ROWS) {
         return;
     }
