@@ -188,7 +188,8 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
         n_out, flops, weight_bytes = n, 2 * t * k * n, weights[0].nbytes
     if qtype in matmul_ops.WIDE_MATVEC_KERNELS and t <= matmul_ops.MATVEC_MAX_TOKENS and not args.wide_sweep:
-        if qtype in matmul_ops.ROW_PAIRS_KERNELS and op != "gate_up" and k >= matmul_ops.ROW_PAIRS_MIN_K:
+        if (matmul_ops.WIDE_MATVEC_KERNELS[qtype] in matmul_ops.ROW_PAIRS_KERNELS and op != "gate_up"
+                and k >= matmul_ops.ROW_PAIRS_MIN_K):
             variants["linear unpaired"] = with_setting(variants["linear"], "ROW_PAIRS", False)
         variants |= {f"{name} generic": with_setting(record, "WIDE_MATVEC", False) for name, record in variants.items()
                      if name in ("linear", "glu fused", "glu unfused")}

@@ -71,8 +71,9 @@ _SOFTWARE_MIN_GROUPS = 8  # whole-row matvec: workgroups wanted (two to a few CP
 # sub-block (GPU adapters), rather than matvec.wgsl's 16-value dequant16; bench/kernels.py times both.
 WIDE_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k", GGMLQuantizationType.Q6_K: "matvec_q6_k"}
 WIDE_MATVEC = True
-# Wide matvecs whose threads may take two rows on one load of x (row_pairs_shape), and the switch (benchmarks).
-ROW_PAIRS_KERNELS = {GGMLQuantizationType.Q4_K}
+# The matvec kernels that implement PAIRS (threads taking two rows on one load of x, see row_pairs_shape), and
+# the switch (benchmarks).
+ROW_PAIRS_KERNELS = {"matvec_q4_k"}
 ROW_PAIRS = True
 ROW_PAIRS_MIN_K = 6144  # rows at least this long (Gemma's down projections)
 
@@ -281,16 +282,16 @@ def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: boo
 
 
 def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> MatvecShape | None:
-    """The split of a wide matvec (no GLU, f32 output) whose threads each take two rows, ROWS apart, on the same
-    loads of x (PAIRS in kernels/matvec/constants.wgsl), or None where single rows are faster. A unit of 32
-    values costs 8 vec4 loads of x against one of the weight, so on long rows the loads of x bound the kernel;
+    """The split of a ROW_PAIRS_KERNELS matvec (no GLU, f32 output) whose threads each take two rows, ROWS apart,
+    on the same loads of x (PAIRS in kernels/matvec/constants.wgsl), or None where single rows are faster. A unit
+    of 32 values costs 8 vec4 loads of x against one of the weight, so on long rows the loads of x bound it;
     the pairs take twice the threads a row (up to 64) and half the rows a workgroup. Measured on an H100
     (bench/kernels.py, one run, in us, single rows -> pairs): the 4B's Q4_K down 10240 x 2560 22.9 -> 18.5 at
     one token, 140.8 -> 99.4 at 8; the 1B's 6912 x 1152 (already at 64 threads a row) 11.0 -> 11.5 at one
     token, 56.6 -> 46.7 at 8; shorter rows slower: q 2560 x 2048 7.9 -> 8.8, o 2048 x 2560 8.0 -> 8.6. End to
     end on the 4B's shapes (bench/gpu.py, against the tree before in one call): decode 266 -> 273 tok/s, after
     512 tokens 262 -> 268, 8 streams 449 -> 467."""
-    if not (ROW_PAIRS and weight.qtype in ROW_PAIRS_KERNELS and weight.k >= ROW_PAIRS_MIN_K):
+    if not (ROW_PAIRS and weight.k >= ROW_PAIRS_MIN_K):
         return None
     if t_max == 1 and shape.tpr >= 64:
         return None
@@ -482,7 +483,7 @@ def _matvec_dispatch(
     if q8_output and shape.rows % 32:
         shape = MatvecShape(min(shape.tpr, _MATVEC_THREADS // 32), 32)
     paired = None
-    if name in WIDE_MATVEC_KERNELS.values() and not glu and not q8_output:
+    if name in ROW_PAIRS_KERNELS and not glu and not q8_output:
         paired = row_pairs_shape(weight, t_max, shape)
     pairs = paired is not None
     shape = paired or shape
