@@ -47,6 +47,7 @@ from gpu.ops import matmul as matmul_ops  # noqa: E402
 from gpu.ops.matmul import linear, linear_glu  # noqa: E402
 from gpu.ops.transformer import gelu_mul  # noqa: E402
 from gpu.program import Executor, Program, ProgramBuilder, StepParams  # noqa: E402
+from gpu.tensor import Tensor  # noqa: E402
 from gpu.weights import QuantWeight, row_bytes, upload_weight  # noqa: E402
 
 # Gemma 3 text shapes (HF configs): hidden D, feed-forward F, q and kv widths, vocabulary
@@ -166,6 +167,15 @@ def with_setting(record: Callable[[ProgramBuilder, int], None], setting: str, va
     return recorded
 
 
+def normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int) -> matmul_ops.NormedInput:
+    """A NormedInput of t random rows of k values: the residual norm folded into the gate-up's prologue
+    (kernels/matvec/x_normed.wgsl), as a model's decode step runs it."""
+    def tensor(name: str, shape: tuple[int, ...], scale: float = 1.0) -> Tensor:
+        return ex.tensor(name, shape, data=(rng.standard_normal(shape) * scale).astype(np.float32))
+    return matmul_ops.NormedInput(tensor("block_out", (t, k), 3.0), tensor("w_post", (k,)), tensor("residual", (t, k)),
+                                  tensor("w_next", (k,)), ex.tensor("residual_out", (t, k)), 1e-6)
+
+
 def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: argparse.Namespace) -> list[dict]:
     """Rows of results for one op at one token count: each variant's time, GB/s and GFLOP/s."""
     ex = bench.ex
@@ -181,6 +191,9 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         variants["glu fused"] = lambda b, c: linear_glu(b, fused[c], x, y, t)
         unfused = glu_unfused(linear)
         variants["glu unfused"] = lambda b, c: unfused(b, gates[c], ups[c], x, y, t)
+        if not ex.device.is_software and matmul_ops._normed_input_fits(k, t):
+            normed = normed_input(ex, bench.rng, t, k)  # the input as a model's decode step makes it
+            variants["glu normed"] = lambda b, c: linear_glu(b, fused[c], normed, y, t)
         n_out, flops, weight_bytes = n, 2 * t * k * 2 * n, fused[0].nbytes
     else:
         weights = bench.weights(op, qtype, k, n, copies)
