@@ -290,7 +290,8 @@ def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> Matv
     one token, 140.8 -> 99.4 at 8; the 1B's 6912 x 1152 (already at 64 threads a row) 11.0 -> 11.5 at one
     token, 56.6 -> 46.7 at 8; shorter rows slower: q 2560 x 2048 7.9 -> 8.8, o 2048 x 2560 8.0 -> 8.6. End to
     end on the 4B's shapes (bench/gpu.py, against the tree before in one call): decode 266 -> 273 tok/s, after
-    512 tokens 262 -> 268, 8 streams 449 -> 467."""
+    512 tokens 262 -> 268, 8 streams 449 -> 467. Not for GLU: a gate-up thread on two gate rows and their up rows
+    measured slower at every split (H100, 4B 2560 x 2 x 10240: one token 29.6 -> 32.4 us, 8 tokens 159 -> 212)."""
     if not (ROW_PAIRS and weight.k >= ROW_PAIRS_MIN_K):
         return None
     if t_max == 1 and shape.tpr >= 64:
