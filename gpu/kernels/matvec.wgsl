@@ -36,6 +36,9 @@ fn dot16(w: mat4x4<f32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f
     return dot(w[0], x0) + dot(w[1], x1) + dot(w[2], x2) + dot(w[3], x3);
 }
 
+// Called by the entry point before prepare_x; this kernel loads its weights where it uses them.
+fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
+
 // This thread's share of row first_row + slot: the dot products of its groups with each token
 // ([t]; with GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {

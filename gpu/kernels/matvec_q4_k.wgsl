@@ -66,32 +66,63 @@ fn unit_dot(q: vec4<u32>, s: vec4<f32>, u: UnitX) -> f32 {
     return s.x * qx_lo - s.y * u.sum_lo + s.z * qx_hi - s.w * u.sum_hi;
 }
 
+// Word offsets of row first_row + slot and of its second row (GLU's up row, or PAIRS' row ROWS further; a pair
+// row past the shard reads the last row again, store_row drops its sums).
+fn row_bases(first_row: u32, slot: u32) -> vec2<u32> {
+    let row = first_row + slot;
+    let second_row = select(min(row + ROWS, N_ROWS - 1u), row + N_ROWS, GLU == 1u);
+    return vec2<u32>((FIRST_ROW + row) * ROW_WORDS4, (FIRST_ROW + second_row) * ROW_WORDS4);
+}
+
+// The weight words of a thread's next unit (quant bytes and block header, and its second row's), loaded one unit
+// ahead of the arithmetic: the first before the input's prologue (a normalised input takes two reductions and
+// three rounds of loads before any weight is needed), each next one before the current unit's arithmetic.
+var<private> next_q: vec4<u32>;
+var<private> next_h: vec4<u32>;
+var<private> next_q_2: vec4<u32>;
+var<private> next_h_2: vec4<u32>;
+
+fn load_unit(bases: vec2<u32>, u: u32) {
+    let block = (u / 8u) * BLOCK_WORDS4;
+    next_q = weight[bases.x + block + 1u + u % 8u];  // quant bytes 16 + 32 j + 16 (part % 2)
+    next_h = weight[bases.x + block];
+    if (SECOND == 1u) {
+        next_q_2 = weight[bases.y + block + 1u + u % 8u];
+        next_h_2 = weight[bases.y + block];
+    }
+}
+
+// Called by the entry point before prepare_x: this thread's first unit.
+fn prefetch_row(first_row: u32, slot: u32, lane: u32) {
+    if (first_row + slot < N_ROWS && lane < UNITS_PER_ROW) {
+        load_unit(row_bases(first_row, slot), lane);
+    }
+}
+
 // This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with a
 // second row, GLU's up row or PAIRS' row ROWS further, its at [T_MAX + t]: the same x serves both).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     var acc: array<f32, OUTS>;
-    let row = first_row + slot;
     let n = n_tokens();
-    if (row >= N_ROWS) {
+    if (first_row + slot >= N_ROWS) {
         return acc;
     }
-    let row_base = (FIRST_ROW + row) * ROW_WORDS4;
-    // a pair row past the shard reads the last row again; store_row drops its sums
-    let second_row = select(min(row + ROWS, N_ROWS - 1u), row + N_ROWS, GLU == 1u);
-    let second_base = (FIRST_ROW + second_row) * ROW_WORDS4;
+    let bases = row_bases(first_row, slot);
     for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
+        let q = next_q;
+        let h = next_h;
+        let q_2 = next_q_2;
+        let h_2 = next_h_2;
+        if (u + TPR < UNITS_PER_ROW) {
+            load_unit(bases, u + TPR);
+        }
         let block = u / 8u;
         let part = u % 8u;
         let j = part / 2u;
-        let at = row_base + block * BLOCK_WORDS4;
-        let q = weight[at + 1u + part];  // quant bytes 16 + 32 j + 16 (part % 2)
-        let s = unit_scales(weight[at], j);
-        var q_2 = vec4<u32>();
+        let s = unit_scales(h, j);
         var s_2 = vec4<f32>();
         if (SECOND == 1u) {
-            let at_2 = second_base + block * BLOCK_WORDS4;
-            q_2 = weight[at_2 + 1u + part];
-            s_2 = unit_scales(weight[at_2], j);
+            s_2 = unit_scales(h_2, j);
         }
         let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
         for (var t = 0u; t < T_MAX; t++) {

@@ -50,6 +50,9 @@ fn unit_dot(q: vec4<u32>, s: vec4<f32>, u: UnitX, with_min: bool) -> f32 {
     return s.x * u.d_lo.x * f32(lo) + s.z * u.d_hi.x * f32(hi) - mins;
 }
 
+// Called by the entry point before prepare_x; this kernel loads its weights where it uses them.
+fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
+
 // This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
 // GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {

@@ -58,6 +58,9 @@ fn unit_dot(block: u32, h: u32, l0: u32, u: UnitX) -> f32 {
     return q.d * dot(q.scales * u.d, vec4<f32>(qx));
 }
 
+// Called by the entry point before prepare_x; this kernel loads its weights where it uses them.
+fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
+
 // This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
 // GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {

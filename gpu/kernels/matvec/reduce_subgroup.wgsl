@@ -22,11 +22,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroup_sum_setup(sg_id, sg_lane, n_sg);  // for matvec/x_normed.wgsl's sums
     let full = n_sg * sg_size == WG;  // uniform
     let tid = select(lid, sg_id * sg_size + sg_lane, full);
+    let slot = tid / TPR;
+    let lane = tid % TPR;
+    prefetch_row(first_row, slot, lane);
     // matvec/x_${X_SOURCE}.wgsl: nothing, the normalised input, or the quantised one (by groups of 8 lanes)
     prepare_x(tid, workgroup, full && sg_size >= 8u);
     let segment = select(1u, min(TPR, sg_size), full);  // lanes of a row within one subgroup
-    let slot = tid / TPR;
-    let lane = tid % TPR;
     var acc = row_partial(first_row, slot, lane);
     for (var mask = segment / 2u; mask > 0u; mask >>= 1u) {
         for (var t = 0u; t < OUTS; t++) {

@@ -14,9 +14,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     workgroup_sum_setup(lid);  // for matvec/x_normed.wgsl's sums
-    prepare_x(lid, workgroup, false);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     let slot = lid / TPR;
     let lane = lid % TPR;
+    prefetch_row(first_row, slot, lane);
+    prepare_x(lid, workgroup, false);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     let acc = row_partial(first_row, slot, lane);
     for (var t = 0u; t < OUTS; t++) {
         partial[t * WG + lid] = acc[t];
