@@ -15,6 +15,7 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
     python bench/kernels.py                              # 270M shapes and types, T = 1 and 512
     python bench/kernels.py --models 270m,1b,4b --types q4_k,q6_k,q8_0 --torch
     python bench/kernels.py --sweep --json sweep.json    # matmul tiles and k splits, 270M prefill shapes
+    python bench/kernels.py --sweep --models 4b --types q4_k --sweep-tiles 128x64x8x32x4,128x128x8x16x8
     python bench/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
     python bench/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row
     python bench/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
@@ -61,9 +62,11 @@ MIX = {"q": Q.Q5_0, "k": Q.Q5_0, "v": Q.Q8_0, "o": Q.Q4_K, "gate_up": Q.Q5_0, "d
 ROTATE_BYTES = 256 << 20  # decode weights are copied until they exceed this (past any L2)
 TARGET_PASS_S = 0.01  # GPU time per timed pass
 WARM_S = 0.2  # seconds of untimed passes before each measurement (clocks up)
-# tile shapes for --sweep (BT, BR, RR, BK), each with k split in 1, 2, 4 (and 8 where K >= 2048)
-SWEEP_TILES = [(64, 128, 8, 32), (32, 128, 8, 16), (128, 64, 8, 32), (64, 64, 8, 32), (32, 64, 8, 16), (16, 64, 8, 16),
-               (64, 64, 4, 32), (32, 64, 4, 32), (16, 64, 4, 16)]
+# tile shapes for --sweep (BT, BR, RR, BK, TT), each with k split in 1, 2, 4 (and 8 where K >= 2048)
+SWEEP_TILES = [(64, 128, 8, 32, 4), (32, 128, 8, 16, 4), (128, 64, 8, 32, 4), (64, 64, 8, 32, 4), (32, 64, 8, 16, 4),
+               (16, 64, 8, 16, 4), (64, 64, 4, 32, 4), (32, 64, 4, 32, 4), (16, 64, 4, 16, 4),
+               (128, 128, 8, 16, 8), (128, 128, 8, 32, 8), (64, 128, 8, 32, 8), (128, 64, 8, 16, 8),
+               (64, 64, 8, 16, 8), (64, 64, 4, 16, 8)]
 
 
 def ops_of(model: str, types: list[Q] | None) -> list[tuple[str, int, int, Q]]:
@@ -262,11 +265,13 @@ def wide_sweep(bench: Bench, models: list[str], only: set[str], args: argparse.N
     return rows
 
 
-def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | None) -> list[dict]:
-    """Every tile of SWEEP_TILES in f16 and f32 on the models' prefill shapes (t tokens, the 270M's types)."""
+def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | None, types: list[Q] | None,
+          tiles: list[tuple[int, ...]]) -> list[dict]:
+    """Every tile of `tiles` (BT, BR, RR, BK, TT) on the models' prefill shapes (t tokens; types as ops_of takes
+    them, None: the 270M's), in f32, and in f16 too where matmul_ops.F16_TILES is on and the adapter has it."""
     rows = []
-    f16_options = [True, False] if bench.device.has("shader-f16") else [False]
-    shapes = [o for model in models for o in ops_of(model, None)]
+    f16_options = [True, False] if bench.device.has("shader-f16") and matmul_ops.F16_TILES else [False]
+    shapes = [o for model in models for o in ops_of(model, types)]
     shapes += [("gate", k, n, qtype) for op, k, n, qtype in shapes if op == "gate_up"]  # the unfused linears
     for op, k, n, qtype in shapes:
         if op == "output" or (only and op not in only):
@@ -276,7 +281,7 @@ def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | N
         w = bench.weights(op, qtype, k, 2 * n if glu else n, 1)[0]
         y = bench.ex.tensor("y", (t, n))
         for split in (1, 2, 4, 8):
-            for tile in [matmul_ops.MatmulTile(*v, split) for v in SWEEP_TILES]:
+            for tile in [matmul_ops.MatmulTile(*v[:4], split, *v[4:]) for v in tiles]:
                 if tile.problem(k, glu) or (split == 8 and k < 2048):
                     continue
                 for f16 in f16_options:
@@ -341,6 +346,8 @@ def main() -> None:
     parser.add_argument("--ops", default="", help="only these ops (q, k, v, o, gate_up, down, output)")
     parser.add_argument("--torch", action="store_true", help="also torch.matmul fp32 on CUDA")
     parser.add_argument("--sweep", action="store_true", help="tile shapes of the GPU matmul instead")
+    parser.add_argument("--sweep-tiles", default="", help="--sweep these tiles, e.g. 64x128x8x32x4,128x128x8x16x8 "
+                        "(BT x BR x RR x BK x TT) rather than SWEEP_TILES")
     parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k threads per row instead")
     parser.add_argument("--model", help="a GGUF: end-to-end prefill tok/s instead")
     parser.add_argument("--prompt-tokens", type=int, default=512)
@@ -358,12 +365,15 @@ def main() -> None:
         print(f"# {ex.device.name} ({ex.device.adapter_type}, {ex.device.backend}); features "
               f"{sorted(ex.device.features)}; timestamps: {bench.timestamps}", flush=True)
         only = set(filter(None, args.ops.split(",")))
+        types = None if args.types == "mix" else [Q[t.upper()] for t in args.types.split(",")]
         if args.wide_sweep:
             rows = wide_sweep(bench, args.models.split(","), only, args)
         elif args.sweep:
-            rows = sweep(bench, args.models.split(","), only, int(args.tokens.split(",")[-1]), args.json)
+            tiles = ([tuple(map(int, tile.split("x"))) for tile in args.sweep_tiles.split(",")] if args.sweep_tiles
+                     else SWEEP_TILES)
+            rows = sweep(bench, args.models.split(","), only, int(args.tokens.split(",")[-1]), args.json, types,
+                         tiles)
         else:
-            types = None if args.types == "mix" else [Q[t.upper()] for t in args.types.split(",")]
             rows = []
             for model in args.models.split(","):
                 for t in map(int, args.tokens.split(",")):

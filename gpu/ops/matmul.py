@@ -18,7 +18,7 @@ and stores gelu_tanh(g) * u):
   matvec/whole_rows.wgsl (four whole rows per thread, no reduction).
 - kernels/matvec_q8_0_rows.wgsl: decode of Q8_0 with K a multiple of 64 on software adapters
   (four whole rows per thread, block pairs read as aligned vec4 words).
-- kernels/matmul.wgsl: prefill. On GPUs matmul/tiles.wgsl: register tiles (4 tokens x 4 or 8 rows
+- kernels/matmul.wgsl: prefill. On GPUs matmul/tiles.wgsl: register tiles (4 or 8 tokens x 4 or 8 rows
   per thread) fed through workgroup memory in f32 (f16 tiles, where the adapter has "shader-f16",
   are tested but off: slower on an H200, see F16_TILES), the tile and k split picked by
   `matmul_tile`; a split's parts are added by kernels/matmul_reduce.wgsl. On software adapters
@@ -146,8 +146,9 @@ def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: Qu
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:
-    """matmul_tile's tile for matmul/tiles_i8.wgsl (8 rows a thread, 32-value chunks), or None where it has no
-    tile: steps of up to 32 tokens, whose f32 tiles have too few threads for a load per row and token.
+    """The tile of matmul/tiles_i8.wgsl (4 tokens x 8 rows a thread, 32-value chunks; 128 x 128 tiles of 512
+    threads measured slower, see the README), or None where it has no tile: steps of up to 32 tokens, whose
+    tiles have too few threads for a load per row and token.
 
     The int8 tiles split k less than the f32 ones: only where the tiles alone make fewer than _INT8_FEW_GROUPS
     workgroups, then until there are _INT8_SPLIT_GROUPS. Measured on an H100 (.bench/s9_tiles.py, 4B shapes at
@@ -157,7 +158,7 @@ def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile 
     at other token counts some of them split less (not measured there)."""
     if t_max <= 32:
         return None
-    tile = matmul_tile(k, n_cols, t_max, glu)._replace(thread_rows=8, k_chunk=32, split=1)
+    tile = _four_token_tile(n_cols, t_max, glu)._replace(thread_rows=8, k_chunk=32)
     groups = tile.groups(n_cols, t_max, glu)
     split = 1
     if not glu and groups < _INT8_FEW_GROUPS:
@@ -315,17 +316,18 @@ def software_matvec_threads(n_rows: int) -> int:
 
 
 class MatmulTile(NamedTuple):
-    """How the GPU matmul (kernels/matmul/tiles.wgsl) splits a dispatch: BT, BR, RR, BK and SPLIT."""
+    """How the GPU matmul (kernels/matmul/tiles.wgsl) splits a dispatch: BT, BR, RR, BK, SPLIT and TT."""
 
-    tokens: int  # tokens per workgroup (BT), a multiple of 4 (4 per thread)
+    tokens: int  # tokens per workgroup (BT), a multiple of TT
     rows: int  # weight rows per workgroup (BR); with GLU, half gate rows and their up rows
     thread_rows: int  # weight rows per thread (RR): 4, or 8 (the GLU needs 8)
     k_chunk: int  # k values per workgroup-memory chunk (BK), 16 or 32
     split: int = 1  # workgroups sharing a tile's k range (SPLIT), their parts added by matmul_reduce
+    thread_tokens: int = 4  # tokens per thread (TT): 4, or 8 (f32 tiles only; tiles_i8 takes 4)
 
     @property
     def threads(self) -> int:
-        return (self.tokens // 4) * (self.rows // self.thread_rows)
+        return (self.tokens // self.thread_tokens) * (self.rows // self.thread_rows)
 
     def storage_bytes(self, f16: bool) -> int:
         """Workgroup memory of the x and weight tiles."""
@@ -335,8 +337,12 @@ class MatmulTile(NamedTuple):
         """Why the kernel cannot take this tile for rows of k values, or None."""
         if self.thread_rows not in (4, 8) or (glu and self.thread_rows != 8):
             return "4 or 8 rows per thread (8 with GLU)"
-        if self.tokens % 4 or self.rows % (4 * self.thread_rows) or self.k_chunk % GROUP_VALUES:
-            return "tokens a multiple of 4, rows of 4 RR, BK of 16"
+        if self.thread_tokens not in (4, 8):
+            return "4 or 8 tokens per thread"
+        if self.tokens % self.thread_tokens:
+            return "tokens a multiple of TT"
+        if self.rows % (4 * self.thread_rows) or self.k_chunk % GROUP_VALUES:
+            return "rows of 4 RR, BK of 16"
         if k % (self.k_chunk * self.split):
             return f"K = {k} is not a multiple of BK x SPLIT"
         if self.rows * self.k_chunk > 32 * self.threads or self.tokens * self.k_chunk > 16 * self.threads:
@@ -354,10 +360,24 @@ _INT8_SPLIT_GROUPS = 512  # ... into parts until there are this many
 _MATMUL_MAX_SPLIT = 8
 _MATMUL_PART = 256  # k values per split part wanted (parts of 256 to 511 values)
 _MATMUL_MIN_PART = 128  # k values a part keeps at least
-_MATMUL_MAX_PARTS_BYTES = 64 << 20  # the parts' scratch activation at most
+_MATMUL_MAX_PARTS_BYTES = 96 << 20  # the parts' scratch activation at most (the 4B's GLU in 2 parts: 84 MB)
 # f16 tiles measured 5-20% slower than f32 tiles on an H200 (Vulkan) at every 270M shape and tile: NVIDIA
 # converts each f16 read to f32 in an extra instruction; so they are off, kept for adapters where they pay.
 F16_TILES = False
+
+
+def _four_token_tile(n_cols: int, t_max: int, glu: bool) -> MatmulTile:
+    """The tile of 4 tokens a thread for a shape, k unsplit: matmul_tile's but for the wide shapes of long steps
+    (which it gives 8 tokens a thread), and the layout of the int8 tiles (int8_tile)."""
+    if t_max <= 16:
+        return MatmulTile(16, 64, 8 if glu else 4, 16)
+    if t_max <= 32:
+        return MatmulTile(32, 128, 8, 16) if glu or n_cols >= 1024 else MatmulTile(32, 64, 4, 32)
+    if t_max >= 128 and (glu or n_cols >= 2048):
+        return MatmulTile(128, 64, 8, 32)
+    if glu or n_cols >= 1024:
+        return MatmulTile(64, 128, 8, 32)
+    return MatmulTile(64, 64, 4, 32)
 
 
 def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile:
@@ -372,17 +392,20 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTil
     linears and gelu_mul it replaces were 261). k is split into parts of about _MATMUL_PART values (short k
     loops measured fastest; the GLU keeps one dispatch and splits only for workgroups), then further while
     there are fewer than _MATMUL_MIN_GROUPS workgroups. Few tokens take 16- or 32-token tiles.
+
+    Wide shapes of long steps take 128 x 128 tiles at 8 tokens x 8 rows a thread, k in chunks of 16 (twice the
+    multiply-adds per workgroup-memory load of 4 x 8; chunks of 32 ran about half as fast, their 32 KiB of
+    workgroup memory leaving fewer workgroups an SM), and the GLU's k in 2 parts. Measured on an H100
+    (bench/kernels.py --sweep, 512 tokens, each shape's fastest 4 x 8 tile against the 8 x 8 one, us): the
+    4B's Q4_K q 2560 x 2048 260 -> 229, o 2048 x 2560 351 -> 288, down 10240 x 2560 1,398 -> 1,182, GLU 2560
+    x 2 x 10240 2,513 -> 2,028 (2,302 in one part); the 1B's GLU 1152 x 2 x 6912 791 -> 688; its narrower
+    shapes no faster (o 1024 x 1152 93 -> 102, down 6912 x 1152 453 either way). End to end, exact prefill of
+    512 tokens: 4B 2,945 -> 3,473 tok/s, 1B 11,360 -> 12,466.
     """
-    if t_max <= 16:
-        tile = MatmulTile(16, 64, 8 if glu else 4, 16)
-    elif t_max <= 32:
-        tile = MatmulTile(32, 128, 8, 16) if glu or n_cols >= 1024 else MatmulTile(32, 64, 4, 32)
-    elif t_max >= 128 and (glu or n_cols >= 2048):
-        tile = MatmulTile(128, 64, 8, 32)
-    elif glu or n_cols >= 1024:
-        tile = MatmulTile(64, 128, 8, 32)
+    if t_max >= 128 and (glu or n_cols >= 2048):
+        tile = MatmulTile(128, 128, 8, 16, thread_tokens=8)
     else:
-        tile = MatmulTile(64, 64, 4, 32)
+        tile = _four_token_tile(n_cols, t_max, glu)
     width = n_cols * (2 if glu else 1)
 
     def can_double(split: int, min_part: int) -> bool:
@@ -392,6 +415,8 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTil
     split = 1
     while not glu and can_double(split, _MATMUL_PART):
         split *= 2
+    if glu and tile.thread_tokens == 8 and can_double(split, _MATMUL_PART):
+        split = 2
     while tile.groups(n_cols, t_max, glu) * split < _MATMUL_MIN_GROUPS and can_double(split, _MATMUL_MIN_PART):
         split *= 2
     return tile._replace(split=split)
@@ -568,7 +593,7 @@ def _dispatch(
     if tile.storage_bytes(f16) > device.limits.workgroup_storage_bytes or tile.threads > device.limits.max_invocations:
         raise ValueError(f"{weight.name}: matmul tile {tile} exceeds the adapter's workgroup limits")
     constants |= {"ENTRY": "tiles", "TILE": "f16" if f16 else "f32", "BT": tile.tokens, "BR": tile.rows,
-                  "RR": tile.thread_rows, "BK": tile.k_chunk, "SPLIT": tile.split}
+                  "RR": tile.thread_rows, "TT": tile.thread_tokens, "BK": tile.k_chunk, "SPLIT": tile.split}
     _tiles_dispatch(builder, weight, constants, tile, [builder.step, shard, x], y, [], t_max, n_rows, row_start,
                     y_stride, glu)
 

@@ -100,10 +100,11 @@ def test_glu_prefill(ex: Executor, qtype: Q, variant: str, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("tile", [matmul_ops.MatmulTile(64, 64, 8, 32), matmul_ops.MatmulTile(32, 128, 8, 16, 2),
-                                  matmul_ops.MatmulTile(32, 64, 8, 16, 4)], ids=lambda t: "x".join(map(str, t)))
+                                  matmul_ops.MatmulTile(32, 64, 8, 16, 4), matmul_ops.MatmulTile(32, 64, 8, 16, 1, 8),
+                                  matmul_ops.MatmulTile(128, 128, 8, 16, 2, 8)], ids=lambda t: "x".join(map(str, t)))
 def test_glu_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypatch: pytest.MonkeyPatch) -> None:
     """Other tile shapes with GLU: 4 vec4 of x per thread, k split in 2 and 4 (2 dispatches: the parts,
-    then matmul_reduce's GLU epilogue)."""
+    then matmul_reduce's GLU epilogue), 8 tokens a thread."""
     monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False: tile)
     _, dispatches = run_glu(ex, Q.Q6_K, 512, 40, 40, 37, seed=3, kernel=LinearKernel.MATMUL, whole_rows=False)
     assert dispatches == (1 if tile.split == 1 else 2)

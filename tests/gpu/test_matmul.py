@@ -271,10 +271,12 @@ def test_matmul_tiles(ex: Executor, qtype: Q, f16: bool, monkeypatch: pytest.Mon
     run_linear(ex, qtype, small_k(qtype, 2), 150, 70, 67, seed=12, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
-# Every tile matmul_tile picks, with k in 1 to 8 parts (added by matmul_reduce), and 4 vec4 of x per thread.
+# Every tile matmul_tile picks, with k in 1 to 8 parts (added by matmul_reduce), 4 vec4 of x per thread, and 8 tokens
+# a thread with 8 or 4 rows.
 T = matmul_ops.MatmulTile
 TILE_SHAPES = [T(64, 128, 8, 32), T(128, 64, 8, 32), T(64, 64, 4, 32), T(32, 128, 8, 16), T(32, 64, 4, 32),
-               T(16, 64, 8, 16), T(16, 64, 4, 16), T(64, 128, 8, 32, 2), T(64, 64, 4, 32, 8), T(64, 64, 8, 32, 4)]
+               T(16, 64, 8, 16), T(16, 64, 4, 16), T(64, 128, 8, 32, 2), T(64, 64, 4, 32, 8), T(64, 64, 8, 32, 4),
+               T(128, 128, 8, 16, 1, 8), T(64, 128, 8, 32, 2, 8), T(64, 64, 4, 16, 1, 8)]
 
 
 @pytest.mark.parametrize("tile", TILE_SHAPES, ids=lambda t: "x".join(map(str, t)))

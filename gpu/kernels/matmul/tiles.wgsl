@@ -1,16 +1,16 @@
-// matmul entry point for GPUs: a workgroup of (BT / 4) x (BR / RR) threads computes BT tokens x BR
-// weight rows over K / SPLIT values of k, each thread 4 tokens x RR rows (RR = 4 or 8) in f32
+// matmul entry point for GPUs: a workgroup of (BT / TT) x (BR / RR) threads computes BT tokens x BR
+// weight rows over K / SPLIT values of k, each thread TT tokens x RR rows (TT, RR = 4 or 8) in f32
 // registers. Its k range is walked in chunks of BK values: per chunk the threads dequantise the
 // weight tile (BR rows x BK, each value once) and copy the x tile (BT tokens x BK) into workgroup
 // memory as ${TILE} (matmul/tile_${TILE}.wgsl), both k-major, so each step of the inner loop reads
-// one vec4 of tokens and RR / 4 vec4 of rows for 4 RR multiply-adds. The next chunk is read from the
-// buffers (and dequantised) into registers while the current one is multiplied, so memory latency
+// TT / 4 vec4 of tokens and RR / 4 vec4 of rows for TT RR multiply-adds. The next chunk is read from
+// the buffers (and dequantised) into registers while the current one is multiplied, so memory latency
 // overlaps arithmetic. Accumulators and loads are named variables, not arrays: NVIDIA's Vulkan
 // compiler kept loop-indexed arrays in local memory (measured 5x slower on an H200).
-// A thread's rows are quads tx (and tx + BR / 8 when RR = 8) of the tile's BR / 4, its tokens quad
-// ty, so neighbouring threads read neighbouring workgroup words. With GLU the tile's first BR / 2
-// rows are gate rows and the next BR / 2 their up rows (RR = 8: a thread's second quad is the up
-// rows of its first).
+// A thread's rows are quads tx (and tx + BR / 8 when RR = 8) of the tile's BR / 4, its tokens quads
+// ty (and ty + BT / 8 when TT = 8), so neighbouring threads read neighbouring workgroup words. With
+// GLU the tile's first BR / 2 rows are gate rows and the next BR / 2 their up rows (RR = 8: a
+// thread's second quad is the up rows of its first).
 // SPLIT > 1 (short k loops measured fastest, and small shapes need more workgroups): workgroup s of a
 // tile sums k in [s K / SPLIT, (s + 1) K / SPLIT) and stores its raw sums (with GLU, gate sums at
 // column c and up sums at N_ROWS + c) at y[s T_MAX + t, c]; kernels/matmul_reduce.wgsl adds the
@@ -21,14 +21,15 @@
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
 
-override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4
+override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4 TT / 4
 override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 4 RR
 override RR: u32 = 8u;     // weight rows per thread: 4, or 8 (two quads; GLU needs 8)
+override TT: u32 = 4u;     // tokens per thread: 4, or 8 (two quads)
 override BK: u32 = 32u;    // k per chunk, a multiple of 16 dividing K / SPLIT
 override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
 
 const TX: u32 = BR / RR;            // threads across rows
-const WG: u32 = TX * (BT / 4u);
+const WG: u32 = TX * (BT / TT);
 const K_PART: u32 = K / SPLIT;      // k values per workgroup
 const W_COUNT: u32 = BR * BK / GROUP_VALUES;  // dequant16 calls per chunk: 1 or 2 per thread
 const X_COUNT: u32 = BT * BK / 4u;            // vec4 of x per chunk: 1, 2 or 4 per thread
@@ -125,7 +126,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         x3 = fetch_x(t0, n, xj3, k_begin);
     }
 
-    // a<i>: token 4 ty + i, rows of quad tx; b<i>: rows of quad tx + BR / 8 (RR = 8)
+    // a<i>: token 4 ty + i, rows of quad tx; b<i>: rows of quad tx + BR / 8 (RR = 8); i = 4..7: tokens of
+    // quad ty + BT / 8 (TT = 8)
     var a0 = vec4<f32>();
     var a1 = vec4<f32>();
     var a2 = vec4<f32>();
@@ -134,6 +136,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var b1 = vec4<f32>();
     var b2 = vec4<f32>();
     var b3 = vec4<f32>();
+    var a4 = vec4<f32>();
+    var a5 = vec4<f32>();
+    var a6 = vec4<f32>();
+    var a7 = vec4<f32>();
+    var b4 = vec4<f32>();
+    var b5 = vec4<f32>();
+    var b6 = vec4<f32>();
+    var b7 = vec4<f32>();
     for (var k0 = k_begin; k0 <= k_last; k0 += BK) {
         if (w_ok0) {
             store_w(wj0, w0);
@@ -187,10 +197,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 b1 += xa.y * wb;
                 b2 += xa.z * wb;
                 b3 += xa.w * wb;
+                if (TT == 8u) {
+                    let xb = vec4<f32>(xs[kk * (BT / 4u) + ty + BT / 8u]);
+                    a4 += xb.x * wa;
+                    a5 += xb.y * wa;
+                    a6 += xb.z * wa;
+                    a7 += xb.w * wa;
+                    b4 += xb.x * wb;
+                    b5 += xb.y * wb;
+                    b6 += xb.z * wb;
+                    b7 += xb.w * wb;
+                }
+            } else if (TT == 8u) {
+                let xb = vec4<f32>(xs[kk * (BT / 4u) + ty + BT / 8u]);
+                a4 += xb.x * wa;
+                a5 += xb.y * wa;
+                a6 += xb.z * wa;
+                a7 += xb.w * wa;
             }
         }
         workgroupBarrier();
     }
 
     store_tile(s, t0 + 4u * ty, r0 + 4u * tx, n, a0, a1, a2, a3, b0, b1, b2, b3);
+    if (TT == 8u) {
+        store_tile(s, t0 + 4u * ty + BT / 2u, r0 + 4u * tx, n, a4, a5, a6, a7, b4, b5, b6, b7);
+    }
 }
