@@ -48,6 +48,9 @@ MAX_BATCH = 32  # most sequences decoding together
 SPARE_SLOTS = 4  # KV slots beyond the batch: sequences prefilling while the batch is full
 DEFAULT_POOL_CONTEXTS = 2  # KV pool size in whole contexts, unless told (pages go to whoever needs them)
 MAX_STEPS_PER_SUBMIT = 16  # decode steps recorded into one submission
+# A prompt chunk's dispatches go to the GPU in parts of this many, so that it starts while the host records the rest
+# (Submission.step); GPUs only: a software adapter's "GPU" is the same CPU cores.
+PREFILL_EARLY_DISPATCHES = 64
 
 
 class Architecture(Protocol):
@@ -242,7 +245,7 @@ class Engine:
         program, step = self.stage_prefill(session, ids, sampling)
         out = self.io.outputs(1)
         submission = self.executor.submission()
-        submission.step(program, step)
+        submission.step(program, step, 0 if self.executor.device.is_software else PREFILL_EARLY_DISPATCHES)
         if last:
             submission.read(out.sampled)
             if read_logits:

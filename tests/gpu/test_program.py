@@ -73,6 +73,32 @@ def test_submission_runs_steps_with_their_own_params_and_copies_between_them(ex:
     np.testing.assert_allclose(second.reshape(3, 64)[:, 0], [2, 1, 1], rtol=1e-6)
 
 
+@pytest.mark.parametrize("early", [1, 2, 3], ids=lambda e: f"every-{e}")
+def test_step_submitted_early_in_parts(ex: Executor, early: int) -> None:
+    """A step whose dispatches go to the GPU in parts (Submission.step's early_dispatches), two steps with their
+    own values, a copy between them: each part sees the one before, the step values hold across parts, and the
+    native replay that follows once every dispatch went through wgpu-py gives the same."""
+    x = ex.tensor(f"ex{early}", (3, 64), data=np.ones((3, 64), np.float32))
+    w = ex.tensor(f"ew{early}", (64,), data=np.ones(64, np.float32))
+    acc = ex.tensor(f"eacc{early}", (3, 64))
+    snapshot = ex.tensor(f"esnap{early}", (3, 64))
+    b = ProgramBuilder(ex, f"early{early}")
+    for _ in range(5):
+        ops.rms_norm(b, x, w, acc, 0.0, accumulate=True)  # acc[:n_tokens] += 1, five times
+    program = b.build()
+    for _ in range(2):  # the first replay records through wgpu-py, the second natively where it can
+        ex.write(acc, np.zeros((3, 64), np.float32))
+        submission = ex.submission()
+        submission.step(program, StepParams(3), early_dispatches=early)
+        submission.copy(acc, snapshot)
+        submission.step(program, StepParams(1, iteration=1), early_dispatches=early)
+        submission.read(acc)
+        submission.read(snapshot)
+        final, first = submission.submit().wait()
+        np.testing.assert_allclose(first.reshape(3, 64)[:, 0], [5, 5, 5], rtol=1e-6)
+        np.testing.assert_allclose(final.reshape(3, 64)[:, 0], [10, 5, 5], rtol=1e-6)
+
+
 def test_unused_activation_is_an_error(ex: Executor) -> None:
     b = ProgramBuilder(ex, "unused")
     b.activation("never", (1, 4))
