@@ -19,7 +19,9 @@ The T tokens may belong to several sequences (a prefill chunk, or one decode tok
 batch): the row table gives each token's position and sequence, `last` lists each sequence's
 last token (see models/step_io.py). With int8 activations (a model's int8_activations), decode steps may keep
 the feed-forward's h and its GLU output as int8 blocks between dispatches (gpu/ops/quantised.py), where
-gpu/ops/matmul.py's quantises_ffn_input / quantises_glu_output find that it pays.
+gpu/ops/matmul.py's quantises_ffn_input / quantises_glu_output find that it pays; prompt steps have their
+residual norms write h so for the int8 matmul tiles (quantises_prompt_input), rather than quantising it in each
+linear.
 
 GGUF particulars: the converter bakes HF's (1 + w) RMSNorm scale into the stored weights,
 so norms multiply by the stored weight as is. Sliding layers use RoPE base 10k, global
@@ -47,6 +49,7 @@ from gpu.ops.matmul import (
     quantised_activation,
     quantises_ffn_input,
     quantises_glu_output,
+    quantises_prompt_input,
 )
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.ops.transformer import RawQKV
@@ -197,7 +200,7 @@ class Gemma3:
         # qk_norm_rope_store's work in its own prologue (RawQKV: no row needs another row's new key).
         prompt = t_max > r_max
         raw_qkv = not prompt and not b.device.is_software
-        block_input: Tensor | NormedInput = h
+        block_input: Tensor | NormedInput | QuantisedActivation = h
         for i, w in enumerate(self.layers):
             sliding = c.is_sliding(i)
             rope = self.rope_local if sliding else self.rope_global
@@ -216,7 +219,8 @@ class Gemma3:
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
             ffn_input: Tensor | NormedInput | QuantisedActivation
-            if len(w.gate_up) == 1 and quantises_ffn_input(b, w.gate_up[0].weight, t_max):
+            if len(w.gate_up) == 1 and (quantises_ffn_input(b, w.gate_up[0].weight, t_max)
+                                        or quantises_prompt_input(b, [w.gate_up[0].weight], t_max)):
                 # int8 activations: normalised and quantised once for an int8 gate-up
                 ffn_input = quantised_activation(b, f"h2_{i}", t_max, c.d_model)
                 ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, ffn_input, c.eps)
@@ -246,7 +250,10 @@ class Gemma3:
                     block_input = NormedInput(down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, x_next, c.eps)
                     x = x_next
                 else:
-                    block_input = b.activation(f"h{i + 1}", (t_max, c.d_model))
+                    qkv = [f.weight for f in self.layers[i + 1].qkv]
+                    block_input = (quantised_activation(b, f"h{i + 1}", t_max, c.d_model)
+                                   if quantises_prompt_input(b, qkv, t_max)  # int8 activations: quantised once
+                                   else b.activation(f"h{i + 1}", (t_max, c.d_model)))
                     ops.residual_norm(b, down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, block_input, c.eps)
             else:  # only each sequence's last token reaches the output head
                 h = b.activation("last", (r_max, c.d_model))
@@ -258,8 +265,8 @@ class Gemma3:
         return b.build()
 
     @staticmethod
-    def _projections(b: ProgramBuilder, fused: list[Fused], x: Tensor | NormedInput, t_max: int, name: str,
-                     ) -> list[tuple[Tensor, int]]:
+    def _projections(b: ProgramBuilder, fused: list[Fused], x: Tensor | NormedInput | QuantisedActivation,
+                     t_max: int, name: str) -> list[tuple[Tensor, int]]:
         """x times each of the fused matrices; each projection as (output tensor, first column)."""
         columns: list[tuple[Tensor, int]] = []
         for j, f in enumerate(fused):

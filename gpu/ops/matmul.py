@@ -168,6 +168,17 @@ def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile 
     return tile._replace(split=split)
 
 
+def quantises_prompt_input(builder: ProgramBuilder, weights: list[QuantWeight], t_max: int) -> bool:
+    """Whether a step's input to these linears (each reading all of it) should be a QuantisedActivation written by
+    the residual norm before them (kernels/residual_norm_q8.wgsl) rather than an f32 activation that each linear
+    quantises with a quantize_q8 dispatch of its own: where each of them runs the int8 tiles (_uses_int8: int8
+    matmuls asked for, a GPU, an INT8_TYPES weight, a step of more than 32 tokens) on rows of a multiple of 64
+    values. The tiles then read the same q, d and sums as quantize_q8 would have made (common/q8_block.wgsl)."""
+    if any(w.k != weights[0].k for w in weights) or weights[0].k % 64:
+        return False
+    return all(_uses_int8(w, _plan(builder, w, t_max, None, None, None), t_max, w.n, False) for w in weights)
+
+
 def _uses_int8(weight: QuantWeight, plan: "_Plan", t_max: int, n_cols: int, glu: bool) -> bool:
     """Whether a linear runs matmul/tiles_i8.wgsl: a tiled matmul the plan allows int8 for, of an INT8_TYPES
     weight, with a tile for its shape."""
@@ -537,6 +548,13 @@ def _dispatch(
     }
     q8_output = isinstance(y, QuantisedActivation)
     y_tensor = y.tensor if isinstance(y, QuantisedActivation) else y
+    if isinstance(x, QuantisedActivation) and plan.kernel is LinearKernel.MATMUL and isinstance(y, Tensor):
+        # a prompt's input quantised by the norm before it (quantises_prompt_input): the int8 tiles read it as it is
+        if x.width != weight.k or not _uses_int8(weight, plan, t_max, n_rows, glu):
+            raise ValueError(f"{weight.name}: a quantised input of a matmul needs int8 tiles on {x.width} values "
+                             f"(int8 matmuls on a GPU, a type of INT8_TYPES, more than 32 tokens)")
+        _int8_dispatch(builder, weight, shard, x, y, t_max, constants, n_rows, row_start, y_stride, glu)
+        return
     if isinstance(x, (NormedInput, QuantisedActivation)) or q8_output:
         if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows:
             raise ValueError(f"{weight.name}: a normalised or quantised input or output needs a GPU matvec")
@@ -618,17 +636,25 @@ def _tiles_dispatch(
 
 
 def _int8_dispatch(
-    builder: ProgramBuilder, weight: QuantWeight, shard: Tensor, x: Int8Input, y: Tensor, t_max: int,
-    constants: dict[str, int | str], n_rows: int, row_start: int, y_stride: int, glu: bool,
+    builder: ProgramBuilder, weight: QuantWeight, shard: Tensor, x: Int8Input | QuantisedActivation, y: Tensor,
+    t_max: int, constants: dict[str, int | str], n_rows: int, row_start: int, y_stride: int, glu: bool,
 ) -> None:
-    """matmul/tiles_i8.wgsl over one shard (and matmul_reduce where it splits k)."""
+    """matmul/tiles_i8.wgsl over one shard (and matmul_reduce where it splits k), on quantize_q8's two tensors or
+    on a QuantisedActivation (both input bindings on its one tensor, its row layout in X_ROW_VEC4, X_ROW_PAIRS
+    and X_PAIRS_AT)."""
     tile = int8_tile(weight.k, n_rows, t_max, glu)
     if tile is None or weight.qtype not in INT8_TYPES:
         raise ValueError(f"{weight.name}: no int8 matmul for {weight.qtype.name} at {t_max} tokens")
     if weight.k % (32 * tile.split) or tile.rows % 32 or tile.tokens % 4 or tile.rows + tile.tokens > tile.threads:
         raise ValueError(f"{weight.name}: int8 matmul tile {tile} does not fit K = {weight.k}")
     constants = constants | {"ENTRY": "tiles_i8", "BT": tile.tokens, "BR": tile.rows, "SPLIT": tile.split}
-    _tiles_dispatch(builder, weight, constants, tile, [builder.step, shard, x.q], y, [x.scales], t_max, n_rows,
+    if isinstance(x, QuantisedActivation):
+        k = weight.k
+        constants |= {"X_ROW_VEC4": 5 * k // 64, "X_ROW_PAIRS": 5 * k // 32, "X_PAIRS_AT": k // 8}
+        q, scales = x.tensor, x.tensor
+    else:
+        q, scales = x.q, x.scales
+    _tiles_dispatch(builder, weight, constants, tile, [builder.step, shard, q], y, [scales], t_max, n_rows,
                     row_start, y_stride, glu)
 
 

@@ -317,3 +317,40 @@ def test_quantised_ffn_input(ex: Executor, subgroups: bool, monkeypatch: pytest.
     np.testing.assert_array_equal(packed[:, d // 4:].view(np.float32), want_scales[:n_tokens])
     np.testing.assert_allclose(got_buffer[:n_tokens], got_direct[:n_tokens], rtol=1e-5,
                                atol=1e-5 * np.abs(got_direct[:n_tokens]).max())
+
+
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+def test_matmul_int8_on_a_quantised_activation(ex: Executor, glu: bool) -> None:
+    """A prompt's input quantised by the residual norm before it (kernels/residual_norm_q8.wgsl writing a
+    QuantisedActivation, which matmul/tiles_i8.wgsl reads through both its input bindings) gives the same sums,
+    bit for bit, as the norm's f32 output quantised by quantize_q8 inside the linear: the same q, d and block
+    sums (common/q8_block.wgsl's rule, quad by quad in the same order) go into the same tiles."""
+    from gpu.ops import transformer as ops
+    from gpu.ops.quantised import quantised_activation
+
+    rng = np.random.default_rng(23)
+    t_max, n_tokens, k = 70, 67, 256
+    n = 300 if glu else 150
+    weight = upload_weight(ex, "w", Q.Q4_K, k, n, random_weight_bytes(rng, Q.Q4_K, k, n))
+    block_out, residual = (rng.standard_normal((t_max, k)).astype(np.float32) for _ in range(2))
+    w_post, w_next = (ex.tensor(name, (k,), data=rng.uniform(0.5, 1.5, k).astype(np.float32))
+                      for name in ("w_post", "w_next"))
+    y_in = ex.tensor("block_out", (t_max, k), data=block_out)
+    cols = n // 2 if glu else n
+    outputs, labels = [], []
+    for quantised in (False, True):
+        b = ProgramBuilder(ex, "norm_linear")
+        x = ex.tensor("residual", (t_max, k), data=residual)
+        h = quantised_activation(b, "h", t_max, k) if quantised else b.activation("h", (t_max, k))
+        ops.residual_norm(b, y_in, w_post, x, w_next, h, 1e-6)
+        y = ex.tensor("y", (t_max, cols), data=np.full((t_max, cols), SENTINEL, np.float32))
+        (linear_glu if glu else linear)(b, weight, h, y, t_max, kernel=LinearKernel.MATMUL, whole_rows=False,
+                                        int8=True)
+        program = b.build()
+        labels.append([d.label for d in program.dispatches])
+        outputs.append(ex.run(program, StepParams(n_tokens), read=[y])[0])
+    assert "quantize_q8" in labels[0] and "quantize_q8" not in labels[1]
+    assert any(label.startswith("residual_norm_q8[") for label in labels[1])
+    assert any(label.endswith("tiles_i8]") for label in labels[1])
+    np.testing.assert_array_equal(outputs[1], outputs[0])
+    assert np.all(outputs[1][n_tokens:] == SENTINEL) and np.all(outputs[1][:n_tokens] != SENTINEL)

@@ -203,10 +203,12 @@ def test_gpu_kernels_agree_with_the_software_ones(model: TextModel) -> None:
 def test_int8_decode_stays_near_the_exact_logits(model: TextModel) -> None:
     """int8_activations' decode path on the GPU kernels (run here on lavapipe as above, with the size threshold
     lifted so that the 270M's small matrices take it too): the o projection's int8 matvec, the gate-up writing
-    its output quantised and the int8 down projection reading it. Fed the same tokens as the exact software
-    kernels, the logits keep a cosine >= 0.998: the lower end of what activations rounded to 8 bits gave on this
-    model's prompts (0.9980 and 0.9997 for the int8 prompt path, README Configuration; llama.cpp, which rounds
-    every matmul's activations, 0.9988-0.9998 against transformers in DESIGN.md)."""
+    its output quantised and the int8 down projection reading it; and, in its prompt program, the residual norms
+    writing the int8 tiles' inputs quantised (each layer's gate-up input and the next layer's q|k|v input). Fed
+    the same tokens as the exact software kernels, the logits keep a cosine >= 0.998: the lower end of what
+    activations rounded to 8 bits gave on this model's prompts (0.9980 and 0.9997 for the int8 prompt path,
+    README Configuration; llama.cpp, which rounds every matmul's activations, 0.9988-0.9998 against
+    transformers in DESIGN.md)."""
     from gpu.device import Device
     from gpu.ops import matmul as matmul_ops
 
@@ -222,9 +224,14 @@ def test_int8_decode_stays_near_the_exact_logits(model: TextModel) -> None:
             pairs = [(session.prefill(prompt), reference.prefill(prompt))]
             pairs += [(session.decode(token), reference.decode(token)) for token in forced]
             program = int8_model.engine().program(1, 1)
+            prompt_program, _ = int8_model.engine().prefill_program(64)  # built, not run
         finally:
             session.close()
             reference.close()
+    # a 64-token chunk runs int8 tiles, their inputs quantised by the residual norms before them (bit for bit as
+    # quantize_q8 would: tests/gpu/test_matmul_i8.py)
+    prompt_labels = [d.label for d in prompt_program.dispatches]
+    assert sum(label.startswith("residual_norm_q8[") for label in prompt_labels) == 2 * 18 - 1
     labels = [d.label for d in program.dispatches]
     assert any(label.startswith("matvec_q4_k_i8[") and label.endswith("q8_direct]") for label in labels)
     assert any(label.endswith(",q8,normed]") for label in labels), "no gate-up wrote a quantised output"

@@ -2,9 +2,9 @@
 // rows a workgroup, 4 tokens x 8 rows a thread, k optionally split over SPLIT workgroups) with the
 // multiply-adds done four at a time by dot4I8Packed (DP4A on NVIDIA: on an H100 it measured 120 T int8
 // operations/s against 43 TFLOP/s of f32 fma), as llama.cpp's integer-dot kernels do. The input comes
-// quantised per 32 values by kernels/quantize_q8.wgsl: int8 q_x with a scale d_x and the block's exact
-// sum s_x; the weight's 32-value blocks are unpacked to int8 with their scales by
-// quant_i8/${WEIGHT_TYPE}.wgsl (value = d q_w + m, d per 16 or 32 values). Per block:
+// quantised per 32 values by kernels/quantize_q8.wgsl (or by residual_norm_q8.wgsl, by the same rule): int8
+// q_x with a scale d_x and the block's exact sum s_x; the weight's 32-value blocks are unpacked to int8 with
+// their scales by quant_i8/${WEIGHT_TYPE}.wgsl (value = d q_w + m, d per 16 or 32 values). Per block:
 //   sum_k W x  ~  d_x (d_lo (q_w . q_x)[0..16) + d_hi (q_w . q_x)[16..32)) + m s_x
 // the integer dots exact, the rest f32; the error is that of x's 8-bit rounding (relative ~2^-8 per
 // value, averaging out over k), the same trade llama.cpp makes.
@@ -19,12 +19,17 @@
 #include "quant_i8/${WEIGHT_TYPE}.wgsl"
 #include "matmul/tile_store.wgsl"
 
-@group(0) @binding(2) var<storage, read> xq: array<vec4<u32>>;   // [T_MAX, K / 16]: 16 int8 a vec4
-@group(0) @binding(4) var<storage, read> xs: array<vec2<f32>>;   // [T_MAX, K / 32]: (d_x, s_x) a block
+// The input's q and scales: quantize_q8's two tensors (the defaults), or both bindings on one QuantisedActivation
+// (gpu/ops/quantised.py: a row's K / 4 words of q, then its K / 32 pairs), as residual_norm_q8.wgsl writes it.
+@group(0) @binding(2) var<storage, read> xq: array<vec4<u32>>;   // row t's 16-int8 vec4s from t X_ROW_VEC4
+@group(0) @binding(4) var<storage, read> xs: array<vec2<f32>>;   // row t's (d_x, s_x) from t X_ROW_PAIRS + X_PAIRS_AT
 
 override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4
 override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 32 (with GLU: gate then up rows)
 override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
+override X_ROW_VEC4: u32 = K / 16u;   // vec4s of xq per row (QuantisedActivation: 5 K / 64)
+override X_ROW_PAIRS: u32 = K / 32u;  // pairs of xs per row (QuantisedActivation: 5 K / 32)
+override X_PAIRS_AT: u32 = 0u;        // a row's first pair after its start (QuantisedActivation: K / 8)
 
 const RR: u32 = 8u;                 // rows per thread: quads tx and tx + BR / 8
 const TX: u32 = BR / RR;            // threads across rows
@@ -52,8 +57,8 @@ fn fetch(job: u32, r0: u32, t0: u32, n: u32, b: u32) -> I8Block {
     if (t >= n) {
         return I8Block(vec4<u32>(), vec4<u32>(), vec3<f32>());   // zeros past the step's tokens
     }
-    let ds = xs[t * BLOCKS + b];
-    return I8Block(xq[t * (K / 16u) + 2u * b], xq[t * (K / 16u) + 2u * b + 1u], vec3<f32>(ds, 0.0));
+    let ds = xs[t * X_ROW_PAIRS + X_PAIRS_AT + b];
+    return I8Block(xq[t * X_ROW_VEC4 + 2u * b], xq[t * X_ROW_VEC4 + 2u * b + 1u], vec3<f32>(ds, 0.0));
 }
 
 fn store_job(job: u32, v: I8Block) {
