@@ -26,9 +26,9 @@ and stores gelu_tanh(g) * u):
   Where the executor asks for int8 matmuls (Executor(int8_matmuls=True); a model's `int8_activations`
   setting) and the weight type has an int8 unpacker (INT8_TYPES), the GPU tiles run in 8-bit integers
   instead (matmul/tiles_i8.wgsl, dot4I8Packed), on the input quantised per 32 values by
-  kernels/quantize_q8.wgsl once per linear (`Int8Input`): 1.3x (270M) to 2x (4B) faster prompts on an
-  H100, with llama.cpp's numerics (its matmuls quantise activations alike) rather than Hearth's
-  exact-parity bound.
+  kernels/quantize_q8.wgsl once per linear (`Int8Input`), or by the residual norm before it (a
+  QuantisedActivation, quantises_prompt_input): 1.4x (270M) to 1.8x (4B) faster prompts on an H100, with
+  llama.cpp's numerics (its matmuls quantise activations alike) rather than Hearth's exact-parity bound.
   With int8 matmuls, decode matvecs whose shape pays for it (int8_matvec_pays: output heads, large Q4_K linears
   without GLU) run kernels/matvec_q4_k_i8.wgsl / matvec_q6_k_i8.wgsl: each workgroup quantises its input as
   quantize_q8 does (matvec/q8_input.wgsl), then dot4I8Packed; and a model may keep an activation quantised
