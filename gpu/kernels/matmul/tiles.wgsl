@@ -187,33 +187,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var kk = 0u; kk < BK; kk++) {
             let xa = vec4<f32>(xs[kk * (BT / 4u) + ty]);
             let wa = vec4<f32>(ws[kk * (BR / 4u) + tx]);
+            var wb = vec4<f32>();
+            if (RR == 8u) {
+                wb = vec4<f32>(ws[kk * (BR / 4u) + tx + BR / 8u]);
+            }
             a0 += xa.x * wa;
             a1 += xa.y * wa;
             a2 += xa.z * wa;
             a3 += xa.w * wa;
             if (RR == 8u) {
-                let wb = vec4<f32>(ws[kk * (BR / 4u) + tx + BR / 8u]);
                 b0 += xa.x * wb;
                 b1 += xa.y * wb;
                 b2 += xa.z * wb;
                 b3 += xa.w * wb;
-                if (TT == 8u) {
-                    let xb = vec4<f32>(xs[kk * (BT / 4u) + ty + BT / 8u]);
-                    a4 += xb.x * wa;
-                    a5 += xb.y * wa;
-                    a6 += xb.z * wa;
-                    a7 += xb.w * wa;
-                    b4 += xb.x * wb;
-                    b5 += xb.y * wb;
-                    b6 += xb.z * wb;
-                    b7 += xb.w * wb;
-                }
-            } else if (TT == 8u) {
+            }
+            if (TT == 8u) {
                 let xb = vec4<f32>(xs[kk * (BT / 4u) + ty + BT / 8u]);
                 a4 += xb.x * wa;
                 a5 += xb.y * wa;
                 a6 += xb.z * wa;
                 a7 += xb.w * wa;
+                if (RR == 8u) {
+                    b4 += xb.x * wb;
+                    b5 += xb.y * wb;
+                    b6 += xb.z * wb;
+                    b7 += xb.w * wb;
+                }
             }
         }
         workgroupBarrier();
