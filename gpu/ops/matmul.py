@@ -410,8 +410,9 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTil
     (bench/kernels.py --sweep, 512 tokens, each shape's fastest 4 x 8 tile against the 8 x 8 one, us): the
     4B's Q4_K q 2560 x 2048 260 -> 229, o 2048 x 2560 351 -> 288, down 10240 x 2560 1,398 -> 1,182, GLU 2560
     x 2 x 10240 2,513 -> 2,028 (2,302 in one part); the 1B's GLU 1152 x 2 x 6912 791 -> 688; its narrower
-    shapes no faster (o 1024 x 1152 93 -> 102, down 6912 x 1152 453 either way). End to end, exact prefill of
-    512 tokens: 4B 2,945 -> 3,473 tok/s, 1B 11,360 -> 12,466.
+    shapes no faster (o 1024 x 1152 93 -> 102, down 6912 x 1152 453 either way). End to end (bench/gpu.py,
+    against the rules before in one call), exact prefill of 512 tokens: 4B 3,004 -> 3,541 tok/s, 1B 11,865 ->
+    11,970.
     """
     if t_max >= 128 and (glu or n_cols >= 2048):
         tile = MatmulTile(128, 128, 8, 16, thread_tokens=8)
