@@ -85,14 +85,22 @@ def upload_weight(
     stride = row_bytes(qtype, k)
     if raw.nbytes != stride * n:
         raise ValueError(f"{name}: {raw.nbytes} bytes for {n} rows of {stride}")
-    limit = max_shard_bytes or executor.device.limits.max_binding_bytes
+    device_limit = executor.device.limits.max_binding_bytes
+    limit = max_shard_bytes or device_limit
     rows_per_shard = max(1, (limit - 4) // stride)
     shards = []
     for start in range(0, n, rows_per_shard):
         count = min(rows_per_shard, n - start)
         chunk = raw[start * stride:(start + count) * stride]
-        tensor = Tensor(f"{name}[{start}:{start + count}]", (chunk.nbytes,), "bytes")
-        tensor.buffer = executor.device.upload(chunk, tensor.name)
+        # Bound with zeros up to a multiple of 16 bytes (within the device's binding limit): a kernel reading the
+        # weight as vec4 words (matvec_q8_0_rows.wgsl takes a block pair's 17th word from the vec4 after its
+        # first 16) then finds a shard's last words inside the binding, whose count of vec4 rounds down. On an
+        # H100 the last row of a shard of 68-byte pairs summed wrong without this: its bounds checks drop the
+        # partial vec4 (lavapipe's do not).
+        size = max(chunk.nbytes, min((chunk.nbytes + 15) & ~15, device_limit & ~3))
+        tensor = Tensor(f"{name}[{start}:{start + count}]", (size,), "bytes")
+        tensor.buffer = executor.device.create_buffer(size, tensor.name)
+        executor.device.write(tensor.buffer, chunk, tensor.name)
         shards.append(WeightShard(tensor, start, count))
     return QuantWeight(name, qtype, k, n, shards)
 
