@@ -21,7 +21,7 @@
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
 
-override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of 4 TT / 4
+override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of TT
 override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 4 RR
 override RR: u32 = 8u;     // weight rows per thread: 4, or 8 (two quads; GLU needs 8)
 override TT: u32 = 4u;     // tokens per thread: 4, or 8 (two quads)
