@@ -10,7 +10,9 @@
 // Each quarter a is summed as d*sc_a * (sum q x - 32 sum x).
 //
 // Work split: as matvec_q4_k.wgsl: TPR threads per row, ROWS rows per workgroup, lane l takes units
-// l, l + TPR, ... of its row (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)).
+// l, l + TPR, ... of its row (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)). With PAIRS (long rows and
+// output heads: row_pairs_shape in gpu/ops/matmul.py) a thread also takes the row ROWS further on the same loads
+// of x, which cost 8 vec4 a unit against the weight's 26 bytes.
 #include "matvec/constants.wgsl"
 #include "quant/byte_floats.wgsl"
 #include "matmul/gelu_glu.wgsl"
@@ -18,77 +20,26 @@
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"
 
-const ROW_BYTES: u32 = K / 256u * Q6_K_BLOCK_BYTES;
-const UNITS_PER_ROW: u32 = K / 32u;
-const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;
+@group(0) @binding(1) var<storage, read> q6_weight: array<u32>;
 
-@group(0) @binding(1) var<storage, read> weight: array<u32>;
-
-// The unit's 32 values of x for one token: quarter a's 8 values are x[base + 32 a .. + 8) (2 vec4 each).
-struct UnitX {
-    a0: mat2x4<f32>, a1: mat2x4<f32>, a2: mat2x4<f32>, a3: mat2x4<f32>,
-    sums: vec4<f32>,  // sum of each quarter's 8 values
-}
-
-fn unit_x(xb: u32) -> UnitX {
-    var u: UnitX;
-    u.a0 = mat2x4<f32>(x_vec(xb), x_vec(xb + 1u));
-    u.a1 = mat2x4<f32>(x_vec(xb + 8u), x_vec(xb + 9u));
-    u.a2 = mat2x4<f32>(x_vec(xb + 16u), x_vec(xb + 17u));
-    u.a3 = mat2x4<f32>(x_vec(xb + 24u), x_vec(xb + 25u));
-    let ones = vec4<f32>(1.0);
-    u.sums = vec4<f32>(dot(u.a0[0] + u.a0[1], ones), dot(u.a1[0] + u.a1[1], ones),
-                       dot(u.a2[0] + u.a2[1], ones), dot(u.a3[0] + u.a3[1], ones));
-    return u;
-}
-
-// sum q x over one quarter's 8 values: low, the 4-bit parts (two words), high, the 2-bit parts in place.
-fn quarter_dot(low: vec2<u32>, high: vec2<u32>, xq: mat2x4<f32>) -> f32 {
-    let q0 = (low.x & 0x0F0F0F0Fu) | ((high.x & 0x03030303u) << 4u);
-    let q1 = (low.y & 0x0F0F0F0Fu) | ((high.y & 0x03030303u) << 4u);
-    return dot(u8x4_to_f32(q0), xq[0]) + dot(u8x4_to_f32(q1), xq[1]);
-}
-
-// sum over the unit's 32 values of W x, the block at byte `block`, half h, l = l0 .. l0 + 7.
-fn unit_dot(block: u32, h: u32, l0: u32, u: UnitX) -> f32 {
-    let q = q6_k_unit(block, h, l0);
-    let qx = vec4<f32>(quarter_dot(q.ql_a, q.qh, u.a0), quarter_dot(q.ql_b, q.qh >> vec2<u32>(2u), u.a1),
-                       quarter_dot(q.ql_a >> vec2<u32>(4u), q.qh >> vec2<u32>(4u), u.a2),
-                       quarter_dot(q.ql_b >> vec2<u32>(4u), q.qh >> vec2<u32>(6u), u.a3));
-    return q.d * dot(q.scales, qx - 32.0 * u.sums);
-}
+#include "matvec/q6_k_rows.wgsl"
 
 // Called by the entry point before prepare_x; this kernel loads its weights where it uses them (loading them
 // a unit ahead, as matvec_q4_k.wgsl does, took the 4B's v 7.3 -> 6.2 us and its head 327 -> 314, but its down
 // 18.6 -> 20.5 on an H100; the 4B's decode 281 tok/s without, 280 with).
 fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
 
-// This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
-// GLU, the up row's at [T_MAX + t]).
+// This thread's share of row first_row + slot (matvec/q6_k_rows.wgsl), with its second row: GLU's up row, or
+// PAIRS' row ROWS further (past the shard it reads the last row again; store_row drops its sums).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
-    var acc: array<f32, OUTS>;
     let row = first_row + slot;
-    let n = n_tokens();
     if (row >= N_ROWS) {
-        return acc;
+        return array<f32, OUTS>();
     }
-    let row_base = (FIRST_ROW + row) * ROW_BYTES;
-    for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
-        let block = u / 8u;
-        let h = (u / 4u) % 2u;
-        let l0 = 8u * (u % 4u);
-        let at = row_base + block * Q6_K_BLOCK_BYTES;
-        for (var t = 0u; t < T_MAX; t++) {
-            if (t < n) {
-                let xu = unit_x((t * K + block * 256u + 128u * h + l0) / 4u);
-                acc[t] += unit_dot(at, h, l0, xu);
-                if (GLU == 1u) {
-                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(at + UP_BYTES, h, l0, xu);
-                }
-            }
-        }
-    }
-    return acc;
+    let row_base = (FIRST_ROW + row) * Q6_ROW_BYTES;
+    let up_base = row_base + N_ROWS * Q6_ROW_BYTES;
+    let pair_base = (FIRST_ROW + min(row + ROWS, N_ROWS - 1u)) * Q6_ROW_BYTES;
+    return q6_row_partial(vec2<u32>(row_base, select(pair_base, up_base, GLU == 1u)), lane);
 }
 
 #include "matvec/store_${STORE}.wgsl"

@@ -19,7 +19,7 @@ const UNITS_PER_ROW: u32 = K / 32u;
 const UP_BYTES: u32 = N_ROWS * ROW_BYTES * GLU;
 const ONES: u32 = 0x01010101u;
 
-@group(0) @binding(1) var<storage, read> weight: array<u32>;
+@group(0) @binding(1) var<storage, read> q6_weight: array<u32>;
 
 // One token's x for a unit: each quarter's 8 int8 (two words) and its block's d.
 struct UnitX {

@@ -61,6 +61,9 @@ _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantiza
 _MATVEC_THREADS = 256  # target threads per matvec workgroup
 _MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
 _MATVEC_TARGET_GROUPS = 256  # matvec workgroups wanted before rows per workgroup may grow
+# ... for the wide K-quant matvecs on a plain input, whose workgroups have no prologue to repeat (see
+# wide_matvec_shape)
+_WIDE_TARGET_GROUPS = 512
 _MATVEC_GROUPS_PER_THREAD = 8  # most 16-value groups a matvec thread should take per row
 _MATVEC_TARGET_THREADS = 65536  # matvec threads wanted in all (about 500 per H100 SM)
 _HEAD_ROWS = 65536  # a matvec reading this many rows (an output head) takes _HEAD_TPR threads a row
@@ -73,7 +76,7 @@ WIDE_MATVEC_KERNELS = {GGMLQuantizationType.Q4_K: "matvec_q4_k", GGMLQuantizatio
 WIDE_MATVEC = True
 # The matvec kernels that implement PAIRS (threads taking two rows on one load of x, see row_pairs_shape), and
 # the switch (benchmarks).
-ROW_PAIRS_KERNELS = {"matvec_q4_k"}
+ROW_PAIRS_KERNELS = {"matvec_q4_k", "matvec_q6_k"}
 ROW_PAIRS = True
 ROW_PAIRS_MIN_K = 6144  # rows at least this long (Gemma's down projections)
 
@@ -255,7 +258,8 @@ class MatvecShape(NamedTuple):
 
 
 def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
-                 units_per_thread: int = _MATVEC_GROUPS_PER_THREAD, rows_read: int | None = None) -> MatvecShape:
+                 units_per_thread: int = _MATVEC_GROUPS_PER_THREAD, rows_read: int | None = None,
+                 target_groups: int = _MATVEC_TARGET_GROUPS) -> MatvecShape:
     """The split of an [n_rows, k] shard over matvec threads (GPU adapters).
 
     Threads per row, a power of two from 4 up to 64: enough threads in all (rows_read * tpr >=
@@ -265,7 +269,8 @@ def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
     rather than 16. Output heads (rows_read >= _HEAD_ROWS: the rows alone give threads enough) take _HEAD_TPR
     threads a row, long runs of units each: on an H200 the 1B's Q8_0 head (1152 x 262144) 180-186 us at 2-4
     threads a row against 225 at 8, the 4B's Q6_K head 314 us at 4 (322 at 16; 252 against 378 in int8), the
-    270M's 98 us at 4 as at 2. Rows per workgroup: 256 threads, fewer when that leaves few workgroups.
+    270M's 98 us at 4 as at 2. Rows per workgroup: 256 threads, fewer while that leaves fewer than target_groups
+    workgroups.
     """
     units = k // unit_values
     rows_read = rows_read or n_rows
@@ -274,23 +279,31 @@ def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
         wanted = _HEAD_TPR
     tpr = max(4, min(wanted, 64, _pow2_floor(units // 2)))
     rows = max(1, _MATVEC_THREADS // tpr)
-    while rows > 1 and rows * tpr > _MATVEC_MIN_THREADS and -(-n_rows // rows) < _MATVEC_TARGET_GROUPS:
+    while rows > 1 and rows * tpr > _MATVEC_MIN_THREADS and -(-n_rows // rows) < target_groups:
         rows //= 2
     return MatvecShape(tpr, rows)
 
 
-def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int) -> MatvecShape:
+def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int,
+                      normed: bool = False) -> MatvecShape:
     """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units). Units per thread from a sweep of
     threads per row on an H100 (bench/kernels.py --wide-sweep, Gemma 3 4B shapes): Q4_K fastest with up to 16
     units a thread (down 10240 x 2560 at 32 threads a row), Q6_K with 4, its units costing more loads (gate-up
     at 16 threads a row, down at 64). A one-token Q4_K gate-up takes 8 (2560 x 2 x 10240 at 8 threads a row:
     29.1 us against 31.4 at 4, 32.6 against 36.6 with a normalised input; H200, every split in one run;
-    batched decode was not swept, so it keeps 16)."""
+    batched decode was not swept, so it keeps 16).
+
+    On a plain input the rows per workgroup shrink until there are _WIDE_TARGET_GROUPS workgroups rather than
+    _MATVEC_TARGET_GROUPS: on an H200 at one token (bench/kernels.py, in us, 320 -> 640 workgroups) the 4B's o
+    2048 x 2560 7.5 -> 6.9, its Q4_K down (rows in pairs) 16.9 -> 15.4, its gate-up on a plain input 28.3 -> 24.9;
+    q|k|v 2560 x 4096 10.1 either way (256 or 512). Not on a normalised input (normed), whose every workgroup
+    makes the input again: the gate-up 30.9 -> 32.0 at 640 workgroups (46.5 at 1,280)."""
     if qtype is GGMLQuantizationType.Q4_K:
         per_thread = 8 if glu and t_max == 1 else 16
     else:
         per_thread = 4
-    return matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1))
+    return matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1),
+                        target_groups=_MATVEC_TARGET_GROUPS if normed else _WIDE_TARGET_GROUPS)
 
 
 def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> MatvecShape | None:
@@ -303,8 +316,12 @@ def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> Matv
     token, 56.6 -> 46.7 at 8; shorter rows slower: q 2560 x 2048 7.9 -> 8.8, o 2048 x 2560 8.0 -> 8.6. End to
     end on the 4B's shapes (bench/gpu.py, against the tree before in one call): decode 266 -> 273 tok/s, after
     512 tokens 262 -> 268, 8 streams 449 -> 467. Not for GLU: a gate-up thread on two gate rows and their up rows
-    measured slower at every split (H100, 4B 2560 x 2 x 10240: one token 29.6 -> 32.4 us, 8 tokens 159 -> 212)."""
-    if not (ROW_PAIRS and weight.k >= ROW_PAIRS_MIN_K):
+    measured slower at every split (H100, 4B 2560 x 2 x 10240: one token 29.6 -> 32.4 us, 8 tokens 159 -> 212).
+    Output heads (at least _HEAD_ROWS rows) too, at any K: on an H200, one token, 2560 x 262208 Q6_K 313 -> 278
+    us (4 threads a row -> pairs at 8; 275 at 8 with half the rows a workgroup, 280 at 4), Q4_K 250 -> 220 (at 4).
+    The Q6_K down 10240 x 2560 at 64 threads a row: 8 tokens 120 -> 111, one token 18.3 -> 17.6 (not taken: the
+    1B's 6912 x 1152 10.1 -> 10.4)."""
+    if not ROW_PAIRS or (weight.k < ROW_PAIRS_MIN_K and weight.n < _HEAD_ROWS):
         return None
     if t_max == 1 and shape.tpr >= 64:
         return None
@@ -498,11 +515,11 @@ def _int8_matvec(weight: QuantWeight, plan: "_Plan", t_max: int, glu: bool) -> b
 
 def _matvec_dispatch(
     weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int, int8: bool = False,
-    q8_output: bool = False,
+    q8_output: bool = False, normed: bool = False,
 ) -> tuple[str, dict[str, int | str], int]:
     """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns); int8: the int8
     kernel of the weight's type (see _int8_matvec); q8_output: y is a QuantisedActivation (matvec/store_q8.wgsl,
-    whose workgroups hold whole 32-row blocks)."""
+    whose workgroups hold whole 32-row blocks); normed: the input is a NormedInput, made in every workgroup."""
     if whole_rows:
         if q8_output:
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
@@ -515,7 +532,8 @@ def _matvec_dispatch(
     if int8:
         name, shape = INT8_MATVEC_KERNELS[weight.qtype], int8_matvec_shape(weight.k, n_rows, glu)
     elif weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
-        name, shape = WIDE_MATVEC_KERNELS[weight.qtype], wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max)
+        name = WIDE_MATVEC_KERNELS[weight.qtype]
+        shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max, normed)
     else:
         name, shape = "matvec", matvec_shape(weight.k, n_rows)
     if q8_output and shape.rows % 32:
@@ -577,7 +595,7 @@ def _dispatch(
                              f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
         int8 = _int8_matvec(weight, plan, t_max, glu)
         name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8,
-                                               q8_output)
+                                               q8_output, normed=True)
         constants |= extra | {"X_SOURCE": "q8_normed" if int8 else "normed", "EPS": x.eps}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]

@@ -132,9 +132,11 @@ def test_matvec_k_quant_kernels(ex: Executor, qtype: Q, wide: bool, tokens: int,
 
 @pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS])
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
-def test_matvec_row_pairs(ex: Executor, subgroups: bool, tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Q4_K rows two a thread on one load of x (PAIRS, row_pairs_shape), made to apply at K = 2560: 45 rows, an
-    odd count, so that the last workgroup's pair row falls past the shard (read clamped, not stored)."""
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_matvec_row_pairs(ex: Executor, qtype: Q, subgroups: bool, tokens: int, monkeypatch: pytest.MonkeyPatch,
+                          ) -> None:
+    """Q4_K and Q6_K rows two a thread on one load of x (PAIRS, row_pairs_shape), made to apply at K = 2560: 45
+    rows, an odd count, so that the last workgroup's pair row falls past the shard (read clamped, not stored)."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
     monkeypatch.setattr(matmul_ops, "ROW_PAIRS_MIN_K", 2560)
@@ -146,7 +148,7 @@ def test_matvec_row_pairs(ex: Executor, subgroups: bool, tokens: int, monkeypatc
         return shapes[-1]
 
     monkeypatch.setattr(matmul_ops, "row_pairs_shape", recording_choice)
-    run_linear(ex, Q.Q4_K, 2560, 45, tokens, tokens, seed=21, kernel=LinearKernel.MATVEC, subgroups=subgroups,
+    run_linear(ex, qtype, 2560, 45, tokens, tokens, seed=21, kernel=LinearKernel.MATVEC, subgroups=subgroups,
                whole_rows=False)
     assert shapes and all(shape is not None for shape in shapes), "the matvec did not take rows in pairs"
 

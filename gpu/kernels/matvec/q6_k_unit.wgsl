@@ -2,19 +2,19 @@
 // consecutive l from l0 (quant/q6_k.wgsl has the layout). 8 bytes of ql at 64h + l0, 8 at 64h + 32 + l0 and 8
 // of qh at 128 + 32h + l0 hold the 32 values 128h + 32a + l0 .. + 7 (a = 0..3) with four scales; every byte
 // is read once. Q6_K blocks are 210 bytes, so a block starts 4-aligned or 2 bytes past; a unit's 8-byte
-// spans load as three words and shift where needed. Needs the kernel's `weight: array<u32>` binding.
+// spans load as three words and shift where needed. Needs the kernel's `q6_weight: array<u32>` binding.
 
 const Q6_K_BLOCK_BYTES: u32 = 210u;
 
 // The 8 bytes at an even offset as two words.
 fn load_8(byte: u32) -> vec2<u32> {
     let i = byte >> 2u;
-    let w0 = weight[i];
-    let w1 = weight[i + 1u];
+    let w0 = q6_weight[i];
+    let w1 = q6_weight[i + 1u];
     if ((byte & 2u) == 0u) {
         return vec2<u32>(w0, w1);
     }
-    let w2 = weight[i + 2u];
+    let w2 = q6_weight[i + 2u];
     return vec2<u32>((w0 >> 16u) | (w1 << 16u), (w1 >> 16u) | (w2 << 16u));
 }
 
@@ -36,7 +36,7 @@ fn q6_k_unit(block: u32, h: u32, l0: u32) -> Q6Unit {
     let sc = load_8(block + 192u + 8u * h + (l0 / 16u & ~1u)) >> vec2<u32>(8u * (l0 / 16u & 1u));
     let signed = bitcast<vec4<i32>>(vec4<u32>(sc.x, sc.x >> 16u, sc.y, sc.y >> 16u) << vec4<u32>(24u));
     q.scales = vec4<f32>(signed >> vec4<u32>(24u));  // int8, sign-extended
-    let d_word = weight[(block + 208u) >> 2u] >> (8u * ((block + 208u) & 2u));
+    let d_word = q6_weight[(block + 208u) >> 2u] >> (8u * ((block + 208u) & 2u));
     q.d = unpack2x16float(d_word).x;
     return q;
 }

@@ -1,0 +1,104 @@
+// The Q4_K matvecs' f32 row work (matvec_q4_k.wgsl, and the Q4_K rows of matvec_q4_k_q6_k.wgsl), which
+// matvec_q4_k.wgsl's header describes: a thread's units of one row (and of a second row on the same x: GLU's
+// up row or PAIRS' row ROWS further), each unit one 16-byte load of quant bytes (32 values) and its block's
+// 16-byte header, loaded one unit ahead of the arithmetic. Needs the including kernel's K, TPR, T_MAX, OUTS,
+// SECOND, x_vec, n_tokens and a `q4_weight: array<vec4<u32>>` binding; rows are given as word offsets.
+
+const Q4_BLOCK_WORDS4: u32 = 9u;                  // 144 bytes
+const Q4_ROW_WORDS4: u32 = K / 256u * Q4_BLOCK_WORDS4;
+const Q4_UNITS_PER_ROW: u32 = K / 32u;            // 16 quant bytes = 32 values each
+
+// The unit's 32 values of x for one token: the low sub-block's 16 (4 vec4 from xb), the high's (8 vec4 on).
+struct Q4UnitX {
+    lo0: vec4<f32>, lo1: vec4<f32>, lo2: vec4<f32>, lo3: vec4<f32>,
+    hi0: vec4<f32>, hi1: vec4<f32>, hi2: vec4<f32>, hi3: vec4<f32>,
+    sum_lo: f32, sum_hi: f32,
+}
+
+fn q4_unit_x(xb: u32) -> Q4UnitX {
+    var u: Q4UnitX;
+    u.lo0 = x_vec(xb);
+    u.lo1 = x_vec(xb + 1u);
+    u.lo2 = x_vec(xb + 2u);
+    u.lo3 = x_vec(xb + 3u);
+    u.hi0 = x_vec(xb + 8u);
+    u.hi1 = x_vec(xb + 9u);
+    u.hi2 = x_vec(xb + 10u);
+    u.hi3 = x_vec(xb + 11u);
+    let ones = vec4<f32>(1.0);
+    u.sum_lo = dot(u.lo0 + u.lo1 + u.lo2 + u.lo3, ones);
+    u.sum_hi = dot(u.hi0 + u.hi1 + u.hi2 + u.hi3, ones);
+    return u;
+}
+
+// sum over the unit's 32 values of W x: q the 16 quant bytes, s their scales (unit_scales).
+fn q4_unit_dot(q: vec4<u32>, s: vec4<f32>, u: Q4UnitX) -> f32 {
+    let lo = mat4x4<f32>(u8x4_to_f32(q.x & 0x0F0F0F0Fu), u8x4_to_f32(q.y & 0x0F0F0F0Fu),
+                         u8x4_to_f32(q.z & 0x0F0F0F0Fu), u8x4_to_f32(q.w & 0x0F0F0F0Fu));
+    let hi = mat4x4<f32>(u8x4_to_f32((q.x >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.y >> 4u) & 0x0F0F0F0Fu),
+                         u8x4_to_f32((q.z >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.w >> 4u) & 0x0F0F0F0Fu));
+    let qx_lo = dot(lo[0], u.lo0) + dot(lo[1], u.lo1) + dot(lo[2], u.lo2) + dot(lo[3], u.lo3);
+    let qx_hi = dot(hi[0], u.hi0) + dot(hi[1], u.hi1) + dot(hi[2], u.hi2) + dot(hi[3], u.hi3);
+    return s.x * qx_lo - s.y * u.sum_lo + s.z * qx_hi - s.w * u.sum_hi;
+}
+
+// The weight words of a thread's next unit (quant bytes and block header, and its second row's), loaded one unit
+// ahead of the arithmetic: the first before the input's prologue (a normalised input takes two reductions and
+// three rounds of loads before any weight is needed), each next one before the current unit's arithmetic.
+var<private> q4_next_q: vec4<u32>;
+var<private> q4_next_h: vec4<u32>;
+var<private> q4_next_q_2: vec4<u32>;
+var<private> q4_next_h_2: vec4<u32>;
+
+// Unit u of the rows at word offsets bases (x: the row, y: its second row, read where SECOND).
+fn q4_load_unit(bases: vec2<u32>, u: u32) {
+    let block = (u / 8u) * Q4_BLOCK_WORDS4;
+    q4_next_q = q4_weight[bases.x + block + 1u + u % 8u];  // quant bytes 16 + 32 j + 16 (part % 2)
+    q4_next_h = q4_weight[bases.x + block];
+    if (SECOND == 1u) {
+        q4_next_q_2 = q4_weight[bases.y + block + 1u + u % 8u];
+        q4_next_h_2 = q4_weight[bases.y + block];
+    }
+}
+
+// The thread's first unit, before the input's prologue.
+fn q4_prefetch(bases: vec2<u32>, lane: u32) {
+    if (lane < Q4_UNITS_PER_ROW) {
+        q4_load_unit(bases, lane);
+    }
+}
+
+// This thread's share of the row at word offset bases.x: the dot products of its units with each token ([t];
+// with SECOND, the row at bases.y's at [T_MAX + t]: the same x serves both). q4_prefetch came first.
+fn q4_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
+    var acc: array<f32, OUTS>;
+    let n = n_tokens();
+    for (var u = lane; u < Q4_UNITS_PER_ROW; u += TPR) {
+        let q = q4_next_q;
+        let h = q4_next_h;
+        let q_2 = q4_next_q_2;
+        let h_2 = q4_next_h_2;
+        if (u + TPR < Q4_UNITS_PER_ROW) {
+            q4_load_unit(bases, u + TPR);
+        }
+        let block = u / 8u;
+        let part = u % 8u;
+        let j = part / 2u;
+        let s = unit_scales(h, j);
+        var s_2 = vec4<f32>();
+        if (SECOND == 1u) {
+            s_2 = unit_scales(h_2, j);
+        }
+        let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
+        for (var t = 0u; t < T_MAX; t++) {
+            if (t < n) {
+                let xu = q4_unit_x((t * K + first) / 4u);
+                acc[t] += q4_unit_dot(q, s, xu);
+                if (SECOND == 1u) {
+                    acc[min(T_MAX + t, OUTS - 1u)] += q4_unit_dot(q_2, s_2, xu);
+                }
+            }
+        }
+    }
+    return acc;
+}
