@@ -46,10 +46,12 @@ from gpu.ops.matmul import (
     folds_norms,
     linear,
     linear_glu,
+    linear_stacked,
     quantised_activation,
     quantises_ffn_input,
     quantises_glu_output,
     quantises_prompt_input,
+    stacks_in_one_matvec,
 )
 from gpu.ops.sampling import gumbel_sample as sample
 from gpu.ops.transformer import RawQKV
@@ -267,7 +269,13 @@ class Gemma3:
     @staticmethod
     def _projections(b: ProgramBuilder, fused: list[Fused], x: Tensor | NormedInput | QuantisedActivation,
                      t_max: int, name: str) -> list[tuple[Tensor, int]]:
-        """x times each of the fused matrices; each projection as (output tensor, first column)."""
+        """x times each of the fused matrices; each projection as (output tensor, first column). Two matrices of
+        different types that one matvec takes together (a Q4_K q|k and a Q6_K v) share one dispatch and output."""
+        if len(fused) == 2 and stacks_in_one_matvec(b, fused[0].weight, fused[1].weight, t_max):
+            first, second = fused
+            y = b.activation(f"{name}.stacked", (t_max, first.weight.n + second.weight.n))
+            linear_stacked(b, first.weight, second.weight, x, y, t_max)
+            return [(y, start) for start in first.parts] + [(y, first.weight.n + start) for start in second.parts]
         columns: list[tuple[Tensor, int]] = []
         for j, f in enumerate(fused):
             y = b.activation(f"{name}.{j}", (t_max, f.weight.n))

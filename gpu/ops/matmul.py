@@ -39,6 +39,7 @@ and stores gelu_tanh(g) * u):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -764,6 +765,60 @@ def linear_glu(
             _dispatch(builder, plan, weight, shard.tensor, x, up, t_max, first_row=begin - shard.row_start,
                       n_rows=end - begin, row_start=begin - f, y_stride=f)
     gelu_mul(builder, gate, up, y)
+
+
+def stacks_in_one_matvec(builder: ProgramBuilder, first: QuantWeight, second: QuantWeight, t_max: int,
+                         subgroups: bool | None = None, whole_rows: bool | None = None) -> bool:
+    """Whether linear_stacked computes these two matrices of one input in one dispatch
+    (kernels/matvec_q4_k_q6_k.wgsl): a Q4_K matrix and a Q6_K one of one shard each and the same rows' width,
+    in f32 (neither would run an int8 matvec) decode matvecs on a GPU, with the K-quant kernels of their own."""
+    if (first.qtype is not GGMLQuantizationType.Q4_K or second.qtype is not GGMLQuantizationType.Q6_K
+            or first.k != second.k or len(first.shards) != 1 or len(second.shards) != 1 or not WIDE_MATVEC):
+        return False
+    plans = [_plan(builder, w, t_max, None, subgroups, whole_rows) for w in (first, second)]
+    return all(p.kernel is LinearKernel.MATVEC and not p.whole_rows and not _int8_matvec(w, p, t_max, False)
+               for w, p in zip((first, second), plans))
+
+
+def linear_stacked(
+    builder: ProgramBuilder, first: QuantWeight, second: QuantWeight, x: Tensor | NormedInput, y: Tensor,
+    t_max: int, *, subgroups: bool | None = None, whole_rows: bool | None = None,
+) -> None:
+    """y = x [W1 | W2]^T: two matrices of one input (a Q4_K q|k and a Q6_K v) in one matvec dispatch, W1's
+    first.n columns then W2's second.n, where stacks_in_one_matvec says so. The workgroups take rows of one
+    matrix each, at one split (wide_matvec_shape's for all the rows as Q4_K ones). subgroups and whole_rows
+    as for `linear` (whole rows have no such kernel)."""
+    if not stacks_in_one_matvec(builder, first, second, t_max, subgroups, whole_rows):
+        raise ValueError(f"{first.name} ({first.qtype.name}) and {second.name} ({second.qtype.name}): no one "
+                         f"matvec for them at {t_max} tokens (see stacks_in_one_matvec)")
+    _check_input(x, first.k, t_max, "x")
+    n_rows = first.n + second.n
+    _check_activation(y, n_rows, t_max, "y")
+    normed = isinstance(x, NormedInput)
+    shape = wide_matvec_shape(first.k, n_rows, GGMLQuantizationType.Q4_K, False, t_max, normed)
+    if first.n % shape.rows:
+        shape = MatvecShape(shape.tpr, math.gcd(shape.rows, first.n))
+    plan = _plan(builder, first, t_max, None, subgroups, whole_rows)
+    constants: dict[str, int | str] = {
+        "K": first.k, "N_ROWS": n_rows, "N_ROWS_A": first.n, "FIRST_ROW": 0, "ROW_START": 0, "Y_STRIDE": n_rows,
+        "T_MAX": t_max, "ENTRY": "reduce_subgroup" if plan.subgroups else "reduce_workgroup", "TPR": shape.tpr,
+        "ROWS": shape.rows, "STORE": "row",
+    }
+    weights = [builder.step, first.shards[0].tensor]
+    if normed:
+        assert isinstance(x, NormedInput)
+        if not _normed_input_fits(first.k, t_max):
+            raise ValueError(f"{first.name}: a normalised input needs a GPU matvec of at most "
+                             f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
+        tensors = weights + [x.block_out, y, x.residual, x.post_weight, x.next_weight, x.residual_out]
+        constants |= {"X_SOURCE": "normed", "EPS": x.eps}
+    else:
+        assert isinstance(x, Tensor)
+        tensors = weights + [x, y]
+        constants |= {"X_SOURCE": "direct"}
+    constants["Q6_BINDING"] = len(tensors)
+    builder.dispatch("matvec_q4_k_q6_k", constants, tensors + [second.shards[0].tensor],
+                     workgroup_grid(-(-n_rows // shape.rows)))
 
 
 def embedding(

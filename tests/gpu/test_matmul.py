@@ -205,6 +205,42 @@ def test_matvec_normed_input(ex: Executor, subgroups: bool, qtype: Q, glu: bool,
     assert np.all(np.abs(got - want) <= allowed + 1e-5 * np.abs(want))
 
 
+@pytest.mark.parametrize("tokens", [1, 3])
+@pytest.mark.parametrize("normed", [False, True], ids=["plain", "normed"])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+def test_matvec_stacked(ex: Executor, subgroups: bool, normed: bool, tokens: int) -> None:
+    """A Q4_K matrix and a Q6_K one of the same input in one dispatch (linear_stacked, matvec_q4_k_q6_k.wgsl): 48
+    Q4_K rows then 37 Q6_K rows (a partial last workgroup), on a plain input and on a NormedInput; each part
+    against numpy with the linear's tolerance, as the q|k and v of a Gemma 3 4B layer."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    rng = np.random.default_rng(17)
+    k, eps = 512, 1e-6
+    parts = [(Q.Q4_K, 48), (Q.Q6_K, 37)]
+    raws = [random_weight_bytes(rng, qtype, k, n) for qtype, n in parts]
+    first, second = (upload_weight(ex, f"w{i}", qtype, k, n, raw) for i, ((qtype, n), raw) in enumerate(zip(parts, raws)))
+    if normed:
+        source, r, x = random_normed_input(ex, rng, tokens, k, eps)
+    else:
+        x = rng.standard_normal((tokens, k)).astype(np.float32)
+        source = ex.tensor("x", x.shape, data=x)
+    y = ex.tensor("y", (tokens, 85), data=np.full((tokens, 85), SENTINEL, np.float32))
+    b = ProgramBuilder(ex, "stacked")
+    assert matmul_ops.stacks_in_one_matvec(b, first, second, tokens, subgroups, whole_rows=False)
+    matmul_ops.linear_stacked(b, first, second, source, y, tokens, subgroups=subgroups, whole_rows=False)
+    program = b.build()
+    assert [d.kernel for d in program.dispatches] == ["matvec_q4_k_q6_k"]
+    if normed:
+        got, got_residual = ex.run(program, StepParams(tokens), read=[y, source.residual_out])
+        np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)
+    else:
+        got, = ex.run(program, StepParams(tokens), read=[y])
+    for (qtype, _), raw, columns in zip(parts, raws, (slice(0, 48), slice(48, 85))):
+        want, allowed = reference(raw, qtype, x, False)
+        err = np.abs(got[:, columns] - want)
+        assert np.all(err <= allowed + 1e-5 * np.abs(want)), f"{qtype.name} rows: worst {err.max()}"
+
+
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("tpr", [2, 8, 64])
 def test_matvec_threads_per_row(ex: Executor, tpr: int, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
