@@ -186,6 +186,7 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
     x = ex.tensor("x", (t, k), data=bench.rng.standard_normal((t, k)).astype(np.float32))
     copies = bench.copies(qtype, k, 2 * n if op == "gate_up" else n, t)
     variants: dict[str, Callable[[ProgramBuilder, int], None]] = {}
+    paired = False
     if op == "gate_up":
         fused = bench.weights("gu", qtype, k, 2 * n, copies)
         ups = bench.weights("u", qtype, k, n, copies)
@@ -202,10 +203,14 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         weights = bench.weights(op, qtype, k, n, copies)
         y = ex.tensor("y", (t, n))
         variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
+        # whether the wide kernel takes its rows in pairs (then also timed without)
+        paired = (qtype in matmul_ops.WIDE_MATVEC_KERNELS
+                  and matmul_ops.WIDE_MATVEC_KERNELS[qtype] in matmul_ops.ROW_PAIRS_KERNELS
+                  and matmul_ops.row_pairs_shape(weights[0], t, matmul_ops.wide_matvec_shape(k, n, qtype, False, t))
+                  is not None)
         n_out, flops, weight_bytes = n, 2 * t * k * n, weights[0].nbytes
     if qtype in matmul_ops.WIDE_MATVEC_KERNELS and t <= matmul_ops.MATVEC_MAX_TOKENS and not args.wide_sweep:
-        if (matmul_ops.WIDE_MATVEC_KERNELS[qtype] in matmul_ops.ROW_PAIRS_KERNELS and op != "gate_up"
-                and k >= matmul_ops.ROW_PAIRS_MIN_K):
+        if paired:
             variants["linear unpaired"] = with_setting(variants["linear"], "ROW_PAIRS", False)
         variants |= {f"{name} generic": with_setting(record, "WIDE_MATVEC", False) for name, record in variants.items()
                      if name in ("linear", "glu fused", "glu unfused")}

@@ -286,7 +286,7 @@ def matvec_shape(k: int, n_rows: int, unit_values: int = GROUP_VALUES,
 
 
 def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int,
-                      normed: bool = False) -> MatvecShape:
+                      normed: bool = False, max_threads: int = 0) -> MatvecShape:
     """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units). Units per thread from a sweep of
     threads per row on an H100 (bench/kernels.py --wide-sweep, Gemma 3 4B shapes): Q4_K fastest with up to 16
     units a thread (down 10240 x 2560 at 32 threads a row), Q6_K with 4, its units costing more loads (gate-up
@@ -298,13 +298,26 @@ def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: boo
     _MATVEC_TARGET_GROUPS: on an H200 at one token (bench/kernels.py, in us, 320 -> 640 workgroups) the 4B's o
     2048 x 2560 7.5 -> 6.9, its Q4_K down (rows in pairs) 16.9 -> 15.4, its gate-up on a plain input 28.3 -> 24.9;
     q|k|v 2560 x 4096 10.1 either way (256 or 512). Not on a normalised input (normed), whose every workgroup
-    makes the input again: the gate-up 30.9 -> 32.0 at 640 workgroups (46.5 at 1,280)."""
+    makes the input again: the gate-up 30.9 -> 32.0 at 640 workgroups (46.5 at 1,280). There, where the
+    reduction takes workgroups of any size (max_threads), as many rows a workgroup as leave
+    _MATVEC_TARGET_GROUPS workgroups, about two an SM of an H100 or H200 (132): the 4B's gate-up at 8 threads
+    a row and 40 rows, 256 workgroups of 320 threads, rather than 32 rows, 320 workgroups, of which a third
+    of the SMs ran three: in-pass on an H200 30.9 -> 26.6 us (8 x 20: 28.7, 8 x 80: 27.5, 4 x 40: 30.8);
+    4B decode 302.2 / 303.4 -> 317.3 / 317.5 tok/s, after 512 tokens 295.9 / 297.6 -> 309.4 / 309.6
+    (512 workgroups of 20 rows: 303.6 and 296.5)."""
     if qtype is GGMLQuantizationType.Q4_K:
         per_thread = 8 if glu and t_max == 1 else 16
     else:
         per_thread = 4
-    return matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1),
-                        target_groups=_MATVEC_TARGET_GROUPS if normed else _WIDE_TARGET_GROUPS)
+    shape = matvec_shape(k, n_rows, 32, per_thread, rows_read=n_rows * (2 if glu else 1),
+                         target_groups=_MATVEC_TARGET_GROUPS if normed else _WIDE_TARGET_GROUPS)
+    if normed:
+        # as many rows a workgroup as leave _MATVEC_TARGET_GROUPS workgroups, not a power of two where need be,
+        # up to max_threads a workgroup (0 where the reduction needs a power of two): the 4B's gate-up 40 rows
+        rows = -(-n_rows // _MATVEC_TARGET_GROUPS)
+        if shape.rows < rows <= max_threads // shape.tpr:
+            shape = MatvecShape(shape.tpr, rows)
+    return shape
 
 
 def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> MatvecShape | None:
@@ -516,11 +529,12 @@ def _int8_matvec(weight: QuantWeight, plan: "_Plan", t_max: int, glu: bool) -> b
 
 def _matvec_dispatch(
     weight: QuantWeight, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int, int8: bool = False,
-    q8_output: bool = False, normed: bool = False,
+    q8_output: bool = False, normed: bool = False, max_threads: int = 0,
 ) -> tuple[str, dict[str, int | str], int]:
     """(kernel, its extra constants, workgroups) of a matvec over n_rows rows (y columns); int8: the int8
     kernel of the weight's type (see _int8_matvec); q8_output: y is a QuantisedActivation (matvec/store_q8.wgsl,
-    whose workgroups hold whole 32-row blocks); normed: the input is a NormedInput, made in every workgroup."""
+    whose workgroups hold whole 32-row blocks); normed: the input is a NormedInput, made in every workgroup;
+    max_threads: the device's most invocations a workgroup, where workgroups need not be a power of two."""
     if whole_rows:
         if q8_output:
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
@@ -534,7 +548,7 @@ def _matvec_dispatch(
         name, shape = INT8_MATVEC_KERNELS[weight.qtype], int8_matvec_shape(weight.k, n_rows, glu)
     elif weight.qtype in WIDE_MATVEC_KERNELS and WIDE_MATVEC:
         name = WIDE_MATVEC_KERNELS[weight.qtype]
-        shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max, normed)
+        shape = wide_matvec_shape(weight.k, n_rows, weight.qtype, glu, t_max, normed, max_threads)
     else:
         name, shape = "matvec", matvec_shape(weight.k, n_rows)
     if q8_output and shape.rows % 32:
@@ -547,6 +561,12 @@ def _matvec_dispatch(
     constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows, "STORE": "q8" if q8_output else "row",
                  "PAIRS": int(pairs)}
     return name, constants, -(-n_rows // (shape.rows * (2 if pairs else 1)))
+
+
+def _any_size_threads(builder: ProgramBuilder, plan: "_Plan") -> int:
+    """The most invocations a matvec workgroup may have where its size need not be a power of two (the subgroup
+    reduction), else 0."""
+    return builder.device.limits.max_invocations if plan.subgroups else 0
 
 
 def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int, glu: bool) -> tuple[MatmulTile, bool]:
@@ -596,7 +616,7 @@ def _dispatch(
                              f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
         int8 = _int8_matvec(weight, plan, t_max, glu)
         name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8,
-                                               q8_output, normed=True)
+                                               q8_output, normed=True, max_threads=_any_size_threads(builder, plan))
         constants |= extra | {"X_SOURCE": "q8_normed" if int8 else "normed", "EPS": x.eps}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
@@ -795,10 +815,11 @@ def linear_stacked(
     n_rows = first.n + second.n
     _check_activation(y, n_rows, t_max, "y")
     normed = isinstance(x, NormedInput)
-    shape = wide_matvec_shape(first.k, n_rows, GGMLQuantizationType.Q4_K, False, t_max, normed)
+    plan = _plan(builder, first, t_max, None, subgroups, whole_rows)
+    shape = wide_matvec_shape(first.k, n_rows, GGMLQuantizationType.Q4_K, False, t_max, normed,
+                              _any_size_threads(builder, plan))
     if first.n % shape.rows:
         shape = MatvecShape(shape.tpr, math.gcd(shape.rows, first.n))
-    plan = _plan(builder, first, t_max, None, subgroups, whole_rows)
     constants: dict[str, int | str] = {
         "K": first.k, "N_ROWS": n_rows, "N_ROWS_A": first.n, "FIRST_ROW": 0, "ROW_START": 0, "Y_STRIDE": n_rows,
         "T_MAX": t_max, "ENTRY": "reduce_subgroup" if plan.subgroups else "reduce_workgroup", "TPR": shape.tpr,

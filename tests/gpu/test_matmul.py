@@ -205,6 +205,42 @@ def test_matvec_normed_input(ex: Executor, subgroups: bool, qtype: Q, glu: bool,
     assert np.all(np.abs(got - want) <= allowed + 1e-5 * np.abs(want))
 
 
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+def test_matvec_normed_odd_workgroup(ex: Executor, glu: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A normalised input on the subgroup reduction takes workgroups of rows that need not be a power of two
+    (wide_matvec_shape's max_threads): 2560 Q4_K rows of 512 values give 10 rows a workgroup, 256 workgroups;
+    the sums and the residual against numpy as in test_matvec_normed_input."""
+    if not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    shapes: list[matmul_ops.MatvecShape] = []
+    choose = matmul_ops.wide_matvec_shape
+
+    def recording_choice(*args: object) -> matmul_ops.MatvecShape:
+        shapes.append(choose(*args))
+        return shapes[-1]
+
+    monkeypatch.setattr(matmul_ops, "wide_matvec_shape", recording_choice)
+    rng = np.random.default_rng(19)
+    k, n, eps = 512, 2560, 1e-6
+    rows = 2 * n if glu else n
+    raw = random_weight_bytes(rng, Q.Q4_K, k, rows)
+    weight = upload_weight(ex, "w", Q.Q4_K, k, rows, raw)
+    normed, r, x = random_normed_input(ex, rng, 1, k, eps)
+    y = ex.tensor("y", (1, n), data=np.full((1, n), SENTINEL, np.float32))
+    b = ProgramBuilder(ex, "normed")
+    (linear_glu if glu else linear)(b, weight, normed, y, 1, kernel=LinearKernel.MATVEC, subgroups=True,
+                                    whole_rows=False)
+    assert shapes and all(shape.rows & (shape.rows - 1) for shape in shapes), f"power-of-two rows: {shapes}"
+    got, got_residual = ex.run(b.build(), StepParams(1), read=[y, normed.residual_out])
+    np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)
+    want, allowed = reference(raw, Q.Q4_K, x, False)
+    if glu:
+        gate, up = want[:, :n], want[:, n:]
+        want = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3))) * up
+        allowed = (allowed[:, :n] * np.abs(up) + allowed[:, n:] * np.abs(gate)) * 1.5 + 1e-5
+    assert np.all(np.abs(got - want) <= allowed + 1e-5 * np.abs(want))
+
+
 @pytest.mark.parametrize("tokens", [1, 3])
 @pytest.mark.parametrize("normed", [False, True], ids=["plain", "normed"])
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
