@@ -18,6 +18,8 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
     python bench/kernels.py --sweep --models 4b --types q4_k --sweep-tiles 128x64x8x32x4,128x128x8x16x8
     python bench/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
     python bench/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row
+    python bench/kernels.py --models 4b --types q4_k --tokens 1 --ops gate_up --splits 8x32,8x40,8x20p
+                                                         # matvec_q4_k/q6_k at given threads x rows (p: in pairs)
     python bench/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
 
 The sweep times many short passes with compilation between them: an idle GPU lowers its clocks
@@ -35,6 +37,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +206,9 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         weights = bench.weights(op, qtype, k, n, copies)
         y = ex.tensor("y", (t, n))
         variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
+        if op in ("q", "k", "v") and not ex.device.is_software and matmul_ops._normed_input_fits(k, t):
+            normed_x = normed_input(ex, bench.rng, t, k)  # q|k|v's input as a model's decode step makes it
+            variants["linear normed"] = lambda b, c: linear(b, weights[c], normed_x, y, t)
         # whether the wide kernel takes its rows in pairs (then also timed without)
         paired = (qtype in matmul_ops.WIDE_MATVEC_KERNELS
                   and matmul_ops.WIDE_MATVEC_KERNELS[qtype] in matmul_ops.ROW_PAIRS_KERNELS
@@ -324,6 +330,22 @@ def use_sweep_picks(path: Path) -> None:
               f"{'f16' if row['f16'] else 'f32'} {row['us']:.1f} us", flush=True)
 
 
+def with_split(split: str, run: Callable[[], list[dict]]) -> list[dict]:
+    """run() with every wide K-quant matvec at one split, "TPRxROWS" (rows of a workgroup; a trailing "p": each
+    thread on two rows, PAIRS), whatever wide_matvec_shape and row_pairs_shape would pick; its rows tagged."""
+    pairs = split.endswith("p")
+    tpr, rows = map(int, split.rstrip("p").split("x"))
+    shape, pair = matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape
+    matmul_ops.wide_matvec_shape = lambda *_args, **_kwargs: matmul_ops.MatvecShape(tpr, rows)
+    matmul_ops.row_pairs_shape = lambda _weight, _t, chosen: chosen if pairs and matmul_ops.ROW_PAIRS else None
+    print(f"# split {split}: {tpr} threads a row, {rows} rows a workgroup{', rows in pairs' if pairs else ''}",
+          flush=True)
+    try:
+        return [row | {"split": split} for row in run()]
+    finally:
+        matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape = shape, pair
+
+
 def end_to_end(path: str, prompt_tokens: int) -> dict:
     """Prefill tok/s of a GGUF (median of 3 after a warm-up)."""
     from models.text_model import load_text_model
@@ -354,6 +376,8 @@ def main() -> None:
     parser.add_argument("--sweep-tiles", default="", help="--sweep these tiles, e.g. 64x128x8x32x4,128x128x8x16x8 "
                         "(BT x BR x RR x BK x TT) rather than SWEEP_TILES")
     parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k threads per row instead")
+    parser.add_argument("--splits", default="", help="time the wide K-quant matvecs at each of these splits, e.g. "
+                        "8x32,8x40,16x8p (threads a row x rows a workgroup; p: rows in pairs)")
     parser.add_argument("--model", help="a GGUF: end-to-end prefill tok/s instead")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--tiles", type=Path, help="a --sweep JSON: run each measured shape with its fastest tile")
@@ -370,6 +394,7 @@ def main() -> None:
         print(f"# {ex.device.name} ({ex.device.adapter_type}, {ex.device.backend}); features "
               f"{sorted(ex.device.features)}; timestamps: {bench.timestamps}", flush=True)
         only = set(filter(None, args.ops.split(",")))
+        splits = [split for split in args.splits.split(",") if split]
         types = None if args.types == "mix" else [Q[t.upper()] for t in args.types.split(",")]
         if args.wide_sweep:
             rows = wide_sweep(bench, args.models.split(","), only, args)
@@ -385,7 +410,11 @@ def main() -> None:
                     for op, k, n, qtype in ops_of(model, types):
                         if (op == "output" and t > 1) or (only and op not in only):
                             continue
-                        rows += measure_op(bench, op, k, n, qtype, t, args)
+                        for split in splits or [None]:
+                            if split:
+                                rows += with_split(split, partial(measure_op, bench, op, k, n, qtype, t, args))
+                            else:
+                                rows += measure_op(bench, op, k, n, qtype, t, args)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
