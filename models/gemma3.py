@@ -271,7 +271,8 @@ class Gemma3:
                      t_max: int, name: str) -> list[tuple[Tensor, int]]:
         """x times each of the fused matrices; each projection as (output tensor, first column). Two matrices of
         different types that one matvec takes together (a Q4_K q|k and a Q6_K v) share one dispatch and output."""
-        if len(fused) == 2 and stacks_in_one_matvec(b, fused[0].weight, fused[1].weight, t_max):
+        if (len(fused) == 2 and not isinstance(x, QuantisedActivation)
+                and stacks_in_one_matvec(b, fused[0].weight, fused[1].weight, t_max)):
             first, second = fused
             y = b.activation(f"{name}.stacked", (t_max, first.weight.n + second.weight.n))
             linear_stacked(b, first.weight, second.weight, x, y, t_max)
