@@ -214,6 +214,18 @@ def _normed_input_fits(width: int, t_max: int) -> bool:
     return t_max <= MATVEC_MAX_TOKENS and width % 4 == 0 and t_max * width * 4 <= NORMED_INPUT_BYTES
 
 
+def _check_normed_input(weight: QuantWeight, t_max: int) -> None:
+    if not _normed_input_fits(weight.k, t_max):
+        raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
+                         f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
+
+
+def _normed_bindings(x: NormedInput, y: Tensor) -> list[Tensor]:
+    """A matvec's bindings 2 to 7 on a NormedInput (matvec/normed_input.wgsl's, y at 3), after the step and the
+    weight."""
+    return [x.block_out, y, x.residual, x.post_weight, x.next_weight, x.residual_out]
+
+
 def folds_norms(builder: ProgramBuilder, width: int, t_max: int) -> bool:
     """Whether linears of this program take a NormedInput of this width by default: matvecs of few tokens on a GPU
     (software adapters run whole-row matvecs, which read x directly)."""
@@ -611,18 +623,14 @@ def _dispatch(
                          workgroup_grid(groups))
         return
     if isinstance(x, NormedInput):
-        if not _normed_input_fits(weight.k, t_max):
-            raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
-                             f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
+        _check_normed_input(weight, t_max)
         int8 = _int8_matvec(weight, plan, t_max, glu)
         name, extra, groups = _matvec_dispatch(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, int8,
                                                q8_output, normed=True, max_threads=_any_size_threads(builder, plan))
         constants |= extra | {"X_SOURCE": "q8_normed" if int8 else "normed", "EPS": x.eps}
         if name != "matvec":
             del constants["WEIGHT_TYPE"]
-        tensors = [builder.step, shard, x.block_out, y_tensor, x.residual, x.post_weight, x.next_weight,
-                   x.residual_out]
-        builder.dispatch(name, constants, tensors, workgroup_grid(groups))
+        builder.dispatch(name, constants, [builder.step, shard, *_normed_bindings(x, y_tensor)], workgroup_grid(groups))
         return
     if plan.kernel is LinearKernel.MATVEC:
         int8 = _int8_matvec(weight, plan, t_max, glu)
@@ -828,10 +836,8 @@ def linear_stacked(
     weights = [builder.step, first.shards[0].tensor]
     if normed:
         assert isinstance(x, NormedInput)
-        if not _normed_input_fits(first.k, t_max):
-            raise ValueError(f"{first.name}: a normalised input needs a GPU matvec of at most "
-                             f"{NORMED_INPUT_BYTES} bytes of input (see folds_norms)")
-        tensors = weights + [x.block_out, y, x.residual, x.post_weight, x.next_weight, x.residual_out]
+        _check_normed_input(first, t_max)
+        tensors = weights + _normed_bindings(x, y)
         constants |= {"X_SOURCE": "normed", "EPS": x.eps}
     else:
         assert isinstance(x, Tensor)
