@@ -80,13 +80,21 @@ fn store_job(job: u32, v: I8Block) {
     }
 }
 
-fn dot16_i8(x: vec4<u32>, w: vec4<u32>) -> i32 {
-    return dot4I8Packed(x.x, w.x) + dot4I8Packed(x.y, w.y) + dot4I8Packed(x.z, w.z) + dot4I8Packed(x.w, w.w);
+// Integer sums carry a bias of 0x4B400000, the f32 bits of 1.5 * 2^23: for |v| < 2^22 the bits of BIAS + v are
+// the float 1.5 * 2^23 + v exactly, so one float subtract makes v a float (instead of a quarter-rate conversion),
+// and the bias rides in as the first dot4I8Packed's accumulator (no add of its own).
+const BIAS: i32 = 0x4B400000;
+
+fn biased_to_f32(v: vec4<i32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(v) - vec4<f32>(12582912.0);
 }
 
-// Integers of magnitude below 2^22 as f32: an add and a subtract instead of a (quarter-rate) conversion.
-fn small_i32_to_f32(v: vec4<i32>) -> vec4<f32> {
-    return bitcast<vec4<f32>>(v + vec4<i32>(0x4B400000)) - vec4<f32>(12582912.0);
+// acc + x . w over 16 values, one dot4I8Packed chain (each a DP4A with its accumulator).
+fn dot16_i8(x: vec4<u32>, w: vec4<u32>, acc: i32) -> i32 {
+    let s0 = acc + dot4I8Packed(x.x, w.x);
+    let s1 = s0 + dot4I8Packed(x.y, w.y);
+    let s2 = s1 + dot4I8Packed(x.z, w.z);
+    return s2 + dot4I8Packed(x.w, w.w);
 }
 
 // A quad's sums for the thread's 4 tokens.
@@ -94,45 +102,47 @@ struct Quad4 {
     t0: vec4<f32>, t1: vec4<f32>, t2: vec4<f32>, t3: vec4<f32>,
 }
 
-// acc + one token's block sums with 4 rows: integer dots lo (values 0..15) and hi (16..31) times the
-// scales, plus the rows' minimum times the block's sum of x. |lo + hi| <= 32 * 127 * 127 < 2^22.
+// acc + one token's block sums with 4 rows, from the biased integer dots: lo (values 0..15) and hi (16..31)
+// apart where the halves have their own scales (HALF_SCALES), else hi holding the whole block's dot; times the
+// scales, plus the rows' minimum times the block's sum of x. |lo + hi| <= 32 * 127 * 127 < 2^22. Written as
+// fmas onto the accumulator: every multiply-add a thread saves here is 1/8 of its dot4I8Packed work.
 fn combine(acc: vec4<f32>, lo: vec4<i32>, hi: vec4<i32>, d_x: f32, s_x: f32, d_lo: vec4<f32>, d_hi: vec4<f32>,
            m: vec4<f32>) -> vec4<f32> {
-    var sum: vec4<f32>;
-    if (HALF_SCALES) {
-        sum = (small_i32_to_f32(lo) * d_lo + small_i32_to_f32(hi) * d_hi) * d_x;
-    } else {
-        sum = small_i32_to_f32(lo + hi) * (d_lo * d_x);
-    }
+    var sum = acc;
     if (HAS_MIN) {
-        sum += m * s_x;
+        sum = fma(m, vec4<f32>(s_x), sum);
     }
-    return acc + sum;
+    if (HALF_SCALES) {
+        sum = fma(biased_to_f32(lo), d_lo * d_x, sum);
+    }
+    return fma(biased_to_f32(hi), d_hi * d_x, sum);
 }
 
-// One token's 16 values (x) dotted with 16 values of each of 4 rows.
-fn half_dots(x: vec4<u32>, w0: vec4<u32>, w1: vec4<u32>, w2: vec4<u32>, w3: vec4<u32>) -> vec4<i32> {
-    return vec4<i32>(dot16_i8(x, w0), dot16_i8(x, w1), dot16_i8(x, w2), dot16_i8(x, w3));
+// acc + one token's 16 values (x) dotted with 16 values of each of 4 rows.
+fn half_dots(x: vec4<u32>, w0: vec4<u32>, w1: vec4<u32>, w2: vec4<u32>, w3: vec4<u32>, acc: vec4<i32>) -> vec4<i32> {
+    return vec4<i32>(dot16_i8(x, w0, acc.x), dot16_i8(x, w1, acc.y), dot16_i8(x, w2, acc.z), dot16_i8(x, w3, acc.w));
 }
 
-// acc + the chunk's products of quad j's rows with the thread's tokens, values 0..15 then 16..31.
+// acc + the chunk's products of quad j's rows with the thread's tokens, values 0..15 then 16..31 (the hi dots
+// continue the lo ones' chains unless the halves have scales of their own).
 fn multiply_quad(acc: Quad4, j: u32, ty: u32) -> Quad4 {
+    let bias = vec4<i32>(BIAS);
     var w0 = ws_q[j];
     var w1 = ws_q[QR + j];
     var w2 = ws_q[2u * QR + j];
     var w3 = ws_q[3u * QR + j];
-    let l0 = half_dots(xs_q[ty], w0, w1, w2, w3);
-    let l1 = half_dots(xs_q[QT + ty], w0, w1, w2, w3);
-    let l2 = half_dots(xs_q[2u * QT + ty], w0, w1, w2, w3);
-    let l3 = half_dots(xs_q[3u * QT + ty], w0, w1, w2, w3);
+    let l0 = half_dots(xs_q[ty], w0, w1, w2, w3, bias);
+    let l1 = half_dots(xs_q[QT + ty], w0, w1, w2, w3, bias);
+    let l2 = half_dots(xs_q[2u * QT + ty], w0, w1, w2, w3, bias);
+    let l3 = half_dots(xs_q[3u * QT + ty], w0, w1, w2, w3, bias);
     w0 = ws_q[4u * QR + j];
     w1 = ws_q[5u * QR + j];
     w2 = ws_q[6u * QR + j];
     w3 = ws_q[7u * QR + j];
-    let h0 = half_dots(xs_q[4u * QT + ty], w0, w1, w2, w3);
-    let h1 = half_dots(xs_q[5u * QT + ty], w0, w1, w2, w3);
-    let h2 = half_dots(xs_q[6u * QT + ty], w0, w1, w2, w3);
-    let h3 = half_dots(xs_q[7u * QT + ty], w0, w1, w2, w3);
+    let h0 = half_dots(xs_q[4u * QT + ty], w0, w1, w2, w3, select(l0, bias, HALF_SCALES));
+    let h1 = half_dots(xs_q[5u * QT + ty], w0, w1, w2, w3, select(l1, bias, HALF_SCALES));
+    let h2 = half_dots(xs_q[6u * QT + ty], w0, w1, w2, w3, select(l2, bias, HALF_SCALES));
+    let h3 = half_dots(xs_q[7u * QT + ty], w0, w1, w2, w3, select(l3, bias, HALF_SCALES));
     let d_lo = ws_d[j];
     let d_hi = ws_d[QR + j];
     let m = ws_d[2u * QR + j];
