@@ -221,9 +221,11 @@ class Gemma3:
             o = b.activation(f"o{i}", (t_max, c.d_model))
             linear(b, w.o, a, o, t_max)
             ffn_input: Tensor | NormedInput | QuantisedActivation
-            if len(w.gate_up) == 1 and (quantises_ffn_input(b, w.gate_up[0].weight, t_max)
-                                        or quantises_prompt_input(b, [w.gate_up[0].weight], t_max)):
-                # int8 activations: normalised and quantised once for an int8 gate-up
+            gate_up = w.gate_up[0].weight
+            if len(w.gate_up) == 1 and (quantises_prompt_input(b, [gate_up], t_max)
+                                        or (not fold and quantises_ffn_input(b, gate_up, t_max))):
+                # int8 activations: normalised and quantised once for an int8 gate-up (where no f32 gate-up can
+                # normalise its input itself: the fold is faster, see quantises_ffn_input)
                 ffn_input = quantised_activation(b, f"h2_{i}", t_max, c.d_model)
                 ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, ffn_input, c.eps)
             elif fold:
@@ -235,7 +237,8 @@ class Gemma3:
                 # x += rms_norm(o) * post_attention_norm, then the feed-forward's input is rms_norm(x) * ffn_norm
                 ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, ffn_input, c.eps)
             act: Tensor | QuantisedActivation
-            if len(w.gate_up) == 1 and quantises_glu_output(b, w.gate_up[0].weight, w.down, t_max):
+            if len(w.gate_up) == 1 and quantises_glu_output(b, gate_up, w.down, t_max,
+                                                             isinstance(ffn_input, NormedInput)):
                 act = quantised_activation(b, f"act{i}", t_max, c.d_ffn)  # int8 activations: for an int8 down
             else:
                 act = b.activation(f"act{i}", (t_max, c.d_ffn))

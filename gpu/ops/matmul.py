@@ -133,20 +133,40 @@ def _int8_glu_matvec(builder: ProgramBuilder, gate_up: QuantWeight) -> bool:
 
 
 def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> bool:
-    """Whether a step's feed-forward input should be a QuantisedActivation written by a residual_norm dispatch
-    (kernels/residual_norm_q8.wgsl) rather than normalised in the gate-up's prologue (NormedInput): where the
-    executor asks for int8 matmuls, on a GPU, for decode matvecs, a one-shard gate-up for which quantised_input_pays,
-    of a width that is a multiple of 64. (Normalising and quantising in every workgroup of an int8 gate-up
-    instead took 37.5 us on an H200 for the 4B's.)"""
+    """Whether a step's feed-forward input should be a QuantisedActivation written by its residual_norm dispatch
+    (kernels/residual_norm_q8.wgsl) rather than an f32 one: where the executor asks for int8 matmuls, on a GPU, for
+    decode matvecs, a one-shard gate-up for which quantised_input_pays, of a width that is a multiple of 64.
+    (Normalising and quantising in every workgroup of an int8 gate-up instead took 37.5 us on an H200 for the
+    4B's.) Where the model would rather fold the norm into an f32 gate-up's prologue (NormedInput, folds_norms),
+    the fold is faster: H200, Gemma 3 4B decode under int8 activations 312 -> 319 tok/s; Gemma 4, whose residual
+    norms are dispatches of their own, gains from it (E2B's shapes 266 -> 275 with the int8 down)."""
     return _int8_glu_matvec(builder, gate_up) and gate_up.k % 64 == 0 and quantised_input_pays(gate_up, t_max)
 
 
-def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: QuantWeight, t_max: int) -> bool:
+def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: QuantWeight, t_max: int,
+                         normed_input: bool = False) -> bool:
     """Whether a step's gate-up should write its output as a QuantisedActivation for an int8 down projection:
     where the executor asks for int8 matmuls, on a GPU, for decode matvecs (at most MATVEC_MAX_TOKENS tokens),
-    a one-shard gate-up of a width that is a multiple of 64, and a down projection for which quantised_input_pays."""
-    return (_int8_glu_matvec(builder, gate_up) and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2
-            and quantised_input_pays(down, t_max))
+    a one-shard gate-up of a width that is a multiple of 64, and a down projection for which quantised_input_pays;
+    not where the gate-up normalises its input (normed_input: a NormedInput) in the wide K-quant kernel at a split
+    of other than whole 32-row blocks, which a quantised output needs (matvec/store_q8.wgsl): there the split lost
+    costs what the int8 down saves (H200, Gemma 3 4B's gate-up at 40 rows a workgroup, 1,105 us a step in-pass,
+    at 32 with the quantised output 1,278; its downs 726 -> 553; decode 317-320 -> 322-324 tok/s without)."""
+    if not (_int8_glu_matvec(builder, gate_up) and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2
+            and quantised_input_pays(down, t_max)):
+        return False
+    return not (normed_input and _wide_normed_rows(builder, gate_up, t_max) % 32)
+
+
+def _wide_normed_rows(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> int:
+    """Rows a workgroup of an f32 gate-up matvec on a NormedInput: wide_matvec_shape's where the weight takes the
+    wide K-quant kernel, else 32 (the generic kernel's split takes the quantised output's blocks at no cost
+    measured: the 1B's Q5_0 gate-up with an int8 down 536 -> 549 tok/s)."""
+    plan = _plan(builder, gate_up, t_max, None, None, None)
+    if gate_up.qtype not in WIDE_MATVEC_KERNELS or not WIDE_MATVEC or _int8_matvec(gate_up, plan, t_max, True):
+        return 32
+    f = gate_up.n // 2
+    return wide_matvec_shape(gate_up.k, f, gate_up.qtype, True, t_max, True, _any_size_threads(builder, plan)).rows
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:
@@ -799,13 +819,13 @@ def stacks_in_one_matvec(builder: ProgramBuilder, first: QuantWeight, second: Qu
                          subgroups: bool | None = None, whole_rows: bool | None = None) -> bool:
     """Whether linear_stacked computes these two matrices of one input in one dispatch
     (kernels/matvec_q4_k_q6_k.wgsl): a Q4_K matrix and a Q6_K one of one shard each and the same rows' width,
-    in f32 (neither would run an int8 matvec) decode matvecs on a GPU, with the K-quant kernels of their own."""
+    decode matvecs on a GPU, with the K-quant kernels of their own. Under int8 matmuls too: the stacked f32
+    dispatch beats an int8 q|k matvec and an f32 v (H200, Gemma 3 4B shapes, int8 decode 302 -> 314 tok/s)."""
     if (first.qtype is not GGMLQuantizationType.Q4_K or second.qtype is not GGMLQuantizationType.Q6_K
             or first.k != second.k or len(first.shards) != 1 or len(second.shards) != 1 or not WIDE_MATVEC):
         return False
     plans = [_plan(builder, w, t_max, None, subgroups, whole_rows) for w in (first, second)]
-    return all(p.kernel is LinearKernel.MATVEC and not p.whole_rows and not _int8_matvec(w, p, t_max, False)
-               for w, p in zip((first, second), plans))
+    return all(p.kernel is LinearKernel.MATVEC and not p.whole_rows for p in plans)
 
 
 def linear_stacked(

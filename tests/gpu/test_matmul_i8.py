@@ -226,6 +226,30 @@ def test_int8_matvec_choice(ex: Executor) -> None:
     assert kernel(Q.Q6_K, 2560, 64) == "matvec_q6_k"
 
 
+def test_int8_decode_feed_forward_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which decode feed-forwards keep their activations quantised, as measured (quantises_ffn_input,
+    quantises_glu_output): a gate-up on a normalised input in the wide Q4_K kernel whose split is not whole 32-row
+    blocks (Gemma 3 4B's, 40 rows a workgroup where the adapter takes workgroups of any size) writes f32 for an
+    f32 down; on a plain input (Gemma 4's), or in the generic kernel (the 1B's Q5_0), it writes int8 blocks."""
+    from gpu.device import Device
+    from gpu.weights import QuantWeight, WeightShard
+
+    monkeypatch.setattr(Device, "is_software", property(lambda self: False))
+    builder = ProgramBuilder(Executor(default_device(), int8_matmuls=True), "choice")
+
+    def weight(qtype: Q, k: int, n: int) -> QuantWeight:  # shapes only: no kernel runs
+        return QuantWeight("w", qtype, k, n, [WeightShard(builder.step, 0, n)])
+
+    gate_up_4b, down_4b = weight(Q.Q4_K, 2560, 2 * 10240), weight(Q.Q4_K, 10240, 2560)
+    assert matmul_ops.quantises_glu_output(builder, gate_up_4b, down_4b, 1)
+    any_size = builder.device.has("subgroup") and builder.device.limits.max_invocations >= 320
+    assert matmul_ops.quantises_glu_output(builder, gate_up_4b, down_4b, 1, normed_input=True) != any_size
+    gate_up_1b, down_1b = weight(Q.Q5_0, 1152, 2 * 6912), weight(Q.Q4_K, 6912, 1152)
+    assert matmul_ops.quantises_glu_output(builder, gate_up_1b, down_1b, 1, normed_input=True)
+    assert matmul_ops.quantises_ffn_input(builder, gate_up_4b, 1)
+    assert not matmul_ops.quantises_ffn_input(builder, gate_up_1b, 1)  # no int8 matvec for Q5_0
+
+
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("down_type", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
 @pytest.mark.parametrize("gate_type", [Q.Q4_K, Q.Q5_0], ids=lambda q: q.name)
