@@ -3,24 +3,25 @@
 // feed-forward input under int8 activations, where the gate-up's int8 arithmetic on a quantised input saves
 // more than this dispatch costs (gpu/ops/matmul.py, quantises_ffn_input). Row t of h is D / 4 words of q
 // (four int8 a word), then D / 32 pairs (d, exact sum) as f32 bits.
-// Work split: one workgroup of WG invocations per row as residual_norm.wgsl, h kept in workgroup memory, then
-// quantised 8 invocations a block (common/q8_block.wgsl's two phases).
+// Work split: one workgroup per row as residual_norm.wgsl, h kept in workgroup memory, then quantised 8
+// invocations a block (common/q8_block.wgsl's two phases).
 #include "common/step.wgsl"
 #include "common/row_sum_${REDUCE}.wgsl"
 #include "common/q8_block.wgsl"
 
 override D: u32 = 640u;          // values per row (model width), a multiple of 64
 override EPS: f32 = 1e-6;        // added to the mean squares
-override WG: u32 = 64u;          // invocations per row (a power of two)
+override WG: u32 = 160u;         // invocations per row (a power of two for the workgroup reduction)
+override QUADS: u32 = 1u;        // quads of the row per invocation: 1, or 2 where D / 4 > WG
 const GATHER: bool = false;
 
 @group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<storage, read> y: array<f32>;          // [T_MAX, D] block output
-@group(0) @binding(2) var<storage, read> w_post: array<f32>;     // [D] its post-norm weight
-@group(0) @binding(3) var<storage, read_write> x: array<f32>;    // [T_MAX, D] residual stream
-@group(0) @binding(4) var<storage, read> w_next: array<f32>;     // [D] the next pre-norm weight
-@group(0) @binding(5) var<storage, read_write> h: array<u32>;    // [T_MAX, D * 5 / 16]
-@group(0) @binding(6) var<storage, read> out_rows: array<u32>;   // not read (GATHER is off)
+@group(0) @binding(1) var<storage, read> y: array<vec4<f32>>;       // [T_MAX, D] block output
+@group(0) @binding(2) var<storage, read> w_post: array<vec4<f32>>;  // [D] its post-norm weight
+@group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [T_MAX, D] residual stream
+@group(0) @binding(4) var<storage, read> w_next: array<vec4<f32>>;  // [D] the next pre-norm weight
+@group(0) @binding(5) var<storage, read_write> h: array<u32>;       // [T_MAX, D * 5 / 16]
+@group(0) @binding(6) var<storage, read> out_rows: array<u32>;      // not read (GATHER is off)
 
 const H_ROW_WORDS: u32 = D * 5u / 16u;
 
@@ -31,9 +32,8 @@ fn block_scale() -> f32 {
     return 1.0;
 }
 
-fn store_h(i: u32, v: f32) {
-    let j = i % D;
-    h_row[j / 4u][j % 4u] = v;
+fn store_h(row: u32, q: u32, v: vec4<f32>) {
+    h_row[q] = v;
 }
 
 #include "common/residual_norm_row.wgsl"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from gpu.ops.transformer import residual_norm_split
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
@@ -22,9 +23,7 @@ def residual_scale_norm(
     """x = (x + rms_norm(y) * post_weight) * scale[0], then h = rms_norm(x) * next_weight, per row
     (kernels/residual_scale_norm.wgsl). out_rows (u32 [R]): only the step's first n_out rows listed there,
     into h[0..n_out) (the last block, before the output head)."""
-    d = post_weight.numel
-    threads = 64 if b.device.is_software else 256
-    constants = {"D": d, "EPS": eps, "GATHER": out_rows is not None, "REDUCE": b.device.reduction(), "WG": threads}
+    constants = residual_norm_split(b, post_weight.numel) | {"EPS": eps, "GATHER": out_rows is not None}
     # without GATHER the out_rows binding is not read: scale stands in
     tensors = [b.step, y, post_weight, x, scale, next_weight, h, out_rows or scale]
     b.dispatch("residual_scale_norm", constants, tensors,

@@ -1,9 +1,16 @@
 // The row of residual_norm.wgsl, residual_scale_norm.wgsl and residual_norm_q8.wgsl, which their headers describe:
 // one token row's residual add of the normed block output, x[t] = (x[t] + y[t] / rms(y[t]) * w_post) *
-// block_scale(), then the next pre-norm h = x[t] / rms(x[t]) * w_next. The including kernel declares D, EPS, GATHER
-// and WG, the bindings step, y, w_post, x, w_next and out_rows, includes common/row_sum_${REDUCE}.wgsl, and defines
-// `fn block_scale() -> f32` (1.0 in residual_norm: multiplying by it is exact, so its sums stay rms_norm.wgsl's
-// operations) and `fn store_h(i: u32, v: f32)`, which keeps value i of the [rows, D] output h.
+// block_scale(), then the next pre-norm h = x[t] / rms(x[t]) * w_next.
+// Work split: invocation i of the row's workgroup holds its quads (4 values) i and, where QUADS = 2, i + WG in
+// registers from the first load to the last store, so y and x are read once and x written once, every load
+// issued before the first sum (the earlier three strided walks over the row, re-reading y and x, took a 4B row
+// three memory round trips). Invocations past the row's D / 4 quads only join the sums.
+// The including kernel declares D (a multiple of 4), EPS, GATHER, WG and QUADS (1 or 2, WG * QUADS >= D / 4),
+// the bindings step, y, w_post, x and w_next (vec4 arrays) and out_rows, includes common/row_sum_${REDUCE}.wgsl,
+// and defines `fn block_scale() -> f32` (1.0 in residual_norm) and `fn store_h(row: u32, q: u32, v: vec4<f32>)`,
+// which keeps quad q of output row `row` of h.
+
+const ROW_QUADS: u32 = D / 4u;
 
 fn residual_norm_row(row: u32, lid: u32) {
     var in_row = row;   // uniform across the workgroup
@@ -13,23 +20,46 @@ fn residual_norm_row(row: u32, lid: u32) {
     } else if (row >= step.n_tokens) {
         return;
     }
-    let base = in_row * D;
-    var sum_y = 0.0;
-    for (var i = lid; i < D; i += WG) {
-        let v = y[base + i];
-        sum_y += v * v;
+    let base = in_row * ROW_QUADS;
+    let q0 = lid;
+    let q1 = lid + WG;
+    let ok0 = q0 < ROW_QUADS;
+    let ok1 = QUADS > 1u && q1 < ROW_QUADS;
+    var y0 = vec4<f32>();
+    var x0 = vec4<f32>();
+    var wp0 = vec4<f32>();
+    var wn0 = vec4<f32>();
+    var y1 = vec4<f32>();
+    var x1 = vec4<f32>();
+    var wp1 = vec4<f32>();
+    var wn1 = vec4<f32>();
+    if (ok0) {
+        y0 = y[base + q0];
+        x0 = x[base + q0];
+        wp0 = w_post[q0];
+        wn0 = w_next[q0];
     }
-    let inv_y = inverseSqrt(row_sum(sum_y) / f32(D) + EPS);
+    if (ok1) {
+        y1 = y[base + q1];
+        x1 = x[base + q1];
+        wp1 = w_post[q1];
+        wn1 = w_next[q1];
+    }
+    let inv_y = inverseSqrt(row_sum(dot(y0, y0) + dot(y1, y1)) / f32(D) + EPS);
     let s = block_scale();
-    var sum_x = 0.0;
-    for (var i = lid; i < D; i += WG) {
-        let r = (x[base + i] + y[base + i] * inv_y * w_post[i]) * s;
-        x[base + i] = r;
-        sum_x += r * r;
+    let r0 = (x0 + y0 * inv_y * wp0) * s;
+    let r1 = (x1 + y1 * inv_y * wp1) * s;
+    if (ok0) {
+        x[base + q0] = r0;
     }
-    let inv_x = inverseSqrt(row_sum(sum_x) / f32(D) + EPS);
-    let dst = row * D;
-    for (var i = lid; i < D; i += WG) {
-        store_h(dst + i, x[base + i] * inv_x * w_next[i]);
+    if (ok1) {
+        x[base + q1] = r1;
+    }
+    let inv_x = inverseSqrt(row_sum(dot(r0, r0) + dot(r1, r1)) / f32(D) + EPS);
+    if (ok0) {
+        store_h(row, q0, r0 * inv_x * wn0);
+    }
+    if (ok1) {
+        store_h(row, q1, r1 * inv_x * wn1);
     }
 }
