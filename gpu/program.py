@@ -131,6 +131,12 @@ class ProgramBuilder:
         self._activations.append(tensor)
         return tensor
 
+    def discard(self, tensor: Tensor) -> None:
+        """Forget an activation that no dispatch binds after all (build() rejects unused ones)."""
+        if any(tensor is t for d in self._dispatches for t in d.tensors):
+            raise ValueError(f"{tensor.name} is bound by a dispatch")
+        self._activations = [t for t in self._activations if t is not tensor]
+
     def dispatch(
         self, kernel: str, constants: dict[str, Any], tensors: Sequence[Tensor], workgroups: Sequence[int]
     ) -> None:

@@ -46,6 +46,7 @@ from gpu.ops.matmul import (
     folds_norms,
     linear,
     linear_glu,
+    linear_output,
     linear_stacked,
     quantised_activation,
     quantises_ffn_input,
@@ -218,8 +219,8 @@ class Gemma3:
             (attention_prompt if prompt else ops.attention)(
                 b, queries, pool, i, rows, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
                 window=c.window if sliding else 0, scale=scale)
-            o = b.activation(f"o{i}", (t_max, c.d_model))
-            linear(b, w.o, a, o, t_max)
+            # a prompt's k-split o and down leave their parts for the residual norm to add (SplitSums)
+            o = linear_output(b, w.o, a, f"o{i}", t_max)
             ffn_input: Tensor | NormedInput | QuantisedActivation
             gate_up = w.gate_up[0].weight
             if len(w.gate_up) == 1 and (quantises_prompt_input(b, [gate_up], t_max)
@@ -229,6 +230,7 @@ class Gemma3:
                 ffn_input = quantised_activation(b, f"h2_{i}", t_max, c.d_model)
                 ops.residual_norm(b, o, w.post_attention_norm, x, w.ffn_norm, ffn_input, c.eps)
             elif fold:
+                assert isinstance(o, Tensor)  # decode matvecs split no k
                 x_next = b.activation(f"x{i}a", (t_max, c.d_model))
                 ffn_input = NormedInput(o, w.post_attention_norm, x, w.ffn_norm, x_next, c.eps)
                 x = x_next
@@ -247,10 +249,10 @@ class Gemma3:
             else:
                 (gate, _), (up, _) = self._projections(b, w.gate_up, ffn_input, t_max, f"gate_up{i}")
                 ops.gelu_mul(b, gate, up, act)
-            down = b.activation(f"down{i}", (t_max, c.d_model))
-            linear(b, w.down, act, down, t_max)
+            down = linear_output(b, w.down, act, f"down{i}", t_max)
             if i + 1 < c.n_layers:
                 if fold:
+                    assert isinstance(down, Tensor)
                     x_next = b.activation(f"x{i}b", (t_max, c.d_model))
                     block_input = NormedInput(down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, x_next, c.eps)
                     x = x_next
@@ -259,7 +261,8 @@ class Gemma3:
                     block_input = (quantised_activation(b, f"h{i + 1}", t_max, c.d_model)
                                    if quantises_prompt_input(b, qkv, t_max)  # int8 activations: quantised once
                                    else b.activation(f"h{i + 1}", (t_max, c.d_model)))
-                    ops.residual_norm(b, down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, block_input, c.eps)
+                    ops.residual_norm(b, down, w.post_ffw_norm, x, self.layers[i + 1].attn_norm, block_input,
+                                      c.eps)
             else:  # only each sequence's last token reaches the output head
                 h = b.activation("last", (r_max, c.d_model))
                 ops.residual_norm(b, down, w.post_ffw_norm, x, self.output_norm, h, c.eps, out_rows=io.out_rows)

@@ -16,7 +16,7 @@ override QUADS: u32 = 1u;        // quads of the row per invocation: 1, or 2 whe
 const GATHER: bool = false;
 
 @group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<storage, read> y: array<vec4<f32>>;       // [T_MAX, D] block output
+@group(0) @binding(1) var<storage, read> y: array<vec4<f32>>;       // [T_MAX, D] block output, or its SPLIT parts
 @group(0) @binding(2) var<storage, read> w_post: array<vec4<f32>>;  // [D] its post-norm weight
 @group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [T_MAX, D] residual stream
 @group(0) @binding(4) var<storage, read> w_next: array<vec4<f32>>;  // [D] the next pre-norm weight

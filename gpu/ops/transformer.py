@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpu.kv_cache import KVPool
 from gpu.ops.quantised import QuantisedActivation
+from gpu.ops.split_sums import SplitSums
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
@@ -63,7 +64,7 @@ def residual_norm_split(b: ProgramBuilder, d: int, subgroups: bool | None = None
 
 
 def residual_norm(
-    b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, next_weight: Tensor,
+    b: ProgramBuilder, y: Tensor | SplitSums, post_weight: Tensor, x: Tensor, next_weight: Tensor,
     h: Tensor | QuantisedActivation, eps: float, *,
     out_rows: Tensor | None = None, subgroups: bool | None = None, threads: int | None = None,
 ) -> None:
@@ -72,12 +73,15 @@ def residual_norm(
     One dispatch for Gemma's post-norm residual add and the next pre-norm. out_rows (u32 [R]):
     only the step's first n_out rows listed there, into h[0..n_out) (x's other rows are then left
     stale: use it after the last layer, before the output head). A QuantisedActivation h is written
-    quantised per 32 values (kernels/residual_norm_q8.wgsl; not with out_rows). subgroups and threads: see
-    residual_norm_split.
+    quantised per 32 values (kernels/residual_norm_q8.wgsl; not with out_rows). y may be the parts of a k-split
+    linear (SplitSums), added as they are read. subgroups and threads: see residual_norm_split.
     """
     d = post_weight.numel
     gather = out_rows is not None
     constants = residual_norm_split(b, d, subgroups, threads) | {"EPS": eps}
+    if isinstance(y, SplitSums):
+        constants |= {"SPLIT": y.split, "PART_ROWS": y.rows}
+        y = y.parts
     groups = workgroup_grid(out_rows.numel if out_rows else _rows(x))
     if isinstance(h, QuantisedActivation):
         if gather or h.width != d:

@@ -425,3 +425,43 @@ def test_rejects_bad_shapes(ex: Executor) -> None:
     weight = upload_weight(ex, "w", Q.Q8_0, 64, 4, random_weight_bytes(rng, Q.Q8_0, 64, 4))
     with pytest.raises(ValueError, match="x"):
         linear(b, weight, ex.tensor("x", (1, 32)), ex.tensor("y", (1, 4)), 1)
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["f32", "int8"])
+def test_split_parts_added_by_the_residual_norm(int8: bool) -> None:
+    """A k-split matmul's parts left for the residual norm (linear_output -> SplitSums) give the x and h of
+    matmul_reduce then the residual norm, bit for bit (the parts added in the same order), for f32 and int8 tiles
+    (the 270M's o, 1024 x 640, at 64 tokens: k in 8 parts, 4 in int8), and the gathering norm of the last layer."""
+    from gpu.ops import transformer as ops
+    from gpu.ops.split_sums import SplitSums
+
+    ex = Executor(default_device())
+    rng = np.random.default_rng(31)
+    k, n, t_max, n_tokens = 1024, 640, 64, 50
+    raw = random_weight_bytes(rng, Q.Q4_K, k, n)
+    weight = upload_weight(ex, "w", Q.Q4_K, k, n, raw)
+    a = ex.tensor("a", (t_max, k), data=rng.standard_normal((t_max, k)).astype(np.float32))
+    x0 = (rng.standard_normal((t_max, n)) * 20).astype(np.float32)
+    w_post, w_next = (ex.tensor(name, (n,), data=rng.standard_normal(n).astype(np.float32)) for name in "pn")
+    out_rows = ex.tensor("rows", (2,), "u32", data=np.array([49, 3], np.uint32))
+    results = []
+    for leave_parts in (False, True):
+        x = ex.tensor(f"x{leave_parts}", x0.shape, data=x0)
+        h = ex.tensor(f"h{leave_parts}", (t_max, n))
+        last = ex.tensor(f"last{leave_parts}", (2, n))
+        b = ProgramBuilder(ex, "split")
+        if leave_parts:
+            y = matmul_ops.linear_output(b, weight, a, "o", t_max, whole_rows=False, int8=int8)
+            assert isinstance(y, SplitSums) and y.split == (4 if int8 else 8)
+        else:
+            y = b.activation("o", (t_max, n))
+            matmul_ops.linear(b, weight, a, y, t_max, whole_rows=False, int8=int8)
+        ops.residual_norm(b, y, w_post, x, w_next, h, 1e-6)
+        ops.residual_norm(b, y, w_post, x, w_next, last, 1e-6, out_rows=out_rows)
+        program = b.build()
+        kernels = [d.kernel for d in program.dispatches]
+        assert ("matmul_reduce" in kernels) != leave_parts
+        assert any(d.label.endswith("tiles_i8]" if int8 else "tiles,f32]") for d in program.dispatches)
+        results.append(ex.run(program, StepParams(n_tokens, n_out=2), read=[x, h, last]))
+    for want, got in zip(*results):
+        np.testing.assert_array_equal(got[:n_tokens], want[:n_tokens])

@@ -5,12 +5,26 @@
 // registers from the first load to the last store, so y and x are read once and x written once, every load
 // issued before the first sum (the earlier three strided walks over the row, re-reading y and x, took a 4B row
 // three memory round trips). Invocations past the row's D / 4 quads only join the sums.
+// The block output y may be the k-split parts of its matmul (gpu/ops/matmul.py SplitSums: SPLIT > 1 parts of
+// PART_ROWS rows each), added here in kernels/matmul_reduce.wgsl's order instead of by a dispatch of its own.
 // The including kernel declares D (a multiple of 4), EPS, GATHER, WG and QUADS (1 or 2, WG * QUADS >= D / 4),
 // the bindings step, y, w_post, x and w_next (vec4 arrays) and out_rows, includes common/row_sum_${REDUCE}.wgsl,
 // and defines `fn block_scale() -> f32` (1.0 in residual_norm) and `fn store_h(row: u32, q: u32, v: vec4<f32>)`,
 // which keeps quad q of output row `row` of h.
 
+override SPLIT: u32 = 1u;       // parts of y (1: y itself)
+override PART_ROWS: u32 = 0u;   // rows of each part (SPLIT > 1)
+
 const ROW_QUADS: u32 = D / 4u;
+
+// Quad q of token row t of the block output: y's, or the sum of its parts in order s = 0, 1, ...
+fn y_quad(t: u32, q: u32) -> vec4<f32> {
+    var sum = y[t * ROW_QUADS + q];
+    for (var s = 1u; s < SPLIT; s++) {
+        sum += y[(s * PART_ROWS + t) * ROW_QUADS + q];
+    }
+    return sum;
+}
 
 fn residual_norm_row(row: u32, lid: u32) {
     var in_row = row;   // uniform across the workgroup
@@ -34,13 +48,13 @@ fn residual_norm_row(row: u32, lid: u32) {
     var wp1 = vec4<f32>();
     var wn1 = vec4<f32>();
     if (ok0) {
-        y0 = y[base + q0];
+        y0 = y_quad(in_row, q0);
         x0 = x[base + q0];
         wp0 = w_post[q0];
         wn0 = w_next[q0];
     }
     if (ok1) {
-        y1 = y[base + q1];
+        y1 = y_quad(in_row, q1);
         x1 = x[base + q1];
         wp1 = w_post[q1];
         wn1 = w_next[q1];
