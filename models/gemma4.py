@@ -313,8 +313,8 @@ class Gemma4:
             # only each sequence's last token reaches the head (rows already gathered: row r is output r)
             gather = io.out_rows if last and t > r_max else None
             if pli is not None:  # x += post_ffw_norm(y), then the per-layer input's own residual
-                # residual_norm's add; its h (a norm of x) is not needed, but its 256 invocations a row with
-                # subgroup sums took 12.8 us a decode row on an H100 where rms_norm's accumulate took 20
+                # residual_norm's add; its h (a norm of x) is not needed, but its subgroup sums (256 invocations a
+                # row then) took 12.8 us a decode row on an H100 where rms_norm's accumulate took 20
                 # (bench/results-gpu-h100-gemma4-e2b.json), though it does more (this swap is not measured yet)
                 unused = b.activation(f"ple_unused{i}", (t, c.d_model))
                 ops.residual_norm(b, y, w.post_ffw_norm, x, w.post_ffw_norm, unused, c.eps)
