@@ -1,7 +1,7 @@
 // residual_norm: Gemma's post-norm residual add and the next pre-norm in one pass per token row:
 //   x[t] += y[t] / rms(y[t]) * w_post        (rms(v) = sqrt(mean(v^2) + EPS))
 //   h[t]  = x[t] / rms(x[t]) * w_next
-// with the same f32 operations as rms_norm.wgsl with ACCUMULATE followed by rms_norm.wgsl.
+// what rms_norm.wgsl with ACCUMULATE followed by rms_norm.wgsl compute, its sums of squares in another order.
 // GATHER: only the rows that reach the output head (before it): h[r] comes from token row
 // out_rows[r] for r < step.n_out (the last token of each sequence in the step); those x rows are
 // updated and the others left stale, so use it only where x is not read again. Without GATHER,

@@ -139,8 +139,8 @@ def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: in
     decode matvecs, a one-shard gate-up for which quantised_input_pays, of a width that is a multiple of 64.
     (Normalising and quantising in every workgroup of an int8 gate-up instead took 37.5 us on an H200 for the
     4B's.) Where the model would rather fold the norm into an f32 gate-up's prologue (NormedInput, folds_norms),
-    the fold is faster: H200, Gemma 3 4B decode under int8 activations 312 -> 319 tok/s; Gemma 4, whose residual
-    norms are dispatches of their own, gains from it (E2B's shapes 266 -> 275 with the int8 down)."""
+    the fold is faster: H200, Gemma 3 4B decode under int8 activations 312-314 -> 317-320 tok/s; Gemma 4, whose
+    residual norms are dispatches of their own, gains from it (E2B's shapes 261 -> 275, both with the int8 down)."""
     return _int8_glu_matvec(builder, gate_up) and gate_up.k % 64 == 0 and quantised_input_pays(gate_up, t_max)
 
 
