@@ -160,14 +160,14 @@ def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: Qu
 
 
 def _wide_normed_rows(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> int:
-    """Rows a workgroup of an f32 gate-up matvec on a NormedInput: wide_matvec_shape's where the weight takes the
-    wide K-quant kernel, else 32 (the generic kernel's split takes the quantised output's blocks at no cost
-    measured: the 1B's Q5_0 gate-up with an int8 down 536 -> 549 tok/s)."""
+    """Rows a workgroup of the gate-up's matvec on a NormedInput with an f32 output (_matvec_dispatch's split) where
+    it runs the wide K-quant kernel, else 32 (the other kernels' splits take the quantised output's blocks at no
+    cost measured: the 1B's Q5_0 gate-up with an int8 down 536 -> 549 tok/s)."""
     plan = _plan(builder, gate_up, t_max, None, None, None)
-    if gate_up.qtype not in WIDE_MATVEC_KERNELS or not WIDE_MATVEC or _int8_matvec(gate_up, plan, t_max, True):
-        return 32
-    f = gate_up.n // 2
-    return wide_matvec_shape(gate_up.k, f, gate_up.qtype, True, t_max, True, _any_size_threads(builder, plan)).rows
+    name, extra, _ = _matvec_dispatch(gate_up, gate_up.n // 2, plan.subgroups, plan.whole_rows, True, t_max,
+                                      _int8_matvec(gate_up, plan, t_max, True), normed=True,
+                                      max_threads=_any_size_threads(builder, plan))
+    return int(extra["ROWS"]) if name in WIDE_MATVEC_KERNELS.values() else 32
 
 
 def int8_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile | None:

@@ -51,11 +51,10 @@ def residual_norm_split(b: ProgramBuilder, d: int, subgroups: bool | None = None
         raise ValueError(f"the residual norms take rows of a multiple of 4 values, not {d}")
     reduce = b.device.reduction(subgroups)
     quads = d // 4
-    wg = threads or quads
-    per = -(-quads // min(wg, b.device.limits.max_invocations))
+    per = -(-quads // min(threads or quads, b.device.limits.max_invocations))
     if per > 2:
-        raise ValueError(f"rows of {d} values need more than {2 * wg} invocations a workgroup")
-    wg = -(-quads // per) if threads is None else threads
+        raise ValueError(f"rows of {d} values: more than 2 quads an invocation")
+    wg = threads or -(-quads // per)
     if reduce == "workgroup":
         wg = 1 << (wg - 1).bit_length()
     if wg > b.device.limits.max_invocations:
