@@ -374,6 +374,51 @@ def _decode_pool(ex: Executor, width: int, kv_dtype: str, positions: list[int], 
     return pool, slots
 
 
+def test_f16_rounded(ex: Executor) -> None:
+    """common/f16_rounded.wgsl against numpy's float16 conversion (round to nearest, ties to even): values
+    across f16's range, its subnormals, the ties halfway between neighbouring f16 values in both ranges,
+    signed zeros and the largest f16. Exact: both give the same f16 value."""
+    import wgpu
+
+    from gpu.shaders import KERNEL_DIR
+
+    rng = np.random.default_rng(5)
+    normal = np.float16(np.clip(rng.standard_normal(2048) * np.exp2(rng.uniform(-14, 15, 2048)), -6e4, 6e4))
+    subnormal = np.arange(-1100, 1100, dtype=np.int32) * np.float32(2.0 ** -24)
+    neighbours = np.float16(np.concatenate([normal, [6.1035e-05, 1.0, 2048.0, 65472.0]]))
+    above = np.nextafter(neighbours.astype(np.float16), np.float16(np.inf)).astype(np.float32)
+    ties = (neighbours.astype(np.float32) + above) / 2   # exact in f32
+    x = np.concatenate([rng.standard_normal(4096).astype(np.float32) * np.exp2(rng.uniform(-30, 15, 4096)),
+                        normal.astype(np.float32), subnormal, ties, subnormal[::7] + np.float32(2.0 ** -25),
+                        [0.0, -0.0, 65504.0, -65504.0, 65519.0]]).astype(np.float32)
+    x = x[np.abs(x) < 65519.5]   # from 65520 on the cache holds inf; f16_rounded does not go there
+    source = (KERNEL_DIR / "common/f16_rounded.wgsl").read_text() + """
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&x)) { y[id.x] = f16_rounded(x[id.x]); }
+}"""
+    device = ex.device.device
+    pipeline = device.create_compute_pipeline(
+        layout="auto", compute={"module": device.create_shader_module(code=source), "entry_point": "main"})
+    x_buf = device.create_buffer_with_data(data=x.tobytes(), usage=wgpu.BufferUsage.STORAGE)
+    y_buf = device.create_buffer(size=x.nbytes, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    bind = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+        {"binding": 0, "resource": {"buffer": x_buf}}, {"binding": 1, "resource": {"buffer": y_buf}}])
+    encoder = device.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.set_bind_group(0, bind)
+    compute.dispatch_workgroups(-(-len(x) // 64))
+    compute.end()
+    device.queue.submit([encoder.finish()])
+    got = np.frombuffer(device.queue.read_buffer(y_buf), np.float32)
+    want = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    assert (np.signbit(got) == np.signbit(want)).all()
+
+
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("kv_f16,window,kv_heads,d,splits,fused", [
     (True, 0, 1, 256, 5, True), (False, 50, 2, 64, 5, True), (True, 50, 1, 64, 1, False),

@@ -5,6 +5,7 @@
 // `rope: array<vec2<f32>>` ([n_ctx, D/2] (cos, sin)) and `k_cache`, `v_cache: array<u32>` (read_write).
 
 #include "common/norm_lanes.wgsl"
+#include "common/f16_rounded.wgsl"
 
 const HALF: u32 = D / 2u;
 
@@ -43,7 +44,7 @@ fn store_pair(is_value: bool, at: u32, a: f32, b: f32) {
 // A pair of values as the cache gives them back once store_pair has stored them.
 fn cache_rounded(pair: vec2<f32>) -> vec2<f32> {
     if (KV_F16) {
-        return unpack2x16float(pack2x16float(pair));
+        return vec2<f32>(f16_rounded(pair.x), f16_rounded(pair.y));
     }
     return pair;
 }
