@@ -40,13 +40,15 @@ const BLOCKS: u32 = K / 32u;        // 32-value blocks per row
 const PART: u32 = BLOCKS / SPLIT;   // blocks per workgroup
 const JOBS: u32 = BR + BT;          // loads per chunk: one per weight row, one per token (at most WG)
 
-// Row rho = 4 j + c of the tile: its q at ws_q[(4 h + c) QR + j] (h = 0: values 0..15, 1: 16..31), its
-// scales at component c of ws_d[e QR + j] (e = 0: d_lo, 1: d_hi, 2: m). Token 4 j + i likewise in
-// xs_q[(4 h + i) QT + j] and xs_d[e QT + j] (e = 0: d_x, 1: s_x).
-var<workgroup> ws_q: array<vec4<u32>, 8u * QR>;
-var<workgroup> ws_d: array<vec4<f32>, 3u * QR>;
-var<workgroup> xs_q: array<vec4<u32>, 8u * QT>;
-var<workgroup> xs_d: array<vec4<f32>, 2u * QT>;
+// Row rho = 4 j + c of the tile: its q at ws_q[4 h + c][j] (h = 0: values 0..15, 1: 16..31), its
+// scales at component c of ws_d[e][j] (e = 0: d_lo, 1: d_hi, 2: m). Token 4 j + i likewise in
+// xs_q[4 h + i][j] and xs_d[e][j] (e = 0: d_x, 1: s_x). Two dimensions, the outer index a constant in the
+// multiply, so that the bounds check clamps j once for all of a quad's loads and each load's address is
+// j's plus an immediate (flat arrays clamped every index: about 30 more instructions a block in the loop).
+var<workgroup> ws_q: array<array<vec4<u32>, QR>, 8>;
+var<workgroup> ws_d: array<array<vec4<f32>, QR>, 3>;
+var<workgroup> xs_q: array<array<vec4<u32>, QT>, 8>;
+var<workgroup> xs_d: array<array<vec4<f32>, QT>, 2>;
 
 // A load job's block: a weight row's, or a token's (lo, hi, (d_x, s_x, 0)).
 fn fetch(job: u32, r0: u32, t0: u32, n: u32, b: u32) -> I8Block {
@@ -65,18 +67,18 @@ fn store_job(job: u32, v: I8Block) {
     if (job < BR) {
         let j = job / 4u;
         let c = job % 4u;
-        ws_q[c * QR + j] = v.lo;
-        ws_q[(4u + c) * QR + j] = v.hi;
-        ws_d[j][c] = v.scales.x;
-        ws_d[QR + j][c] = v.scales.y;
-        ws_d[2u * QR + j][c] = v.scales.z;
+        ws_q[c][j] = v.lo;
+        ws_q[4u + c][j] = v.hi;
+        ws_d[0][j][c] = v.scales.x;
+        ws_d[1][j][c] = v.scales.y;
+        ws_d[2][j][c] = v.scales.z;
     } else {
         let j = (job - BR) / 4u;
         let i = (job - BR) % 4u;
-        xs_q[i * QT + j] = v.lo;
-        xs_q[(4u + i) * QT + j] = v.hi;
-        xs_d[j][i] = v.scales.x;
-        xs_d[QT + j][i] = v.scales.y;
+        xs_q[i][j] = v.lo;
+        xs_q[4u + i][j] = v.hi;
+        xs_d[0][j][i] = v.scales.x;
+        xs_d[1][j][i] = v.scales.y;
     }
 }
 
@@ -127,27 +129,27 @@ fn half_dots(x: vec4<u32>, w0: vec4<u32>, w1: vec4<u32>, w2: vec4<u32>, w3: vec4
 // continue the lo ones' chains unless the halves have scales of their own).
 fn multiply_quad(acc: Quad4, j: u32, ty: u32) -> Quad4 {
     let bias = vec4<i32>(BIAS);
-    var w0 = ws_q[j];
-    var w1 = ws_q[QR + j];
-    var w2 = ws_q[2u * QR + j];
-    var w3 = ws_q[3u * QR + j];
-    let l0 = half_dots(xs_q[ty], w0, w1, w2, w3, bias);
-    let l1 = half_dots(xs_q[QT + ty], w0, w1, w2, w3, bias);
-    let l2 = half_dots(xs_q[2u * QT + ty], w0, w1, w2, w3, bias);
-    let l3 = half_dots(xs_q[3u * QT + ty], w0, w1, w2, w3, bias);
-    w0 = ws_q[4u * QR + j];
-    w1 = ws_q[5u * QR + j];
-    w2 = ws_q[6u * QR + j];
-    w3 = ws_q[7u * QR + j];
-    let h0 = half_dots(xs_q[4u * QT + ty], w0, w1, w2, w3, select(l0, bias, HALF_SCALES));
-    let h1 = half_dots(xs_q[5u * QT + ty], w0, w1, w2, w3, select(l1, bias, HALF_SCALES));
-    let h2 = half_dots(xs_q[6u * QT + ty], w0, w1, w2, w3, select(l2, bias, HALF_SCALES));
-    let h3 = half_dots(xs_q[7u * QT + ty], w0, w1, w2, w3, select(l3, bias, HALF_SCALES));
-    let d_lo = ws_d[j];
-    let d_hi = ws_d[QR + j];
-    let m = ws_d[2u * QR + j];
-    let d_x = xs_d[ty];
-    let s_x = xs_d[QT + ty];
+    var w0 = ws_q[0][j];
+    var w1 = ws_q[1][j];
+    var w2 = ws_q[2][j];
+    var w3 = ws_q[3][j];
+    let l0 = half_dots(xs_q[0][ty], w0, w1, w2, w3, bias);
+    let l1 = half_dots(xs_q[1][ty], w0, w1, w2, w3, bias);
+    let l2 = half_dots(xs_q[2][ty], w0, w1, w2, w3, bias);
+    let l3 = half_dots(xs_q[3][ty], w0, w1, w2, w3, bias);
+    w0 = ws_q[4][j];
+    w1 = ws_q[5][j];
+    w2 = ws_q[6][j];
+    w3 = ws_q[7][j];
+    let h0 = half_dots(xs_q[4][ty], w0, w1, w2, w3, select(l0, bias, HALF_SCALES));
+    let h1 = half_dots(xs_q[5][ty], w0, w1, w2, w3, select(l1, bias, HALF_SCALES));
+    let h2 = half_dots(xs_q[6][ty], w0, w1, w2, w3, select(l2, bias, HALF_SCALES));
+    let h3 = half_dots(xs_q[7][ty], w0, w1, w2, w3, select(l3, bias, HALF_SCALES));
+    let d_lo = ws_d[0][j];
+    let d_hi = ws_d[1][j];
+    let m = ws_d[2][j];
+    let d_x = xs_d[0][ty];
+    let s_x = xs_d[1][ty];
     return Quad4(combine(acc.t0, l0, h0, d_x.x, s_x.x, d_lo, d_hi, m),
                  combine(acc.t1, l1, h1, d_x.y, s_x.y, d_lo, d_hi, m),
                  combine(acc.t2, l2, h2, d_x.z, s_x.z, d_lo, d_hi, m),
