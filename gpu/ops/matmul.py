@@ -396,7 +396,7 @@ class MatmulTile(NamedTuple):
     tokens: int  # tokens per workgroup (BT), a multiple of TT
     rows: int  # weight rows per workgroup (BR); with GLU, half gate rows and their up rows
     thread_rows: int  # weight rows per thread (RR): 4, or 8 (the GLU needs 8)
-    k_chunk: int  # k values per workgroup-memory chunk (BK), 16 or 32
+    k_chunk: int  # k values per workgroup-memory chunk (BK): 16 or 32 (tiles.wgsl's steps are written out)
     split: int = 1  # workgroups sharing a tile's k range (SPLIT), their parts added by matmul_reduce
     thread_tokens: int = 4  # tokens per thread (TT): 4, or 8 (f32 tiles only; tiles_i8 takes 4)
 
@@ -416,8 +416,8 @@ class MatmulTile(NamedTuple):
             return "4 or 8 tokens per thread"
         if self.tokens % self.thread_tokens:
             return "tokens a multiple of TT"
-        if self.rows % (4 * self.thread_rows) or self.k_chunk % GROUP_VALUES:
-            return "rows of 4 RR, BK of 16"
+        if self.rows % (4 * self.thread_rows) or self.k_chunk not in (16, 32):
+            return "rows of 4 RR, BK of 16 or 32"
         if k % (self.k_chunk * self.split):
             return f"K = {k} is not a multiple of BK x SPLIT"
         if self.rows * self.k_chunk > 32 * self.threads or self.tokens * self.k_chunk > 16 * self.threads:

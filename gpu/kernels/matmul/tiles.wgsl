@@ -25,7 +25,7 @@ override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of TT
 override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 4 RR
 override RR: u32 = 8u;     // weight rows per thread: 4, or 8 (two quads; GLU needs 8)
 override TT: u32 = 4u;     // tokens per thread: 4, or 8 (two quads)
-override BK: u32 = 32u;    // k per chunk, a multiple of 16 dividing K / SPLIT
+override BK: u32 = 32u;    // k per chunk, 16 or 32 (main calls multiply_k for each), dividing K / SPLIT
 override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
 
 const TX: u32 = BR / RR;            // threads across rows
@@ -36,20 +36,23 @@ const X_COUNT: u32 = BT * BK / 4u;            // vec4 of x per chunk: 1, 2 or 4 
 const W_JOBS: u32 = (W_COUNT + WG - 1u) / WG;
 const X_JOBS: u32 = (X_COUNT + WG - 1u) / WG;
 
-var<workgroup> xs: array<vec4<tile_t>, BK * BT / 4u>;  // [BK][BT / 4]: x[t0 + 4 j + c, k0 + kk] at [kk][j][c]
-var<workgroup> ws: array<vec4<tile_t>, BK * BR / 4u>;  // [BK][BR / 4]: tile row 4 j + c, k0 + kk at [kk][j][c]
+// Two dimensions: with the chunk index a constant (multiply_k's calls), the bounds check clamps a thread's
+// column once and each load's address is the column's plus an immediate.
+var<workgroup> xs: array<array<vec4<tile_t>, BT / 4u>, BK>;  // x[t0 + 4 j + c, k0 + kk] at [kk][j][c]
+var<workgroup> ws: array<array<vec4<tile_t>, BR / 4u>, BK>;  // tile row 4 j + c, k0 + kk at [kk][j][c]
 
 // Weight job j (j < W_COUNT): tile row j % BR, 16-value group j / BR of each chunk. Thread lid has
 // jobs lid and lid + WG (where W_JOBS = 2); threads past the count, whole warps, skip them.
 
 fn store_w(j: u32, w: mat4x4<f32>) {
-    let base = (j / BR) * GROUP_VALUES * (BR / 4u) + (j % BR) / 4u;
+    let kk = (j / BR) * GROUP_VALUES;
+    let col = (j % BR) / 4u;
     let c4 = j % 4u;
     for (var c = 0u; c < 4u; c++) {
-        ws[base + (4u * c) * (BR / 4u)][c4] = to_tile(w[c].x);
-        ws[base + (4u * c + 1u) * (BR / 4u)][c4] = to_tile(w[c].y);
-        ws[base + (4u * c + 2u) * (BR / 4u)][c4] = to_tile(w[c].z);
-        ws[base + (4u * c + 3u) * (BR / 4u)][c4] = to_tile(w[c].w);
+        ws[kk + 4u * c][col][c4] = to_tile(w[c].x);
+        ws[kk + 4u * c + 1u][col][c4] = to_tile(w[c].y);
+        ws[kk + 4u * c + 2u][col][c4] = to_tile(w[c].z);
+        ws[kk + 4u * c + 3u][col][c4] = to_tile(w[c].w);
     }
 }
 
@@ -62,12 +65,58 @@ fn fetch_x(t0: u32, n: u32, j: u32, k0: u32) -> vec4<f32> {
 }
 
 fn store_x(j: u32, v: vec4<f32>) {
-    let base = 4u * (j / BT) * (BT / 4u) + (j % BT) / 4u;
+    let kk = 4u * (j / BT);
+    let col = (j % BT) / 4u;
     let c4 = j % 4u;
-    xs[base][c4] = to_tile(v.x);
-    xs[base + BT / 4u][c4] = to_tile(v.y);
-    xs[base + 2u * (BT / 4u)][c4] = to_tile(v.z);
-    xs[base + 3u * (BT / 4u)][c4] = to_tile(v.w);
+    xs[kk][col][c4] = to_tile(v.x);
+    xs[kk + 1u][col][c4] = to_tile(v.y);
+    xs[kk + 2u][col][c4] = to_tile(v.z);
+    xs[kk + 3u][col][c4] = to_tile(v.w);
+}
+
+// A thread's sums: a<i> token 4 ty + i, rows of quad tx; b<i> rows of quad tx + BR / 8 (RR = 8); i = 4..7:
+// tokens of quad ty + BT / 8 (TT = 8).
+struct Sums {
+    a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>,
+    a7: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>, b4: vec4<f32>, b5: vec4<f32>,
+    b6: vec4<f32>, b7: vec4<f32>,
+}
+
+// The products of k step kk of the chunk in workgroup memory. Called once for each kk with kk a literal:
+// NVIDIA's compiler kept a loop over kk a loop, and a step of it cost 92 instructions for 64 fmas (H100 SASS:
+// each workgroup load's index clamped and shifted, accumulators moved between registers, the counter).
+fn multiply_k(acc_in: Sums, kk: u32, tx: u32, ty: u32) -> Sums {
+    var acc = acc_in;
+    let xa = vec4<f32>(xs[kk][ty]);
+    let wa = vec4<f32>(ws[kk][tx]);
+    var wb = vec4<f32>();
+    if (RR == 8u) {
+        wb = vec4<f32>(ws[kk][tx + BR / 8u]);
+    }
+    acc.a0 += xa.x * wa;
+    acc.a1 += xa.y * wa;
+    acc.a2 += xa.z * wa;
+    acc.a3 += xa.w * wa;
+    if (RR == 8u) {
+        acc.b0 += xa.x * wb;
+        acc.b1 += xa.y * wb;
+        acc.b2 += xa.z * wb;
+        acc.b3 += xa.w * wb;
+    }
+    if (TT == 8u) {
+        let xb = vec4<f32>(xs[kk][ty + BT / 8u]);
+        acc.a4 += xb.x * wa;
+        acc.a5 += xb.y * wa;
+        acc.a6 += xb.z * wa;
+        acc.a7 += xb.w * wa;
+        if (RR == 8u) {
+            acc.b4 += xb.x * wb;
+            acc.b5 += xb.y * wb;
+            acc.b6 += xb.z * wb;
+            acc.b7 += xb.w * wb;
+        }
+    }
+    return acc;
 }
 
 @compute @workgroup_size(WG)
@@ -126,24 +175,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         x3 = fetch_x(t0, n, xj3, k_begin);
     }
 
-    // a<i>: token 4 ty + i, rows of quad tx; b<i>: rows of quad tx + BR / 8 (RR = 8); i = 4..7: tokens of
-    // quad ty + BT / 8 (TT = 8)
-    var a0 = vec4<f32>();
-    var a1 = vec4<f32>();
-    var a2 = vec4<f32>();
-    var a3 = vec4<f32>();
-    var b0 = vec4<f32>();
-    var b1 = vec4<f32>();
-    var b2 = vec4<f32>();
-    var b3 = vec4<f32>();
-    var a4 = vec4<f32>();
-    var a5 = vec4<f32>();
-    var a6 = vec4<f32>();
-    var a7 = vec4<f32>();
-    var b4 = vec4<f32>();
-    var b5 = vec4<f32>();
-    var b6 = vec4<f32>();
-    var b7 = vec4<f32>();
+    var acc = Sums(vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
+                   vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
+                   vec4<f32>(), vec4<f32>());
     for (var k0 = k_begin; k0 <= k_last; k0 += BK) {
         if (w_ok0) {
             store_w(wj0, w0);
@@ -184,42 +218,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (x_ok3) {
             x3 = fetch_x(t0, n, xj3, k1);
         }
-        for (var kk = 0u; kk < BK; kk++) {
-            let xa = vec4<f32>(xs[kk * (BT / 4u) + ty]);
-            let wa = vec4<f32>(ws[kk * (BR / 4u) + tx]);
-            var wb = vec4<f32>();
-            if (RR == 8u) {
-                wb = vec4<f32>(ws[kk * (BR / 4u) + tx + BR / 8u]);
-            }
-            a0 += xa.x * wa;
-            a1 += xa.y * wa;
-            a2 += xa.z * wa;
-            a3 += xa.w * wa;
-            if (RR == 8u) {
-                b0 += xa.x * wb;
-                b1 += xa.y * wb;
-                b2 += xa.z * wb;
-                b3 += xa.w * wb;
-            }
-            if (TT == 8u) {
-                let xb = vec4<f32>(xs[kk * (BT / 4u) + ty + BT / 8u]);
-                a4 += xb.x * wa;
-                a5 += xb.y * wa;
-                a6 += xb.z * wa;
-                a7 += xb.w * wa;
-                if (RR == 8u) {
-                    b4 += xb.x * wb;
-                    b5 += xb.y * wb;
-                    b6 += xb.z * wb;
-                    b7 += xb.w * wb;
-                }
-            }
+        // every k step of the chunk with its index a constant (see multiply_k)
+        acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 0u, tx, ty), 1u, tx, ty), 2u, tx, ty), 3u, tx, ty);
+        acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 4u, tx, ty), 5u, tx, ty), 6u, tx, ty), 7u, tx, ty);
+        acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 8u, tx, ty), 9u, tx, ty), 10u, tx, ty), 11u, tx, ty);
+        acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 12u, tx, ty), 13u, tx, ty), 14u, tx, ty), 15u, tx, ty);
+        if (BK == 32u) {
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 16u, tx, ty), 17u, tx, ty), 18u, tx, ty), 19u, tx, ty);
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 20u, tx, ty), 21u, tx, ty), 22u, tx, ty), 23u, tx, ty);
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 24u, tx, ty), 25u, tx, ty), 26u, tx, ty), 27u, tx, ty);
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 28u, tx, ty), 29u, tx, ty), 30u, tx, ty), 31u, tx, ty);
         }
         workgroupBarrier();
     }
 
-    store_tile(s, t0 + 4u * ty, r0 + 4u * tx, n, a0, a1, a2, a3, b0, b1, b2, b3);
+    store_tile(s, t0 + 4u * ty, r0 + 4u * tx, n, acc.a0, acc.a1, acc.a2, acc.a3, acc.b0, acc.b1, acc.b2, acc.b3);
     if (TT == 8u) {
-        store_tile(s, t0 + 4u * ty + BT / 2u, r0 + 4u * tx, n, a4, a5, a6, a7, b4, b5, b6, b7);
+        store_tile(s, t0 + 4u * ty + BT / 2u, r0 + 4u * tx, n, acc.a4, acc.a5, acc.a6, acc.a7, acc.b4, acc.b5, acc.b6,
+                   acc.b7);
     }
 }
