@@ -468,7 +468,7 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTil
     loops measured fastest; the GLU keeps one dispatch and splits only for workgroups), then further while
     there are fewer than _MATMUL_MIN_GROUPS workgroups. Few tokens take 16- or 32-token tiles.
 
-    Wide shapes of long steps take 128 x 128 tiles at 8 tokens x 8 rows a thread, k in chunks of 16 (twice the
+    Steps of 128 tokens or more take 128 x 128 tiles at 8 tokens x 8 rows a thread, k in chunks of 16 (twice the
     multiply-adds per workgroup-memory load of 4 x 8; chunks of 32 ran about half as fast, their 32 KiB of
     workgroup memory leaving fewer workgroups an SM), and the GLU's k in 2 parts. Measured on an H100
     (bench/kernels.py --sweep, 512 tokens, each shape's fastest 4 x 8 tile against the 8 x 8 one, us): the
@@ -476,9 +476,12 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTil
     x 2 x 10240 2,513 -> 2,028 (2,302 in one part); the 1B's GLU 1152 x 2 x 6912 791 -> 688; its narrower
     shapes no faster (o 1024 x 1152 93 -> 102, down 6912 x 1152 453 either way). End to end (bench/gpu.py,
     against the rules before in one call), exact prefill of 512 tokens: 4B 3,004 -> 3,541 tok/s, 1B 11,865 ->
-    11,970.
+    11,970. Those rules kept narrower shapes (under 2048 columns, no GLU) at 4 x 8; once tiles.wgsl wrote its k
+    steps out, the 8 x 8 tile took them too (H100, exact prefill, against the rule before in one call: 1B 15,065 /
+    14,955 -> 16,586 / 16,403 tok/s, 270M 60,573 / 61,447 -> 61,147 / 62,251; chunks of 32 values instead of 16
+    were slower again: 4B 4,600 -> 4,009, 1B 15,065 -> 13,920).
     """
-    if t_max >= 128 and (glu or n_cols >= 2048):
+    if t_max >= 128:
         tile = MatmulTile(128, 128, 8, 16, thread_tokens=8)
     else:
         tile = _four_token_tile(n_cols, t_max, glu)
