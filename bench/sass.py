@@ -67,7 +67,8 @@ def main() -> None:
     for i, code in enumerate(pipeline_codes(args.cache)):
         raw = args.out / f"k{i:02d}.code"
         raw.write_bytes(code)
-        sass = subprocess.run(["nvdisasm", "-b", args.arch, str(raw)], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run(["nvdisasm", "-b", args.arch, str(raw)], capture_output=True, text=True,
+                              check=True).stdout
         raw.with_suffix(".sass").write_text(sass)
         ops = collections.Counter(INSTRUCTION.findall(sass))
         registers = [int(r) for r in REGISTER.findall(sass)]

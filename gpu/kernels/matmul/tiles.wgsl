@@ -2,11 +2,12 @@
 // weight rows over K / SPLIT values of k, each thread TT tokens x RR rows (TT, RR = 4 or 8) in f32
 // registers. Its k range is walked in chunks of BK values: per chunk the threads dequantise the
 // weight tile (BR rows x BK, each value once) and copy the x tile (BT tokens x BK) into workgroup
-// memory as ${TILE} (matmul/tile_${TILE}.wgsl), both k-major, so each step of the inner loop reads
-// TT / 4 vec4 of tokens and RR / 4 vec4 of rows for TT RR multiply-adds. The next chunk is read from
-// the buffers (and dequantised) into registers while the current one is multiplied, so memory latency
-// overlaps arithmetic. Accumulators and loads are named variables, not arrays: NVIDIA's Vulkan
-// compiler kept loop-indexed arrays in local memory (measured 5x slower on an H200).
+// memory as ${TILE} (matmul/tile_${TILE}.wgsl), both k-major, so each k step of a chunk (multiply_k,
+// written out for every step) reads TT / 4 vec4 of tokens and RR / 4 vec4 of rows for TT RR
+// multiply-adds. The next chunk is read from the buffers (and dequantised) into registers while the
+// current one is multiplied, so memory latency overlaps arithmetic. Accumulators and loads are named
+// variables, not arrays: NVIDIA's Vulkan compiler kept loop-indexed arrays in local memory (measured 5x
+// slower on an H200).
 // A thread's rows are quads tx (and tx + BR / 8 when RR = 8) of the tile's BR / 4, its tokens quads
 // ty (and ty + BT / 8 when TT = 8), so neighbouring threads read neighbouring workgroup words. With
 // GLU the tile's first BR / 2 rows are gate rows and the next BR / 2 their up rows (RR = 8: a
@@ -224,10 +225,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 8u, tx, ty), 9u, tx, ty), 10u, tx, ty), 11u, tx, ty);
         acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 12u, tx, ty), 13u, tx, ty), 14u, tx, ty), 15u, tx, ty);
         if (BK == 32u) {
-            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 16u, tx, ty), 17u, tx, ty), 18u, tx, ty), 19u, tx, ty);
-            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 20u, tx, ty), 21u, tx, ty), 22u, tx, ty), 23u, tx, ty);
-            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 24u, tx, ty), 25u, tx, ty), 26u, tx, ty), 27u, tx, ty);
-            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 28u, tx, ty), 29u, tx, ty), 30u, tx, ty), 31u, tx, ty);
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 16u, tx, ty), 17u, tx, ty), 18u, tx, ty),
+                             19u, tx, ty);
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 20u, tx, ty), 21u, tx, ty), 22u, tx, ty),
+                             23u, tx, ty);
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 24u, tx, ty), 25u, tx, ty), 26u, tx, ty),
+                             27u, tx, ty);
+            acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 28u, tx, ty), 29u, tx, ty), 30u, tx, ty),
+                             31u, tx, ty);
         }
         workgroupBarrier();
     }
