@@ -416,8 +416,8 @@ def load_text_model(
     int8_activations: matmuls of steps with more than 32 tokens (prompts, decode batches past 32
     sequences), and the decode matvecs where it pays (output heads, large Q4_K linears, the feed-forward's
     activations kept quantised between its dispatches where that pays), on activations quantised to 8
-    bits per 32 values, as llama.cpp's do: 1.3x (270M) to 2x (4B) faster prompts on an H100 (decode: the 4B's
-    shapes 322 against 317 tok/s on an H200), logits about as far from the exact ones as llama.cpp's
+    bits per 32 values, as llama.cpp's do: 1.3x (270M) to 1.6x (1B, 4B) faster prompts on an H100 (session
+    15; decode about the same), logits about as far from the exact ones as llama.cpp's
     (Executor.int8_matmuls)."""
     path = resolve_model_path(name_or_path)
     started = time.perf_counter()
