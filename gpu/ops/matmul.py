@@ -442,8 +442,8 @@ F16_TILES = False
 
 
 def _four_token_tile(n_cols: int, t_max: int, glu: bool) -> MatmulTile:
-    """The tile of 4 tokens a thread for a shape, k unsplit: matmul_tile's but for the wide shapes of long steps
-    (which it gives 8 tokens a thread), and the layout of the int8 tiles (int8_tile)."""
+    """The tile of 4 tokens a thread for a shape, k unsplit: matmul_tile's for steps under 128 tokens (longer ones
+    take 8 tokens a thread there), and the layout of the int8 tiles (int8_tile) at every length."""
     if t_max <= 16:
         return MatmulTile(16, 64, 8 if glu else 4, 16)
     if t_max <= 32:
