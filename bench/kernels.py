@@ -277,9 +277,10 @@ def wide_sweep(bench: Bench, models: list[str], only: set[str], args: argparse.N
 
 
 def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | None, types: list[Q] | None,
-          tiles: list[tuple[int, ...]]) -> list[dict]:
-    """Every tile of `tiles` (BT, BR, RR, BK, TT) on the models' prefill shapes (t tokens; types as ops_of takes
-    them, None: the 270M's), in f32, and in f16 too where matmul_ops.F16_TILES is on and the adapter has it."""
+          tiles: list[tuple[int, ...]], splits: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict]:
+    """Every tile of `tiles` (BT, BR, RR, BK, TT) at each k split of `splits` (8 and more only where K >= 2048) on
+    the models' prefill shapes (t tokens; types as ops_of takes them, None: the 270M's), in f32, and in f16 too
+    where matmul_ops.F16_TILES is on and the adapter has it."""
     rows = []
     f16_options = [True, False] if bench.device.has("shader-f16") and matmul_ops.F16_TILES else [False]
     shapes = [o for model in models for o in ops_of(model, types)]
@@ -291,9 +292,9 @@ def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | N
         glu = op == "gate_up"
         w = bench.weights(op, qtype, k, 2 * n if glu else n, 1)[0]
         y = bench.ex.tensor("y", (t, n))
-        for split in (1, 2, 4, 8):
+        for split in splits:
             for tile in [matmul_ops.MatmulTile(*v[:4], split, *v[4:]) for v in tiles]:
-                if tile.problem(k, glu) or (split == 8 and k < 2048):
+                if tile.problem(k, glu) or (split >= 8 and k < 2048):
                     continue
                 for f16 in f16_options:
                     matmul_ops._matmul_config = lambda *a, _tile=tile, _f16=f16: (_tile, _f16)
@@ -375,6 +376,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="tile shapes of the GPU matmul instead")
     parser.add_argument("--sweep-tiles", default="", help="--sweep these tiles, e.g. 64x128x8x32x4,128x128x8x16x8 "
                         "(BT x BR x RR x BK x TT) rather than SWEEP_TILES")
+    parser.add_argument("--sweep-splits", default="1,2,4,8", help="--sweep these k splits")
     parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k threads per row instead")
     parser.add_argument("--splits", default="", help="time the wide K-quant matvecs at each of these splits, e.g. "
                         "8x32,8x40,16x8p (threads a row x rows a workgroup; p: rows in pairs)")
@@ -402,7 +404,7 @@ def main() -> None:
             tiles = ([tuple(map(int, tile.split("x"))) for tile in args.sweep_tiles.split(",")] if args.sweep_tiles
                      else SWEEP_TILES)
             rows = sweep(bench, args.models.split(","), only, int(args.tokens.split(",")[-1]), args.json, types,
-                         tiles)
+                         tiles, tuple(map(int, args.sweep_splits.split(","))))
         else:
             rows = []
             for model in args.models.split(","):

@@ -37,6 +37,19 @@ STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.Buff
 _ADAPTER_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "Unknown": 3, "CPU": 4}
 # Vulkan first: the OpenGL backend lacks compute features that lavapipe has.
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+# Streaming multiprocessors of NVIDIA GPUs (NVIDIA's specifications), by a substring of the adapter name the driver
+# reports, first match wins: WebGPU does not tell how many workgroups run at once, and the prompt matmuls size
+# their k splits to whole rounds of workgroups where they know it (gpu/ops/matmul.py, _whole_waves_split; measured
+# on an H100 only).
+_NVIDIA_SMS = (("H200", 132), ("H100 PCIe", 114), ("H100", 132), ("A100", 108), ("L40", 142), ("L4", 58),
+               ("A10G", 80), ("A10", 72), ("RTX 4090", 128), ("RTX 4080", 76), ("RTX 3090", 82))
+
+
+def streaming_multiprocessors(adapter_name: str) -> int | None:
+    """The SM count of an NVIDIA adapter of _NVIDIA_SMS by its name, else None (unknown)."""
+    if "NVIDIA" not in adapter_name:
+        return None
+    return next((sms for model, sms in _NVIDIA_SMS if model in adapter_name), None)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,7 @@ class Device:
         self.name: str = info["device"]
         self.backend: str = info["backend_type"]
         self.adapter_type: str = info["adapter_type"]
+        self.sms: int | None = streaming_multiprocessors(self.name)  # None: not an NVIDIA GPU of _NVIDIA_SMS
         self.features = frozenset(f for f in OPTIONAL_FEATURES if f in adapter.features)
         with gpu_stage("requesting device", self.name):
             self.device = adapter.request_device_sync(

@@ -455,7 +455,7 @@ def _four_token_tile(n_cols: int, t_max: int, glu: bool) -> MatmulTile:
     return MatmulTile(64, 64, 4, 32)
 
 
-def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTile:
+def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False, sms: int | None = None) -> MatmulTile:
     """The tile of the GPU matmul for n_cols y columns (weight rows; gate rows with GLU), rows of k
     values and t_max tokens, and its k split.
 
@@ -480,6 +480,11 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTil
     steps out, the 8 x 8 tile took them too (H100, exact prefill, against the rule before in one call: 1B 15,065 /
     14,955 -> 16,586 / 16,403 tok/s, 270M 60,573 / 61,447 -> 61,147 / 62,251; chunks of 32 values instead of 16
     were slower again: 4B 4,600 -> 4,009, 1B 15,065 -> 13,920).
+
+    On an NVIDIA GPU whose SM count the device knows (`sms`, gpu/device.py), the 8 x 8 tile's split (no GLU) then
+    drops to the one that fills whole rounds of workgroups (_whole_waves_split). H100, exact prefill of 512 tokens
+    against the rule without it, interleaved in one call: 1B 16,340 / 16,575 -> 17,207 / 16,614 tok/s, 270M 59,968
+    -> 58,412 / 62,841, 4B 4,623 -> 4,700.
     """
     if t_max >= 128:
         tile = MatmulTile(128, 128, 8, 16, thread_tokens=8)
@@ -498,7 +503,40 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False) -> MatmulTil
         split = 2
     while tile.groups(n_cols, t_max, glu) * split < _MATMUL_MIN_GROUPS and can_double(split, _MATMUL_MIN_PART):
         split *= 2
+    if sms and tile.thread_tokens == 8 and not glu:
+        split = _whole_waves_split(tile, k, n_cols, t_max, split, sms)
     return tile._replace(split=split)
+
+
+# bench/kernels.py --sweep's times of the 8 x 8 tile at 512 tokens, k in 1 to 8 parts, on the 1B's and 4B's shapes
+# (H100, 66 of them) fit within 4.5% on average: a workgroup alone on an SM takes 0.130 us a k value, two sharing one
+# take _PAIR_TIME times as long (one alone leaves the SM partly idle), and a split's parts cost a fixed 16.5 us (the
+# reduce's dispatch) and 0.42 us a MB of parts (splits x T x columns x 8 bytes: written, then read back).
+_PAIR_TIME = 1.75
+_SPLIT_K_STEPS = 127  # 16.5 us in a lone workgroup's k steps
+_PARTS_BYTES_PER_K_STEP = 309_000  # the bytes that cost one k step (0.130 us at 0.42 us a MB)
+
+
+def _whole_waves_split(tile: MatmulTile, k: int, n_cols: int, t_max: int, most: int, sms: int) -> int:
+    """The k split, at most `most`, of the 8 x 8 tile (no GLU) on a GPU of `sms` SMs that the fit above says
+    finishes first: the busiest SM runs ceil(workgroups / sms) of them, two at a time, each over k / split values.
+    A split that leaves most SMs one workgroup wastes them, one that adds a last round of a few workgroups waits
+    for it. H100, the sweep's us at splits 1 / 2 / 3 / 4 / 6 / 8: the 1B's down 6912 x 1152 (36 tiles) 924 / 476
+    / 327 / 421 / 290 / 335 (6 picked: 216 workgroups, two on most SMs; 8, which matmul_tile's parts of 256
+    values give, leaves 24 for a third round), its o 1024 x 1152 151 / 87 / - / 82 (4, as before); the 4B's down
+    10240 x 2560 (80 tiles) 1,374 / 1,206 / - / 941 / - / 797 (8, as before). Never more parts than matmul_tile's
+    own rule: more, shorter parts than the sweep measured ran slower in a model than the fit said (the 1B's q|k|v
+    in 8 parts of 144 values instead of 4: +0.5 ms a prompt), and the GLU keeps its 2 (unsplit, the fit's pick,
+    measured 1.3 ms slower on the 1B's 26 GLUs, their reduce 0.9 ms faster)."""
+    tiles = tile.groups(n_cols, t_max, False)
+
+    def cost(split: int) -> float:
+        busiest = -(-tiles * split // sms)
+        rounds = (busiest // 2) * _PAIR_TIME + busiest % 2
+        parts = 0 if split == 1 else _SPLIT_K_STEPS + split * t_max * n_cols * 8 / _PARTS_BYTES_PER_K_STEP
+        return rounds * k / split + parts
+
+    return min((s for s in range(1, most + 1) if k % (s * tile.k_chunk) == 0), key=cost)
 
 
 def tiles_in_f16(device: Device, qtype: GGMLQuantizationType) -> bool:
@@ -607,7 +645,7 @@ def _any_size_threads(builder: ProgramBuilder, plan: "_Plan") -> int:
 
 def _matmul_config(device: Device, weight: QuantWeight, n_rows: int, t_max: int, glu: bool) -> tuple[MatmulTile, bool]:
     """(tile, f16 tiles) of a GPU matmul over n_rows y columns."""
-    return matmul_tile(weight.k, n_rows, t_max, glu), tiles_in_f16(device, weight.qtype)
+    return matmul_tile(weight.k, n_rows, t_max, glu, device.sms), tiles_in_f16(device, weight.qtype)
 
 
 def _dispatch(

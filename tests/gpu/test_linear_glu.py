@@ -105,7 +105,7 @@ def test_glu_prefill(ex: Executor, qtype: Q, variant: str, monkeypatch: pytest.M
 def test_glu_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypatch: pytest.MonkeyPatch) -> None:
     """Other tile shapes with GLU: 4 vec4 of x per thread, k split in 2 and 4 (2 dispatches: the parts,
     then matmul_reduce's GLU epilogue), 8 tokens a thread."""
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False: tile)
+    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
     _, dispatches = run_glu(ex, Q.Q6_K, 512, 40, 40, 37, seed=3, kernel=LinearKernel.MATMUL, whole_rows=False)
     assert dispatches == (1 if tile.split == 1 else 2)
 
@@ -122,7 +122,8 @@ def test_glu_sharded(
     activations and gelu_mul. Q8_0: shards [0, 30) [30, 60) [60, 90), the middle one holding gate
     and up rows; Q4_K: four shards, two of gate rows and two of up rows. (Matmul tiles without a k
     split, so that each part is one dispatch.)"""
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False: matmul_ops.MatmulTile(16, 64, 8, 16))
+    unsplit = matmul_ops.MatmulTile(16, 64, 8, 16)
+    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: unsplit)
     k = small_k(qtype, 2) if qtype is Q.Q8_0 else small_k(qtype, 1)
     t_max = 1 if kernel is LinearKernel.MATVEC else 8
     shards, dispatches = run_glu(ex, qtype, k, f, t_max, t_max, seed=4, kernel=kernel, whole_rows=whole_rows,

@@ -355,13 +355,24 @@ TILE_SHAPES = [T(64, 128, 8, 32), T(128, 64, 8, 32), T(64, 64, 4, 32), T(32, 128
 def test_matmul_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each tile shape: partial token and row tiles, K of several chunks."""
     assert tile.problem(512, False) is None
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False: tile)
+    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
     run_linear(ex, Q.Q4_K, 512, 150, 70, 67, seed=13, kernel=LinearKernel.MATMUL, whole_rows=False)
+
+
+@pytest.mark.parametrize("split", [3, 5, 6])
+def test_matmul_uneven_splits(ex: Executor, split: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """k in a number of parts other than a power of two, as _whole_waves_split picks on NVIDIA GPUs (the 1B's
+    down in 6): the 8 x 8 tile, partial token and row tiles, each part of 6 chunks."""
+    tile = T(128, 128, 8, 16, split, 8)
+    k = 16 * 6 * split
+    assert tile.problem(k, False) is None
+    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
+    run_linear(ex, Q.Q8_0, k, 150, 140, 131, seed=15, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
 def test_matmul_split_sharded(ex: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
     """k split over workgroups on a sharded weight: each shard's parts and reduction."""
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False: T(32, 64, 4, 32, 2))
+    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: T(32, 64, 4, 32, 2))
     weight = run_linear(ex, Q.Q8_0, 128, 90, 8, 7, seed=14, kernel=LinearKernel.MATMUL, whole_rows=False,
                         max_shard_bytes=30 * row_bytes(Q.Q8_0, 128) + 4)
     assert len(weight.shards) == 3
@@ -378,6 +389,30 @@ def test_matmul_tile_choice() -> None:
                     assert tile.problem(k, glu) is None, (k, n, t_max, glu, tile)
                     assert tile.threads <= 256 and tile.storage_bytes(True) <= 16384
                     assert tile.storage_bytes(False) <= 32768
+                    # on an H100 (132 SMs): a split the kernel takes, never more parts than without the SM count
+                    on_h100 = matmul_ops.matmul_tile(k, n, t_max, glu, sms=132)
+                    assert on_h100.problem(k, glu) is None and on_h100.split <= tile.split, (k, n, t_max, glu)
+                    assert on_h100._replace(split=tile.split) == tile
+                    if glu or t_max < 128:
+                        assert on_h100 == tile
+
+
+def test_split_in_whole_rounds_on_known_gpus() -> None:
+    """The SM counts of NVIDIA adapters by name, and the split they give the 8 x 8 tile: the 1B's down (6912 x
+    1152, 36 tiles at 512 tokens) in 6 parts on an H100, two workgroups on most of its 132 SMs, not the 8 of
+    matmul_tile's parts of 256 values (288 workgroups: a third round for 24); the 4B's down keeps 8."""
+    from gpu.device import streaming_multiprocessors
+
+    assert streaming_multiprocessors("NVIDIA H100 80GB HBM3") == 132
+    assert streaming_multiprocessors("NVIDIA H100 PCIe") == 114
+    assert streaming_multiprocessors("NVIDIA H200") == 132
+    assert streaming_multiprocessors("NVIDIA A10G") == 80 and streaming_multiprocessors("NVIDIA A100-SXM4-80GB") == 108
+    assert streaming_multiprocessors("llvmpipe (LLVM 15.0.7, 256 bits)") is None
+    assert streaming_multiprocessors("AMD Radeon RX 7900 XTX") is None
+    assert matmul_ops.matmul_tile(6912, 1152, 512).split == 8
+    assert matmul_ops.matmul_tile(6912, 1152, 512, sms=132).split == 6
+    assert matmul_ops.matmul_tile(10240, 2560, 512, sms=132).split == 8
+    assert matmul_ops.matmul_tile(1152, 6912, 512, glu=True, sms=132).split == 2
 
 
 @pytest.mark.parametrize("n_tokens", [1, 5, 12])
