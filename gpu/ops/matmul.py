@@ -526,7 +526,7 @@ def _whole_waves_split(tile: MatmulTile, k: int, n_cols: int, t_max: int, most: 
     values give, leaves 24 for a third round), its o 1024 x 1152 151 / 87 / - / 82 (4, as before); the 4B's down
     10240 x 2560 (80 tiles) 1,374 / 1,206 / - / 941 / - / 797 (8, as before). Never more parts than matmul_tile's
     own rule: more, shorter parts than the sweep measured ran slower in a model than the fit said (the 1B's q|k|v
-    in 8 parts of 144 values instead of 4: +0.5 ms a prompt), and the GLU keeps its 2 (unsplit, the fit's pick,
+    in 8 parts of 144 values instead of 4: +0.6 ms a prompt), and the GLU keeps its 2 (unsplit, the fit's pick,
     measured 1.3 ms slower on the 1B's 26 GLUs, their reduce 0.9 ms faster)."""
     tiles = tile.groups(n_cols, t_max, False)
 
