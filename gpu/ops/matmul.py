@@ -484,7 +484,8 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False, sms: int | N
     On an NVIDIA GPU whose SM count the device knows (`sms`, gpu/device.py), the 8 x 8 tile's split (no GLU) then
     drops to the one that fills whole rounds of workgroups (_whole_waves_split). H100, exact prefill of 512 tokens
     against the rule without it, interleaved in one call: 1B 16,340 / 16,575 -> 17,207 / 16,614 tok/s, 270M 59,968
-    -> 58,412 / 62,841, 4B 4,623 -> 4,700.
+    -> 58,412 / 62,841, 4B 4,623 -> 4,700. There a GLU whose tiles fill every SM twice over keeps k whole
+    (_glu_fills_sms).
     """
     if t_max >= 128:
         tile = MatmulTile(128, 128, 8, 16, thread_tokens=8)
@@ -499,7 +500,8 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False, sms: int | N
     split = 1
     while not glu and can_double(split, _MATMUL_PART):
         split *= 2
-    if glu and tile.thread_tokens == 8 and can_double(split, _MATMUL_PART):
+    if (glu and tile.thread_tokens == 8 and can_double(split, _MATMUL_PART)
+            and not _glu_fills_sms(tile, n_cols, t_max, sms)):
         split = 2
     while tile.groups(n_cols, t_max, glu) * split < _MATMUL_MIN_GROUPS and can_double(split, _MATMUL_MIN_PART):
         split *= 2
@@ -537,6 +539,16 @@ def _whole_waves_split(tile: MatmulTile, k: int, n_cols: int, t_max: int, most: 
         return rounds * k / split + parts
 
     return min((s for s in range(1, most + 1) if k % (s * tile.k_chunk) == 0), key=cost)
+
+
+def _glu_fills_sms(tile: MatmulTile, n_cols: int, t_max: int, sms: int | None) -> bool:
+    """Whether the GLU's 8 x 8 tiles, k unsplit, give every SM of a GPU of known SM count two rounds of two
+    workgroups: then its k stays whole, saving the parts' round trip and the reduce's dispatch. H100, 512
+    tokens, bench/kernels.py --sweep: the 4B's GLU 2560 x 2 x 10240 (640 workgroups) 1,379 us unsplit against
+    1,425 in 2 parts; in the model, exact prefill 5,056 / 5,047 -> 5,157 / 5,155 tok/s (interleaved). The 1B's
+    (1152 x 2 x 6912, 432 workgroups) keeps its 2 parts: unsplit read 500 against 507 us in the sweep, but
+    measured 0.4 ms slower a prompt in the model (session 16: tiles +1.3 ms, reduce -0.9)."""
+    return bool(sms) and tile.groups(n_cols, t_max, True) >= 4 * sms
 
 
 def tiles_in_f16(device: Device, qtype: GGMLQuantizationType) -> bool:

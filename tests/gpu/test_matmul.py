@@ -393,8 +393,11 @@ def test_matmul_tile_choice() -> None:
                     on_h100 = matmul_ops.matmul_tile(k, n, t_max, glu, sms=132)
                     assert on_h100.problem(k, glu) is None and on_h100.split <= tile.split, (k, n, t_max, glu)
                     assert on_h100._replace(split=tile.split) == tile
-                    if glu or t_max < 128:
+                    if t_max < 128:
                         assert on_h100 == tile
+                    if glu:  # whole k where the tiles fill two rounds of pairs on every SM, else the same split
+                        whole = tile._replace(split=1).groups(n, t_max, True) >= 4 * 132 and t_max >= 128
+                        assert on_h100 == (tile._replace(split=1) if whole else tile), (k, n, t_max)
 
 
 def test_split_in_whole_rounds_on_known_gpus() -> None:
@@ -413,6 +416,8 @@ def test_split_in_whole_rounds_on_known_gpus() -> None:
     assert matmul_ops.matmul_tile(6912, 1152, 512, sms=132).split == 6
     assert matmul_ops.matmul_tile(10240, 2560, 512, sms=132).split == 8
     assert matmul_ops.matmul_tile(1152, 6912, 512, glu=True, sms=132).split == 2
+    assert matmul_ops.matmul_tile(2560, 10240, 512, glu=True).split == 2
+    assert matmul_ops.matmul_tile(2560, 10240, 512, glu=True, sms=132).split == 1  # the 4B's GLU: 640 workgroups
 
 
 @pytest.mark.parametrize("n_tokens", [1, 5, 12])

@@ -38,12 +38,22 @@ fn store4(t: u32, r: u32, n: u32, v: vec4<f32>) {
 
 // The raw sums of a split: y[s T_MAX + t, offset + c .. + 3] for columns c < N_ROWS (Y_STRIDE = the
 // parts' width).
+// Each element by a constant index, as store4 does: a loop indexing v at run time compiles to a loop choosing
+// each element by predicated moves.
 fn store_part(s: u32, t: u32, c: u32, offset: u32, n: u32, v: vec4<f32>) {
     if (t < n) {
-        for (var e = 0u; e < 4u; e++) {
-            if (c + e < N_ROWS) {
-                y[(s * T_MAX + t) * Y_STRIDE + offset + c + e] = v[e];
-            }
+        let at = (s * T_MAX + t) * Y_STRIDE + offset + c;
+        if (c < N_ROWS) {
+            y[at] = v.x;
+        }
+        if (c + 1u < N_ROWS) {
+            y[at + 1u] = v.y;
+        }
+        if (c + 2u < N_ROWS) {
+            y[at + 2u] = v.z;
+        }
+        if (c + 3u < N_ROWS) {
+            y[at + 3u] = v.w;
         }
     }
 }
