@@ -37,34 +37,42 @@ const X_COUNT: u32 = BT * BK / 4u;            // vec4 of x per chunk: 1, 2 or 4 
 const W_JOBS: u32 = (W_COUNT + WG - 1u) / WG;
 const X_JOBS: u32 = (X_COUNT + WG - 1u) / WG;
 
-// Two dimensions: with the chunk index a constant (multiply_k's calls), the bounds check clamps a thread's
-// column once and each load's address is the column's plus an immediate.
-var<workgroup> xs: array<array<vec4<tile_t>, BT / 4u>, BK>;  // x[t0 + 4 j + c, k0 + kk] at [kk][j][c]
-var<workgroup> ws: array<array<vec4<tile_t>, BR / 4u>, BK>;  // tile row 4 j + c, k0 + kk at [kk][j][c]
+// k-major tiles in quads of k steps: [kk / 4][kk % 4][column quad]. multiply_k's indices are constants, so the
+// bounds check clamps a thread's column once and each load's address is the column's plus an immediate; a store
+// of 4 k steps (store_w4, store_x) indexes the quad once and its steps by constants, so its 4 addresses are one
+// base register plus immediates. With the k step as one index (clamped on each store), NVIDIA's compiler
+// recomputed the stores' clamped addresses in every chunk: H100 SASS, a chunk of the 8 x 8 tile's loop went from
+// about 1,440 instructions for its 1,024 fmas to 1,350-1,400 (with quant/high_bits.wgsl's multiply), and exact
+// prefill 4B 5,157 -> 5,292 tok/s, 1B 18,063 -> 18,639 / 18,652, 270M 64,001 -> 64,946.
+// xs: x[t0 + 4 j + c, k0 + 4 q + i] at [q][i][j][c]; ws: tile row 4 j + c, k step 4 q + i at [q][i][j][c]
+var<workgroup> xs: array<array<array<vec4<tile_t>, BT / 4u>, 4>, BK / 4u>;
+var<workgroup> ws: array<array<array<vec4<tile_t>, BR / 4u>, 4>, BK / 4u>;
 
 // Weight job j (j < W_COUNT): tile row j % BR, 16-value group j / BR of each chunk. Thread lid has
 // jobs lid and lid + WG (where W_JOBS = 2); threads past the count, whole warps, skip them.
 
-// Four k values of one row, k steps kk .. kk + 3.
-fn store_w4(kk: u32, col: u32, c4: u32, v: vec4<f32>) {
-    ws[kk][col][c4] = to_tile(v.x);
-    ws[kk + 1u][col][c4] = to_tile(v.y);
-    ws[kk + 2u][col][c4] = to_tile(v.z);
-    ws[kk + 3u][col][c4] = to_tile(v.w);
+// Four k values of one row, k steps 4 q .. 4 q + 3.
+fn store_w4(q: u32, col: u32, c4: u32, v: vec4<f32>) {
+    ws[q][0][col][c4] = to_tile(v.x);
+    ws[q][1][col][c4] = to_tile(v.y);
+    ws[q][2][col][c4] = to_tile(v.z);
+    ws[q][3][col][c4] = to_tile(v.w);
 }
 
 // The group's columns each by a constant index. A loop over them indexed the matrix at run time, and NVIDIA's
 // compiler kept it a loop picking each column by a chain of predicated moves (H100 SASS: about 40 instructions
-// a column besides its 4 stores, in the threads that dequantise); written out, a chunk of the k loop is about
-// 1,440 instructions for its 1,024 fmas, and the 4B's exact prefill went from 4,737 to 5,056 tok/s.
+// a column besides its 4 stores, in the threads that dequantise); written out, the 4B's exact prefill went from
+// 4,737 to 5,056 tok/s.
 fn store_w(j: u32, w: mat4x4<f32>) {
-    let kk = (j / BR) * GROUP_VALUES;
+    // the group's first k-step quad: jobs j < W_COUNT = BR BK / 16 make it less than BK / 4, so "% (BK / 4)"
+    // changes nothing but tells the compiler so: with BK = 16 it is 0, and the stores' quads constants
+    let q = ((j / BR) * (GROUP_VALUES / 4u)) % (BK / 4u);
     let col = (j % BR) / 4u;
     let c4 = j % 4u;
-    store_w4(kk, col, c4, w[0]);
-    store_w4(kk + 4u, col, c4, w[1]);
-    store_w4(kk + 8u, col, c4, w[2]);
-    store_w4(kk + 12u, col, c4, w[3]);
+    store_w4(q, col, c4, w[0]);
+    store_w4(q + 1u, col, c4, w[1]);
+    store_w4(q + 2u, col, c4, w[2]);
+    store_w4(q + 3u, col, c4, w[3]);
 }
 
 // x job j (j < X_COUNT): tile token j % BT, vec4 j / BT of each chunk; thread lid has jobs lid + m WG.
@@ -76,13 +84,13 @@ fn fetch_x(t0: u32, n: u32, j: u32, k0: u32) -> vec4<f32> {
 }
 
 fn store_x(j: u32, v: vec4<f32>) {
-    let kk = 4u * (j / BT);
+    let q = j / BT;
     let col = (j % BT) / 4u;
     let c4 = j % 4u;
-    xs[kk][col][c4] = to_tile(v.x);
-    xs[kk + 1u][col][c4] = to_tile(v.y);
-    xs[kk + 2u][col][c4] = to_tile(v.z);
-    xs[kk + 3u][col][c4] = to_tile(v.w);
+    xs[q][0][col][c4] = to_tile(v.x);
+    xs[q][1][col][c4] = to_tile(v.y);
+    xs[q][2][col][c4] = to_tile(v.z);
+    xs[q][3][col][c4] = to_tile(v.w);
 }
 
 // A thread's sums: a<i> token 4 ty + i, rows of quad tx; b<i> rows of quad tx + BR / 8 (RR = 8); i = 4..7:
@@ -98,11 +106,11 @@ struct Sums {
 // each workgroup load's index clamped and shifted, accumulators moved between registers, the counter).
 fn multiply_k(acc_in: Sums, kk: u32, tx: u32, ty: u32) -> Sums {
     var acc = acc_in;
-    let xa = vec4<f32>(xs[kk][ty]);
-    let wa = vec4<f32>(ws[kk][tx]);
+    let xa = vec4<f32>(xs[kk / 4u][kk % 4u][ty]);
+    let wa = vec4<f32>(ws[kk / 4u][kk % 4u][tx]);
     var wb = vec4<f32>();
     if (RR == 8u) {
-        wb = vec4<f32>(ws[kk][tx + BR / 8u]);
+        wb = vec4<f32>(ws[kk / 4u][kk % 4u][tx + BR / 8u]);
     }
     acc.a0 += xa.x * wa;
     acc.a1 += xa.y * wa;
@@ -115,7 +123,7 @@ fn multiply_k(acc_in: Sums, kk: u32, tx: u32, ty: u32) -> Sums {
         acc.b3 += xa.w * wb;
     }
     if (TT == 8u) {
-        let xb = vec4<f32>(xs[kk][ty + BT / 8u]);
+        let xb = vec4<f32>(xs[kk / 4u][kk % 4u][ty + BT / 8u]);
         acc.a4 += xb.x * wa;
         acc.a5 += xb.y * wa;
         acc.a6 += xb.z * wa;
