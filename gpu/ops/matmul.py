@@ -546,8 +546,9 @@ def _glu_fills_sms(tile: MatmulTile, n_cols: int, t_max: int, sms: int | None) -
     workgroups: then its k stays whole, saving the parts' round trip and the reduce's dispatch. H100, 512
     tokens, bench/kernels.py --sweep: the 4B's GLU 2560 x 2 x 10240 (640 workgroups) 1,379 us unsplit against
     1,425 in 2 parts; in the model, exact prefill 5,056 / 5,047 -> 5,157 / 5,155 tok/s (interleaved). The 1B's
-    (1152 x 2 x 6912, 432 workgroups) keeps its 2 parts: unsplit read 500 against 507 us in the sweep, but
-    measured 0.4 ms slower a prompt in the model (session 16: tiles +1.3 ms, reduce -0.9)."""
+    (1152 x 2 x 6912, 432 workgroups) keeps its 2 parts: unsplit read 500 against 507 us in the sweep, but in
+    the model it measured 0.4 ms slower a prompt in session 16 (tiles +1.3 ms, reduce -0.9) and the same in
+    session 17 (exact prefill 17,793 / 17,815 in 2 parts, 17,775 / 17,807 unsplit)."""
     return bool(sms) and tile.groups(n_cols, t_max, True) >= 4 * sms
 
 
