@@ -57,6 +57,7 @@ def fma_source(kind: str, iterations: int) -> str:
 
 
 def sample_clocks() -> subprocess.Popen | None:
+    """nvidia-smi printing the SM clock and power every 200 ms until terminated, or None without it."""
     try:
         return subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader",
                                  "-lms", "200"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -66,7 +67,7 @@ def sample_clocks() -> subprocess.Popen | None:
 
 def measure(kind: str, seconds: float, iterations: int = 2048, groups_per_sm: int = GROUPS_PER_SM) -> dict:
     device = default_device()
-    sms = device.sms or 132
+    sms = device.sms or 132  # an adapter of unknown SM count: as many workgroups as an H100 takes
     groups = sms * groups_per_sm
     module = device.device.create_shader_module(code=fma_source(kind, iterations), label=f"fma_{kind}")
     pipeline = device.device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
