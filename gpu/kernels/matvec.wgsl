@@ -39,6 +39,24 @@ fn dot16(w: mat4x4<f32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f
 // Called by the entry point before prepare_x; this kernel loads its weights where it uses them.
 fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
 
+// acc + the products of group gi's values w (u: its up row's, GLU) with token t (a literal: see
+// matvec/constants.wgsl) where t < n.
+fn group_token(acc: array<f32, OUTS>, t: u32, n: u32, gi: u32, w: mat4x4<f32>, u: mat4x4<f32>) -> array<f32, OUTS> {
+    var sums = acc;
+    if (t < T_MAX && t < n) {
+        let xi = (t * K + gi * GROUP_VALUES) / 4u;
+        let x0 = x_vec(xi);
+        let x1 = x_vec(xi + 1u);
+        let x2 = x_vec(xi + 2u);
+        let x3 = x_vec(xi + 3u);
+        sums[t] += dot16(w, x0, x1, x2, x3);
+        if (GLU == 1u) {
+            sums[min(T_MAX + t, OUTS - 1u)] += dot16(u, x0, x1, x2, x3);
+        }
+    }
+    return sums;
+}
+
 // This thread's share of row first_row + slot: the dot products of its groups with each token
 // ([t]; with GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
@@ -53,19 +71,10 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
             if (GLU == 1u) {
                 u = group16(row_base + UP_BYTES, gi);
             }
-            for (var t = 0u; t < T_MAX; t++) {
-                if (t < n) {
-                    let xi = (t * K + gi * GROUP_VALUES) / 4u;
-                    let x0 = x_vec(xi);
-                    let x1 = x_vec(xi + 1u);
-                    let x2 = x_vec(xi + 2u);
-                    let x3 = x_vec(xi + 3u);
-                    acc[t] += dot16(w, x0, x1, x2, x3);
-                    if (GLU == 1u) {
-                        acc[min(T_MAX + t, OUTS - 1u)] += dot16(u, x0, x1, x2, x3);
-                    }
-                }
-            }
+            acc = group_token(group_token(group_token(group_token(acc, 0u, n, gi, w, u), 1u, n, gi, w, u), 2u, n, gi, w, u),
+                              3u, n, gi, w, u);
+            acc = group_token(group_token(group_token(group_token(acc, 4u, n, gi, w, u), 5u, n, gi, w, u), 6u, n, gi, w, u),
+                              7u, n, gi, w, u);
         }
     }
     return acc;

@@ -53,6 +53,30 @@ fn unit_dot(q: vec4<u32>, s: vec4<f32>, u: UnitX, with_min: bool) -> f32 {
 // Called by the entry point before prepare_x; this kernel loads its weights where it uses them.
 fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
 
+// A unit's weight words for all tokens: quant bytes and scales of the row and of its up row (GLU), whether its
+// sub-blocks' minimums apply, and its first value.
+struct I8Unit {
+    q: vec4<u32>,
+    s: vec4<f32>,
+    q_up: vec4<u32>,
+    s_up: vec4<f32>,
+    with_min: bool,
+    first: u32,
+}
+
+// acc + the unit's products with token t (a literal: see matvec/constants.wgsl) where t < n.
+fn unit_token(acc: array<f32, OUTS>, t: u32, n: u32, w: I8Unit) -> array<f32, OUTS> {
+    var sums = acc;
+    if (t < T_MAX && t < n) {
+        let xu = unit_x(t * K + w.first);
+        sums[t] += unit_dot(w.q, w.s, xu, w.with_min);
+        if (GLU == 1u) {
+            sums[min(T_MAX + t, OUTS - 1u)] += unit_dot(w.q_up, w.s_up, xu, w.with_min);
+        }
+    }
+    return sums;
+}
+
 // This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
 // GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
@@ -76,17 +100,10 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
             q_up = weight[at + UP_WORDS4 + 1u + part];
             s_up = unit_scales(weight[at + UP_WORDS4], j);
         }
-        let with_min = part % 2u == 0u;
-        let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
-        for (var t = 0u; t < T_MAX; t++) {
-            if (t < n) {
-                let xu = unit_x(t * K + first);
-                acc[t] += unit_dot(q, s, xu, with_min);
-                if (GLU == 1u) {
-                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(q_up, s_up, xu, with_min);
-                }
-            }
-        }
+        // first: the low sub-block's first value
+        let w = I8Unit(q, s, q_up, s_up, part % 2u == 0u, block * 256u + 64u * j + 16u * (part % 2u));
+        acc = unit_token(unit_token(unit_token(unit_token(acc, 0u, n, w), 1u, n, w), 2u, n, w), 3u, n, w);
+        acc = unit_token(unit_token(unit_token(unit_token(acc, 4u, n, w), 5u, n, w), 6u, n, w), 7u, n, w);
     }
     return acc;
 }

@@ -61,6 +61,20 @@ fn unit_dot(block: u32, h: u32, l0: u32, u: UnitX) -> f32 {
 // Called by the entry point before prepare_x; this kernel loads its weights where it uses them.
 fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
 
+// acc + the products of unit (block at byte `at` of the row, half h, l0) with token t (a literal: see
+// matvec/constants.wgsl) where t < n.
+fn unit_token(acc: array<f32, OUTS>, t: u32, n: u32, at: u32, h: u32, l0: u32, first: u32) -> array<f32, OUTS> {
+    var sums = acc;
+    if (t < T_MAX && t < n) {
+        let xu = unit_x(t * K + first);
+        sums[t] += unit_dot(at, h, l0, xu);
+        if (GLU == 1u) {
+            sums[min(T_MAX + t, OUTS - 1u)] += unit_dot(at + UP_BYTES, h, l0, xu);
+        }
+    }
+    return sums;
+}
+
 // This thread's share of row first_row + slot: the dot products of its units with each token ([t]; with
 // GLU, the up row's at [T_MAX + t]).
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
@@ -76,15 +90,15 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
         let h = (u / 4u) % 2u;
         let l0 = 8u * (u % 4u);
         let at = row_base + block * Q6_K_BLOCK_BYTES;
-        for (var t = 0u; t < T_MAX; t++) {
-            if (t < n) {
-                let xu = unit_x(t * K + block * 256u + 128u * h + l0);
-                acc[t] += unit_dot(at, h, l0, xu);
-                if (GLU == 1u) {
-                    acc[min(T_MAX + t, OUTS - 1u)] += unit_dot(at + UP_BYTES, h, l0, xu);
-                }
-            }
-        }
+        let first = block * 256u + 128u * h + l0;
+        acc = unit_token(acc, 0u, n, at, h, l0, first);
+        acc = unit_token(acc, 1u, n, at, h, l0, first);
+        acc = unit_token(acc, 2u, n, at, h, l0, first);
+        acc = unit_token(acc, 3u, n, at, h, l0, first);
+        acc = unit_token(acc, 4u, n, at, h, l0, first);
+        acc = unit_token(acc, 5u, n, at, h, l0, first);
+        acc = unit_token(acc, 6u, n, at, h, l0, first);
+        acc = unit_token(acc, 7u, n, at, h, l0, first);
     }
     return acc;
 }

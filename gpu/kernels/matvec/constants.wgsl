@@ -18,6 +18,12 @@ const ROW_SPAN: u32 = ROWS * (1u + PAIRS);   // rows per workgroup
 const SECOND: u32 = GLU + PAIRS;             // 1: a thread's units have a second row (up, or pair)
 const OUTS: u32 = T_MAX * (1u + SECOND);     // sums per row: [token] (gate), then [token] of the second row
 
+// A thread's OUTS sums live in an array indexed only by literals: each loop over tokens is written out as one call
+// per token t = 0 .. 7 (`if (t < T_MAX)` drops the calls past the step's rows), so the sums stay in registers.
+// Indexed by a loop counter, NVIDIA's compiler kept the loop and picked each sum by a chain of compares and moves
+// (H100 SASS, 8 tokens: about 210 instructions a token for a Q5_0 group, 50 of them compares), or spilled them.
+const_assert T_MAX <= 8u;
+
 @group(0) @binding(0) var<uniform> step: Step;
 
 // Tokens of this step (x rows past it may hold anything).

@@ -32,14 +32,24 @@ fn q4_unit_x(xb: u32) -> Q4UnitX {
     return u;
 }
 
-// sum over the unit's 32 values of W x: q the 16 quant bytes, s their scales (unit_scales).
-fn q4_unit_dot(q: vec4<u32>, s: vec4<f32>, u: Q4UnitX) -> f32 {
-    let lo = mat4x4<f32>(u8x4_to_f32(q.x & 0x0F0F0F0Fu), u8x4_to_f32(q.y & 0x0F0F0F0Fu),
-                         u8x4_to_f32(q.z & 0x0F0F0F0Fu), u8x4_to_f32(q.w & 0x0F0F0F0Fu));
-    let hi = mat4x4<f32>(u8x4_to_f32((q.x >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.y >> 4u) & 0x0F0F0F0Fu),
-                         u8x4_to_f32((q.z >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.w >> 4u) & 0x0F0F0F0Fu));
-    let qx_lo = dot(lo[0], u.lo0) + dot(lo[1], u.lo1) + dot(lo[2], u.lo2) + dot(lo[3], u.lo3);
-    let qx_hi = dot(hi[0], u.hi0) + dot(hi[1], u.hi1) + dot(hi[2], u.hi2) + dot(hi[3], u.hi3);
+// A unit's 32 quant values as f32, made once for all of a step's tokens: lo the low nibbles of its 16 bytes (the
+// low sub-block's 16 values), hi the high.
+struct Q4Values {
+    lo: mat4x4<f32>,
+    hi: mat4x4<f32>,
+}
+
+fn q4_unit_values(q: vec4<u32>) -> Q4Values {
+    return Q4Values(mat4x4<f32>(u8x4_to_f32(q.x & 0x0F0F0F0Fu), u8x4_to_f32(q.y & 0x0F0F0F0Fu),
+                                u8x4_to_f32(q.z & 0x0F0F0F0Fu), u8x4_to_f32(q.w & 0x0F0F0F0Fu)),
+                    mat4x4<f32>(u8x4_to_f32((q.x >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.y >> 4u) & 0x0F0F0F0Fu),
+                                u8x4_to_f32((q.z >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.w >> 4u) & 0x0F0F0F0Fu)));
+}
+
+// sum over the unit's 32 values of W x: v its quant values, s their scales (unit_scales).
+fn q4_unit_dot(v: Q4Values, s: vec4<f32>, u: Q4UnitX) -> f32 {
+    let qx_lo = dot(v.lo[0], u.lo0) + dot(v.lo[1], u.lo1) + dot(v.lo[2], u.lo2) + dot(v.lo[3], u.lo3);
+    let qx_hi = dot(v.hi[0], u.hi0) + dot(v.hi[1], u.hi1) + dot(v.hi[2], u.hi2) + dot(v.hi[3], u.hi3);
     return s.x * qx_lo - s.y * u.sum_lo + s.z * qx_hi - s.w * u.sum_hi;
 }
 
@@ -69,6 +79,31 @@ fn q4_prefetch(bases: vec2<u32>, lane: u32) {
     }
 }
 
+// A unit decoded once for all tokens: quant values and scales (unit_scales) of the row and of its second row, and
+// the unit's first value. Converted inside each token's dot instead, the values were made again for every token:
+// H100, the 4B's shapes, 8 decode streams 537 -> 728 tok/s with matvec/q6_k_rows.wgsl's likewise (one stream the
+// same, 330 -> 331).
+struct Q4Unit {
+    v: Q4Values,
+    s: vec4<f32>,
+    v_2: Q4Values,
+    s_2: vec4<f32>,
+    first: u32,
+}
+
+// acc + the unit's products with token t (a literal: see matvec/constants.wgsl) where t < n.
+fn q4_unit_token(acc: array<f32, OUTS>, t: u32, n: u32, w: Q4Unit) -> array<f32, OUTS> {
+    var sums = acc;
+    if (t < T_MAX && t < n) {
+        let xu = q4_unit_x((t * K + w.first) / 4u);
+        sums[t] += q4_unit_dot(w.v, w.s, xu);
+        if (SECOND == 1u) {
+            sums[min(T_MAX + t, OUTS - 1u)] += q4_unit_dot(w.v_2, w.s_2, xu);
+        }
+    }
+    return sums;
+}
+
 // This thread's share of the row at word offset bases.x: the dot products of its units with each token ([t];
 // with SECOND, the row at bases.y's at [T_MAX + t]: the same x serves both). q4_prefetch came first.
 fn q4_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
@@ -90,16 +125,13 @@ fn q4_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
         if (SECOND == 1u) {
             s_2 = unit_scales(h_2, j);
         }
-        let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
-        for (var t = 0u; t < T_MAX; t++) {
-            if (t < n) {
-                let xu = q4_unit_x((t * K + first) / 4u);
-                acc[t] += q4_unit_dot(q, s, xu);
-                if (SECOND == 1u) {
-                    acc[min(T_MAX + t, OUTS - 1u)] += q4_unit_dot(q_2, s_2, xu);
-                }
-            }
+        var v_2 = Q4Values();
+        if (SECOND == 1u) {
+            v_2 = q4_unit_values(q_2);
         }
+        let w = Q4Unit(q4_unit_values(q), s, v_2, s_2, block * 256u + 64u * j + 16u * (part % 2u));
+        acc = q4_unit_token(q4_unit_token(q4_unit_token(q4_unit_token(acc, 0u, n, w), 1u, n, w), 2u, n, w), 3u, n, w);
+        acc = q4_unit_token(q4_unit_token(q4_unit_token(q4_unit_token(acc, 4u, n, w), 5u, n, w), 6u, n, w), 7u, n, w);
     }
     return acc;
 }

@@ -25,20 +25,47 @@ fn q6_unit_x(xb: u32) -> Q6UnitX {
     return u;
 }
 
-// sum q x over one quarter's 8 values: low, the 4-bit parts (two words), high, the 2-bit parts in place.
-fn q6_quarter_dot(low: vec2<u32>, high: vec2<u32>, xq: mat2x4<f32>) -> f32 {
+// One quarter's 8 unsigned 6-bit values as f32: low, the 4-bit parts (two words), high, the 2-bit parts in place.
+fn q6_quarter(low: vec2<u32>, high: vec2<u32>) -> mat2x4<f32> {
     let q0 = (low.x & 0x0F0F0F0Fu) | ((high.x & 0x03030303u) << 4u);
     let q1 = (low.y & 0x0F0F0F0Fu) | ((high.y & 0x03030303u) << 4u);
-    return dot(u8x4_to_f32(q0), xq[0]) + dot(u8x4_to_f32(q1), xq[1]);
+    return mat2x4<f32>(u8x4_to_f32(q0), u8x4_to_f32(q1));
 }
 
-// sum over the unit's 32 values of W x, the block at byte `block`, half h, l = l0 .. l0 + 7.
-fn q6_unit_dot(block: u32, h: u32, l0: u32, u: Q6UnitX) -> f32 {
+// A unit's 32 values (quarter a's 8 in a<a>) with its scales, read and made once for all of a step's tokens.
+struct Q6Values {
+    a0: mat2x4<f32>, a1: mat2x4<f32>, a2: mat2x4<f32>, a3: mat2x4<f32>,
+    scales: vec4<f32>,
+    d: f32,
+}
+
+// The unit of the block at byte `block`, half h, l = l0 .. l0 + 7.
+fn q6_unit_values(block: u32, h: u32, l0: u32) -> Q6Values {
     let q = q6_k_unit(block, h, l0);
-    let qx = vec4<f32>(q6_quarter_dot(q.ql_a, q.qh, u.a0), q6_quarter_dot(q.ql_b, q.qh >> vec2<u32>(2u), u.a1),
-                       q6_quarter_dot(q.ql_a >> vec2<u32>(4u), q.qh >> vec2<u32>(4u), u.a2),
-                       q6_quarter_dot(q.ql_b >> vec2<u32>(4u), q.qh >> vec2<u32>(6u), u.a3));
-    return q.d * dot(q.scales, qx - 32.0 * u.sums);
+    return Q6Values(q6_quarter(q.ql_a, q.qh), q6_quarter(q.ql_b, q.qh >> vec2<u32>(2u)),
+                    q6_quarter(q.ql_a >> vec2<u32>(4u), q.qh >> vec2<u32>(4u)),
+                    q6_quarter(q.ql_b >> vec2<u32>(4u), q.qh >> vec2<u32>(6u)), q.scales, q.d);
+}
+
+// sum over the unit's 32 values of W x.
+fn q6_unit_dot(v: Q6Values, u: Q6UnitX) -> f32 {
+    let qx = vec4<f32>(dot(v.a0[0], u.a0[0]) + dot(v.a0[1], u.a0[1]), dot(v.a1[0], u.a1[0]) + dot(v.a1[1], u.a1[1]),
+                       dot(v.a2[0], u.a2[0]) + dot(v.a2[1], u.a2[1]), dot(v.a3[0], u.a3[0]) + dot(v.a3[1], u.a3[1]));
+    return v.d * dot(v.scales, qx - 32.0 * u.sums);
+}
+
+// acc + the products of a unit's values v (v_2: its second row's) with token t (a literal: see
+// matvec/constants.wgsl) where t < n; first: the unit's first value.
+fn q6_unit_token(acc: array<f32, OUTS>, t: u32, n: u32, v: Q6Values, v_2: Q6Values, first: u32) -> array<f32, OUTS> {
+    var sums = acc;
+    if (t < T_MAX && t < n) {
+        let xu = q6_unit_x((t * K + first) / 4u);
+        sums[t] += q6_unit_dot(v, xu);
+        if (SECOND == 1u) {
+            sums[min(T_MAX + t, OUTS - 1u)] += q6_unit_dot(v_2, xu);
+        }
+    }
+    return sums;
 }
 
 // This thread's share of the row at byte offset bases.x: the dot products of its units with each token ([t];
@@ -51,15 +78,16 @@ fn q6_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
         let h = (u / 4u) % 2u;
         let l0 = 8u * (u % 4u);
         let at = block * Q6_K_BLOCK_BYTES;
-        for (var t = 0u; t < T_MAX; t++) {
-            if (t < n) {
-                let xu = q6_unit_x((t * K + block * 256u + 128u * h + l0) / 4u);
-                acc[t] += q6_unit_dot(bases.x + at, h, l0, xu);
-                if (SECOND == 1u) {
-                    acc[min(T_MAX + t, OUTS - 1u)] += q6_unit_dot(bases.y + at, h, l0, xu);
-                }
-            }
+        let first = block * 256u + 128u * h + l0;
+        let v = q6_unit_values(bases.x + at, h, l0);
+        var v_2 = Q6Values();
+        if (SECOND == 1u) {
+            v_2 = q6_unit_values(bases.y + at, h, l0);
         }
+        acc = q6_unit_token(q6_unit_token(q6_unit_token(q6_unit_token(acc, 0u, n, v, v_2, first), 1u, n, v, v_2, first),
+                                          2u, n, v, v_2, first), 3u, n, v, v_2, first);
+        acc = q6_unit_token(q6_unit_token(q6_unit_token(q6_unit_token(acc, 4u, n, v, v_2, first), 5u, n, v, v_2, first),
+                                          6u, n, v, v_2, first), 7u, n, v, v_2, first);
     }
     return acc;
 }

@@ -6,8 +6,23 @@
 // local_invocation_index and every lane's sum goes through workgroup memory (still correct).
 
 #include "common/workgroup_sum_subgroup.wgsl"
+#include "matvec/partials.wgsl"
 
-var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]: segment sums
+fn shuffle_add(acc: array<f32, OUTS>, t: u32, mask: u32) -> array<f32, OUTS> {
+    var sums = acc;
+    if (t < OUTS) {
+        sums[t] += subgroupShuffleXor(sums[t], mask);
+    }
+    return sums;
+}
+
+// Each sum plus lane ^ mask's (literal indices: matvec/constants.wgsl).
+fn shuffle_add_all(acc: array<f32, OUTS>, mask: u32) -> array<f32, OUTS> {
+    let a = shuffle_add(shuffle_add(shuffle_add(shuffle_add(acc, 0u, mask), 1u, mask), 2u, mask), 3u, mask);
+    let b = shuffle_add(shuffle_add(shuffle_add(shuffle_add(a, 4u, mask), 5u, mask), 6u, mask), 7u, mask);
+    let c = shuffle_add(shuffle_add(shuffle_add(shuffle_add(b, 8u, mask), 9u, mask), 10u, mask), 11u, mask);
+    return shuffle_add(shuffle_add(shuffle_add(shuffle_add(c, 12u, mask), 13u, mask), 14u, mask), 15u, mask);
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -30,24 +45,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let segment = select(1u, min(TPR, sg_size), full);  // lanes of a row within one subgroup
     var acc = row_partial(first_row, slot, lane);
     for (var mask = segment / 2u; mask > 0u; mask >>= 1u) {
-        for (var t = 0u; t < OUTS; t++) {
-            acc[t] += subgroupShuffleXor(acc[t], mask);
-        }
+        acc = shuffle_add_all(acc, mask);
     }
     if (lane % segment == 0u) {
-        for (var t = 0u; t < OUTS; t++) {
-            partial[t * WG + tid] = acc[t];
-        }
+        keep_partials(acc, tid);
     }
     workgroupBarrier();
     if (lane == 0u) {
-        var totals: array<f32, OUTS>;
-        for (var t = 0u; t < OUTS; t++) {
-            for (var i = 0u; i < TPR; i += segment) {
-                totals[t] += partial[t * WG + tid + i];
-            }
-        }
-        store_row(first_row, slot, totals);
+        store_row(first_row, slot, tid, segment);  // the row's segment sums, added
     }
     finish_rows(first_row, tid);  // matvec/store_${STORE}.wgsl: nothing, or the quantised output
 }

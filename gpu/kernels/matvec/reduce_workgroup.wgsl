@@ -2,8 +2,7 @@
 // workgroup memory (log2(TPR) barriers).
 
 #include "common/workgroup_sum_workgroup.wgsl"
-
-var<workgroup> partial: array<f32, WG * OUTS>;  // [OUTS, WG]
+#include "matvec/partials.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -18,10 +17,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let lane = lid % TPR;
     prefetch_row(first_row, slot, lane);
     prepare_x(lid, workgroup, false);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
-    let acc = row_partial(first_row, slot, lane);
-    for (var t = 0u; t < OUTS; t++) {
-        partial[t * WG + lid] = acc[t];
-    }
+    keep_partials(row_partial(first_row, slot, lane), lid);
     workgroupBarrier();
     for (var stride = TPR / 2u; stride > 0u; stride >>= 1u) {
         if (lane < stride) {
@@ -32,11 +28,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     if (lane == 0u) {
-        var totals: array<f32, OUTS>;
-        for (var t = 0u; t < OUTS; t++) {
-            totals[t] = partial[t * WG + lid];
-        }
-        store_row(first_row, slot, totals);
+        store_row(first_row, slot, lid, TPR);  // the tree's totals, at the row's first thread
     }
     finish_rows(first_row, lid);  // matvec/store_${STORE}.wgsl: nothing, or the quantised output
 }

@@ -6,6 +6,7 @@
 // of 32 (Y_STRIDE of 64), which the host checks. Needs the kernel's N_ROWS, ROWS, T_MAX, OUTS, GLU, Y_STRIDE,
 // ROW_START and n_tokens.
 #include "common/q8_block.wgsl"
+#include "matvec/partials.wgsl"
 
 @group(0) @binding(3) var<storage, read_write> y: array<u32>;   // [T_MAX, Y_STRIDE * 5 / 16]
 
@@ -14,14 +15,15 @@ const Y_ROW_WORDS: u32 = Y_STRIDE * 5u / 16u;
 var<workgroup> row_values: array<f32, T_MAX * ROWS>;  // [token, slot]
 var<workgroup> row_stats: array<vec2<f32>, T_MAX * ROWS / 4u>;  // quad_stats of each 4 slots
 
-fn store_row(first_row: u32, slot: u32, totals: array<f32, OUTS>) {
+// Row first_row + slot's sums, from the thread tid's (matvec/partials.wgsl row_total).
+fn store_row(first_row: u32, slot: u32, tid: u32, stride: u32) {
     if (first_row + slot >= N_ROWS) {
         return;
     }
     for (var t = 0u; t < n_tokens(); t++) {
-        var v = totals[t];
+        var v = row_total(t, tid, stride);
         if (GLU == 1u) {
-            v = gelu_glu(v, totals[min(T_MAX + t, OUTS - 1u)]);
+            v = gelu_glu(v, row_total(T_MAX + t, tid, stride));
         }
         row_values[t * ROWS + slot] = v;
     }
