@@ -283,7 +283,7 @@ def main() -> int:
     parser.add_argument("--attention-groups", type=int, help="Hearth: decode attention's workgroups wanted "
                         "(gpu/ops/transformer.py ATTENTION_GROUPS)")
     parser.add_argument("--matvec-max-tokens", type=int, help="Hearth: steps of up to this many rows use matvec "
-                        "kernels rather than matmul tiles (gpu/ops/matmul.py MATVEC_MAX_TOKENS)")
+                        "kernels rather than matmul tiles (gpu/ops/matmul.py MATVEC_MAX_TOKENS; at most 8)")
     args = parser.parse_args()
     if args.matvec_max_tokens:
         from gpu.ops import matmul

@@ -57,7 +57,8 @@ from gpu.weights import QuantWeight
 GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
 # Up to this many tokens per step, matvec's per-token loop over one read of the weights beats a 64-token tile:
 # on an H100, 8 concurrent decode streams went 2,037 -> 2,642 tok/s (270M) and 763 -> 1,065 (1B) from 4 to 8;
-# 16 was slower than the tiles (bench/gpu.py --matvec-max-tokens).
+# 16 was slower than the tiles (bench/gpu.py --matvec-max-tokens). The matvec kernels write their token loops out
+# for at most 8 tokens (kernels/matvec/constants.wgsl asserts T_MAX <= 8).
 MATVEC_MAX_TOKENS = 8
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 _MATVEC_THREADS = 256  # target threads per matvec workgroup
