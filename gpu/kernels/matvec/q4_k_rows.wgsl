@@ -129,7 +129,8 @@ fn q4_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
         if (SECOND == 1u) {
             v_2 = q4_unit_values(q_2);
         }
-        let w = Q4Unit(q4_unit_values(q), s, v_2, s_2, block * 256u + 64u * j + 16u * (part % 2u));
+        let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
+        let w = Q4Unit(q4_unit_values(q), s, v_2, s_2, first);
         acc = q4_unit_token(q4_unit_token(q4_unit_token(q4_unit_token(acc, 0u, n, w), 1u, n, w), 2u, n, w), 3u, n, w);
         acc = q4_unit_token(q4_unit_token(q4_unit_token(q4_unit_token(acc, 4u, n, w), 5u, n, w), 6u, n, w), 7u, n, w);
     }
