@@ -1,8 +1,8 @@
 // The Q6_K matvecs' f32 row work (matvec_q6_k.wgsl, and the Q6_K rows of matvec_q4_k_q6_k.wgsl), which
 // matvec_q6_k.wgsl's header describes: a thread's 32-value units of one row (and of a second row on the same
-// x: GLU's up row or PAIRS' row ROWS further), loaded where they are used. Needs the including kernel's K, TPR,
-// T_MAX, OUTS, SECOND, x_vec, n_tokens, matvec/q6_k_unit.wgsl (with its q6_weight binding) and u8x4_to_f32
-// (quant/byte_floats.wgsl); rows are given as byte offsets.
+// x: GLU's up row or PAIRS' row ROWS further), each read and made into floats once, then multiplied with each
+// token's x. Needs the including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec, n_tokens, matvec/q6_k_unit.wgsl
+// (with its q6_weight binding) and u8x4_to_f32 (quant/byte_floats.wgsl); rows are given as byte offsets.
 
 const Q6_ROW_BYTES: u32 = K / 256u * Q6_K_BLOCK_BYTES;
 const Q6_UNITS_PER_ROW: u32 = K / 32u;
