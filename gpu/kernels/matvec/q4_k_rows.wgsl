@@ -1,9 +1,9 @@
 // The Q4_K matvecs' f32 row work (matvec_q4_k.wgsl, and the Q4_K rows of matvec_q4_k_q6_k.wgsl), which
 // matvec_q4_k.wgsl's header describes: a thread's units of one row (and of a second row on the same x: GLU's
 // up row or PAIRS' row ROWS further), each unit one 16-byte load of quant bytes (32 values) and its block's
-// 16-byte header, loaded one unit ahead of the arithmetic and made into floats once for all tokens. Needs the including kernel's K, TPR, T_MAX, OUTS,
-// SECOND, x_vec, n_tokens, unit_scales (matvec/q4_k_unit_scales.wgsl), u8x4_to_f32 (quant/byte_floats.wgsl) and
-// a `q4_weight: array<vec4<u32>>` binding; rows are given as word offsets.
+// 16-byte header, loaded one unit ahead of the arithmetic and made into floats once for all tokens. Needs the
+// including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec, n_tokens, unit_scales (matvec/q4_k_unit_scales.wgsl),
+// u8x4_to_f32 (quant/byte_floats.wgsl) and a `q4_weight: array<vec4<u32>>` binding; rows are given as word offsets.
 
 const Q4_BLOCK_WORDS4: u32 = 9u;                  // 144 bytes
 const Q4_ROW_WORDS4: u32 = K / 256u * Q4_BLOCK_WORDS4;
