@@ -71,10 +71,14 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
             if (GLU == 1u) {
                 u = group16(row_base + UP_BYTES, gi);
             }
-            acc = group_token(group_token(acc, 0u, n, gi, w, u), 1u, n, gi, w, u);
-            acc = group_token(group_token(acc, 2u, n, gi, w, u), 3u, n, gi, w, u);
-            acc = group_token(group_token(acc, 4u, n, gi, w, u), 5u, n, gi, w, u);
-            acc = group_token(group_token(acc, 6u, n, gi, w, u), 7u, n, gi, w, u);
+            acc = group_token(acc, 0u, n, gi, w, u);
+            acc = group_token(acc, 1u, n, gi, w, u);
+            acc = group_token(acc, 2u, n, gi, w, u);
+            acc = group_token(acc, 3u, n, gi, w, u);
+            acc = group_token(acc, 4u, n, gi, w, u);
+            acc = group_token(acc, 5u, n, gi, w, u);
+            acc = group_token(acc, 6u, n, gi, w, u);
+            acc = group_token(acc, 7u, n, gi, w, u);
         }
     }
     return acc;

@@ -102,8 +102,14 @@ fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
         }
         // first: the low sub-block's first value
         let w = I8Unit(q, s, q_up, s_up, part % 2u == 0u, block * 256u + 64u * j + 16u * (part % 2u));
-        acc = unit_token(unit_token(unit_token(unit_token(acc, 0u, n, w), 1u, n, w), 2u, n, w), 3u, n, w);
-        acc = unit_token(unit_token(unit_token(unit_token(acc, 4u, n, w), 5u, n, w), 6u, n, w), 7u, n, w);
+        acc = unit_token(acc, 0u, n, w);
+        acc = unit_token(acc, 1u, n, w);
+        acc = unit_token(acc, 2u, n, w);
+        acc = unit_token(acc, 3u, n, w);
+        acc = unit_token(acc, 4u, n, w);
+        acc = unit_token(acc, 5u, n, w);
+        acc = unit_token(acc, 6u, n, w);
+        acc = unit_token(acc, 7u, n, w);
     }
     return acc;
 }

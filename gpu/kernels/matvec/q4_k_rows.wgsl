@@ -131,8 +131,14 @@ fn q4_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
         }
         let first = block * 256u + 64u * j + 16u * (part % 2u);  // the low sub-block's first value
         let w = Q4Unit(q4_unit_values(q), s, v_2, s_2, first);
-        acc = q4_unit_token(q4_unit_token(q4_unit_token(q4_unit_token(acc, 0u, n, w), 1u, n, w), 2u, n, w), 3u, n, w);
-        acc = q4_unit_token(q4_unit_token(q4_unit_token(q4_unit_token(acc, 4u, n, w), 5u, n, w), 6u, n, w), 7u, n, w);
+        acc = q4_unit_token(acc, 0u, n, w);
+        acc = q4_unit_token(acc, 1u, n, w);
+        acc = q4_unit_token(acc, 2u, n, w);
+        acc = q4_unit_token(acc, 3u, n, w);
+        acc = q4_unit_token(acc, 4u, n, w);
+        acc = q4_unit_token(acc, 5u, n, w);
+        acc = q4_unit_token(acc, 6u, n, w);
+        acc = q4_unit_token(acc, 7u, n, w);
     }
     return acc;
 }

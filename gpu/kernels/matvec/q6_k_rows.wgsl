@@ -84,10 +84,14 @@ fn q6_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
         if (SECOND == 1u) {
             v_2 = q6_unit_values(bases.y + at, h, l0);
         }
-        acc = q6_unit_token(q6_unit_token(q6_unit_token(q6_unit_token(acc, 0u, n, v, v_2, first), 1u, n, v, v_2, first),
-                                          2u, n, v, v_2, first), 3u, n, v, v_2, first);
-        acc = q6_unit_token(q6_unit_token(q6_unit_token(q6_unit_token(acc, 4u, n, v, v_2, first), 5u, n, v, v_2, first),
-                                          6u, n, v, v_2, first), 7u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 0u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 1u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 2u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 3u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 4u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 5u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 6u, n, v, v_2, first);
+        acc = q6_unit_token(acc, 7u, n, v, v_2, first);
     }
     return acc;
 }

@@ -18,10 +18,24 @@ fn shuffle_add(acc: array<f32, OUTS>, t: u32, mask: u32) -> array<f32, OUTS> {
 
 // Each sum plus lane ^ mask's (literal indices: matvec/constants.wgsl).
 fn shuffle_add_all(acc: array<f32, OUTS>, mask: u32) -> array<f32, OUTS> {
-    let a = shuffle_add(shuffle_add(shuffle_add(shuffle_add(acc, 0u, mask), 1u, mask), 2u, mask), 3u, mask);
-    let b = shuffle_add(shuffle_add(shuffle_add(shuffle_add(a, 4u, mask), 5u, mask), 6u, mask), 7u, mask);
-    let c = shuffle_add(shuffle_add(shuffle_add(shuffle_add(b, 8u, mask), 9u, mask), 10u, mask), 11u, mask);
-    return shuffle_add(shuffle_add(shuffle_add(shuffle_add(c, 12u, mask), 13u, mask), 14u, mask), 15u, mask);
+    var sums = acc;
+    sums = shuffle_add(sums, 0u, mask);
+    sums = shuffle_add(sums, 1u, mask);
+    sums = shuffle_add(sums, 2u, mask);
+    sums = shuffle_add(sums, 3u, mask);
+    sums = shuffle_add(sums, 4u, mask);
+    sums = shuffle_add(sums, 5u, mask);
+    sums = shuffle_add(sums, 6u, mask);
+    sums = shuffle_add(sums, 7u, mask);
+    sums = shuffle_add(sums, 8u, mask);
+    sums = shuffle_add(sums, 9u, mask);
+    sums = shuffle_add(sums, 10u, mask);
+    sums = shuffle_add(sums, 11u, mask);
+    sums = shuffle_add(sums, 12u, mask);
+    sums = shuffle_add(sums, 13u, mask);
+    sums = shuffle_add(sums, 14u, mask);
+    sums = shuffle_add(sums, 15u, mask);
+    return sums;
 }
 
 @compute @workgroup_size(WG)
