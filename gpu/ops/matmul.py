@@ -82,6 +82,7 @@ WIDE_MATVEC = True
 ROW_PAIRS_KERNELS = {"matvec_q4_k", "matvec_q6_k"}
 ROW_PAIRS = True
 ROW_PAIRS_MIN_K = 6144  # rows at least this long (Gemma's down projections)
+_MULTI_TOKEN_PAIR_TPR = 32  # steps of several tokens: threads a row of paired rows, at least
 
 
 # Weight types whose GPU matmuls can run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks):
@@ -368,8 +369,23 @@ def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> Matv
     Output heads (at least _HEAD_ROWS rows) too, at any K: on an H200, one token, 2560 x 262208 Q6_K 313 -> 278
     us (4 threads a row -> pairs at 8; 275 at 8 with half the rows a workgroup, 280 at 4), Q4_K 250 -> 220 (at 4).
     The Q6_K down 10240 x 2560 at 64 threads a row: 8 tokens 120 -> 111, one token 18.3 -> 17.6 (not taken: the
-    1B's 6912 x 1152 10.1 -> 10.4)."""
-    if not ROW_PAIRS or (weight.k < ROW_PAIRS_MIN_K and weight.n < _HEAD_ROWS):
+    1B's 6912 x 1152 10.1 -> 10.4).
+
+    Steps of several tokens (batched decode) pair rows at every K (output heads as above), a thread's loads of x
+    serving its two rows for every token, at _MULTI_TOKEN_PAIR_TPR threads a row or more and half the rows a
+    workgroup. H200, 8 tokens, bench/kernels.py, us, single rows -> this rule's pairs: the 4B's Q4_K q 2560 x 2048
+    27.1 -> 19.0, o 2048 x 2560 26.5 -> 17.2, down 10240 x 2560 75.5 (pairs at 64 threads, the one-token form) ->
+    64.4; Q6_K o 16.9 -> 14.9. In the model (bench/gpu.py's batched decode of the synthetic 4B and 1B, H200, against the rule before,
+    interleaved in one call, tok/s): 4 streams 4B 570.1 / 571.1 -> 595.0 / 594.9, 1B 1,375.5 / 1,365.2 -> 1,380.6
+    / 1,395.2; 8 streams 4B 740.0 / 742.0 -> 754.3 / 754.0, 1B 1,690.3 / 1,696.8 -> 1,723.2 / 1,726.4. Measured
+    beside it at 8 streams (another call, the rule before at 4B 742.7 / 741.7 and 1B 1,701.3 / 1,700.1): pairs at
+    twice the threads a row (the one-token form) 4B 736.7, 1B 1,733.5; at the same threads a row 4B 767.1, 1B
+    1,629.7 (the 1B's 16-thread rows left workgroups of one pair)."""
+    if not ROW_PAIRS:
+        return None
+    if t_max > 1 and weight.n < _HEAD_ROWS:
+        return MatvecShape(max(_MULTI_TOKEN_PAIR_TPR, shape.tpr), max(1, shape.rows // 2))
+    if weight.k < ROW_PAIRS_MIN_K and weight.n < _HEAD_ROWS:
         return None
     if t_max == 1 and shape.tpr >= 64:
         return None

@@ -16,6 +16,8 @@ the L1 magnitude, 2^-25 of sum_k |W[r, k]| + sum_k |x[t, k]|, and the f32 allowa
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
@@ -448,6 +450,26 @@ def test_matvec_shape_choices() -> None:
     for n in (1, 45, 256, 640, 2048, 262144):
         wg = matmul_ops.software_matvec_threads(n)
         assert wg & (wg - 1) == 0 and 8 <= wg <= 64, (n, wg)
+
+
+def test_row_pairs_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """row_pairs_shape: one token pairs long rows and output heads at twice the threads a row (up to 64) and half
+    the rows a workgroup; steps of several tokens pair every row at 32 threads a row or more, heads as before."""
+    shape, weight = matmul_ops.MatvecShape, SimpleNamespace
+    choose = matmul_ops.row_pairs_shape
+    head = weight(k=2560, n=262144)
+    assert choose(weight(k=2560, n=2048), 1, shape(32, 4)) is None
+    assert choose(weight(k=10240, n=2560), 1, shape(32, 4)) == shape(64, 2)
+    assert choose(weight(k=10240, n=2560), 1, shape(64, 4)) is None
+    assert choose(head, 1, shape(4, 64)) == shape(8, 32)
+    for t_max in (2, MATVEC_MAX_TOKENS):
+        assert choose(weight(k=2560, n=4096), t_max, shape(16, 8)) == shape(32, 4)
+        assert choose(weight(k=2048, n=2560), t_max, shape(32, 4)) == shape(32, 2)
+        assert choose(weight(k=10240, n=2560), t_max, shape(64, 4)) == shape(64, 2)
+        assert choose(weight(k=1024, n=1152), t_max, shape(16, 1)) == shape(32, 1)
+        assert choose(head, t_max, shape(4, 64)) == shape(8, 32)
+    monkeypatch.setattr(matmul_ops, "ROW_PAIRS", False)
+    assert choose(weight(k=2560, n=4096), MATVEC_MAX_TOKENS, shape(16, 8)) is None
 
 
 def test_default_kernel_choice(ex: Executor) -> None:
