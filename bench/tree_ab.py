@@ -36,7 +36,7 @@ def main() -> int:
         name, expr = setting.split("=", 1)
         module_name, attr = name.rsplit(".", 1)
         module = importlib.import_module(module_name)
-        setattr(module, attr, eval(expr, vars(module)))  # noqa: S307 - a benchmark's own command line
+        setattr(module, attr, eval(expr, vars(module)))  # the benchmark's own command line
 
     from bench.gpu import BATCH_PROMPT, NEW, PROMPT, HearthBench, median_of
     from bench.text import prompt_ids
