@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu.device import default_device  # noqa: E402
 from gpu.ops import matmul as matmul_ops  # noqa: E402
-from gpu.ops.matmul import linear, linear_glu  # noqa: E402
+from gpu.ops.matmul import LinearKernel, linear, linear_glu  # noqa: E402
 from gpu.ops.transformer import gelu_mul  # noqa: E402
 from gpu.program import Executor, Program, ProgramBuilder, StepParams  # noqa: E402
 from gpu.tensor import Tensor  # noqa: E402
@@ -298,8 +298,10 @@ def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | N
                     continue
                 for f16 in f16_options:
                     matmul_ops._matmul_config = lambda *a, _tile=tile, _f16=f16: (_tile, _f16)
-                    record = (lambda b, c: linear_glu(b, w, x, y, t)) if glu else (lambda b, c: linear(b, w, x, y, t))
-                    program = bench.build(f"sweep.{op}", record, 1)
+                    # the tile kernel at every step length, also at the few tokens the matvecs take by default
+                    tiled = partial(linear_glu if glu else linear, weight=w, x=x, y=y, t_max=t,
+                                    kernel=LinearKernel.MATMUL)
+                    program = bench.build(f"sweep.{op}", lambda b, c, run=tiled: run(b), 1)
                     us, _ = bench.time(program, 1, t)
                     flops = 2 * t * k * w.n
                     rows.append(dict(op=op, k=k, n=n, glu=glu, type=qtype.name, tile=list(tile), f16=f16, us=us))
