@@ -8,7 +8,8 @@
 // read two blocks at a time: a pair of Q8_0 blocks is 68 bytes = 17 words at a 4-byte aligned
 // offset (K is a multiple of 64, so every row and pair starts at a word), which five aligned vec4
 // loads cover whatever the word's place in its vec4; selects pick the 17 words out of the 20.
-// Measured on lavapipe, 640 x 32768: 2-3x faster than matvec.wgsl's split rows.
+// Measured on lavapipe, 640 x 32768: 2-3x faster than matvec.wgsl's split rows. A pair's words are read
+// once for all of a step's tokens (batched decode): read again for each, 8 tokens cost 12x one token's time.
 // GLU = 1 (the fused gate-up linear, as in matvec.wgsl): the thread also computes its 4 rows' up
 // rows N_ROWS + r and stores gelu_tanh(gate) * up.
 //
@@ -61,8 +62,18 @@ fn dot16(q: vec4<u32>, xs: X64, i: u32) -> f32 {
         + dot(i8x4(q.w), xs.v[i + 3u]);
 }
 
-// The dot product of block pair p of the row at word w0 with x.
-fn pair(w0: u32, p: u32, xs: X64) -> f32 {
+// Block pair p of the row at word w0: its four words of quants per block as q0 .. q3 (16 int8 each) and the
+// two blocks' scales, read once for all of a step's tokens.
+struct Pair {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    q2: vec4<u32>,
+    q3: vec4<u32>,
+    d0: f32,
+    d1: f32,
+}
+
+fn load_pair(w0: u32, p: u32) -> Pair {
     let word = w0 + 17u * p;
     let o = word & 3u;
     let q = word >> 2u;
@@ -76,10 +87,16 @@ fn pair(w0: u32, p: u32, xs: X64) -> f32 {
     let a2 = pick(v2, v3, o);  // W8 .. W11
     let a3 = pick(v3, v4, o);  // W12 .. W15
     let w16 = pick(v4, v4, o).x;
-    let s0 = dot16(after_half(a0, a1), xs, 0u) + dot16(after_half(a1, a2), xs, 4u);
-    let s1 = dot16(vec4<u32>(a2.yzw, a3.x), xs, 8u) + dot16(vec4<u32>(a3.yzw, w16), xs, 12u);
+    return Pair(after_half(a0, a1), after_half(a1, a2), vec4<u32>(a2.yzw, a3.x), vec4<u32>(a3.yzw, w16),
+                unpack2x16float(a0.x).x, unpack2x16float(a2.x).y);
+}
+
+// The dot product of a block pair with x.
+fn pair_dot(w: Pair, xs: X64) -> f32 {
+    let s0 = dot16(w.q0, xs, 0u) + dot16(w.q1, xs, 4u);
+    let s1 = dot16(w.q2, xs, 8u) + dot16(w.q3, xs, 12u);
     // d * sum(q x) rather than sum((d q) x): the same sum up to f32 rounding of the sum
-    return unpack2x16float(a0.x).x * s0 + unpack2x16float(a2.x).y * s1;
+    return w.d0 * s0 + w.d1 * s1;
 }
 
 @compute @workgroup_size(WG)
@@ -97,15 +114,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc: array<vec4<f32>, T_MAX>;  // [token]: rows j = 0..3
     var acc_u: array<vec4<f32>, T_MAX>;  // [token]: up rows (GLU)
     for (var p = 0u; p < K / 64u; p++) {
+        // the pair's weight words of the thread's rows, read once for all of the step's tokens
+        let r0 = load_pair(w0.x, p);
+        let r1 = load_pair(w0.y, p);
+        let r2 = load_pair(w0.z, p);
+        let r3 = load_pair(w0.w, p);
+        var u0 = Pair();
+        var u1 = Pair();
+        var u2 = Pair();
+        var u3 = Pair();
+        if (GLU == 1u) {
+            u0 = load_pair(wu.x, p);
+            u1 = load_pair(wu.y, p);
+            u2 = load_pair(wu.z, p);
+            u3 = load_pair(wu.w, p);
+        }
         for (var t = 0u; t < T_MAX; t++) {
             if (t < n) {
                 var xs: X64;
                 for (var i = 0u; i < 16u; i++) {
                     xs.v[i] = x[(t * K) / 4u + 16u * p + i];
                 }
-                acc[t] += vec4<f32>(pair(w0.x, p, xs), pair(w0.y, p, xs), pair(w0.z, p, xs), pair(w0.w, p, xs));
+                acc[t] += vec4<f32>(pair_dot(r0, xs), pair_dot(r1, xs), pair_dot(r2, xs), pair_dot(r3, xs));
                 if (GLU == 1u) {
-                    acc_u[t] += vec4<f32>(pair(wu.x, p, xs), pair(wu.y, p, xs), pair(wu.z, p, xs), pair(wu.w, p, xs));
+                    acc_u[t] += vec4<f32>(pair_dot(u0, xs), pair_dot(u1, xs), pair_dot(u2, xs), pair_dot(u3, xs));
                 }
             }
         }

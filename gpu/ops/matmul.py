@@ -12,7 +12,8 @@ step's first min(n_tokens, T_MAX) rows and leave the others untouched.
 Kernels (each weight shard gets its own dispatch, writing its columns of y, or two for a matmul
 split over k; each takes GLU = 1, the fused gate-up linear, which reads gate row r and up row F + r
 and stores gelu_tanh(g) * u):
-- kernels/matvec.wgsl: decode, up to MATVEC_MAX_TOKENS tokens; threads split each row's K, one
+- kernels/matvec.wgsl: decode, up to MATVEC_MAX_TOKENS tokens (SOFTWARE_MATVEC_MAX_TOKENS on software
+  adapters: more take the whole-row matmul); threads split each row's K, one
   reduction per row at the end. Entry points: matvec/reduce_subgroup.wgsl where the adapter has
   the "subgroup" feature, matvec/reduce_workgroup.wgsl everywhere, and on software adapters
   matvec/whole_rows.wgsl (four whole rows per thread, no reduction).
@@ -60,6 +61,11 @@ GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
 # 16 was slower than the tiles (bench/gpu.py --matvec-max-tokens). The matvec kernels write their token loops out
 # for at most 8 tokens (kernels/matvec/constants.wgsl asserts T_MAX <= 8).
 MATVEC_MAX_TOKENS = 8
+# The whole-row kernels (software adapters: lavapipe) take steps of several tokens as a matmul (matmul/whole_rows.wgsl,
+# 8 rows x 8 tokens a thread), whose time barely grows from 2 tokens to 8, where the whole-row matvec's grows with
+# each token. lavapipe on 2 cores, the 270M's decode step of 1 / 2 / 4 / 8 sequences, s: matvec 0.25 / 0.95 / 1.79
+# / 2.17, matmul 0.58 / 0.63 / 0.69 from 2 on.
+SOFTWARE_MATVEC_MAX_TOKENS = 1
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 _MATVEC_THREADS = 256  # target threads per matvec workgroup
 _MATVEC_MIN_THREADS = 32  # never below one NVIDIA warp
@@ -585,18 +591,25 @@ class _Plan(NamedTuple):
     int8: bool  # matmul tiles in 8-bit integers where the weight type allows
 
 
+def default_kernel(t_max: int, whole_rows: bool) -> LinearKernel:
+    """The kernel of a step of t_max tokens: matvec for a few (MATVEC_MAX_TOKENS; SOFTWARE_MATVEC_MAX_TOKENS with
+    the software adapters' whole-row kernels), else matmul."""
+    most = SOFTWARE_MATVEC_MAX_TOKENS if whole_rows else MATVEC_MAX_TOKENS
+    return LinearKernel.MATVEC if t_max <= most else LinearKernel.MATMUL
+
+
 def _plan(
     builder: ProgramBuilder, weight: QuantWeight, t_max: int,
     kernel: LinearKernel | None, subgroups: bool | None, whole_rows: bool | None, int8: bool | None = None,
 ) -> _Plan:
+    if whole_rows is None:
+        whole_rows = builder.device.is_software
     if kernel is None:
-        kernel = LinearKernel.MATVEC if t_max <= MATVEC_MAX_TOKENS else LinearKernel.MATMUL
+        kernel = default_kernel(t_max, whole_rows)
     if subgroups is None:
         subgroups = builder.device.has("subgroup")
     elif subgroups and not builder.device.has("subgroup"):
         raise ValueError(f"{weight.name}: subgroups asked for, but the adapter lacks the feature")
-    if whole_rows is None:
-        whole_rows = builder.device.is_software
     if kernel is LinearKernel.MATVEC and t_max > MATVEC_MAX_TOKENS:
         raise ValueError(f"{weight.name}: matvec handles at most {MATVEC_MAX_TOKENS} tokens, not {t_max}")
     if int8 is None:
@@ -825,7 +838,8 @@ def linear(
     Returns where the values are: y, or with leave_parts, for a weight of one shard whose matmul splits k, its
     parts (SplitSums) for a consumer that adds them (the residual norms), y then left unwritten.
 
-    kernel: matvec when t_max <= MATVEC_MAX_TOKENS, else matmul, unless given. subgroups: the
+    kernel: matvec when t_max <= MATVEC_MAX_TOKENS (SOFTWARE_MATVEC_MAX_TOKENS with whole rows), else
+    matmul, unless given. subgroups: the
     matvec reduction by subgroup shuffles, by default where the device has the "subgroup" feature.
     whole_rows: matvec and matmul by whole rows per thread (the software adapters' kernels), by
     default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.

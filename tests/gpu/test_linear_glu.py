@@ -133,8 +133,9 @@ def test_glu_sharded(
 
 
 def test_glu_default_kernels(ex: Executor) -> None:
-    """linear_glu picks matvec for few tokens and matmul past MATVEC_MAX_TOKENS, as linear does."""
-    for t_max in (1, MATVEC_MAX_TOKENS + 1):
+    """linear_glu picks matvec for few tokens and matmul past MATVEC_MAX_TOKENS (past one on software adapters),
+    as linear does."""
+    for t_max in (1, 2, MATVEC_MAX_TOKENS + 1):
         run_glu(ex, Q.Q4_0, 64, 24, t_max, t_max, seed=5)
 
 

@@ -71,8 +71,8 @@ def reference(raw: np.ndarray, qtype: Q, x: np.ndarray, f16_tiles: bool = False)
 
 def uses_f16_tiles(ex: Executor, qtype: Q, t_max: int, kernel: LinearKernel | None, whole_rows: bool | None) -> bool:
     """Whether linear with these arguments runs the GPU matmul with f16 tiles."""
-    matmul = kernel is LinearKernel.MATMUL or (kernel is None and t_max > MATVEC_MAX_TOKENS)
     tiled = not (ex.device.is_software if whole_rows is None else whole_rows)
+    matmul = (kernel or matmul_ops.default_kernel(t_max, not tiled)) is LinearKernel.MATMUL
     return matmul and tiled and matmul_ops.tiles_in_f16(ex.device, qtype)
 
 
@@ -313,11 +313,13 @@ def test_matvec_whole_rows(ex: Executor, qtype: Q) -> None:
                MATVEC_MAX_TOKENS - 1, seed=9, kernel=LinearKernel.MATVEC, whole_rows=True)
 
 
+@pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS - 1])
 @pytest.mark.parametrize("k,n", [(640, 300), (96, 41)], ids=["pairs-kernel", "odd-block-count"])
-def test_matvec_whole_rows_q8_0(ex: Executor, k: int, n: int) -> None:
+def test_matvec_whole_rows_q8_0(ex: Executor, k: int, n: int, tokens: int) -> None:
     """Q8_0 by block pairs (K = 640: rows at 8-byte but not 16-byte offsets, so a pair's first word
-    takes every place in its vec4), and K = 96 (3 blocks), which falls back to the generic kernel."""
-    run_linear(ex, Q.Q8_0, k, n, 1, 1, seed=10, kernel=LinearKernel.MATVEC, whole_rows=True)
+    takes every place in its vec4), and K = 96 (3 blocks), which falls back to the generic kernel;
+    one token, and several on one read of each pair's words."""
+    run_linear(ex, Q.Q8_0, k, n, MATVEC_MAX_TOKENS, tokens, seed=10, kernel=LinearKernel.MATVEC, whole_rows=True)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
@@ -473,8 +475,13 @@ def test_row_pairs_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_default_kernel_choice(ex: Executor) -> None:
-    """linear picks matvec for few tokens and matmul past MATVEC_MAX_TOKENS; both agree with numpy."""
-    for t_max in (1, MATVEC_MAX_TOKENS + 1):
+    """linear picks matvec for few tokens and matmul past MATVEC_MAX_TOKENS (past one token on software adapters,
+    where the whole-row matmul takes batched decode); both agree with numpy."""
+    tokens = (1, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS + 1)
+    assert [matmul_ops.default_kernel(t, whole_rows=False) for t in tokens] == [
+        LinearKernel.MATVEC, LinearKernel.MATVEC, LinearKernel.MATMUL]
+    assert [matmul_ops.default_kernel(t, whole_rows=True) for t in (1, 2)] == [LinearKernel.MATVEC, LinearKernel.MATMUL]
+    for t_max in (1, 2, MATVEC_MAX_TOKENS + 1):
         run_linear(ex, Q.Q8_0, 64, 40, t_max, t_max, seed=5)
 
 

@@ -1,10 +1,13 @@
 """The engine on the shipped Gemma 3 270M: paged KV cache, GPU sampling, several decode steps per
 submission and continuous batching give the same tokens as one sequence decoded step by step.
 
-Exactness: on one adapter, a sequence's rows go through the same kernels with the same
-reduction order whether it decodes alone or in a batch of up to MATVEC_MAX_TOKENS (the matvec
-loop is per token; attention splits by rows only on GPUs), so greedy tokens must be identical,
-not merely close. The GPU's argmax takes the lowest index on ties, as numpy's does.
+Exactness: on a GPU, a sequence's rows go through the same kernels with the same reduction order
+whether it decodes alone or in a batch of up to MATVEC_MAX_TOKENS (the matvec loop is per token;
+attention splits by rows only on GPUs), so greedy tokens must be identical, not merely close. On
+software adapters a batch takes the whole-row matmul (SOFTWARE_MATVEC_MAX_TOKENS), which sums each
+row's 16-value groups in the matvec's order; only Q8_0 (the 270M's output head) applies its block
+scales per value there rather than per block, a difference of f32 rounding (~1e-7 of a logit) that
+would change a token only at such a tie. The GPU's argmax takes the lowest index on ties, as numpy's does.
 """
 
 from __future__ import annotations
