@@ -3,7 +3,7 @@
 // A thread's role `me` is its place in its subgroup (subgroup id * size + lane), not its local index, so
 // the TPR threads of a query row are always lanes of one subgroup, aligned to TPR, whatever order the
 // driver fills subgroups in. row_sum4 adds the four partial scores over those lanes with xor shuffles
-// (log2 TPR steps, no workgroup memory, no barrier). It is called from workgroup-uniform control flow.
+// (log2 TPR steps, TPR up to 32, no workgroup memory, no barrier). It is called from workgroup-uniform control flow.
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -18,5 +18,6 @@ fn row_sum4(v: vec4<f32>) -> vec4<f32> {
     if (TPR > 2u) { s += subgroupShuffleXor(s, 2u); }
     if (TPR > 4u) { s += subgroupShuffleXor(s, 4u); }
     if (TPR > 8u) { s += subgroupShuffleXor(s, 8u); }
+    if (TPR > 16u) { s += subgroupShuffleXor(s, 16u); }   // D = 512 with PAIRS: a row is a whole 32-lane subgroup
     return s;
 }
