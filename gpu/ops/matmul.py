@@ -63,8 +63,8 @@ GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
 MATVEC_MAX_TOKENS = 8
 # The whole-row kernels (software adapters: lavapipe) take steps of several tokens as a matmul (matmul/whole_rows.wgsl,
 # 8 rows x 8 tokens a thread), whose time barely grows from 2 tokens to 8, where the whole-row matvec's grows with
-# each token. lavapipe on 2 cores, the 270M's decode step of 1 / 2 / 4 / 8 sequences, s: matvec 0.25 / 0.95 / 1.79
-# / 2.17, matmul 0.58 / 0.63 / 0.69 from 2 on.
+# each token. lavapipe on 2 cores, the 270M's decode step of 1 / 2 / 4 / 8 sequences (median of 8 steps), s:
+# matvec 0.13 / 0.84 / 1.51 / 1.68, matmul 0.33 / 0.35 / 0.39 from 2 on (8 sequences: 20.7 tok/s against 4.8).
 SOFTWARE_MATVEC_MAX_TOKENS = 1
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 _MATVEC_THREADS = 256  # target threads per matvec workgroup

@@ -6,7 +6,7 @@ whether it decodes alone or in a batch of up to MATVEC_MAX_TOKENS (the matvec lo
 attention splits by rows only on GPUs), so greedy tokens must be identical, not merely close. On
 software adapters a batch takes the whole-row matmul (SOFTWARE_MATVEC_MAX_TOKENS), which sums each
 row's 16-value groups in the matvec's order; only Q8_0 (the 270M's output head) applies its block
-scales per value there rather than per block, a difference of f32 rounding (~1e-7 of a logit) that
+scales per value there rather than per block, a difference in the last bits of f32 rounding that
 would change a token only at such a tie. The GPU's argmax takes the lowest index on ties, as numpy's does.
 """
 

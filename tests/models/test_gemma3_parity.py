@@ -2,7 +2,7 @@
 
 The golden files come from scripts/make_parity_golden.py (transformers dequantises the
 file, so both sides use identical weights; only arithmetic order and the KV cache's
-precision differ). Per prompt (8, two past the 512-token sliding window):
+precision differ). Per prompt (ten, two past the 512-token sliding window):
 
 - prefill: logits at the prompt's last position (many tokens per step);
 - decode: the reference's 64 greedy tokens fed one per step (teacher forcing), checking
