@@ -23,7 +23,8 @@ and stores gelu_tanh(g) * u):
   per thread) fed through workgroup memory in f32 (f16 tiles, where the adapter has "shader-f16",
   are tested but off: slower on an H200, see F16_TILES), the tile and k split picked by
   `matmul_tile`; a split's parts are added by kernels/matmul_reduce.wgsl. On software adapters
-  matmul/whole_rows.wgsl: 64 x 64 per workgroup, 8 x 8 per thread, no workgroup memory.
+  matmul/whole_rows.wgsl: 64 rows x 64 tokens per workgroup, 8 x 8 per thread (fewer tokens for shorter steps),
+  no workgroup memory.
   Where the executor asks for int8 matmuls (Executor(int8_matmuls=True); a model's `int8_activations`
   setting) and the weight type has an int8 unpacker (INT8_TYPES), the GPU tiles run in 8-bit integers
   instead (matmul/tiles_i8.wgsl, dot4I8Packed), on the input quantised per 32 values by
@@ -62,9 +63,9 @@ GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
 # for at most 8 tokens (kernels/matvec/constants.wgsl asserts T_MAX <= 8).
 MATVEC_MAX_TOKENS = 8
 # The whole-row kernels (software adapters: lavapipe) take steps of several tokens as a matmul (matmul/whole_rows.wgsl,
-# 8 rows x 8 tokens a thread), whose time barely grows from 2 tokens to 8, where the whole-row matvec's grows with
-# each token. lavapipe on 2 cores, the 270M's decode step of 1 / 2 / 4 / 8 sequences (median of 8 steps), s:
-# matvec 0.13 / 0.84 / 1.51 / 1.68, matmul 0.33 / 0.35 / 0.39 from 2 on (8 sequences: 20.7 tok/s against 4.8).
+# 8 rows x up to 8 tokens a thread), whose time grows slowly with the tokens, where the whole-row matvec's grows
+# with each. lavapipe on 2 cores, the 270M's decode step of 1 / 2 / 4 / 8 sequences (median of 8 steps), s: matvec
+# 0.13 / 0.84 / 1.51 / 1.68, matmul 0.17 / 0.25 / 0.37 from 2 on (8 sequences: 21.9 tok/s against 4.8).
 SOFTWARE_MATVEC_MAX_TOKENS = 1
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 _MATVEC_THREADS = 256  # target threads per matvec workgroup
@@ -753,9 +754,10 @@ def _dispatch(
         return _int8_dispatch(builder, weight, shard, x, y, t_max, constants, n_rows, row_start, y_stride, glu,
                               leave_parts)
     if plan.whole_rows:
-        groups = -(-n_rows // (32 if glu else 64)) * -(-t_max // 64)
-        builder.dispatch("matmul", constants | {"ENTRY": "whole_rows", "WG": 64}, [builder.step, shard, x, y],
-                         workgroup_grid(groups))
+        thread_tokens = min(8, t_max)
+        groups = -(-n_rows // (32 if glu else 64)) * -(-t_max // (8 * thread_tokens))
+        builder.dispatch("matmul", constants | {"ENTRY": "whole_rows", "WG": 64, "THREAD_TOKENS": thread_tokens},
+                         [builder.step, shard, x, y], workgroup_grid(groups))
         return None
     device = builder.device
     tile, f16 = _matmul_config(device, weight, n_rows, t_max, glu)

@@ -336,6 +336,15 @@ def test_matmul_variants(ex: Executor, qtype: Q, whole_rows: bool) -> None:
     run_linear(ex, qtype, small_k(qtype, 2), 75, 70, 67, seed=11, kernel=LinearKernel.MATMUL, whole_rows=whole_rows)
 
 
+@pytest.mark.parametrize("t_max,n_tokens", [(2, 2), (4, 3), (5, 5)])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
+def test_matmul_whole_rows_few_tokens(ex: Executor, qtype: Q, t_max: int, n_tokens: int) -> None:
+    """The whole-row matmul of a batched decode step on software adapters: fewer tokens a thread than 8 (as many
+    as the step's t_max), the step itself shorter than t_max or not."""
+    run_linear(ex, qtype, small_k(qtype, 2), 75, t_max, n_tokens, seed=16, kernel=LinearKernel.MATMUL,
+               whole_rows=True)
+
+
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-tiles", "f16-tiles"])
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_matmul_tiles(ex: Executor, qtype: Q, f16: bool, monkeypatch: pytest.MonkeyPatch) -> None:

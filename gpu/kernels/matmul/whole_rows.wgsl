@@ -1,17 +1,22 @@
 // matmul entry point for software adapters (WG = 64): lavapipe runs a workgroup as a loop over 8-lane
 // SIMD slices and compiles every load with lane-varying addresses (workgroup memory included) into a
 // per-lane loop of scalar loads, so loads per multiply-add bound it, not arithmetic or barriers.
-// Here a thread computes 8 rows x 8 tokens straight from the weight and x buffers, no workgroup
-// memory: per 16 values of k it dequantises its 8 rows once (held in registers across tokens) and
-// loads 16 values of x per token for 128 multiply-adds; a workgroup covers 64 rows x 64 tokens.
+// Here a thread computes 8 rows x THREAD_TOKENS tokens straight from the weight and x buffers, no
+// workgroup memory: per 16 values of k it dequantises its 8 rows once (held in registers across tokens)
+// and loads 16 values of x per token for 128 multiply-adds; a workgroup covers 64 rows x 8 THREAD_TOKENS
+// tokens. THREAD_TOKENS is 8 but for steps of fewer tokens (batched decode of 2 to 4 sequences), where
+// the tokens past the step would repeat the last: lavapipe, the 270M's decode step of 2 sequences 310 ->
+// 174 ms of GPU time (its Q8_0 output head 175 -> 86).
 // With GLU a thread's 8 rows are 4 gate rows and their 4 up rows (32 y columns per workgroup).
 
 override WG: u32 = 64u;  // threads per workgroup
+override THREAD_TOKENS: u32 = 8u;  // tokens per thread, 1 to 8
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
 
 const COLS: u32 = 64u / (1u + GLU);  // y columns per workgroup
-const TOKEN_TILES: u32 = (T_MAX + 63u) / 64u;
+const TILE_TOKENS: u32 = 8u * THREAD_TOKENS;  // tokens per workgroup
+const TOKEN_TILES: u32 = (T_MAX + TILE_TOKENS - 1u) / TILE_TOKENS;
 
 // Products of 16 values of x with 8 dequantised rows: (rows 0..3, rows 4..7).
 struct Dot8 {
@@ -45,7 +50,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tile = wid.x + wid.y * nwg.x;
     let n = n_tokens();
     let r = (tile / TOKEN_TILES) * COLS + lid % 8u;
-    let t = (tile % TOKEN_TILES) * 64u + 8u * (lid / 8u);
+    let t = (tile % TOKEN_TILES) * TILE_TOKENS + THREAD_TOKENS * (lid / 8u);
     if (r >= N_ROWS || t >= n) {
         return;
     }
@@ -69,13 +74,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let w5 = group16(base_hi.y, gi);
         let w6 = group16(base_hi.z, gi);
         let w7 = group16(base_hi.w, gi);
-        for (var i = 0u; i < 8u; i++) {
+        for (var i = 0u; i < THREAD_TOKENS; i++) {
             let d = dot8(min(t + i, n - 1u), gi, w0, w1, w2, w3, w4, w5, w6, w7);
             lo[i] += d.lo;
             hi[i] += d.hi;
         }
     }
-    for (var i = 0u; i < 8u; i++) {
+    for (var i = 0u; i < THREAD_TOKENS; i++) {
         if (GLU == 1u) {
             let v = gelu_glu4(lo[i], hi[i]);
             for (var j = 0u; j < 4u; j++) {
