@@ -16,7 +16,8 @@
 // units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8 lanes of a
 // block read its 128 quant bytes as one contiguous span. With PAIRS (long rows and output heads:
 // row_pairs_shape in gpu/ops/matmul.py) a thread also takes the row ROWS further on the same loads of x,
-// 32 values of which cost 8 vec4 loads against the weight's one. Entry points:
+// 32 values of which cost 8 vec4 loads against the weight's one. Steps of several tokens take LANE_WORDS instead:
+// a row's lanes along each block's quant words (matvec/q4_k_words.wgsl). Entry points:
 // matvec/${ENTRY}.wgsl (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's
 // whole_rows).
 #include "matvec/constants.wgsl"
@@ -28,7 +29,10 @@
 
 @group(0) @binding(1) var<storage, read> q4_weight: array<vec4<u32>>;
 
+override LANE_WORDS: u32 = 0u;  // 1: a row's lanes along each block's quant words (matvec/q4_k_words.wgsl)
+
 #include "matvec/q4_k_rows.wgsl"
+#include "matvec/q4_k_words.wgsl"
 
 // Word offsets of row first_row + slot and of its second row (GLU's up row, or PAIRS' row ROWS further; a pair
 // row past the shard reads the last row again, store_row drops its sums).
@@ -41,7 +45,11 @@ fn row_bases(first_row: u32, slot: u32) -> vec2<u32> {
 // Called by the entry point before prepare_x: this thread's first unit.
 fn prefetch_row(first_row: u32, slot: u32, lane: u32) {
     if (first_row + slot < N_ROWS) {
-        q4_prefetch(row_bases(first_row, slot), lane);
+        if (LANE_WORDS == 1u) {
+            q4w_prefetch(row_bases(first_row, slot), lane);
+        } else {
+            q4_prefetch(row_bases(first_row, slot), lane);
+        }
     }
 }
 
@@ -49,6 +57,9 @@ fn prefetch_row(first_row: u32, slot: u32, lane: u32) {
 fn row_partial(first_row: u32, slot: u32, lane: u32) -> array<f32, OUTS> {
     if (first_row + slot >= N_ROWS) {
         return array<f32, OUTS>();
+    }
+    if (LANE_WORDS == 1u) {
+        return q4w_row_partial(row_bases(first_row, slot), lane);
     }
     return q4_row_partial(row_bases(first_row, slot), lane);
 }

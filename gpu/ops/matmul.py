@@ -90,6 +90,16 @@ ROW_PAIRS_KERNELS = {"matvec_q4_k", "matvec_q6_k"}
 ROW_PAIRS = True
 ROW_PAIRS_MIN_K = 6144  # rows at least this long (Gemma's down projections)
 _MULTI_TOKEN_PAIR_TPR = 32  # steps of several tokens: threads a row of paired rows, at least
+# Steps of at least this many tokens run the Q4_K matvec with a row's lanes along each block's quant words
+# (LANE_WORDS, matvec/q4_k_words.wgsl) in workgroups of _WORD_LANES_THREADS: 64 threads a row (rows in pairs where
+# row_pairs_shape pairs them), 32 with GLU, the fastest of 9 splits each at 8 tokens. H200, the 4B's Q4_K shapes
+# (bench/kernels.py, us, lanes along 16-byte units -> along words): 4 tokens q 2560 x 2048 13.7 -> 10.8, o 11.5 ->
+# 10.0, gate-up 72.3 -> 54.4, down 43.4 -> 32.5; 8 tokens 19.0 -> 16.3, 17.2 -> 14.8, 86.5 -> 81.2, 64.4 -> 49.0;
+# 2 tokens not (gate-up 35.8 -> 43.8, down 23.9 -> 25.0). The 4B's batched decode (bench/tree_ab.py, interleaved
+# twice, tok/s): 4 streams 595.0 / 594.8 -> 676.2 / 680.5, 8 streams 753.3 / 755.7 -> 855.1 / 858.2 (the 1B, whose
+# only K-quant rows are its down projections, 1,720 either way at 8).
+Q4_WORD_LANES_MIN_TOKENS = 4
+_WORD_LANES_THREADS = 128
 
 
 # Weight types whose GPU matmuls can run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks):
@@ -399,6 +409,13 @@ def row_pairs_shape(weight: QuantWeight, t_max: int, shape: MatvecShape) -> Matv
     return MatvecShape(min(64, 2 * shape.tpr), max(1, shape.rows // 2))
 
 
+def word_lanes_shape(glu: bool) -> MatvecShape:
+    """The split of a Q4_K matvec with its lanes along each block's 32 quant words (steps of Q4_WORD_LANES_MIN_TOKENS
+    or more): it replaces wide_matvec_shape's and row_pairs_shape's threads a row and rows, not the pairing."""
+    tpr = 32 if glu else 64
+    return MatvecShape(tpr, _WORD_LANES_THREADS // tpr)
+
+
 def int8_matvec_shape(k: int, n_rows: int, glu: bool) -> MatvecShape:
     """matvec_shape for the int8 matvecs (INT8_MATVEC_KERNELS, 32-value units): up to 4 units a thread, their
     arithmetic being light (H200, Gemma 3 4B shapes, the input quantised beforehand: Q4_K gate-up 2560 x 2 x
@@ -676,8 +693,12 @@ def _matvec_dispatch(
         paired = row_pairs_shape(weight, t_max, shape)
     pairs = paired is not None
     shape = paired or shape
-    constants = {"ENTRY": entry, "TPR": shape.tpr, "ROWS": shape.rows, "STORE": "q8" if q8_output else "row",
-                 "PAIRS": int(pairs)}
+    constants = {"ENTRY": entry, "STORE": "q8" if q8_output else "row", "PAIRS": int(pairs)}
+    # (not with a quantised output, whose workgroups hold whole 32-row blocks)
+    if name == "matvec_q4_k" and t_max >= Q4_WORD_LANES_MIN_TOKENS and not q8_output:
+        shape = word_lanes_shape(glu)
+        constants["LANE_WORDS"] = 1
+    constants |= {"TPR": shape.tpr, "ROWS": shape.rows}
     return name, constants, -(-n_rows // (shape.rows * (2 if pairs else 1)))
 
 

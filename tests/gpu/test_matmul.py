@@ -155,6 +155,31 @@ def test_matvec_row_pairs(ex: Executor, qtype: Q, subgroups: bool, tokens: int, 
     assert shapes and all(shape is not None for shape in shapes), "the matvec did not take rows in pairs"
 
 
+@pytest.mark.parametrize(("t_max", "n_tokens"), [(4, 3), (MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS)])
+@pytest.mark.parametrize("blocks", [1, 5])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+def test_matvec_q4_k_word_lanes(ex: Executor, subgroups: bool, blocks: int, t_max: int, n_tokens: int,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Q4_K steps of Q4_WORD_LANES_MIN_TOKENS tokens or more, a row's lanes along each block's quant words
+    (matvec/q4_k_words.wgsl) at 64 threads a row: one block a row (the second 32 lanes hold nothing) and five (three
+    blocks for the first 32 lanes, two for the others); fewer tokens than the program's rows; 45 rows in pairs, the
+    last pair row past the shard."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    assert t_max >= matmul_ops.Q4_WORD_LANES_MIN_TOKENS
+    shapes: list[matmul_ops.MatvecShape] = []
+    choose = matmul_ops.word_lanes_shape
+
+    def recording_choice(glu: bool) -> matmul_ops.MatvecShape:
+        shapes.append(choose(glu))
+        return shapes[-1]
+
+    monkeypatch.setattr(matmul_ops, "word_lanes_shape", recording_choice)
+    run_linear(ex, Q.Q4_K, 256 * blocks, 45, t_max, n_tokens, seed=22, kernel=LinearKernel.MATVEC,
+               subgroups=subgroups, whole_rows=False)
+    assert shapes == [matmul_ops.MatvecShape(64, 2)], "the matvec did not take word lanes"
+
+
 def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float,
                         ) -> tuple[matmul_ops.NormedInput, np.ndarray, np.ndarray]:
     """A NormedInput of t random rows of k values, and in float64 what it computes: the residual r (written to
