@@ -100,6 +100,15 @@ _MULTI_TOKEN_PAIR_TPR = 32  # steps of several tokens: threads a row of paired r
 # only K-quant rows are its down projections, 1,720 either way at 8).
 Q4_WORD_LANES_MIN_TOKENS = 4
 _WORD_LANES_THREADS = 128
+# Steps of at least this many tokens interleave the rows of the other f32 matvecs' workgroups thread by thread
+# (INTERLEAVE in kernels/matvec/constants.wgsl), up to ROW_INTERLEAVE rows (a power of two dividing the workgroup's
+# rows: row_interleave). H200, 8 tokens (bench/kernels.py, us, consecutive -> interleaved): the 1B's q 1152 x 1024
+# Q8_0 11.2 -> 10.5, o 1024 x 1152 11.1 -> 8.8, gate-up 1152 x 2 x 6912 Q8_0 52.2 -> 40.5, Q5_0 53.6 -> 34.0; the
+# 4B's Q6_K gate-up 106.5 -> 86.5, down 58.7 -> 53.7, q 18.9 -> 19.3, o 14.9 -> 15.2. Batched decode (bench/tree_ab.py,
+# tok/s): the 1B 4 streams 1,366 -> 1,537, 8 streams 1,720 -> 2,078; the 270M 2,615 -> 2,756 and 4,250 -> 4,625; the
+# 4B (Q4_K on word lanes) 676 -> 687 and 857 -> 875.
+INTERLEAVE_MIN_TOKENS = 4
+ROW_INTERLEAVE = 8
 
 
 # Weight types whose GPU matmuls can run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks):
@@ -416,6 +425,15 @@ def word_lanes_shape(glu: bool) -> MatvecShape:
     return MatvecShape(tpr, _WORD_LANES_THREADS // tpr)
 
 
+def row_interleave(rows: int) -> int:
+    """Rows a matvec workgroup of `rows` rows (row slots, with PAIRS) interleaves thread by thread: the largest power
+    of two up to ROW_INTERLEAVE dividing it."""
+    interleave = 1
+    while interleave < ROW_INTERLEAVE and rows % (2 * interleave) == 0:
+        interleave *= 2
+    return interleave
+
+
 def int8_matvec_shape(k: int, n_rows: int, glu: bool) -> MatvecShape:
     """matvec_shape for the int8 matvecs (INT8_MATVEC_KERNELS, 32-value units): up to 4 units a thread, their
     arithmetic being light (H200, Gemma 3 4B shapes, the input quantised beforehand: Q4_K gate-up 2560 x 2 x
@@ -698,6 +716,8 @@ def _matvec_dispatch(
     if name == "matvec_q4_k" and t_max >= Q4_WORD_LANES_MIN_TOKENS and not q8_output:
         shape = word_lanes_shape(glu)
         constants["LANE_WORDS"] = 1
+    elif t_max >= INTERLEAVE_MIN_TOKENS and not int8 and not q8_output:
+        constants["INTERLEAVE"] = row_interleave(shape.rows)
     constants |= {"TPR": shape.tpr, "ROWS": shape.rows}
     return name, constants, -(-n_rows // (shape.rows * (2 if pairs else 1)))
 

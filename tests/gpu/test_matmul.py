@@ -180,6 +180,42 @@ def test_matvec_q4_k_word_lanes(ex: Executor, subgroups: bool, blocks: int, t_ma
     assert shapes == [matmul_ops.MatvecShape(64, 2)], "the matvec did not take word lanes"
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["rows", "pairs"])
+@pytest.mark.parametrize("interleave", [2, 8])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize(("qtype", "kernel"), [(Q.Q8_0, "matvec"), (Q.Q5_0, "matvec"), (Q.Q6_K, "matvec_q6_k"),
+                                               (Q.Q4_K, "matvec_q4_k")], ids=lambda v: getattr(v, "name", v))
+def test_matvec_row_interleave(ex: Executor, qtype: Q, kernel: str, subgroups: bool, interleave: int, pairs: bool,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps of INTERLEAVE_MIN_TOKENS tokens or more: a workgroup's rows alternating thread by thread (INTERLEAVE), in
+    the generic kernel and the K-quant ones (Q4_K along units: word lanes off), at 16 threads a row and 8 row slots a
+    workgroup: with 8 rows interleaved a row's lanes span four subgroups of 32 (its sums meet in workgroup memory),
+    with 2 they sit in one; rows in pairs or not; 45 rows, the last workgroup partial; fewer tokens than the program's
+    rows."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    if pairs and kernel not in matmul_ops.ROW_PAIRS_KERNELS:
+        pytest.skip("the generic kernel does not pair rows")
+    shape = matmul_ops.MatvecShape(16, 8)
+    monkeypatch.setattr(matmul_ops, "Q4_WORD_LANES_MIN_TOKENS", MATVEC_MAX_TOKENS + 1)
+    monkeypatch.setattr(matmul_ops, "ROW_INTERLEAVE", interleave)
+    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda *_args, **_kwargs: shape)
+    monkeypatch.setattr(matmul_ops, "wide_matvec_shape", lambda *_args, **_kwargs: shape)
+    monkeypatch.setattr(matmul_ops, "row_pairs_shape", lambda *_args: shape if pairs else None)
+    chosen: list[int] = []
+    choose = matmul_ops.row_interleave
+
+    def recording_choice(rows: int) -> int:
+        chosen.append(choose(rows))
+        return chosen[-1]
+
+    monkeypatch.setattr(matmul_ops, "row_interleave", recording_choice)
+    run_linear(ex, qtype, 2560, 45, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=23, kernel=LinearKernel.MATVEC,
+               subgroups=subgroups, whole_rows=False)
+    assert chosen == [interleave]
+    assert matmul_ops.INTERLEAVE_MIN_TOKENS <= MATVEC_MAX_TOKENS
+
+
 def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float,
                         ) -> tuple[matmul_ops.NormedInput, np.ndarray, np.ndarray]:
     """A NormedInput of t random rows of k values, and in float64 what it computes: the residual r (written to

@@ -12,6 +12,7 @@ override TPR: u32 = 32u;       // threads per row, a power of two
 override ROWS: u32 = 8u;       // rows per workgroup
 override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
 override PAIRS: u32 = 0u;      // 1 (not with GLU): a thread also takes the row ROWS further, on the same x
+override INTERLEAVE: u32 = 1u; // rows whose lanes alternate thread by thread (a power of two dividing ROWS)
 
 const WG: u32 = TPR * ROWS;
 const ROW_SPAN: u32 = ROWS * (1u + PAIRS);   // rows per workgroup
@@ -23,6 +24,18 @@ const OUTS: u32 = T_MAX * (1u + SECOND);     // sums per row: [token] (gate), th
 // Indexed by a loop counter, NVIDIA's compiler kept the loop and picked each sum by a chain of compares and moves
 // (H100 SASS, 8 tokens: about 210 instructions a token for a Q5_0 group, 50 of them compares), or spilled them.
 const_assert T_MAX <= 8u;
+const_assert ROWS % INTERLEAVE == 0u;
+
+// The row slot (x) and lane (y) of the workgroup's thread tid (the entry point's numbering: subgroup by subgroup
+// where it can). With INTERLEAVE = 1 a row's TPR lanes are consecutive threads; with INTERLEAVE = R, each block of R
+// TPR threads holds R rows, thread i of the block lane i / R of row i % R: the R neighbouring threads of one lane
+// index read the same x, so a row's lanes along units that load one cache line of x together serve R rows rather
+// than touch R lines (steps of several tokens, where x's loads outnumber the weight's; the host picks R). Lane j of
+// a row sits INTERLEAVE threads after lane j - 1, which the entry points' reductions and row_total follow.
+fn thread_slot(tid: u32) -> vec2<u32> {
+    let i = tid % (TPR * INTERLEAVE);
+    return vec2<u32>((tid / (TPR * INTERLEAVE)) * INTERLEAVE + i % INTERLEAVE, i / INTERLEAVE);
+}
 
 @group(0) @binding(0) var<uniform> step: Step;
 

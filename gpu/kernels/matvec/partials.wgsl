@@ -30,11 +30,12 @@ fn keep_partials(acc: array<f32, OUTS>, tid: u32) {
     keep_partial(acc, 15u, tid);
 }
 
-// Sum t (< OUTS) of the row whose first thread is tid, its sums kept at tid + 0, stride, ... < tid + TPR.
+// Sum t (< OUTS) of the row whose lane 0 is thread tid, its sums kept by lanes 0, stride, ... < TPR (lane j at
+// thread tid + j INTERLEAVE: constants.wgsl thread_slot).
 fn row_total(t: u32, tid: u32, stride: u32) -> f32 {
     var total = 0.0;
     for (var i = 0u; i < TPR; i += stride) {
-        total += partial[t * WG + tid + i];
+        total += partial[t * WG + tid + i * INTERLEAVE];
     }
     return total;
 }

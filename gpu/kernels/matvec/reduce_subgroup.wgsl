@@ -1,9 +1,10 @@
 // matvec entry point, subgroup variant (needs the adapter's "subgroup" feature): threads are
-// numbered subgroup by subgroup, so a row's TPR lanes are consecutive lanes of one subgroup and
-// a butterfly of subgroupShuffleXor adds them without workgroup memory. Where a row spans several
-// subgroups (TPR > subgroup size) their sums meet in workgroup memory after one barrier. Vulkan
-// does not promise full subgroups; if they are not full the numbering falls back to
-// local_invocation_index and every lane's sum goes through workgroup memory (still correct).
+// numbered subgroup by subgroup, so a row's TPR lanes are lanes of one subgroup (consecutive, or
+// every INTERLEAVE-th: matvec/constants.wgsl thread_slot) and a butterfly of subgroupShuffleXor
+// adds them without workgroup memory. Where a row spans several subgroups (TPR INTERLEAVE > subgroup
+// size) their sums meet in workgroup memory after one barrier. Vulkan does not promise full
+// subgroups; if they are not full the numbering falls back to local_invocation_index and every
+// lane's sum goes through workgroup memory (still correct).
 
 #include "common/workgroup_sum_subgroup.wgsl"
 #include "matvec/partials.wgsl"
@@ -51,15 +52,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroup_sum_setup(sg_id, sg_lane, n_sg);  // for matvec/x_normed.wgsl's sums
     let full = n_sg * sg_size == WG;  // uniform
     let tid = select(lid, sg_id * sg_size + sg_lane, full);
-    let slot = tid / TPR;
-    let lane = tid % TPR;
+    let place = thread_slot(tid);
+    let slot = place.x;
+    let lane = place.y;
     prefetch_row(first_row, slot, lane);
     // matvec/x_${X_SOURCE}.wgsl: nothing, the normalised input, or the quantised one (by groups of 8 lanes)
     prepare_x(tid, workgroup, full && sg_size >= 8u);
-    let segment = select(1u, min(TPR, sg_size), full);  // lanes of a row within one subgroup
+    // lanes of a row within one subgroup (INTERLEAVE threads apart)
+    let segment = select(1u, min(TPR, max(sg_size / INTERLEAVE, 1u)), full);
     var acc = row_partial(first_row, slot, lane);
     for (var mask = segment / 2u; mask > 0u; mask >>= 1u) {
-        acc = shuffle_add_all(acc, mask);
+        acc = shuffle_add_all(acc, mask * INTERLEAVE);
     }
     if (lane % segment == 0u) {
         keep_partials(acc, tid);

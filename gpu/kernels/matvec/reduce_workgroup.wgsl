@@ -13,8 +13,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     workgroup_sum_setup(lid);  // for matvec/x_normed.wgsl's sums
-    let slot = lid / TPR;
-    let lane = lid % TPR;
+    let place = thread_slot(lid);
+    let slot = place.x;
+    let lane = place.y;
     prefetch_row(first_row, slot, lane);
     prepare_x(lid, workgroup, false);  // matvec/x_${X_SOURCE}.wgsl: nothing, or the normalised input
     keep_partials(row_partial(first_row, slot, lane), lid);
@@ -22,7 +23,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var stride = TPR / 2u; stride > 0u; stride >>= 1u) {
         if (lane < stride) {
             for (var t = 0u; t < OUTS; t++) {
-                partial[t * WG + lid] += partial[t * WG + lid + stride];
+                partial[t * WG + lid] += partial[t * WG + lid + stride * INTERLEAVE];  // lane + stride
             }
         }
         workgroupBarrier();
