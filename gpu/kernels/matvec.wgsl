@@ -8,7 +8,9 @@
 //
 // Work split: a workgroup computes ROWS consecutive rows with TPR threads per row; the thread in
 // lane l of a row takes the row's 16-value groups l, l + TPR, ..., so adjacent threads read
-// adjacent bytes and consecutive rows continue where the previous ended. Each thread keeps one f32
+// adjacent bytes and consecutive rows continue where the previous ended (steps of several tokens
+// interleave the rows instead, INTERLEAVE threads of one lane index reading the same x: see
+// matvec/constants.wgsl thread_slot). Each thread keeps one f32
 // sum per token (two with GLU) in registers; the TPR sums of a row are added once at the end by the
 // variant's entry point, matvec/${ENTRY}.wgsl: reduce_workgroup (workgroup memory), reduce_subgroup
 // (subgroup shuffles), or whole_rows (software adapters: TPR = 1, four rows per thread).

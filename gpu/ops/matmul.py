@@ -16,7 +16,9 @@ and stores gelu_tanh(g) * u):
   adapters: more take the whole-row matmul); threads split each row's K, one
   reduction per row at the end. Entry points: matvec/reduce_subgroup.wgsl where the adapter has
   the "subgroup" feature, matvec/reduce_workgroup.wgsl everywhere, and on software adapters
-  matvec/whole_rows.wgsl (four whole rows per thread, no reduction).
+  matvec/whole_rows.wgsl (four whole rows per thread, no reduction). Steps of several tokens (batched decode)
+  interleave a workgroup's rows thread by thread (INTERLEAVE, row_interleave) so that neighbouring threads share
+  their loads of x, and the Q4_K kernel takes a row's lanes along each block's quant words (LANE_WORDS).
 - kernels/matvec_q8_0_rows.wgsl: decode of Q8_0 with K a multiple of 64 on software adapters
   (four whole rows per thread, block pairs read as aligned vec4 words).
 - kernels/matmul.wgsl: prefill. On GPUs matmul/tiles.wgsl: register tiles (4 or 8 tokens x 4 or 8 rows
