@@ -24,6 +24,7 @@ from models.batch import BatchGenerator, EndEvent, TokenEvent
 from models.generate import generate
 from models.sampler import SamplingParams
 from models.text_model import DecodeRow, Engine, TextModel, load_text_model
+from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens, record_batched_kernels
 
 pytestmark = pytest.mark.heavy
 GREEDY = SamplingParams(temperature=0.0)
@@ -35,27 +36,13 @@ def model() -> Iterator[TextModel]:
     yield load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS)
 
 
-def reference_greedy(model: TextModel, prompt: list[int], n: int) -> list[int]:
-    """Greedy tokens the plain way: logits back to the host after every step, numpy's argmax."""
-    session = model.new_session()
-    try:
-        logits = session.prefill(prompt)
-        out = []
-        for _ in range(n):
-            out.append(int(np.argmax(logits)))
-            logits = session.decode(out[-1])
-        return out
-    finally:
-        session.close()
-
-
 def encode(model: TextModel, text: str) -> list[int]:
     return model.tokenizer.encode(text)
 
 
 def test_gpu_greedy_multi_step_equals_host_argmax(model: TextModel) -> None:
     prompt = encode(model, PROMPTS[0])
-    want = reference_greedy(model, prompt, 20)
+    want = greedy_tokens(model, prompt, 20)
     session = model.new_session()
     try:  # the GPU path: first token from the prefill, then submissions of 8, 8 and 3 steps
         got = [t.id for t in generate(model, session, prompt, GREEDY, 20, stop_ids=frozenset())]
@@ -66,7 +53,7 @@ def test_gpu_greedy_multi_step_equals_host_argmax(model: TextModel) -> None:
 
 def test_batched_decode_equals_each_sequence_alone(model: TextModel) -> None:
     prompts = [encode(model, p) for p in PROMPTS]
-    want = [reference_greedy(model, p, 6) for p in prompts]
+    want = [greedy_tokens(model, p, 6) for p in prompts]
     engine = model.engine()
     sessions = [model.new_session() for _ in prompts]
     try:
@@ -107,8 +94,8 @@ def test_continuous_batching_matches_single_sequences(model: TextModel) -> None:
     assert 32 < len(long) <= 48
     penalised = SamplingParams(temperature=0.0, repetition_penalty=1.3)
     want = {
-        "gpu": reference_greedy(model, short[0], 12),
-        "long": reference_greedy(model, long, 4),
+        "gpu": greedy_tokens(model, short[0], 12),
+        "long": greedy_tokens(model, long, 4),
     }
     session = model.new_session()
     try:
@@ -144,7 +131,7 @@ def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel) -> No
     engine = Engine(model, "f16", pool_tokens=80, page_tokens=16, n_ctx=64)
     assert engine.pool.n_pages == 5
     prompts = [encode(model, p) for p in PROMPTS]
-    want = {i: reference_greedy(model, p, 20) for i, p in enumerate(prompts)}
+    want = {i: greedy_tokens(model, p, 20) for i, p in enumerate(prompts)}
     generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16, engine=engine)
     for i, p in enumerate(prompts):
         generator.add(i, p, GREEDY, 20, stop_ids=frozenset())
@@ -188,7 +175,7 @@ def test_gpu_kernels_agree_with_the_software_ones(model: TextModel) -> None:
     from gpu.device import Device
 
     prompt = encode(model, PROMPTS[2])
-    forced = reference_greedy(model, prompt, 6)
+    forced = greedy_tokens(model, prompt, 6)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
         gpu_model = load_text_model("gemma-3-270m", max_batch=1, pool_tokens=2 * PAGE_TOKENS)
@@ -214,37 +201,12 @@ def test_gpu_batched_kernels_agree_with_one_sequence() -> None:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
+        kernels = record_batched_kernels(patch)
         gpu_model = load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS)
         prompts = [encode(gpu_model, p) for p in [*PROMPTS, "Water boils at"]]
-        forced = [reference_greedy(gpu_model, p, 5) for p in prompts]
-        alone = []
-        for prompt, tokens in zip(prompts, forced, strict=True):
-            session = gpu_model.new_session()
-            try:
-                session.prefill(prompt)
-                alone.append([session.decode(t) for t in tokens])
-            finally:
-                session.close()
-        engine = gpu_model.engine()
-        sessions = [gpu_model.new_session() for _ in prompts]
-        batched: list[list[np.ndarray]] = [[] for _ in prompts]
-        try:
-            for s, p in zip(sessions, prompts, strict=True):
-                engine.submit_prefill(s, p).wait()
-            for step in range(len(forced[0])):
-                rows = [DecodeRow(s, token=tokens[step], read_logits=True) for s, tokens in zip(sessions, forced,
-                                                                                               strict=True)]
-                _, logits = engine.submit_decode(rows).wait()
-                for i in range(len(prompts)):
-                    batched[i].append(logits[i])
-        finally:
-            for s in sessions:
-                s.close()
-    for i, (got_rows, want_rows) in enumerate(zip(batched, alone, strict=True)):
-        for step, (got, want) in enumerate(zip(got_rows, want_rows, strict=True)):
-            cosine = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
-            assert cosine >= 0.99999, f"sequence {i} step {step}: cosine {cosine}"
-            assert int(np.argmax(got)) == int(np.argmax(want)), f"sequence {i} step {step}"
+        batched, alone = batched_and_alone(gpu_model, prompts, 5)
+    assert kernels.word_lanes and max(kernels.interleaves) > 1, "the batch did not run the batched-decode kernels"
+    assert_agree(batched, alone, 0.99999)
 
 
 def test_int8_decode_stays_near_the_exact_logits(model: TextModel) -> None:
@@ -260,7 +222,7 @@ def test_int8_decode_stays_near_the_exact_logits(model: TextModel) -> None:
     from gpu.ops import matmul as matmul_ops
 
     prompt = encode(model, PROMPTS[1])
-    forced = reference_greedy(model, prompt, 6)
+    forced = greedy_tokens(model, prompt, 6)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
         patch.setattr(matmul_ops, "INT8_MATVEC_MIN_VALUES", 0)
@@ -338,6 +300,6 @@ def test_top_p_requests_sample_from_candidates(model: TextModel) -> None:
             if isinstance(event, TokenEvent):
                 tokens[event.key].append(event.token)
     assert len(tokens["top_k"]) == 6 and len(tokens["logprobs"]) == 6
-    greedy = reference_greedy(model, prompt, 6)
+    greedy = greedy_tokens(model, prompt, 6)
     assert [t.id for t in tokens["logprobs"]] == greedy
     assert all(t.logprob <= 0 and len(t.top) == 3 and t.top[0][0] == t.id for t in tokens["logprobs"])
