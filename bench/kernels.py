@@ -335,18 +335,20 @@ def use_sweep_picks(path: Path) -> None:
 
 def with_split(split: str, run: Callable[[], list[dict]]) -> list[dict]:
     """run() with every wide K-quant matvec at one split, "TPRxROWS" (rows of a workgroup; a trailing "p": each
-    thread on two rows, PAIRS), whatever wide_matvec_shape and row_pairs_shape would pick; its rows tagged."""
+    thread on two rows, PAIRS), whatever wide_matvec_shape, row_pairs_shape and word_lanes_shape would pick (Q4_K
+    on word lanes, from Q4_WORD_LANES_MIN_TOKENS tokens, needs TPR a multiple of 32); its rows tagged."""
     pairs = split.endswith("p")
     tpr, rows = map(int, split.rstrip("p").split("x"))
-    shape, pair = matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape
+    shape, pair, words = matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape, matmul_ops.word_lanes_shape
     matmul_ops.wide_matvec_shape = lambda *_args, **_kwargs: matmul_ops.MatvecShape(tpr, rows)
     matmul_ops.row_pairs_shape = lambda _weight, _t, chosen: chosen if pairs and matmul_ops.ROW_PAIRS else None
+    matmul_ops.word_lanes_shape = lambda _glu: matmul_ops.MatvecShape(tpr, rows)
     print(f"# split {split}: {tpr} threads a row, {rows} rows a workgroup{', rows in pairs' if pairs else ''}",
           flush=True)
     try:
         return [row | {"split": split} for row in run()]
     finally:
-        matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape = shape, pair
+        matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape, matmul_ops.word_lanes_shape = shape, pair, words
 
 
 def end_to_end(path: str, prompt_tokens: int) -> dict:
