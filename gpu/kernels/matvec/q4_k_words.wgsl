@@ -9,9 +9,9 @@
 // Faster from 4 tokens a step (Q4_WORD_LANES_MIN_TOKENS in gpu/ops/matmul.py has the figures).
 // A block's 8 values of the lane are dequantised once for all tokens (d sc q - dmin m, as the matmul tiles make
 // them) and dotted with each token's x. Needs the including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec,
-// n_tokens, unit_scales, u8x4_to_f32, q4_weight and row_bases' word offsets.
+// n_tokens, unit_scales, u8x4_to_f32, q4_weight, row_bases' word offsets and matvec/q4_k_rows.wgsl's
+// Q4_BLOCK_WORDS4.
 
-const Q4W_BLOCK_WORDS4: u32 = 9u;   // 144 bytes
 const Q4W_BLOCKS: u32 = K / 256u;   // blocks per row
 const Q4W_BLOCK_STEP: u32 = max(TPR / 32u, 1u);
 const_assert LANE_WORDS == 0u || TPR % 32u == 0u;
@@ -24,7 +24,7 @@ var<private> q4w_next_q_2: u32;
 var<private> q4w_next_h_2: vec4<u32>;
 
 fn q4w_load(bases: vec2<u32>, block: u32, w: u32) {
-    let at = block * Q4W_BLOCK_WORDS4;
+    let at = block * Q4_BLOCK_WORDS4;
     q4w_next_q = q4_weight[bases.x + at + 1u + w / 4u][w % 4u];
     q4w_next_h = q4_weight[bases.x + at];
     if (SECOND == 1u) {
