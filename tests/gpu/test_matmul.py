@@ -105,6 +105,19 @@ def run_linear(
     return weight
 
 
+def record_choices(monkeypatch: pytest.MonkeyPatch, name: str) -> list[object]:
+    """The results of gpu.ops.matmul's choice function `name`, each call's appended as the test runs."""
+    choices: list[object] = []
+    choose = getattr(matmul_ops, name)
+
+    def recording_choice(*args: object) -> object:
+        choices.append(choose(*args))
+        return choices[-1]
+
+    monkeypatch.setattr(matmul_ops, name, recording_choice)
+    return choices
+
+
 def small_k(qtype: Q, blocks: int) -> int:
     return block_values(qtype) * blocks
 
@@ -142,14 +155,7 @@ def test_matvec_row_pairs(ex: Executor, qtype: Q, subgroups: bool, tokens: int, 
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
     monkeypatch.setattr(matmul_ops, "ROW_PAIRS_MIN_K", 2560)
-    shapes: list[matmul_ops.MatvecShape | None] = []
-    choose = matmul_ops.row_pairs_shape
-
-    def recording_choice(*args: object) -> matmul_ops.MatvecShape | None:
-        shapes.append(choose(*args))
-        return shapes[-1]
-
-    monkeypatch.setattr(matmul_ops, "row_pairs_shape", recording_choice)
+    shapes = record_choices(monkeypatch, "row_pairs_shape")
     run_linear(ex, qtype, 2560, 45, tokens, tokens, seed=21, kernel=LinearKernel.MATVEC, subgroups=subgroups,
                whole_rows=False)
     assert shapes and all(shape is not None for shape in shapes), "the matvec did not take rows in pairs"
@@ -167,14 +173,7 @@ def test_matvec_q4_k_word_lanes(ex: Executor, subgroups: bool, blocks: int, t_ma
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
     assert t_max >= matmul_ops.Q4_WORD_LANES_MIN_TOKENS
-    shapes: list[matmul_ops.MatvecShape] = []
-    choose = matmul_ops.word_lanes_shape
-
-    def recording_choice(glu: bool) -> matmul_ops.MatvecShape:
-        shapes.append(choose(glu))
-        return shapes[-1]
-
-    monkeypatch.setattr(matmul_ops, "word_lanes_shape", recording_choice)
+    shapes = record_choices(monkeypatch, "word_lanes_shape")
     run_linear(ex, Q.Q4_K, 256 * blocks, 45, t_max, n_tokens, seed=22, kernel=LinearKernel.MATVEC,
                subgroups=subgroups, whole_rows=False)
     assert shapes == [matmul_ops.MatvecShape(64, 2)], "the matvec did not take word lanes"
@@ -196,24 +195,17 @@ def test_matvec_row_interleave(ex: Executor, qtype: Q, kernel: str, subgroups: b
         pytest.skip("adapter without subgroups")
     if pairs and kernel not in matmul_ops.ROW_PAIRS_KERNELS:
         pytest.skip("the generic kernel does not pair rows")
+    assert matmul_ops.INTERLEAVE_MIN_TOKENS <= MATVEC_MAX_TOKENS
     shape = matmul_ops.MatvecShape(16, 8)
     monkeypatch.setattr(matmul_ops, "Q4_WORD_LANES_MIN_TOKENS", MATVEC_MAX_TOKENS + 1)
     monkeypatch.setattr(matmul_ops, "ROW_INTERLEAVE", interleave)
     monkeypatch.setattr(matmul_ops, "matvec_shape", lambda *_args, **_kwargs: shape)
     monkeypatch.setattr(matmul_ops, "wide_matvec_shape", lambda *_args, **_kwargs: shape)
     monkeypatch.setattr(matmul_ops, "row_pairs_shape", lambda *_args: shape if pairs else None)
-    chosen: list[int] = []
-    choose = matmul_ops.row_interleave
-
-    def recording_choice(rows: int) -> int:
-        chosen.append(choose(rows))
-        return chosen[-1]
-
-    monkeypatch.setattr(matmul_ops, "row_interleave", recording_choice)
+    chosen = record_choices(monkeypatch, "row_interleave")
     run_linear(ex, qtype, 2560, 45, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=23, kernel=LinearKernel.MATVEC,
                subgroups=subgroups, whole_rows=False)
     assert chosen == [interleave]
-    assert matmul_ops.INTERLEAVE_MIN_TOKENS <= MATVEC_MAX_TOKENS
 
 
 def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float,

@@ -3,40 +3,9 @@ decode kernels with its one-sequence kernels (test_engine.py on the 270M, test_g
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
-import pytest
 
-from gpu.ops import matmul as matmul_ops
 from models.text_model import DecodeRow, TextModel
-
-
-@dataclass
-class BatchedKernels:
-    """What the matvec dispatches of steps of several tokens chose while recorded: Q4_K word lanes taken, and the
-    rows each interleaved."""
-
-    word_lanes: int = 0
-    interleaves: list[int] = field(default_factory=list)
-
-
-def record_batched_kernels(monkeypatch: pytest.MonkeyPatch) -> BatchedKernels:
-    """Record word_lanes_shape's and row_interleave's choices from now on (programs built while the patch holds)."""
-    seen = BatchedKernels()
-    word_lanes_shape, row_interleave = matmul_ops.word_lanes_shape, matmul_ops.row_interleave
-
-    def word_lanes(glu: bool) -> matmul_ops.MatvecShape:
-        seen.word_lanes += 1
-        return word_lanes_shape(glu)
-
-    def interleave(rows: int) -> int:
-        seen.interleaves.append(row_interleave(rows))
-        return seen.interleaves[-1]
-
-    monkeypatch.setattr(matmul_ops, "word_lanes_shape", word_lanes)
-    monkeypatch.setattr(matmul_ops, "row_interleave", interleave)
-    return seen
 
 
 def greedy_tokens(model: TextModel, prompt: list[int], n: int) -> list[int]:

@@ -24,7 +24,8 @@ from models.batch import BatchGenerator, EndEvent, TokenEvent
 from models.generate import generate
 from models.sampler import SamplingParams
 from models.text_model import DecodeRow, Engine, TextModel, load_text_model
-from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens, record_batched_kernels
+from tests.gpu.test_matmul import record_choices
+from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens
 
 pytestmark = pytest.mark.heavy
 GREEDY = SamplingParams(temperature=0.0)
@@ -201,11 +202,12 @@ def test_gpu_batched_kernels_agree_with_one_sequence() -> None:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
-        kernels = record_batched_kernels(patch)
+        word_lanes = record_choices(patch, "word_lanes_shape")
+        interleaves = record_choices(patch, "row_interleave")
         gpu_model = load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS)
         prompts = [encode(gpu_model, p) for p in [*PROMPTS, "Water boils at"]]
         batched, alone = batched_and_alone(gpu_model, prompts, 5)
-    assert kernels.word_lanes and max(kernels.interleaves) > 1, "the batch did not run the batched-decode kernels"
+    assert word_lanes and max(interleaves) > 1, "the batch did not run the batched-decode kernels"
     assert_agree(batched, alone, 0.99999)
 
 

@@ -12,7 +12,8 @@ import pytest
 from models.text_model import load_text_model
 from scripts import make_synthetic_gguf as synthetic
 from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf
-from tests.models.batch_logits import assert_agree, batched_and_alone, record_batched_kernels
+from tests.gpu.test_matmul import record_choices
+from tests.models.batch_logits import assert_agree, batched_and_alone
 
 
 @pytest.fixture
@@ -83,9 +84,10 @@ def test_e2b_batched_kernels_agree_with_one_sequence(small_e2b: Path, monkeypatc
     from gpu.device import Device
 
     monkeypatch.setattr(Device, "is_software", property(lambda self: False))
-    kernels = record_batched_kernels(monkeypatch)
+    word_lanes = record_choices(monkeypatch, "word_lanes_shape")
+    interleaves = record_choices(monkeypatch, "row_interleave")
     model = load_text_model(str(small_e2b), context_length=256, max_batch=4)
     prompts = [[2, 300 + i, 301, 302 + 3 * i, 303, 304 + i] for i in range(4)]
     batched, alone = batched_and_alone(model, prompts, 4)
-    assert kernels.word_lanes and max(kernels.interleaves) > 1, "the batch did not run the batched-decode kernels"
+    assert word_lanes and max(interleaves) > 1, "the batch did not run the batched-decode kernels"
     assert_agree(batched, alone, 0.99999)
