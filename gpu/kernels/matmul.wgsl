@@ -43,11 +43,6 @@ fn row_byte(r: u32) -> u32 {
     return (FIRST_ROW + r) * ROW_BYTES;
 }
 
-// The values of the 16-value group gi of the row at byte row_base.
-fn group16(row_base: u32, gi: u32) -> mat4x4<f32> {
-    return dequant16(row_base + (gi / GROUPS_PER_BLOCK) * BLOCK_BYTES, gi % GROUPS_PER_BLOCK);
-}
-
 // y[t, r] = v for token t < n and column r < N_ROWS.
 fn store(t: u32, r: u32, n: u32, v: f32) {
     if (t < n && r < N_ROWS) {

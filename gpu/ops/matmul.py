@@ -466,8 +466,8 @@ class MatmulTile(NamedTuple):
         return (self.tokens // self.thread_tokens) * (self.rows // self.thread_rows)
 
     def storage_bytes(self, f16: bool) -> int:
-        """Workgroup memory of the x and weight tiles."""
-        return self.k_chunk * (self.tokens + self.rows) * (2 if f16 else 4)
+        """Workgroup memory of the x and weight tiles (x's k quads padded by 128 / BK values each, 32 in all)."""
+        return (self.k_chunk * (self.tokens + self.rows) + 32) * (2 if f16 else 4)
 
     def problem(self, k: int, glu: bool) -> str | None:
         """Why the kernel cannot take this tile for rows of k values, or None."""
@@ -500,6 +500,18 @@ _MATMUL_MAX_PARTS_BYTES = 96 << 20  # the parts' scratch activation at most (the
 # f16 tiles measured 5-20% slower than f32 tiles on an H200 (Vulkan) at every 270M shape and tile: NVIDIA
 # converts each f16 read to f32 in an extra instruction; so they are off, kept for adapters where they pay.
 F16_TILES = False
+
+
+# The f32 tiles read Q4_K blocks as vec4<u32> (matmul/group16_q4_k_vec4.wgsl: a group's 16 values in two 16-byte
+# loads, eight 4-byte ones through quant/bytes.wgsl) and x along each token's k (matmul/tiles.wgsl's x jobs): each
+# dequantising thread reads its own row and, before, each x load 32 tokens' rows, so every warp-wide load touched 32
+# cache lines. H200, 512 tokens (bench/kernels.py, us, before -> both): the 4B's Q4_K gate-up 2560 x 2 x 10240
+# 1,342 -> 1,248, down 10240 x 2560 837 -> 697, o 2048 x 2560 215 -> 194, q 2560 x 2048 148 -> 138; exact prefill
+# (bench/tree_ab.py, interleaved twice) 5,321 / 5,318 -> 5,736 / 5,723 tok/s, the 1B 18,773 -> 19,143, the 270M
+# 67,258 -> 70,072. Measured and not kept: warps of 8 x 4 threads (the k step's workgroup loads 128 bytes of rows
+# and of tokens, not 256 and 32; no faster: q 138 -> 146, o 194 -> 199), and two workgroup-memory buffers with one
+# barrier a chunk (4B prefill 5,712 -> 4,823).
+VEC4_TILE_TYPES = frozenset({GGMLQuantizationType.Q4_K})
 
 
 def _four_token_tile(n_cols: int, t_max: int, glu: bool) -> MatmulTile:
@@ -810,7 +822,8 @@ def _dispatch(
     if tile.storage_bytes(f16) > device.limits.workgroup_storage_bytes or tile.threads > device.limits.max_invocations:
         raise ValueError(f"{weight.name}: matmul tile {tile} exceeds the adapter's workgroup limits")
     constants |= {"ENTRY": "tiles", "TILE": "f16" if f16 else "f32", "BT": tile.tokens, "BR": tile.rows,
-                  "RR": tile.thread_rows, "TT": tile.thread_tokens, "BK": tile.k_chunk, "SPLIT": tile.split}
+                  "RR": tile.thread_rows, "TT": tile.thread_tokens, "BK": tile.k_chunk, "SPLIT": tile.split,
+                  "GROUP_LOADS": "q4_k_vec4" if weight.qtype in VEC4_TILE_TYPES else "words"}
     return _tiles_dispatch(builder, weight, constants, tile, [builder.step, shard, x], y, [], t_max, n_rows,
                            row_start, y_stride, glu, leave_parts)
 

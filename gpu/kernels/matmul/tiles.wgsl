@@ -18,6 +18,7 @@
 // SPLIT parts into the real y. Tiles wholly past n_tokens return at once; partial tiles compute on
 // repeated rows (or zero tokens) and skip their stores.
 #include "matmul/tile_${TILE}.wgsl"
+#include "matmul/group16_${GROUP_LOADS}.wgsl"
 #include "matmul/tile_store.wgsl"
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
@@ -44,8 +45,14 @@ const X_JOBS: u32 = (X_COUNT + WG - 1u) / WG;
 // recomputed the stores' clamped addresses in every chunk: H100 SASS, a chunk of the 8 x 8 tile's loop went from
 // about 1,440 instructions for its 1,024 fmas to 1,350-1,400 (with quant/high_bits.wgsl's multiply), and exact
 // prefill 4B 5,157 -> 5,292 tok/s, 1B 18,063 -> 18,639 / 18,652, 270M 64,001 -> 64,946.
-// xs: x[t0 + 4 j + c, k0 + 4 q + i] at [q][i][j][c]; ws: tile row 4 j + c, k step 4 q + i at [q][i][j][c]
-var<workgroup> xs: array<array<array<vec4<tile_t>, BT / 4u>, 4>, BK / 4u>;
+// xs: x[t0 + 4 j + c, k0 + 4 q + i] at [q].steps[i][j][c]; ws: tile row 4 j + c, k step 4 q + i at [q][i][j][c]
+// Each k quad of xs is padded by 32 / BK vec4 so that a warp's stores of x (BK / 4 quads of 128 / BK tokens each,
+// see store_x) fall on 32 different banks.
+struct XQuad {
+    steps: array<array<vec4<tile_t>, BT / 4u>, 4>,
+    pad: array<vec4<tile_t>, 32u / BK>,
+}
+var<workgroup> xs: array<XQuad, BK / 4u>;
 var<workgroup> ws: array<array<array<vec4<tile_t>, BR / 4u>, 4>, BK / 4u>;
 
 // Weight job j (j < W_COUNT): tile row j % BR, 16-value group j / BR of each chunk. Thread lid has
@@ -75,22 +82,90 @@ fn store_w(j: u32, w: mat4x4<f32>) {
     store_w4(q + 3u, col, c4, w[3]);
 }
 
-// x job j (j < X_COUNT): tile token j % BT, vec4 j / BT of each chunk; thread lid has jobs lid + m WG.
+// x job j (j < X_COUNT): tile token j / (BK / 4), its vec4 j % (BK / 4) of each chunk; thread lid has jobs lid + m
+// WG. Neighbouring threads read one token's contiguous k (64 or 128 bytes): with jobs along tokens instead (token
+// j % BT), each warp-wide load touched 32 tokens' rows, 32 cache lines, and the L1 transactions of a chunk's loads
+// (x, the weights and workgroup memory) outnumbered its fma issue cycles. H200, 512 tokens, us, along tokens ->
+// along k: the 4B's o 2048 x 2560 Q6_K 216 -> 194, gate-up 2560 x 2 x 10240 Q4_K 1,342 -> 1,285 (gpu/ops/matmul.py
+// has the figures with the vec4 weight loads).
+fn x_token(j: u32) -> u32 {
+    return j / (BK / 4u);
+}
 
-// vec4 j / BT of chunk k0 for tile token j % BT (zeros past n).
+fn x_quad(j: u32) -> u32 {
+    return j % (BK / 4u);
+}
+
+// x job j's vec4 of chunk k0 (zeros past n).
 fn fetch_x(t0: u32, n: u32, j: u32, k0: u32) -> vec4<f32> {
-    let t = t0 + j % BT;
-    return select(vec4<f32>(), x[min(t, n - 1u) * (K / 4u) + (k0 / 4u) + j / BT], t < n);
+    let t = t0 + x_token(j);
+    return select(vec4<f32>(), x[min(t, n - 1u) * (K / 4u) + (k0 / 4u) + x_quad(j)], t < n);
 }
 
 fn store_x(j: u32, v: vec4<f32>) {
-    let q = j / BT;
-    let col = (j % BT) / 4u;
-    let c4 = j % 4u;
-    xs[q][0][col][c4] = to_tile(v.x);
-    xs[q][1][col][c4] = to_tile(v.y);
-    xs[q][2][col][c4] = to_tile(v.z);
-    xs[q][3][col][c4] = to_tile(v.w);
+    let q = x_quad(j);
+    let col = x_token(j) / 4u;
+    let c4 = x_token(j) % 4u;
+    xs[q].steps[0][col][c4] = to_tile(v.x);
+    xs[q].steps[1][col][c4] = to_tile(v.y);
+    xs[q].steps[2][col][c4] = to_tile(v.z);
+    xs[q].steps[3][col][c4] = to_tile(v.w);
+}
+
+// A thread's loads of one chunk: weight jobs lid and lid + WG (dequantised), x jobs lid + m WG.
+struct Loads {
+    w0: mat4x4<f32>,
+    w1: mat4x4<f32>,
+    x0: vec4<f32>,
+    x1: vec4<f32>,
+    x2: vec4<f32>,
+    x3: vec4<f32>,
+}
+
+// Thread lid's loads of the chunk at k0 (wb0, wb1: its weight jobs' row bytes; zeros for jobs past the counts).
+fn fetch_chunk(lid: u32, wb0: u32, wb1: u32, t0: u32, n: u32, k0: u32) -> Loads {
+    var l = Loads(mat4x4<f32>(), mat4x4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>());
+    if (lid < W_COUNT) {
+        l.w0 = group16(wb0, k0 / GROUP_VALUES + lid / BR);
+    }
+    if (W_JOBS > 1u && lid + WG < W_COUNT) {
+        l.w1 = group16(wb1, k0 / GROUP_VALUES + (lid + WG) / BR);
+    }
+    if (lid < X_COUNT) {
+        l.x0 = fetch_x(t0, n, lid, k0);
+    }
+    if (X_JOBS > 1u && lid + WG < X_COUNT) {
+        l.x1 = fetch_x(t0, n, lid + WG, k0);
+    }
+    if (X_JOBS > 2u && lid + 2u * WG < X_COUNT) {
+        l.x2 = fetch_x(t0, n, lid + 2u * WG, k0);
+    }
+    if (X_JOBS > 2u && lid + 3u * WG < X_COUNT) {
+        l.x3 = fetch_x(t0, n, lid + 3u * WG, k0);
+    }
+    return l;
+}
+
+// Thread lid's loads of a chunk into workgroup memory.
+fn store_chunk(lid: u32, l: Loads) {
+    if (lid < W_COUNT) {
+        store_w(lid, l.w0);
+    }
+    if (W_JOBS > 1u && lid + WG < W_COUNT) {
+        store_w(lid + WG, l.w1);
+    }
+    if (lid < X_COUNT) {
+        store_x(lid, l.x0);
+    }
+    if (X_JOBS > 1u && lid + WG < X_COUNT) {
+        store_x(lid + WG, l.x1);
+    }
+    if (X_JOBS > 2u && lid + 2u * WG < X_COUNT) {
+        store_x(lid + 2u * WG, l.x2);
+    }
+    if (X_JOBS > 2u && lid + 3u * WG < X_COUNT) {
+        store_x(lid + 3u * WG, l.x3);
+    }
 }
 
 // A thread's sums: a<i> token 4 ty + i, rows of quad tx; b<i> rows of quad tx + BR / 8 (RR = 8); i = 4..7:
@@ -106,7 +181,7 @@ struct Sums {
 // each workgroup load's index clamped and shifted, accumulators moved between registers, the counter).
 fn multiply_k(acc_in: Sums, kk: u32, tx: u32, ty: u32) -> Sums {
     var acc = acc_in;
-    let xa = vec4<f32>(xs[kk / 4u][kk % 4u][ty]);
+    let xa = vec4<f32>(xs[kk / 4u].steps[kk % 4u][ty]);
     let wa = vec4<f32>(ws[kk / 4u][kk % 4u][tx]);
     var wb = vec4<f32>();
     if (RR == 8u) {
@@ -123,7 +198,7 @@ fn multiply_k(acc_in: Sums, kk: u32, tx: u32, ty: u32) -> Sums {
         acc.b3 += xa.w * wb;
     }
     if (TT == 8u) {
-        let xb = vec4<f32>(xs[kk / 4u][kk % 4u][ty + BT / 8u]);
+        let xb = vec4<f32>(xs[kk / 4u].steps[kk % 4u][ty + BT / 8u]);
         acc.a4 += xb.x * wa;
         acc.a5 += xb.y * wa;
         acc.a6 += xb.z * wa;
@@ -154,89 +229,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let k_begin = s * K_PART;
     let k_last = k_begin + K_PART - BK;
 
-    // this thread's loads, prefetched one chunk ahead
-    let wj0 = lid;
-    let wj1 = lid + WG;
-    let w_ok0 = wj0 < W_COUNT;
-    let w_ok1 = W_JOBS > 1u && wj1 < W_COUNT;
-    let wb0 = tile_row_byte(r0, wj0 % BR);
-    let wb1 = tile_row_byte(r0, wj1 % BR);
-    let xj0 = lid;
-    let xj1 = lid + WG;
-    let xj2 = lid + 2u * WG;
-    let xj3 = lid + 3u * WG;
-    let x_ok0 = xj0 < X_COUNT;
-    let x_ok1 = X_JOBS > 1u && xj1 < X_COUNT;
-    let x_ok2 = X_JOBS > 2u && xj2 < X_COUNT;
-    let x_ok3 = X_JOBS > 2u && xj3 < X_COUNT;
-    var w0 = mat4x4<f32>();
-    var w1 = mat4x4<f32>();
-    var x0 = vec4<f32>();
-    var x1 = vec4<f32>();
-    var x2 = vec4<f32>();
-    var x3 = vec4<f32>();
-    if (w_ok0) {
-        w0 = group16(wb0, k_begin / GROUP_VALUES + wj0 / BR);
-    }
-    if (w_ok1) {
-        w1 = group16(wb1, k_begin / GROUP_VALUES + wj1 / BR);
-    }
-    if (x_ok0) {
-        x0 = fetch_x(t0, n, xj0, k_begin);
-    }
-    if (x_ok1) {
-        x1 = fetch_x(t0, n, xj1, k_begin);
-    }
-    if (x_ok2) {
-        x2 = fetch_x(t0, n, xj2, k_begin);
-    }
-    if (x_ok3) {
-        x3 = fetch_x(t0, n, xj3, k_begin);
-    }
+    // this thread's loads, fetched one chunk ahead: the weight's rows (as bytes) of its dequantisation jobs
+    let wb0 = tile_row_byte(r0, lid % BR);
+    let wb1 = tile_row_byte(r0, (lid + WG) % BR);
+    var loads = fetch_chunk(lid, wb0, wb1, t0, n, k_begin);
 
     var acc = Sums(vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
                    vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
                    vec4<f32>(), vec4<f32>());
     for (var k0 = k_begin; k0 <= k_last; k0 += BK) {
-        if (w_ok0) {
-            store_w(wj0, w0);
-        }
-        if (w_ok1) {
-            store_w(wj1, w1);
-        }
-        if (x_ok0) {
-            store_x(xj0, x0);
-        }
-        if (x_ok1) {
-            store_x(xj1, x1);
-        }
-        if (x_ok2) {
-            store_x(xj2, x2);
-        }
-        if (x_ok3) {
-            store_x(xj3, x3);
-        }
+        store_chunk(lid, loads);
         workgroupBarrier();
         // the next chunk, read while this one is multiplied (the last fetches itself again, unused)
-        let k1 = min(k0 + BK, k_last);
-        if (w_ok0) {
-            w0 = group16(wb0, k1 / GROUP_VALUES + wj0 / BR);
-        }
-        if (w_ok1) {
-            w1 = group16(wb1, k1 / GROUP_VALUES + wj1 / BR);
-        }
-        if (x_ok0) {
-            x0 = fetch_x(t0, n, xj0, k1);
-        }
-        if (x_ok1) {
-            x1 = fetch_x(t0, n, xj1, k1);
-        }
-        if (x_ok2) {
-            x2 = fetch_x(t0, n, xj2, k1);
-        }
-        if (x_ok3) {
-            x3 = fetch_x(t0, n, xj3, k1);
-        }
+        loads = fetch_chunk(lid, wb0, wb1, t0, n, min(k0 + BK, k_last));
         // every k step of the chunk with its index a constant (see multiply_k)
         acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 0u, tx, ty), 1u, tx, ty), 2u, tx, ty), 3u, tx, ty);
         acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 4u, tx, ty), 5u, tx, ty), 6u, tx, ty), 7u, tx, ty);

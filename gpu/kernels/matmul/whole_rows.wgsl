@@ -9,6 +9,8 @@
 // 174 ms of GPU time (its Q8_0 output head 175 -> 86).
 // With GLU a thread's 8 rows are 4 gate rows and their 4 up rows (32 y columns per workgroup).
 
+#include "matmul/group16_words.wgsl"
+
 override WG: u32 = 64u;  // threads per workgroup
 override THREAD_TOKENS: u32 = 8u;  // tokens per thread, 1 to 8
 

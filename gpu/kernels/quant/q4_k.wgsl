@@ -13,12 +13,21 @@ const BLOCK_BYTES: u32 = 144u;
 
 #include "quant/k_scales.wgsl"
 
-fn dequant16(base: u32, g: u32) -> mat4x4<f32> {
-    let dmin = unpack2x16float(weight[base >> 2u]);
-    let chunk = g >> 2u;
+// Values [16 g, 16 g + 16) of a block from its first 16 bytes (head) and the 16 quant bytes holding them (qs:
+// block bytes 16 + 32 (g / 4) + 16 (g % 2)); kernels that load a block's words themselves call this.
+fn q4_k_group16(head: vec4<u32>, qs: vec4<u32>, g: u32) -> mat4x4<f32> {
+    let dmin = unpack2x16float(head.x);
     let upper = (g >> 1u) & 1u;  // high nibbles: the second sub-block of the chunk
-    let sm = scale_min_k4(base, 2u * chunk + upper);
-    let q = (load_16_aligned(base + 16u + 32u * chunk + 16u * (g & 1u)) >> vec4<u32>(4u * upper))
-        & vec4<u32>(0x0F0F0F0Fu);
+    let sm = scale_min_k4_words(head, 2u * (g >> 2u) + upper);
+    let q = (qs >> vec4<u32>(4u * upper)) & vec4<u32>(0x0F0F0F0Fu);
     return affine16(q, dmin.x * sm.x, -dmin.y * sm.y);
+}
+
+// The byte offset in a block of the 16 quant bytes of group g.
+fn q4_k_qs_byte(g: u32) -> u32 {
+    return 16u + 32u * (g >> 2u) + 16u * (g & 1u);
+}
+
+fn dequant16(base: u32, g: u32) -> mat4x4<f32> {
+    return q4_k_group16(load_16_aligned(base), load_16_aligned(base + q4_k_qs_byte(g)), g);
 }
