@@ -479,8 +479,8 @@ class MatmulTile(NamedTuple):
             return "tokens a multiple of TT"
         if self.rows % (4 * self.thread_rows) or self.k_chunk not in (16, 32):
             return "rows of 4 RR, BK of 16 or 32"
-        if k % (self.k_chunk * self.split):
-            return f"K = {k} is not a multiple of BK x SPLIT"
+        if k % self.k_chunk or k // self.k_chunk < self.split:
+            return f"K = {k} is not a multiple of BK with at least SPLIT chunks"
         if self.rows * self.k_chunk > 32 * self.threads or self.tokens * self.k_chunk > 16 * self.threads:
             return "at most 2 weight groups and 4 vec4 of x per thread and chunk"
         return None
@@ -602,16 +602,21 @@ def _whole_waves_split(tile: MatmulTile, k: int, n_cols: int, t_max: int, most: 
     10240 x 2560 (80 tiles) 1,374 / 1,206 / - / 941 / - / 797 (8, as before). Never more parts than matmul_tile's
     own rule: more, shorter parts than the sweep measured ran slower in a model than the fit said (the 1B's q|k|v
     in 8 parts of 144 values instead of 4: +0.6 ms a prompt), and the GLU keeps its 2 (unsplit, the fit's pick,
-    measured 1.3 ms slower on the 1B's 26 GLUs, their reduce 0.9 ms faster)."""
+    measured 1.3 ms slower on the 1B's 26 GLUs, their reduce 0.9 ms faster).
+    Any split up to the row's chunks, not only those dividing them (the tiles' parts differ by a chunk at most): the
+    4B's o 2048 x 2560 in 3 parts instead of 8 (H200, bench/kernels.py: 194 -> 159 us), the 1B's o in 3 and down in 7,
+    the 270M's o and down in 6. Exact prefill (bench/tree_ab.py, H200, against divisors only): 4B 5,731 / 5,722 ->
+    5,789 / 5,765 tok/s, 1B 19,098 -> 20,032, 270M 67,973 -> 71,933."""
     tiles = tile.groups(n_cols, t_max, False)
+    chunks = k // tile.k_chunk
 
     def cost(split: int) -> float:
         busiest = -(-tiles * split // sms)
         rounds = (busiest // 2) * _PAIR_TIME + busiest % 2
         parts = 0 if split == 1 else _SPLIT_K_STEPS + split * t_max * n_cols * 8 / _PARTS_BYTES_PER_K_STEP
-        return rounds * k / split + parts
+        return rounds * -(-chunks // split) * tile.k_chunk + parts  # the longest part's k steps
 
-    return min((s for s in range(1, most + 1) if k % (s * tile.k_chunk) == 0), key=cost)
+    return min(range(1, min(most, chunks) + 1), key=cost)
 
 
 def _glu_fills_sms(tile: MatmulTile, n_cols: int, t_max: int, sms: int | None) -> bool:

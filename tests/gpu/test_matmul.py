@@ -425,12 +425,13 @@ def test_matmul_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypat
     run_linear(ex, Q.Q4_K, 512, 150, 70, 67, seed=13, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
-@pytest.mark.parametrize("split", [3, 5, 6])
-def test_matmul_uneven_splits(ex: Executor, split: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """k in a number of parts other than a power of two, as _whole_waves_split picks on NVIDIA GPUs (the 1B's
-    down in 6): the 8 x 8 tile, partial token and row tiles, each part of 6 chunks."""
+@pytest.mark.parametrize(("split", "chunks"), [(3, 18), (5, 30), (6, 36), (3, 20), (5, 32), (7, 8)])
+def test_matmul_uneven_splits(ex: Executor, split: int, chunks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """k in a number of parts other than a power of two, as _whole_waves_split picks on NVIDIA GPUs (the 4B's o in
+    3): the 8 x 8 tile, partial token and row tiles, parts of equal chunks and parts a chunk apart (20 chunks in 3
+    parts: 6, 7, 7)."""
     tile = T(128, 128, 8, 16, split, 8)
-    k = 16 * 6 * split
+    k = 16 * chunks
     assert tile.problem(k, False) is None
     monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
     run_linear(ex, Q.Q8_0, k, 150, 140, 131, seed=15, kernel=LinearKernel.MATMUL, whole_rows=False)
@@ -468,8 +469,9 @@ def test_matmul_tile_choice() -> None:
 
 def test_split_in_whole_rounds_on_known_gpus() -> None:
     """The SM counts of NVIDIA adapters by name, and the split they give the 8 x 8 tile: the 1B's down (6912 x
-    1152, 36 tiles at 512 tokens) in 6 parts on an H100, two workgroups on most of its 132 SMs, not the 8 of
-    matmul_tile's parts of 256 values (288 workgroups: a third round for 24); the 4B's down keeps 8."""
+    1152, 36 tiles at 512 tokens) in 7 parts on an H100 or H200, two workgroups on most of their 132 SMs, not the 8
+    of matmul_tile's parts of 256 values (288 workgroups: a third round for 24); the 4B's down keeps 8, its o (80
+    tiles) takes 3 parts of 42 or 43 chunks."""
     from gpu.device import streaming_multiprocessors
 
     assert streaming_multiprocessors("NVIDIA H100 80GB HBM3") == 132
@@ -479,7 +481,8 @@ def test_split_in_whole_rounds_on_known_gpus() -> None:
     assert streaming_multiprocessors("llvmpipe (LLVM 15.0.7, 256 bits)") is None
     assert streaming_multiprocessors("AMD Radeon RX 7900 XTX") is None
     assert matmul_ops.matmul_tile(6912, 1152, 512).split == 8
-    assert matmul_ops.matmul_tile(6912, 1152, 512, sms=132).split == 6
+    assert matmul_ops.matmul_tile(6912, 1152, 512, sms=132).split == 7  # 252 workgroups: two on most SMs
+    assert matmul_ops.matmul_tile(2048, 2560, 512, sms=132).split == 3  # the 4B's o: 240, where 8 gave 640
     assert matmul_ops.matmul_tile(10240, 2560, 512, sms=132).split == 8
     assert matmul_ops.matmul_tile(1152, 6912, 512, glu=True, sms=132).split == 2
     assert matmul_ops.matmul_tile(2560, 10240, 512, glu=True).split == 2

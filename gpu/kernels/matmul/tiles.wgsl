@@ -1,5 +1,5 @@
 // matmul entry point for GPUs: a workgroup of (BT / TT) x (BR / RR) threads computes BT tokens x BR
-// weight rows over K / SPLIT values of k, each thread TT tokens x RR rows (TT, RR = 4 or 8) in f32
+// weight rows over its part of k (K / SPLIT values), each thread TT tokens x RR rows (TT, RR = 4 or 8) in f32
 // registers. Its k range is walked in chunks of BK values: per chunk the threads dequantise the
 // weight tile (BR rows x BK, each value once) and copy the x tile (BT tokens x BK) into workgroup
 // memory as ${TILE} (matmul/tile_${TILE}.wgsl), both k-major, so each k step of a chunk (multiply_k,
@@ -13,7 +13,8 @@
 // GLU the tile's first BR / 2 rows are gate rows and the next BR / 2 their up rows (RR = 8: a
 // thread's second quad is the up rows of its first).
 // SPLIT > 1 (short k loops measured fastest, and small shapes need more workgroups): workgroup s of a
-// tile sums k in [s K / SPLIT, (s + 1) K / SPLIT) and stores its raw sums (with GLU, gate sums at
+// tile sums k chunks [s C / SPLIT, (s + 1) C / SPLIT) of the row's C = K / BK (parts differ by a chunk at most,
+// so any SPLIT up to C: the split that fills whole rounds of workgroups need not divide C) and stores its raw sums (with GLU, gate sums at
 // column c and up sums at N_ROWS + c) at y[s T_MAX + t, c]; kernels/matmul_reduce.wgsl adds the
 // SPLIT parts into the real y. Tiles wholly past n_tokens return at once; partial tiles compute on
 // repeated rows (or zero tokens) and skip their stores.
@@ -27,12 +28,12 @@ override BT: u32 = 64u;    // tokens per workgroup tile, a multiple of TT
 override BR: u32 = 128u;   // weight rows per workgroup tile, a multiple of 4 RR
 override RR: u32 = 8u;     // weight rows per thread: 4, or 8 (two quads; GLU needs 8)
 override TT: u32 = 4u;     // tokens per thread: 4, or 8 (two quads)
-override BK: u32 = 32u;    // k per chunk, 16 or 32 (main calls multiply_k for each), dividing K / SPLIT
+override BK: u32 = 32u;    // k per chunk, 16 or 32 (main calls multiply_k for each), dividing K
 override SPLIT: u32 = 1u;  // workgroups sharing a tile's k range
 
 const TX: u32 = BR / RR;            // threads across rows
 const WG: u32 = TX * (BT / TT);
-const K_PART: u32 = K / SPLIT;      // k values per workgroup
+const CHUNKS: u32 = K / BK;         // k chunks of a row, SPLIT or more
 const W_COUNT: u32 = BR * BK / GROUP_VALUES;  // dequant16 calls per chunk: 1 or 2 per thread
 const X_COUNT: u32 = BT * BK / 4u;            // vec4 of x per chunk: 1, 2 or 4 per thread
 const W_JOBS: u32 = (W_COUNT + WG - 1u) / WG;
@@ -226,8 +227,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let tx = lid % TX;
     let ty = lid / TX;
-    let k_begin = s * K_PART;
-    let k_last = k_begin + K_PART - BK;
+    let k_begin = (s * CHUNKS / SPLIT) * BK;
+    let k_last = ((s + 1u) * CHUNKS / SPLIT - 1u) * BK;
 
     // this thread's loads, fetched one chunk ahead: the weight's rows (as bytes) of its dequantisation jobs
     let wb0 = tile_row_byte(r0, lid % BR);
