@@ -528,6 +528,13 @@ def _four_token_tile(n_cols: int, t_max: int, glu: bool) -> MatmulTile:
     return MatmulTile(64, 64, 4, 32)
 
 
+# Steps of 128 tokens or more (see matmul_tile). H200, 512 tokens, against tiles of 128 threads (8 x 8 a thread,
+# half the tokens or half the rows, bench/tree_ab.py --set _LONG_STEP_TILE=...): 4B exact prefill 5,792 / 5,787
+# tok/s, 64 x 128 5,528 / 5,509, 128 x 64 5,244 / 5,251; chunks of 32 values slower again in the sweep (GLU 1,247
+# -> 1,285 us, down in 8 parts 697 -> 739).
+_LONG_STEP_TILE = MatmulTile(128, 128, 8, 16, thread_tokens=8)
+
+
 def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False, sms: int | None = None) -> MatmulTile:
     """The tile of the GPU matmul for n_cols y columns (weight rows; gate rows with GLU), rows of k
     values and t_max tokens, and its k split.
@@ -561,7 +568,7 @@ def matmul_tile(k: int, n_cols: int, t_max: int, glu: bool = False, sms: int | N
     (_glu_fills_sms).
     """
     if t_max >= 128:
-        tile = MatmulTile(128, 128, 8, 16, thread_tokens=8)
+        tile = _LONG_STEP_TILE
     else:
         tile = _four_token_tile(n_cols, t_max, glu)
     width = n_cols * (2 if glu else 1)
