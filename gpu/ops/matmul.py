@@ -509,8 +509,10 @@ F16_TILES = False
 # 1,342 -> 1,248, down 10240 x 2560 837 -> 697, o 2048 x 2560 215 -> 194, q 2560 x 2048 148 -> 138; exact prefill
 # (bench/tree_ab.py, interleaved twice) 5,321 / 5,318 -> 5,736 / 5,723 tok/s, the 1B 18,773 -> 19,143, the 270M
 # 67,258 -> 70,072. Measured and not kept: warps of 8 x 4 threads (the k step's workgroup loads 128 bytes of rows
-# and of tokens, not 256 and 32; no faster: q 138 -> 146, o 194 -> 199), and two workgroup-memory buffers with one
-# barrier a chunk (4B prefill 5,712 -> 4,823).
+# and of tokens, not 256 and 32; no faster: q 138 -> 146, o 194 -> 199), two workgroup-memory buffers with one
+# barrier a chunk (4B prefill 5,712 -> 4,823), and Q6_K's ql and qh bytes each from the two aligned vec4 that hold
+# them (its 210-byte blocks start at any even byte; the shift costs ~30 ALU operations a span): 4B prefill 5,773 /
+# 5,792 -> 5,778 / 5,797, no gain for the code.
 VEC4_TILE_TYPES = frozenset({GGMLQuantizationType.Q4_K})
 
 
