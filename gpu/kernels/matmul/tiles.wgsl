@@ -13,11 +13,11 @@
 // GLU the tile's first BR / 2 rows are gate rows and the next BR / 2 their up rows (RR = 8: a
 // thread's second quad is the up rows of its first).
 // SPLIT > 1 (short k loops measured fastest, and small shapes need more workgroups): workgroup s of a
-// tile sums k chunks [s C / SPLIT, (s + 1) C / SPLIT) of the row's C = K / BK (parts differ by a chunk at most,
-// so any SPLIT up to C: the split that fills whole rounds of workgroups need not divide C) and stores its raw sums (with GLU, gate sums at
-// column c and up sums at N_ROWS + c) at y[s T_MAX + t, c]; kernels/matmul_reduce.wgsl adds the
-// SPLIT parts into the real y. Tiles wholly past n_tokens return at once; partial tiles compute on
-// repeated rows (or zero tokens) and skip their stores.
+// tile sums k chunks [s C / SPLIT, (s + 1) C / SPLIT) of the row's C = K / BK (parts differ by a chunk at
+// most, so any SPLIT up to C: the split that fills whole rounds of workgroups need not divide C) and
+// stores its raw sums (with GLU, gate sums at column c and up sums at N_ROWS + c) at y[s T_MAX + t, c];
+// kernels/matmul_reduce.wgsl adds the SPLIT parts into the real y. Tiles wholly past n_tokens return at
+// once; partial tiles compute on repeated rows (or zero tokens) and skip their stores.
 #include "matmul/tile_${TILE}.wgsl"
 #include "matmul/group16_${GROUP_LOADS}.wgsl"
 #include "matmul/tile_store.wgsl"
