@@ -512,7 +512,12 @@ F16_TILES = False
 # and of tokens, not 256 and 32; no faster: q 138 -> 146, o 194 -> 199), two workgroup-memory buffers with one
 # barrier a chunk (4B prefill 5,712 -> 4,823), and Q6_K's ql and qh bytes each from the two aligned vec4 that hold
 # them (its 210-byte blocks start at any even byte; the shift costs ~30 ALU operations a span): 4B prefill 5,773 /
-# 5,792 -> 5,778 / 5,797, no gain for the code.
+# 5,792 -> 5,778 / 5,797, no gain for the code. Held a chunk ahead as the loaded words (8 registers) rather than
+# the 16 values they decode to, dequantised when stored: 4B exact prefill 5,790 / 5,771 -> 5,861 / 5,853, 1B 20,126
+# -> 20,452 (270M 74,953 -> 74,102, within its spread); chunks of 32 values, which the freed registers were to make
+# room for, still slower (4B 5,274, 1B 17,258; each 4B shape in the sweep). A second workgroup-memory buffer with the
+# chunk loop written out over both (literal indices, one barrier a chunk; branch try/tiles-unrolled-buffers): 4B
+# 5,776 -> 4,970, 1B 19,930 -> 16,540.
 VEC4_TILE_TYPES = frozenset({GGMLQuantizationType.Q4_K})
 
 

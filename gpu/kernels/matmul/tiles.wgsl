@@ -113,10 +113,10 @@ fn store_x(j: u32, v: vec4<f32>) {
     xs[q].steps[3][col][c4] = to_tile(v.w);
 }
 
-// A thread's loads of one chunk: weight jobs lid and lid + WG (dequantised), x jobs lid + m WG.
+// A thread's loads of one chunk: weight jobs lid and lid + WG (as group_fetch holds them), x jobs lid + m WG.
 struct Loads {
-    w0: mat4x4<f32>,
-    w1: mat4x4<f32>,
+    w0: GroupLoad,
+    w1: GroupLoad,
     x0: vec4<f32>,
     x1: vec4<f32>,
     x2: vec4<f32>,
@@ -125,12 +125,12 @@ struct Loads {
 
 // Thread lid's loads of the chunk at k0 (wb0, wb1: its weight jobs' row bytes; zeros for jobs past the counts).
 fn fetch_chunk(lid: u32, wb0: u32, wb1: u32, t0: u32, n: u32, k0: u32) -> Loads {
-    var l = Loads(mat4x4<f32>(), mat4x4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>());
+    var l = Loads(GroupLoad(), GroupLoad(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>());
     if (lid < W_COUNT) {
-        l.w0 = group16(wb0, k0 / GROUP_VALUES + lid / BR);
+        l.w0 = group_fetch(wb0, k0 / GROUP_VALUES + lid / BR);
     }
     if (W_JOBS > 1u && lid + WG < W_COUNT) {
-        l.w1 = group16(wb1, k0 / GROUP_VALUES + (lid + WG) / BR);
+        l.w1 = group_fetch(wb1, k0 / GROUP_VALUES + (lid + WG) / BR);
     }
     if (lid < X_COUNT) {
         l.x0 = fetch_x(t0, n, lid, k0);
@@ -147,13 +147,13 @@ fn fetch_chunk(lid: u32, wb0: u32, wb1: u32, t0: u32, n: u32, k0: u32) -> Loads 
     return l;
 }
 
-// Thread lid's loads of a chunk into workgroup memory.
-fn store_chunk(lid: u32, l: Loads) {
+// Thread lid's loads of the chunk at k0 into workgroup memory (the weights' values decoded here, group_values).
+fn store_chunk(lid: u32, l: Loads, k0: u32) {
     if (lid < W_COUNT) {
-        store_w(lid, l.w0);
+        store_w(lid, group_values(l.w0, k0 / GROUP_VALUES + lid / BR));
     }
     if (W_JOBS > 1u && lid + WG < W_COUNT) {
-        store_w(lid + WG, l.w1);
+        store_w(lid + WG, group_values(l.w1, k0 / GROUP_VALUES + (lid + WG) / BR));
     }
     if (lid < X_COUNT) {
         store_x(lid, l.x0);
@@ -239,7 +239,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                    vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
                    vec4<f32>(), vec4<f32>());
     for (var k0 = k_begin; k0 <= k_last; k0 += BK) {
-        store_chunk(lid, loads);
+        store_chunk(lid, loads, k0);
         workgroupBarrier();
         // the next chunk, read while this one is multiplied (the last fetches itself again, unused)
         loads = fetch_chunk(lid, wb0, wb1, t0, n, min(k0 + BK, k_last));
