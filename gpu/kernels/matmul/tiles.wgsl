@@ -4,10 +4,11 @@
 // weight tile (BR rows x BK, each value once) and copy the x tile (BT tokens x BK) into workgroup
 // memory as ${TILE} (matmul/tile_${TILE}.wgsl), both k-major, so each k step of a chunk (multiply_k,
 // written out for every step) reads TT / 4 vec4 of tokens and RR / 4 vec4 of rows for TT RR
-// multiply-adds. The next chunk is read from the buffers (and dequantised) into registers while the
-// current one is multiplied, so memory latency overlaps arithmetic. Accumulators and loads are named
-// variables, not arrays: NVIDIA's Vulkan compiler kept loop-indexed arrays in local memory (measured 5x
-// slower on an H200).
+// multiply-adds. The next chunk is read from the buffers into registers while the current one is
+// multiplied, so memory latency overlaps arithmetic (Q4_K held as its loaded words and dequantised when
+// stored, other types dequantised as read: matmul/group16_${GROUP_LOADS}.wgsl). Accumulators and loads
+// are named variables, not arrays: NVIDIA's Vulkan compiler kept loop-indexed arrays in local memory
+// (measured 5x slower on an H200).
 // A thread's rows are quads tx (and tx + BR / 8 when RR = 8) of the tile's BR / 4, its tokens quads
 // ty (and ty + BT / 8 when TT = 8), so neighbouring threads read neighbouring workgroup words. With
 // GLU the tile's first BR / 2 rows are gate rows and the next BR / 2 their up rows (RR = 8: a
