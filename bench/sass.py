@@ -16,7 +16,9 @@ Names are not kept: tell the pipelines apart by their mix (a profile run compile
 The cache layout is not documented; what this reads was observed with driver 580.159.04 (2026-11-27): the
 .bin file is a run of zstd frames; a frame holding a pipeline starts "NVDANVVM", and the little-endian u32
 words 19 and 20 of its header are the code's size and its offset less 8. Needs the `zstd` command and CUDA's
-`nvdisasm` (the GPU machine has it); a driver that stores the cache otherwise makes this print nothing.
+`nvdisasm` (the GPU machine has nvdisasm but not always zstd: carry Debian's zstd and libzstd1 packages, fetched with
+`apt-get download`, and unpack them there with `dpkg -x DEB /tmp/zz`, PATH and LD_LIBRARY_PATH pointing into it); a
+driver that stores the cache otherwise makes this print nothing.
 """
 
 from __future__ import annotations
