@@ -516,7 +516,9 @@ F16_TILES = False
 # the 16 values they decode to, dequantised when stored: 4B exact prefill 5,790 / 5,771 -> 5,861 / 5,853, 1B 20,126
 # -> 20,452 (270M 74,953 -> 74,102, within its spread); chunks of 32 values, which the freed registers were to make
 # room for, still slower (4B 5,274, 1B 17,258; each 4B shape in the sweep): their SASS takes 153 registers a thread
-# (the 16-value chunk's 125), so one workgroup of 256 threads fits an SM instead of two. A second workgroup-memory buffer with the
+# (the 16-value chunk's 125), so one workgroup of 256 threads fits an SM instead of two. Reading x when storing it
+# rather than a chunk ahead (fewer registers, its latency left to the SM's other workgroup): 4B 5,822 / 5,838 ->
+# 5,193 / 5,208, with 32-value chunks 5,272 / 5,261. A second workgroup-memory buffer with the
 # chunk loop written out over both (literal indices, one barrier a chunk; branch try/tiles-unrolled-buffers): 4B
 # 5,776 -> 4,970, 1B 19,930 -> 16,540.
 VEC4_TILE_TYPES = frozenset({GGMLQuantizationType.Q4_K})
