@@ -502,25 +502,24 @@ _MATMUL_MAX_PARTS_BYTES = 96 << 20  # the parts' scratch activation at most (the
 F16_TILES = False
 
 
-# The f32 tiles read Q4_K blocks as vec4<u32> (matmul/group16_q4_k_vec4.wgsl: a group's 16 values in two 16-byte
-# loads, eight 4-byte ones through quant/bytes.wgsl) and x along each token's k (matmul/tiles.wgsl's x jobs): each
-# dequantising thread reads its own row and, before, each x load 32 tokens' rows, so every warp-wide load touched 32
-# cache lines. H200, 512 tokens (bench/kernels.py, us, before -> both): the 4B's Q4_K gate-up 2560 x 2 x 10240
-# 1,342 -> 1,248, down 10240 x 2560 837 -> 697, o 2048 x 2560 215 -> 194, q 2560 x 2048 148 -> 138; exact prefill
-# (bench/tree_ab.py, interleaved twice) 5,321 / 5,318 -> 5,736 / 5,723 tok/s, the 1B 18,773 -> 19,143, the 270M
-# 67,258 -> 70,072. Measured and not kept: warps of 8 x 4 threads (the k step's workgroup loads 128 bytes of rows
-# and of tokens, not 256 and 32; no faster: q 138 -> 146, o 194 -> 199), two workgroup-memory buffers with one
-# barrier a chunk (4B prefill 5,712 -> 4,823), and Q6_K's ql and qh bytes each from the two aligned vec4 that hold
-# them (its 210-byte blocks start at any even byte; the shift costs ~30 ALU operations a span): 4B prefill 5,773 /
-# 5,792 -> 5,778 / 5,797, no gain for the code. Held a chunk ahead as the loaded words (8 registers) rather than
-# the 16 values they decode to, dequantised when stored: 4B exact prefill 5,790 / 5,771 -> 5,861 / 5,853, 1B 20,126
-# -> 20,452 (270M 74,953 -> 74,102, within its spread); chunks of 32 values, which the freed registers were to make
-# room for, still slower (4B 5,274, 1B 17,258; each 4B shape in the sweep): their SASS takes 153 registers a thread
-# (the 16-value chunk's 125), so one workgroup of 256 threads fits an SM instead of two. Reading x when storing it
-# rather than a chunk ahead (fewer registers, its latency left to the SM's other workgroup): 4B 5,822 / 5,838 ->
-# 5,193 / 5,208, with 32-value chunks 5,272 / 5,261. A second workgroup-memory buffer with the
-# chunk loop written out over both (literal indices, one barrier a chunk; branch try/tiles-unrolled-buffers): 4B
-# 5,776 -> 4,970, 1B 19,930 -> 16,540.
+# The f32 tiles read Q4_K blocks as vec4<u32> (matmul/group16_q4_k_vec4.wgsl: a group's 16 values in two 16-byte loads,
+# eight 4-byte ones through quant/bytes.wgsl) and x along each token's k (matmul/tiles.wgsl's x jobs): each dequantising
+# thread reads its own row and, before, each x load 32 tokens' rows, so every warp-wide load touched 32 cache lines.
+# H200, 512 tokens (bench/kernels.py, us, before -> both): the 4B's Q4_K gate-up 2560 x 2 x 10240 1,342 -> 1,248, down
+# 10240 x 2560 837 -> 697, o 2048 x 2560 215 -> 194, q 2560 x 2048 148 -> 138; exact prefill (bench/tree_ab.py,
+# interleaved twice) 5,321 / 5,318 -> 5,736 / 5,723 tok/s, the 1B 18,773 -> 19,143, the 270M 67,258 -> 70,072. Measured
+# and not kept: warps of 8 x 4 threads (the k step's workgroup loads 128 bytes of rows and of tokens, not 256 and 32; no
+# faster: q 138 -> 146, o 194 -> 199), two workgroup-memory buffers with one barrier a chunk (4B prefill 5,712 ->
+# 4,823), and Q6_K's ql and qh bytes each from the two aligned vec4 that hold them (its 210-byte blocks start at any
+# even byte; the shift costs ~30 ALU operations a span): 4B prefill 5,773 / 5,792 -> 5,778 / 5,797, no gain for the
+# code. Since session 23 a Q4_K group fetched a chunk ahead is held as its loaded words (8 registers), not the 16 values
+# they decode to, dequantised when stored: 4B exact prefill 5,790 / 5,771 -> 5,861 / 5,853, 1B 20,126 -> 20,452 (270M
+# 74,953 -> 74,102, within its spread); chunks of 32 values, which the freed registers were to make room for, still
+# slower (4B 5,274, 1B 17,258; each 4B shape in the sweep): their SASS takes 153 registers a thread (the 16-value
+# chunk's 125), so one workgroup of 256 threads fits an SM instead of two. Reading x when storing it rather than a chunk
+# ahead (fewer registers, its latency left to the SM's other workgroup): 4B 5,822 / 5,838 -> 5,193 / 5,208, with
+# 32-value chunks 5,272 / 5,261. A second workgroup-memory buffer with the chunk loop written out over both (literal
+# indices, one barrier a chunk; branch try/tiles-unrolled-buffers): 4B 5,776 -> 4,970, 1B 19,930 -> 16,540.
 VEC4_TILE_TYPES = frozenset({GGMLQuantizationType.Q4_K})
 
 
