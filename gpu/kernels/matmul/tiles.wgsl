@@ -60,6 +60,11 @@ var<workgroup> ws: array<array<array<vec4<tile_t>, BR / 4u>, 4>, BK / 4u>;
 // Weight job j (j < W_COUNT): tile row j % BR, 16-value group j / BR of each chunk. Thread lid has
 // jobs lid and lid + WG (where W_JOBS = 2); threads past the count, whole warps, skip them.
 
+// The row's group index of weight job j in the chunk at k0 (fetched and stored by the same index).
+fn w_group(j: u32, k0: u32) -> u32 {
+    return k0 / GROUP_VALUES + j / BR;
+}
+
 // Four k values of one row, k steps 4 q .. 4 q + 3.
 fn store_w4(q: u32, col: u32, c4: u32, v: vec4<f32>) {
     ws[q][0][col][c4] = to_tile(v.x);
@@ -128,10 +133,10 @@ struct Loads {
 fn fetch_chunk(lid: u32, wb0: u32, wb1: u32, t0: u32, n: u32, k0: u32) -> Loads {
     var l = Loads(GroupLoad(), GroupLoad(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>());
     if (lid < W_COUNT) {
-        l.w0 = group_fetch(wb0, k0 / GROUP_VALUES + lid / BR);
+        l.w0 = group_fetch(wb0, w_group(lid, k0));
     }
     if (W_JOBS > 1u && lid + WG < W_COUNT) {
-        l.w1 = group_fetch(wb1, k0 / GROUP_VALUES + (lid + WG) / BR);
+        l.w1 = group_fetch(wb1, w_group(lid + WG, k0));
     }
     if (lid < X_COUNT) {
         l.x0 = fetch_x(t0, n, lid, k0);
@@ -151,10 +156,10 @@ fn fetch_chunk(lid: u32, wb0: u32, wb1: u32, t0: u32, n: u32, k0: u32) -> Loads 
 // Thread lid's loads of the chunk at k0 into workgroup memory (the weights' values decoded here, group_values).
 fn store_chunk(lid: u32, l: Loads, k0: u32) {
     if (lid < W_COUNT) {
-        store_w(lid, group_values(l.w0, k0 / GROUP_VALUES + lid / BR));
+        store_w(lid, group_values(l.w0, w_group(lid, k0)));
     }
     if (W_JOBS > 1u && lid + WG < W_COUNT) {
-        store_w(lid + WG, group_values(l.w1, k0 / GROUP_VALUES + (lid + WG) / BR));
+        store_w(lid + WG, group_values(l.w1, w_group(lid + WG, k0)));
     }
     if (lid < X_COUNT) {
         store_x(lid, l.x0);
