@@ -519,7 +519,10 @@ F16_TILES = False
 # chunk's 125), so one workgroup of 256 threads fits an SM instead of two. Reading x when storing it rather than a chunk
 # ahead (fewer registers, its latency left to the SM's other workgroup): 4B 5,822 / 5,838 -> 5,193 / 5,208, with
 # 32-value chunks 5,272 / 5,261. A second workgroup-memory buffer with the chunk loop written out over both (literal
-# indices, one barrier a chunk; branch try/tiles-unrolled-buffers): 4B 5,776 -> 4,970, 1B 19,930 -> 16,540.
+# indices, one barrier a chunk; branch try/tiles-unrolled-buffers): 4B 5,776 -> 4,970, 1B 19,930 -> 16,540. Session 24
+# (branches try/q4k-halves, try/x-blocks): each group decoded in halves by two threads, so every thread of the 128 x 128
+# tile decodes, 4B 5,852 / 5,840 -> 5,681 / 5,685 (5,555 loading only the half's bytes); one 16-word load job a thread
+# (a weight group, or 4 tokens x 4 k of x stored as 4 vec4), gate-up 1,229 -> 1,400 us, down 691 -> 792.
 VEC4_TILE_TYPES = frozenset({GGMLQuantizationType.Q4_K})
 
 
