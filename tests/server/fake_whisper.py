@@ -7,57 +7,19 @@ detects German. It records the options of every call so tests can see what the s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import time
-
 import numpy as np
+
+# The model's own types (numpy only, no GPU), so the stand-in takes and returns exactly what WhisperModel does; the
+# server finds them next to the model's class (server/transcription_worker.py's model_type).
+from models.whisper_decode import Segment, TranscribeOptions, UnknownLanguage, Word
 
 SAMPLE_RATE = 16000
 SILENCE_RMS = 1e-3  # a second quieter than this is silence
-
-
-class UnknownLanguage(ValueError):
-    """A language code the model does not know."""
-
-
-@dataclass(frozen=True)
-class TranscribeOptions:
-    task: str = "transcribe"
-    language: str | None = None
-    prompt: str | None = None
-    temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    beam_size: int = 1
-    word_timestamps: bool = False
-    condition_on_previous_text: bool = True
-    compression_ratio_threshold: float | None = 2.4
-    log_prob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6
-    seed: int | None = None
-
-
-@dataclass
-class Word:
-    start: float
-    end: float
-    word: str
-    probability: float
-
-
-@dataclass
-class Segment:
-    id: int
-    start: float
-    end: float
-    text: str
-    tokens: list[int]
-    temperature: float
-    avg_logprob: float
-    compression_ratio: float
-    no_speech_prob: float
-    words: list[Word] | None = None
 
 
 @dataclass
