@@ -24,11 +24,9 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import wgpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,6 +34,7 @@ from gpu.device import default_device  # noqa: E402
 from gpu.kv_cache import KVPool  # noqa: E402
 from gpu.ops import transformer  # noqa: E402
 from gpu.ops.attention_prompt import PromptConfig, attention_prompt, prompt_config  # noqa: E402
+from gpu.profile import PassTimer  # noqa: E402
 from gpu.program import Executor, Program, ProgramBuilder, StepParams  # noqa: E402
 
 # Gemma 3 attention shapes (scripts/make_synthetic_gguf.py; HF configs): heads, kv heads, head dim,
@@ -57,33 +56,12 @@ class Timer:
     """Times programs with timestamp queries at a compute pass's start and end (wall time without them)."""
 
     def __init__(self, ex: Executor) -> None:
-        self.ex = ex
-        self.device = ex.device
-        self.timestamps = self.device.has("timestamp-query")
-        if self.timestamps:
-            self.query_set = self.device.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
-            self.resolve = self.device.create_buffer(
-                16, "bench.resolve", wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        self.pass_timer = PassTimer(ex)
 
     def _pass(self, program: Program, reps: int, n_tokens: int) -> float:
-        dev = self.device
-        dev.queue.write_buffer(self.ex.step_tensor.buffer, 0, StepParams(n_tokens).pack())
-        encoder = dev.device.create_command_encoder()
-        writes = {"query_set": self.query_set, "beginning_of_pass_write_index": 0,
-                  "end_of_pass_write_index": 1} if self.timestamps else None
-        compute_pass = encoder.begin_compute_pass(timestamp_writes=writes)
-        for _ in range(reps):
-            program.encode(compute_pass)
-        compute_pass.end()
-        if self.timestamps:
-            encoder.resolve_query_set(self.query_set, 0, 2, self.resolve, 0)
-        start = time.perf_counter()
-        dev.queue.submit([encoder.finish()])
-        if self.timestamps:
-            stamps = np.frombuffer(dev.queue.read_buffer(self.resolve, 0, 16), np.uint64)
-            return float(stamps[1] - stamps[0]) * 1e-9
-        dev.queue.read_buffer(self.ex.step_tensor.buffer, 0, 4)  # waits for the submission
-        return time.perf_counter() - start
+        """Seconds of one pass of reps replays: its GPU time, or its wall time without timestamp queries."""
+        gpu, wall = self.pass_timer.time_pass(program, reps, n_tokens)
+        return gpu if self.pass_timer.timestamps else wall
 
     def reps(self, program: Program, n_tokens: int) -> int:
         """Replays of program that make a pass of about TARGET_PASS_S (after a warm-up pass of as long)."""

@@ -41,7 +41,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import wgpu
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,7 +49,8 @@ from gpu.device import default_device  # noqa: E402
 from gpu.ops import matmul as matmul_ops  # noqa: E402
 from gpu.ops.matmul import LinearKernel, linear, linear_glu  # noqa: E402
 from gpu.ops.transformer import gelu_mul  # noqa: E402
-from gpu.program import Executor, Program, ProgramBuilder, StepParams  # noqa: E402
+from gpu.profile import PassTimer  # noqa: E402
+from gpu.program import Executor, Program, ProgramBuilder  # noqa: E402
 from gpu.tensor import Tensor  # noqa: E402
 from gpu.weights import QuantWeight, row_bytes, upload_weight  # noqa: E402
 
@@ -91,11 +91,8 @@ class Bench:
         self.rotate_bytes = rotate_bytes
         self.device = ex.device
         self.rng = np.random.default_rng(0)
-        self.timestamps = self.device.has("timestamp-query")
-        if self.timestamps:
-            self.query_set = self.device.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
-            self.resolve = self.device.create_buffer(
-                16, "bench.resolve", wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        self.timer = PassTimer(ex)
+        self.timestamps = self.timer.timestamps
 
     def weights(self, name: str, qtype: Q, k: int, n: int, copies: int) -> list[QuantWeight]:
         """copies of one random weight (random bytes: the values do not change the time)."""
@@ -107,26 +104,7 @@ class Bench:
 
     def _pass(self, program: Program, reps: int, n_tokens: int) -> tuple[float, float]:
         """(GPU seconds from timestamps, or nan, wall seconds) of one pass replaying program reps times."""
-        dev = self.device
-        dev.queue.write_buffer(self.ex.step_tensor.buffer, 0, StepParams(n_tokens).pack())
-        encoder = dev.device.create_command_encoder()
-        writes = {"query_set": self.query_set, "beginning_of_pass_write_index": 0,
-                  "end_of_pass_write_index": 1} if self.timestamps else None
-        compute_pass = encoder.begin_compute_pass(timestamp_writes=writes)
-        for _ in range(reps):
-            program.encode(compute_pass)
-        compute_pass.end()
-        if self.timestamps:
-            encoder.resolve_query_set(self.query_set, 0, 2, self.resolve, 0)
-        start = time.perf_counter()
-        dev.queue.submit([encoder.finish()])
-        if self.timestamps:
-            stamps = np.frombuffer(dev.queue.read_buffer(self.resolve, 0, 16), np.uint64)
-            gpu = float(stamps[1] - stamps[0]) * 1e-9
-        else:
-            dev.queue.read_buffer(self.ex.step_tensor.buffer, 0, 4)  # waits for the submission
-            gpu = float("nan")
-        return gpu, time.perf_counter() - start
+        return self.timer.time_pass(program, reps, n_tokens)
 
     def time(self, program: Program, calls: int, n_tokens: int) -> tuple[float, float]:
         """(GPU, wall) microseconds per call of a program holding `calls` calls, after WARM_S of passes: an

@@ -1,4 +1,4 @@
-"""Per-kernel GPU time of a program from timestamp queries.
+"""Per-kernel GPU time of a program from timestamp queries, and the benchmarks' timed passes (PassTimer).
 
 Each dispatch runs in a compute pass of its own with timestamps at the pass's start and
 end, so the figures include no encoding cost but do include a pass boundary per dispatch;
@@ -7,6 +7,7 @@ they show where a step's GPU time goes, not the step's wall time.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -55,6 +56,43 @@ def profile_program(executor: Executor, program: Program, step: StepParams, repe
     for d, us in zip(program.dispatches, per_dispatch):
         totals[d.label].append(float(us))
     return sorted((KernelTime(k, len(v), sum(v)) for k, v in totals.items()), key=lambda t: -t.total_us)
+
+
+class PassTimer:
+    """Times one compute pass replaying a program: its GPU time from timestamp queries at the pass's start and end
+    (the benchmarks' figure: no encoding cost, one pass boundary), and the wall time from submit to completion."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        device = executor.device
+        self.timestamps = device.has("timestamp-query")
+        if self.timestamps:
+            self.query_set = device.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+            self.resolve = device.create_buffer(16, "timer.resolve",
+                                                wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+
+    def time_pass(self, program: Program, reps: int, n_tokens: int) -> tuple[float, float]:
+        """(GPU seconds, or nan without timestamp queries; wall seconds) of one pass of reps replays of program."""
+        device = self.executor.device
+        device.queue.write_buffer(self.executor.step_tensor.buffer, 0, StepParams(n_tokens).pack())
+        encoder = device.device.create_command_encoder()
+        writes = {"query_set": self.query_set, "beginning_of_pass_write_index": 0,
+                  "end_of_pass_write_index": 1} if self.timestamps else None
+        compute_pass = encoder.begin_compute_pass(timestamp_writes=writes)
+        for _ in range(reps):
+            program.encode(compute_pass)
+        compute_pass.end()
+        if self.timestamps:
+            encoder.resolve_query_set(self.query_set, 0, 2, self.resolve, 0)
+        start = time.perf_counter()
+        device.queue.submit([encoder.finish()])
+        if self.timestamps:
+            stamps = np.frombuffer(device.queue.read_buffer(self.resolve, 0, 16), np.uint64)
+            gpu = float(stamps[1] - stamps[0]) * 1e-9
+        else:
+            device.queue.read_buffer(self.executor.step_tensor.buffer, 0, 4)  # waits for the submission
+            gpu = float("nan")
+        return gpu, time.perf_counter() - start
 
 
 def profile_report(executor: Executor, label: str, program: Program, step: StepParams) -> str:
