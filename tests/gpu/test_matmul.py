@@ -425,16 +425,21 @@ def test_matmul_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypat
     run_linear(ex, Q.Q4_K, 512, 150, 70, 67, seed=13, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
-@pytest.mark.parametrize(("split", "chunks"), [(3, 18), (5, 30), (6, 36), (3, 20), (5, 32), (7, 8)])
-def test_matmul_uneven_splits(ex: Executor, split: int, chunks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("qtype", "split", "chunks"), [(Q.Q8_0, 3, 18), (Q.Q8_0, 5, 30), (Q.Q8_0, 6, 36),
+                                                         (Q.Q8_0, 3, 20), (Q.Q8_0, 5, 32), (Q.Q8_0, 7, 8),
+                                                         (Q.Q4_K, 3, 64), (Q.Q4_K, 5, 48)],
+                         ids=lambda v: v.name if isinstance(v, Q) else str(v))
+def test_matmul_uneven_splits(ex: Executor, qtype: Q, split: int, chunks: int,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
     """k in a number of parts other than a power of two, as _whole_waves_split picks on NVIDIA GPUs (the 4B's o in
     3): the 8 x 8 tile, partial token and row tiles, parts of equal chunks and parts a chunk apart (20 chunks in 3
-    parts: 6, 7, 7)."""
+    parts: 6, 7, 7). For Q4_K, parts that start inside a block of 16 chunks (64 in 3: 21, 21, 22), whose first
+    chunk must load the block's head, which the tiles then keep for the block's later chunks."""
     tile = T(128, 128, 8, 16, split, 8)
     k = 16 * chunks
     assert tile.problem(k, False) is None
     monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
-    run_linear(ex, Q.Q8_0, k, 150, 140, 131, seed=15, kernel=LinearKernel.MATMUL, whole_rows=False)
+    run_linear(ex, qtype, k, 150, 140, 131, seed=15, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
 def test_matmul_split_sharded(ex: Executor, monkeypatch: pytest.MonkeyPatch) -> None:

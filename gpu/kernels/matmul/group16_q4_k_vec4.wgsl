@@ -14,10 +14,16 @@ struct GroupLoad {
     qs: vec4<u32>,
 }
 
-// The loads of the 16-value group gi of the row at byte row_base.
-fn group_fetch(row_base: u32, gi: u32) -> GroupLoad {
+// The loads of the 16-value group gi of the row at byte row_base: its quant bytes, and its block's head where
+// new_block says the one held (from the row's previous group) is another block's. A block's 16 groups are 16
+// chunks of a 16-value tile, so the head is loaded once a block rather than once a group.
+fn group_fetch(row_base: u32, gi: u32, held: GroupLoad, new_block: bool) -> GroupLoad {
     let block = (row_base + (gi / GROUPS_PER_BLOCK) * BLOCK_BYTES) / 16u;
-    return GroupLoad(weight_vec4[block], weight_vec4[block + q4_k_qs_byte(gi % GROUPS_PER_BLOCK) / 16u]);
+    var head = held.head;
+    if (new_block) {
+        head = weight_vec4[block];
+    }
+    return GroupLoad(head, weight_vec4[block + q4_k_qs_byte(gi % GROUPS_PER_BLOCK) / 16u]);
 }
 
 // The 16 values of group gi from its loads.

@@ -9,7 +9,7 @@ fn group16(row_base: u32, gi: u32) -> mat4x4<f32> {
 
 alias GroupLoad = mat4x4<f32>;
 
-fn group_fetch(row_base: u32, gi: u32) -> GroupLoad {
+fn group_fetch(row_base: u32, gi: u32, held: GroupLoad, new_block: bool) -> GroupLoad {
     return group16(row_base, gi);
 }
 

@@ -129,14 +129,21 @@ struct Loads {
     x3: vec4<f32>,
 }
 
-// Thread lid's loads of the chunk at k0 (wb0, wb1: its weight jobs' row bytes; zeros for jobs past the counts).
-fn fetch_chunk(lid: u32, wb0: u32, wb1: u32, t0: u32, n: u32, k0: u32) -> Loads {
+// Whether weight job j's group at chunk k0 starts a block its previous chunk's did not reach (or `first`: the loop's
+// first chunk), so the group file must load the block's head again rather than keep the held one.
+fn w_new_block(j: u32, k0: u32, first: bool) -> bool {
+    return first || w_group(j, k0) % GROUPS_PER_BLOCK < BK / GROUP_VALUES;
+}
+
+// Thread lid's loads of the chunk at k0 (wb0, wb1: its weight jobs' row bytes; zeros for jobs past the counts),
+// `held` those of the chunk before (the block heads the group file keeps).
+fn fetch_chunk(lid: u32, wb0: u32, wb1: u32, t0: u32, n: u32, k0: u32, held: Loads, first: bool) -> Loads {
     var l = Loads(GroupLoad(), GroupLoad(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>());
     if (lid < W_COUNT) {
-        l.w0 = group_fetch(wb0, w_group(lid, k0));
+        l.w0 = group_fetch(wb0, w_group(lid, k0), held.w0, w_new_block(lid, k0, first));
     }
     if (W_JOBS > 1u && lid + WG < W_COUNT) {
-        l.w1 = group_fetch(wb1, w_group(lid + WG, k0));
+        l.w1 = group_fetch(wb1, w_group(lid + WG, k0), held.w1, w_new_block(lid + WG, k0, first));
     }
     if (lid < X_COUNT) {
         l.x0 = fetch_x(t0, n, lid, k0);
@@ -239,7 +246,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // this thread's loads, fetched one chunk ahead: the weight's rows (as bytes) of its dequantisation jobs
     let wb0 = tile_row_byte(r0, lid % BR);
     let wb1 = tile_row_byte(r0, (lid + WG) % BR);
-    var loads = fetch_chunk(lid, wb0, wb1, t0, n, k_begin);
+    var loads = fetch_chunk(lid, wb0, wb1, t0, n, k_begin, Loads(), true);
 
     var acc = Sums(vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
                    vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>(),
@@ -248,7 +255,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         store_chunk(lid, loads, k0);
         workgroupBarrier();
         // the next chunk, read while this one is multiplied (the last fetches itself again, unused)
-        loads = fetch_chunk(lid, wb0, wb1, t0, n, min(k0 + BK, k_last));
+        loads = fetch_chunk(lid, wb0, wb1, t0, n, min(k0 + BK, k_last), loads, false);
         // every k step of the chunk with its index a constant (see multiply_k)
         acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 0u, tx, ty), 1u, tx, ty), 2u, tx, ty), 3u, tx, ty);
         acc = multiply_k(multiply_k(multiply_k(multiply_k(acc, 4u, tx, ty), 5u, tx, ty), 6u, tx, ty), 7u, tx, ty);
