@@ -522,7 +522,8 @@ F16_TILES = False
 # indices, one barrier a chunk; branch try/tiles-unrolled-buffers): 4B 5,776 -> 4,970, 1B 19,930 -> 16,540. Session 24
 # (branches try/q4k-halves, try/x-blocks): each group decoded in halves by two threads, so every thread of the 128 x 128
 # tile decodes, 4B 5,852 / 5,840 -> 5,681 / 5,685 (5,555 loading only the half's bytes); one 16-word load job a thread
-# (a weight group, or 4 tokens x 4 k of x stored as 4 vec4), gate-up 1,229 -> 1,400 us, down 691 -> 792.
+# (a weight group, or 4 tokens x 4 k of x stored as 4 vec4), gate-up 1,229 -> 1,400 us, down 691 -> 792. Kept: a
+# block's head loaded once a block and held for its 16 chunks, 4B 5,836 / 5,837 -> 5,862 / 5,877, down 690 -> 675 us.
 VEC4_TILE_TYPES = frozenset({GGMLQuantizationType.Q4_K})
 
 
