@@ -9,6 +9,7 @@ fn group16(row_base: u32, gi: u32) -> mat4x4<f32> {
 
 alias GroupLoad = mat4x4<f32>;
 
+// held and new_block serve the Q4_K file (matmul/group16_q4_k_vec4.wgsl), which keeps a block's head between groups.
 fn group_fetch(row_base: u32, gi: u32, held: GroupLoad, new_block: bool) -> GroupLoad {
     return group16(row_base, gi);
 }

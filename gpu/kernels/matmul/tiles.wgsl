@@ -129,8 +129,9 @@ struct Loads {
     x3: vec4<f32>,
 }
 
-// Whether weight job j's group at chunk k0 starts a block its previous chunk's did not reach (or `first`: the loop's
-// first chunk), so the group file must load the block's head again rather than keep the held one.
+// Whether weight job j's group in the chunk at k0 lies in a later block than its group in the chunk before (or
+// `first`: the loop's first chunk, nothing held yet), so that the group file loads that block's head rather than
+// keeping the one held.
 fn w_new_block(j: u32, k0: u32, first: bool) -> bool {
     return first || w_group(j, k0) % GROUPS_PER_BLOCK < BK / GROUP_VALUES;
 }
