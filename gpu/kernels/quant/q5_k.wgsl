@@ -14,10 +14,11 @@ const BLOCK_BYTES: u32 = 176u;
 #include "quant/k_scales.wgsl"
 
 fn dequant16(base: u32, g: u32) -> mat4x4<f32> {
-    let dmin = unpack2x16float(weight[base >> 2u]);
+    let head = load_16_aligned(base);  // d, dmin and the scale bytes
+    let dmin = unpack2x16float(head.x);
     let chunk = g >> 2u;
     let upper = (g >> 1u) & 1u;
-    let sm = scale_min_k4(base, 2u * chunk + upper);
+    let sm = scale_min_k4_words(head, 2u * chunk + upper);
     let low = (load_16_aligned(base + 48u + 32u * chunk + 16u * (g & 1u)) >> vec4<u32>(4u * upper))
         & vec4<u32>(0x0F0F0F0Fu);
     let high = ((load_16_aligned(base + 16u + 16u * (g & 1u)) >> vec4<u32>(g >> 1u)) & vec4<u32>(0x01010101u))

@@ -9,8 +9,9 @@ const HAS_MIN: bool = true;
 fn block_i8(row: u32, b: u32) -> I8Block {
     let base = row + (b >> 3u) * BLOCK_BYTES;
     let sub = b & 7u;
-    let dmin = unpack2x16float(weight[base >> 2u]);
-    let sm = scale_min_k4(base, sub);
+    let head = load_16_aligned(base);  // d, dmin and the scale bytes
+    let dmin = unpack2x16float(head.x);
+    let sm = scale_min_k4_words(head, sub);
     let shift = vec4<u32>(4u * (sub & 1u));
     let qs = base + 16u + 32u * (sub >> 1u);
     let lo = (load_16_aligned(qs) >> shift) & vec4<u32>(0x0F0F0F0Fu);
