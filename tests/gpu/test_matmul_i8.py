@@ -131,11 +131,14 @@ def test_matmul_int8(ex: Executor, qtype: Q, glu: bool) -> None:
 @pytest.mark.parametrize("tile", [T(64, 64, 8, 32, 4), T(128, 64, 8, 32, 2), T(64, 128, 8, 32, 8)],
                          ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
-def test_matmul_int8_tiles(ex: Executor, tile: matmul_ops.MatmulTile, glu: bool,
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_matmul_int8_tiles(ex: Executor, tile: matmul_ops.MatmulTile, glu: bool, qtype: Q,
                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The other tile shapes, with k split over workgroups (parts added by matmul_reduce)."""
+    """The other tile shapes, with k split over workgroups (parts added by matmul_reduce): with 4 and 8 parts
+    of K = 512 a part starts inside a super-block, where the Q4_K tiles load the head they hold for its
+    32-value blocks on the part's first block rather than at the super-block's."""
     monkeypatch.setattr(matmul_ops, "int8_tile", lambda k, n, t_max, glu=False: tile)
-    check_int8_linear(ex, Q.Q6_K, 512, 300 if glu else 150, 70, 67, glu, seed=22)
+    check_int8_linear(ex, qtype, 512, 300 if glu else 150, 70, 67, glu, seed=22)
 
 
 def test_int8_tile_choice() -> None:

@@ -10,7 +10,8 @@
 // value, averaging out over k), the same trade llama.cpp makes.
 // Per 32-value chunk of k the workgroup unpacks its BR weight rows (one thread a row) and copies its
 // BT tokens' blocks (one thread a token) into workgroup memory, laid out so that neighbouring threads
-// read neighbouring words; each thread then takes its two row quads one after the other, and within a
+// read neighbouring words (a row's thread holds its super-block's head, block_head_i8, for the super-block's
+// 32-value blocks: for Q4_K 8 words a block where it loaded 12); each thread then takes its two row quads one after the other, and within a
 // quad values 0..15 then 16..31 (4 words of each of its 4 rows and 4 tokens at a time), for 8
 // dot4I8Packed per (token, row). Few live registers matter more here than overlapping loads with
 // arithmetic: on an H100 (4B shapes, 512 tokens) holding a quad's 8 words per row at once and fetching
@@ -37,6 +38,7 @@ const WG: u32 = TX * (BT / 4u);
 const QR: u32 = BR / 4u;            // row quads of the tile
 const QT: u32 = BT / 4u;            // token quads
 const BLOCKS: u32 = K / 32u;        // 32-value blocks per row
+const BLOCKS_PER_SUPER: u32 = BLOCK_VALUES / 32u;  // 32-value blocks per block of the weight type
 const PART: u32 = BLOCKS / SPLIT;   // blocks per workgroup
 const JOBS: u32 = BR + BT;          // loads per chunk: one per weight row, one per token (at most WG)
 
@@ -50,10 +52,11 @@ var<workgroup> ws_d: array<array<vec4<f32>, QR>, 3>;
 var<workgroup> xs_q: array<array<vec4<u32>, QT>, 8>;
 var<workgroup> xs_d: array<array<vec4<f32>, QT>, 2>;
 
-// A load job's block: a weight row's, or a token's (lo, hi, (d_x, s_x, 0)).
-fn fetch(job: u32, r0: u32, t0: u32, n: u32, b: u32) -> I8Block {
+// A load job's block: a weight row's (head: its super-block's, as block_i8 takes it), or a token's (lo, hi,
+// (d_x, s_x, 0)).
+fn fetch(job: u32, r0: u32, t0: u32, n: u32, b: u32, head: vec4<u32>) -> I8Block {
     if (job < BR) {
-        return block_i8(tile_row_byte(r0, job), b);
+        return block_i8(tile_row_byte(r0, job), b, head);
     }
     let t = t0 + job - BR;
     if (t >= n) {
@@ -174,9 +177,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let loads = lid < JOBS;   // whole warps: BR and BT are multiples of 32 and 4 x 8
     var a = Quad4(vec4<f32>(), vec4<f32>(), vec4<f32>(), vec4<f32>());  // tokens 4 ty + i, rows of quad tx
     var b = a;                                                          // rows of quad tx + BR / 8
+    var head = vec4<u32>();  // a weight row's super-block head, loaded once a super-block (Q4_K: 1 load in 3)
     for (var block = b_begin; block <= b_last; block++) {
         if (loads) {
-            store_job(lid, fetch(lid, r0, t0, n, block));
+            if (lid < BR && (block == b_begin || block % BLOCKS_PER_SUPER == 0u)) {
+                head = block_head_i8(tile_row_byte(r0, lid), block);
+            }
+            store_job(lid, fetch(lid, r0, t0, n, block, head));
         }
         workgroupBarrier();
         a = multiply_quad(a, tx, ty);

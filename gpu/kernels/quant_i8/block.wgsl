@@ -3,10 +3,15 @@
 //     const BLOCK_VALUES, BLOCK_BYTES   as quant/<type>.wgsl
 //     const HALF_SCALES: bool           true where values 0..15 and 16..31 have their own scales (Q6_K)
 //     const HAS_MIN: bool               true where values carry an additive minimum (Q4_K)
-//     fn block_i8(row: u32, b: u32) -> I8Block
+//     fn block_head_i8(row: u32, b: u32) -> vec4<u32>
+//         the words of block b's super-block that block_i8 reads for each of its 32-value blocks (Q4_K: d,
+//         dmin and the scale bytes), for a caller to load once a super-block and hold; zeros where a type
+//         reads none that way
+//     fn block_i8(row: u32, b: u32, head: vec4<u32>) -> I8Block
 //         values [32 b, 32 b + 32) of the row whose first byte is `row`, such that value i is
 //         d_lo q_i + m (i < 16) or d_hi q_i + m (i >= 16), with q_i a signed byte as dot4I8Packed
 //         reads it; the values are ggml's exactly (q times the sub-block scale, minus the minimum).
+//         head: block_head_i8(row, b).
 
 struct I8Block {
     lo: vec4<u32>,  // q of values 0..15, four to a word (value 4 w + j in byte j of word w)

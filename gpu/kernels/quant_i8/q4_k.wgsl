@@ -6,10 +6,14 @@
 const HALF_SCALES: bool = false;
 const HAS_MIN: bool = true;
 
-fn block_i8(row: u32, b: u32) -> I8Block {
+// d, dmin and the scale bytes: the super-block's first 16 bytes, the same for its 8 blocks.
+fn block_head_i8(row: u32, b: u32) -> vec4<u32> {
+    return load_16_aligned(row + (b >> 3u) * BLOCK_BYTES);
+}
+
+fn block_i8(row: u32, b: u32, head: vec4<u32>) -> I8Block {
     let base = row + (b >> 3u) * BLOCK_BYTES;
     let sub = b & 7u;
-    let head = load_16_aligned(base);  // d, dmin and the scale bytes
     let dmin = unpack2x16float(head.x);
     let sm = scale_min_k4_words(head, sub);
     let shift = vec4<u32>(4u * (sub & 1u));

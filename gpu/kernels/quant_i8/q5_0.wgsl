@@ -6,7 +6,11 @@
 const HALF_SCALES: bool = false;
 const HAS_MIN: bool = false;
 
-fn block_i8(row: u32, b: u32) -> I8Block {
+fn block_head_i8(row: u32, b: u32) -> vec4<u32> {
+    return vec4<u32>();  // block_i8 reads its scales itself
+}
+
+fn block_i8(row: u32, b: u32, head: vec4<u32>) -> I8Block {
     let base = row + b * BLOCK_BYTES;
     let d = load_f16(base);
     let qh = load_u32(base + 2u);

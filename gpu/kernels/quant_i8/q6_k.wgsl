@@ -7,7 +7,11 @@
 const HALF_SCALES: bool = true;
 const HAS_MIN: bool = false;
 
-fn block_i8(row: u32, b: u32) -> I8Block {
+fn block_head_i8(row: u32, b: u32) -> vec4<u32> {
+    return vec4<u32>();  // block_i8 reads its scales itself
+}
+
+fn block_i8(row: u32, b: u32, head: vec4<u32>) -> I8Block {
     let base = row + (b >> 3u) * BLOCK_BYTES;
     let half = (b >> 2u) & 1u;
     let quarter = b & 3u;
