@@ -10,13 +10,13 @@
 // value, averaging out over k), the same trade llama.cpp makes.
 // Per 32-value chunk of k the workgroup unpacks its BR weight rows (one thread a row) and copies its
 // BT tokens' blocks (one thread a token) into workgroup memory, laid out so that neighbouring threads
-// read neighbouring words (a row's thread holds its super-block's head, block_head_i8, for the super-block's
-// 32-value blocks: for Q4_K 8 words a block where it loaded 12); each thread then takes its two row quads one after the other, and within a
-// quad values 0..15 then 16..31 (4 words of each of its 4 rows and 4 tokens at a time), for 8
-// dot4I8Packed per (token, row). Few live registers matter more here than overlapping loads with
-// arithmetic: on an H100 (4B shapes, 512 tokens) holding a quad's 8 words per row at once and fetching
-// the next chunk into registers during the multiply ran 5,431 tok/s, this order 6,189. The
-// thread/row/token layout and the epilogue are tiles.wgsl's (matmul/tile_store.wgsl), with RR = 8.
+// read neighbouring words (a row's thread holds its super-block's head, block_head_i8, for the
+// super-block's 32-value blocks: for Q4_K 8 words a block where it loaded 12); each thread then takes its
+// two row quads one after the other, and within a quad values 0..15 then 16..31 (4 words of each of its 4
+// rows and 4 tokens at a time), for 8 dot4I8Packed per (token, row). Few live registers matter more here
+// than overlapping loads with arithmetic: on an H100 (4B shapes, 512 tokens) holding a quad's 8 words per
+// row at once and fetching the next chunk into registers during the multiply ran 5,431 tok/s, this order
+// 6,189. The thread/row/token layout and the epilogue are tiles.wgsl's (matmul/tile_store.wgsl), RR = 8.
 #include "quant_i8/${WEIGHT_TYPE}.wgsl"
 #include "matmul/tile_store.wgsl"
 
