@@ -3,8 +3,8 @@
 #
 # The GPU machine has nvcc, cmake and ninja but no internet, starts bare on every call and takes
 # 64 MiB of files per call, so the sources travel as a stripped tarball (1.5 MB) and the build
-# travels back as a bundle (16.6 MB) that later calls unpack in 2 s instead of rebuilding
-# (204 s on the 16-core H200 machine, 2026-11-26: configure 5 s, compile 199 s).
+# travels back as a bundle (about 17 MB) that later calls unpack in seconds instead of rebuilding
+# (about 3.5 minutes on a 16-core machine).
 #
 #   bash bench/llama_cpp_cuda.sh pack-src [SDIST]   # here: SDIST (llama-cpp-python 0.3.36, pip-downloaded
 #                                                   #   when omitted) -> .bench/llamacpp/src.tar.xz
@@ -35,7 +35,7 @@ PREFIX="${LLAMA_CPP_PREFIX:-/tmp/llamacpp}"   # sources, build tree and bin/ go 
 DEST="$PREFIX/bin"
 # sm_90 machine code only: both cards are sm_90, and PTX for JIT would double the bundle for nothing.
 # Kernels go into the library uncompressed (GGML_CUDA_COMPRESSION_MODE=none): xz packs them into a
-# bundle ~20% smaller than nvcc's own compression does (measured on mmq-instance-q4_k: 254 vs 312 kB).
+# smaller bundle than nvcc's own compression does.
 ARCHS="${LLAMA_CPP_ARCHS:-90-real}"
 TARGETS=(llama-bench llama-batched-bench llama-quantize)
 PART_SIZE=15000000      # files back from $OUT: at most 16 MiB each
