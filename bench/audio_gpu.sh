@@ -41,14 +41,16 @@ run)
     cat /tmp/stage-in/part.1 /tmp/stage-in/part.2 /tmp/stage-in/part.3 /tmp/stage-in/part.4 | gunzip | tar x -C "$stage"
     for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$stage"/whl/*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        "$stage"/whl/*.whl
     cp -r "$stage"/site/* /tmp/site/
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     nvidia-smi --query-gpu=name,driver_version --format=csv
     machine="${3:-gpu}"  # the machine's name in the result files, as bench/results/ names them
     python3 bench/transcription.py --peer-python python3 --json "$OUT/$machine-transcription.json" 2>&1 \
         | tee "$OUT/transcription.log"
-    python3 bench/speech.py --chunks "$stage/chunks.json" --json "$OUT/$machine-speech.json" 2>&1 | tee "$OUT/speech.log"
+    python3 bench/speech.py --chunks "$stage/chunks.json" --json "$OUT/$machine-speech.json" 2>&1 \
+        | tee "$OUT/speech.log"
     ;;
 *)
     sed -n 2,15p "$0"; exit 2

@@ -16,8 +16,9 @@
 #
 # Copy what comes back from $OUT into .bench/llamacpp/ and later calls skip the build; but the repo's
 # tracked files (~41 MiB) plus .whl, .gl, the tokenizer and the bundle pass the 64 MiB a call takes:
-# a call that also runs Hearth (carrying .bench whole) needs the bundle kept out of .bench, and builds. A build that outlasts BUILD_TIMEOUT
-# leaves its tree in $OUT/partial.tar.xz[.part*]: copied into .bench/llamacpp/, the next call resumes it.
+# a call that also runs Hearth (carrying .bench whole) needs the bundle kept out of .bench, and builds. A build
+# that outlasts BUILD_TIMEOUT leaves its tree in $OUT/partial.tar.xz[.part*]: copied into .bench/llamacpp/, the
+# next call resumes it.
 #
 # The binaries land in $LLAMA_CPP_PREFIX/bin (default /tmp/llamacpp/bin) with the libraries they need
 # (libllama, libggml*, ...; RUNPATH $ORIGIN; CUDA's own libraries come from the machine), and the last
