@@ -175,7 +175,11 @@ def main() -> None:
             print(f"faster-whisper is not installed here ({error}): skipped", file=sys.stderr)
             results = []
         if not results or not results[0]["ctranslate2_cuda"] or args.transformers_device != "cuda":
-            other = run_transformers(paths, args.warmup, args.reps, args.transformers_device)
+            try:
+                other = run_transformers(paths, args.warmup, args.reps, args.transformers_device)
+            except ImportError as error:  # no PyTorch or transformers: faster-whisper's figures alone
+                print(f"transformers peer skipped ({error})", file=sys.stderr)
+                other = None
             if other:
                 results.append(other)
         print(json.dumps(results))
