@@ -28,8 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
-                          summary, write_json)
+from bench.timing import add_timing_args, cell, check_timing_args, ratio, run_info, summary, write_json  # noqa: E402
 
 # Ordinary English prose, repeated until it covers the prompt: tokenisation and attention cost do
 # not depend on the words, and a fixed text keeps runs comparable.
@@ -176,19 +175,29 @@ def measure(engine: Engine, detail: str, ids: list[int], new_tokens: int, warmup
     return result
 
 
-def table(results: dict[str, Result], n_prompt: int, n_new: int) -> tuple[str, dict[str, float | None]]:
-    """The side-by-side Markdown table, median (min-max) per engine, and Hearth/llama.cpp where both ran."""
+def ratios(results: dict[str, Result]) -> dict[str, float | None]:
+    """Hearth/llama.cpp per measurement, as the ratio of medians (empty unless both ran)."""
+    if "hearth" not in results or "llama.cpp" not in results:
+        return {}
+    return {attr: ratio(getattr(results["hearth"], attr), getattr(results["llama.cpp"], attr))
+            for attr in ("prefill_tok_s", "decode_tok_s")}
+
+
+def table(results: dict[str, Result], n_prompt: int, n_new: int) -> str:
+    """The side-by-side table: median (min-max) per engine, and Hearth/llama.cpp (ratio of medians) last."""
     names = list(results)
-    both = "hearth" in results and "llama.cpp" in results
-    rows, ratios = [], {}
+    hearth_over_llama = ratios(results)
+    header = f"{'':<28}" + "".join(f"{n:>26}" for n in names)
+    if hearth_over_llama:
+        header += f"{'Hearth/llama.cpp':>20}"
+    lines = [header]
     for label, attr in ((f"prefill tok/s ({n_prompt} tokens)", "prefill_tok_s"),
                         (f"decode tok/s ({n_new} tokens)", "decode_tok_s")):
-        row = [label] + [cell(getattr(results[n], attr)) for n in names]
-        if both:
-            ratios[attr] = ratio(getattr(results["hearth"], attr), getattr(results["llama.cpp"], attr))
-            row.append(f"{ratios[attr]:.2f}")
-        rows.append(row)
-    return markdown_table(["", *names, *(["Hearth/llama.cpp"] if both else [])], rows), ratios
+        line = f"{label:<28}" + "".join(f"{cell(getattr(results[n], attr)):>26}" for n in names)
+        if hearth_over_llama:
+            line += f"{hearth_over_llama[attr]:>20.2f}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,15 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     for r in results.values():
         print(f"{r.engine}: {r.detail}")
     print(f"median (min-max) of {args.reps} runs after {args.warmup} untimed, every engine\n")
-    text, ratios = table(results, len(ids), args.new_tokens)
-    print(text)
+    print(table(results, len(ids), args.new_tokens))
     firsts = {r.engine: r.first_token for r in results.values()}
     if len(set(firsts.values())) > 1:
         # Not an error by itself: llama.cpp quantises activations to 8 bits, so near ties can part.
         print(f"\nnote: the engines' top token after the prompt differs: {firsts}")
     write_json(args.json, {**run_info("text", args.warmup, args.reps), "model": model_path,
                            "prompt_tokens": len(ids), "new_tokens": args.new_tokens,
-                           "results": {n: r.record() for n, r in results.items()}, "hearth_over_llama_cpp": ratios})
+                           "results": {n: r.record() for n, r in results.items()},
+                           "hearth_over_llama_cpp": ratios(results)})
     return 0
 
 
