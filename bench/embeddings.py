@@ -189,8 +189,8 @@ def main() -> None:
               for batch in workloads}
     rows = [[str(batch), *(cell(r.texts_per_s[batch]) for r in results),
              *([f"{ratios[batch]:.3f}"] if pair else [])] for batch in workloads]
-    print(markdown_table(["batch", *(r.engine for r in results), *([f"{results[0].engine}/{results[1].engine}"]
-                                                                    if pair else [])], rows))
+    head = ["batch", *(r.engine for r in results)] + ([f"{results[0].engine}/{results[1].engine}"] if pair else [])
+    print(markdown_table(head, rows))
     cosine = None
     if len(vectors) == 2:
         a, b = (v.astype(np.float64) for v in vectors)
