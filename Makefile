@@ -3,9 +3,10 @@
 #   make setup   virtual environment, packages, Vulkan driver check, default model file
 #   make serve   run the OpenAI-compatible server on the default models
 #   make test    the whole pytest suite (heavy tests included, as in CI)
-#   make bench   Hearth vs llama-cpp-python on the shipped GGUF, and vs sentence-transformers on the
-#                shipped embedding model (installs both peers first)
-#                and Kokoro vs onnxruntime on the same ONNX file (bench/speech.py)
+#   make bench   Hearth against its peers on this machine (installs them first): llama-cpp-python on the
+#                shipped GGUF, sentence-transformers on the shipped embedding model, onnxruntime on Kokoro's
+#                ONNX file, faster-whisper on Whisper tiny.en; the same warm-up and repetitions for every
+#                engine, median (min-max) and ratios (bench/README.md)
 # Extra arguments: SERVE_ARGS, PYTEST_ARGS, BENCH_ARGS, e.g. `make test PYTEST_ARGS="-m 'not heavy'"`.
 
 PY := .venv/bin/python
@@ -17,6 +18,10 @@ EMBEDDINGS_BENCH_ARGS ?=
 # TRANSCRIPTION_BENCH_ARGS="--clips 5"
 TRANSCRIPTION_BENCH_ARGS ?=
 SPEECH_BENCH_ARGS ?=
+# The machine's name in the result files: `make bench BENCH_MACHINE=cpu-2core` writes
+# bench/results/cpu-2core-{text,embeddings,speech,transcription}.json (no files when empty).
+BENCH_MACHINE ?=
+bench_json = $(if $(BENCH_MACHINE),--json bench/results/$(BENCH_MACHINE)-$(1).json)
 
 .PHONY: setup serve test bench
 
@@ -36,7 +41,7 @@ test: setup
 # pass CMAKE_ARGS, e.g. CMAKE_ARGS="-DGGML_CUDA=on" (see bench/README.md).
 bench: setup
 	HEARTH_EXTRAS=test,models,bench bash scripts/setup.sh
-	$(PY) bench/text.py $(BENCH_ARGS)
-	$(PY) bench/embeddings.py $(EMBEDDINGS_BENCH_ARGS)
-	$(PY) bench/speech.py $(SPEECH_BENCH_ARGS)
-	$(PY) bench/transcription.py $(TRANSCRIPTION_BENCH_ARGS)
+	$(PY) bench/text.py $(call bench_json,text) $(BENCH_ARGS)
+	$(PY) bench/embeddings.py $(call bench_json,embeddings) $(EMBEDDINGS_BENCH_ARGS)
+	$(PY) bench/speech.py $(call bench_json,speech) $(SPEECH_BENCH_ARGS)
+	$(PY) bench/transcription.py $(call bench_json,transcription) $(TRANSCRIPTION_BENCH_ARGS)

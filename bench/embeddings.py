@@ -3,11 +3,12 @@
 Measures texts/s at batch 1 (--single-texts texts embedded one call each) and at batch 32 (--batches
 calls of 32 texts each) for each engine, from text to normalised vectors (tokenisation included, as
 sentence-transformers' encode includes it). The texts are fixed English sentences of 8 to 40 words.
-One untimed warm-up per engine and batch size (shader compilation, allocations), then --reps timed
-runs; the table shows medians and Hearth's ratio to sentence-transformers. sentence-transformers runs
-on CUDA when PyTorch sees a GPU, else on the CPU with all cores.
+A run embeds all of a batch size's texts; each engine runs it --warmup times untimed (shader compilation,
+allocations), then --reps times timed (bench/timing.py); the table shows median (min-max) per engine and
+Hearth/sentence-transformers as the ratio of medians. sentence-transformers runs on CUDA when PyTorch
+sees a GPU, else on the CPU with all cores.
 
-    .venv/bin/python bench/embeddings.py [--model all-minilm-l6-v2] [--reps 3] [--json out.json]
+    .venv/bin/python bench/embeddings.py [--model all-minilm-l6-v2] [--warmup 1] [--reps 5] [--json out.json]
 
 On the GPU machine, where the shipped 90 MB model.safetensors cannot travel, --random-weights DIR runs a
 random-weight model of the same shapes instead (sentence-transformers there on PyTorch CUDA): DIR holds
@@ -22,21 +23,21 @@ as a check that both ran the same model.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
-import json
 import platform
 import random
-import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
+                          summary, write_json)
 
 _WORDS = ("the a river town market winter light garden doctor teacher city music water stone book friend "
           "network model system energy slowly quickly often never always under over between across builds "
@@ -102,26 +103,30 @@ class SentenceTransformersEngine:
 class Result:
     engine: str
     detail: str
-    texts_per_s: dict[int, list[float]] = field(default_factory=dict)  # batch size -> per repetition
+    texts_per_s: dict[int, list[float]] = field(default_factory=dict)  # batch size -> per timed repetition
 
-    def median(self, batch: int) -> float:
-        return statistics.median(self.texts_per_s[batch])
+    def record(self) -> dict[str, object]:
+        """What --json keeps of it: every sample per batch size with its median, min and max."""
+        return {"engine": self.engine, "detail": self.detail,
+                "texts_per_s": {batch: summary(s) for batch, s in self.texts_per_s.items()}}
 
 
-def measure(engine: Engine, workloads: dict[int, list[list[str]]], reps: int) -> tuple[Result, np.ndarray]:
+def measure(engine: Engine, workloads: dict[int, list[list[str]]], warmup: int,
+            reps: int) -> tuple[Result, np.ndarray]:
     """texts/s per batch size; also the vectors of the first workload's texts, for the cosine check."""
     result = Result(engine.name, engine.detail)
     first = None
     for batch, calls in workloads.items():
-        engine.embed(calls[0])  # warm-up: compiles this batch size's programs
-        for _ in range(reps):
+        vectors: list[np.ndarray] = []
+        for rep in range(warmup + reps):  # the untimed runs first: they compile this batch size's programs
             started = time.perf_counter()
             vectors = [engine.embed(texts) for texts in calls]
             elapsed = time.perf_counter() - started
-            result.texts_per_s.setdefault(batch, []).append(sum(len(t) for t in calls) / elapsed)
+            if rep >= warmup:
+                result.texts_per_s.setdefault(batch, []).append(sum(len(t) for t in calls) / elapsed)
         if first is None:
             first = np.concatenate(vectors)
-        print(f"  {engine.name}: batch {batch}: {result.median(batch):.1f} texts/s", file=sys.stderr)
+        print(f"  {engine.name}: batch {batch}: {cell(result.texts_per_s[batch])} texts/s", file=sys.stderr)
     assert first is not None
     return result, first
 
@@ -144,10 +149,10 @@ def main() -> None:
     parser.add_argument("--engines", default="hearth,sentence-transformers")
     parser.add_argument("--single-texts", type=int, default=16, help="texts embedded one per call (batch 1)")
     parser.add_argument("--batches", type=int, default=2, help="calls of 32 texts (batch 32)")
-    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads (default: all cores)")
-    parser.add_argument("--json", default=None, help="write the results here ('-' for stdout)")
+    add_timing_args(parser, warmup=1)
     args = parser.parse_args()
+    check_timing_args(parser, args)
     engines = args.engines.split(",")
     label = args.model
     if args.random_weights is not None:
@@ -162,7 +167,7 @@ def main() -> None:
 
     path = resolve_embedding_path(args.model)
     if "hearth" in engines:
-        result, v = measure(HearthEngine(args.model), workloads, args.reps)
+        result, v = measure(HearthEngine(args.model), workloads, args.warmup, args.reps)
         results.append(result)
         vectors.append(v)
     if "sentence-transformers" in engines:
@@ -171,38 +176,31 @@ def main() -> None:
         except ImportError:
             print("sentence-transformers is not installed (the `bench` extra installs it): skipped", file=sys.stderr)
         else:
-            result, v = measure(engine, workloads, args.reps)
+            result, v = measure(engine, workloads, args.warmup, args.reps)
             results.append(result)
             vectors.append(v)
 
-    print(f"\nEmbeddings, {label}: texts/s (medians of {args.reps}; {platform.machine()}, "
-          f"{platform.python_version()})")
+    print(f"\nEmbeddings, {label}: texts/s, median (min-max) of {args.reps} runs after {args.warmup} untimed, "
+          f"every engine ({platform.machine()}, Python {platform.python_version()})")
     for r in results:
         print(f"  {r.engine}: {r.detail}")
-    names = [r.engine for r in results]
-    ratio = len(results) == 2
-    print("| batch | " + " | ".join(names) + (" | hearth/sentence-transformers |" if ratio else " |"))
-    print("|---" * (len(names) + 1 + ratio) + "|")
-    for batch in workloads:
-        cells = [f"{r.median(batch):.1f}" for r in results]
-        if ratio:
-            cells.append(f"{results[0].median(batch) / results[1].median(batch):.3f}")
-        print(f"| {batch} | " + " | ".join(cells) + " |")
+    pair = len(results) == 2
+    ratios = {batch: ratio(results[0].texts_per_s[batch], results[1].texts_per_s[batch]) if pair else None
+              for batch in workloads}
+    rows = [[str(batch), *(cell(r.texts_per_s[batch]) for r in results),
+             *([f"{ratios[batch]:.3f}"] if pair else [])] for batch in workloads]
+    head = ["batch", *(r.engine for r in results)] + ([f"{results[0].engine}/{results[1].engine}"] if pair else [])
+    print(markdown_table(head, rows))
     cosine = None
     if len(vectors) == 2:
         a, b = (v.astype(np.float64) for v in vectors)
         cosine = float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
         print(f"lowest cosine between the engines' vectors: {cosine:.6f}")
-    if args.json:
-        payload = json.dumps({"model": label, "path": args.model, "random_weights": args.random_weights is not None,
-                              "single_texts": args.single_texts, "batches_of_32": args.batches, "reps": args.reps,
-                              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                              "machine": f"{platform.machine()}, Python {platform.python_version()}",
-                              "min_cosine": cosine, "results": [asdict(r) for r in results]}, indent=1)
-        if args.json == "-":
-            print(payload)
-        else:
-            Path(args.json).write_text(payload + "\n")
+    write_json(args.json, {**run_info("embeddings", args.warmup, args.reps), "model": label, "path": args.model,
+                           "random_weights": args.random_weights is not None, "single_texts": args.single_texts,
+                           "batches_of_32": args.batches, "min_cosine": cosine,
+                           "results": [r.record() for r in results],
+                           "ratio_of_medians": ratios if pair else None})
 
 
 if __name__ == "__main__":

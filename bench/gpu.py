@@ -5,9 +5,11 @@ The GPU machine takes at most 64 MiB of files per call, so the models are random
 with real models' shapes and tensor types (scripts/make_synthetic_gguf.py --shape 270m/1b/4b):
 speed depends on shapes and types, not on the values. Every engine loads the same file.
 
-    python bench/gpu.py s270.gguf s1b.gguf s4b.gguf [--llama-bin DIR] [--transformers] [--json out.json]
+    python bench/gpu.py s270m.gguf s1b.gguf s4b.gguf --llama-bin /tmp/llamacpp/bin [--transformers] \\
+        [--warmup 10] [--reps 5] [--json bench/results/h200-text.json]
 
-Per model, medians of --reps runs after a warm-up:
+Every engine runs each measurement --warmup times untimed, then --reps times timed (bench/timing.py);
+the table shows median (min-max) per engine and Hearth/llama.cpp as the ratio of medians. Measurements:
 - prefill tok/s: one 512-token prompt; Hearth twice: as it runs by default (f32 matmuls, exact
   parity) and with int8_activations (activations quantised to 8 bits inside the matmuls and the
   K-quant decode matvecs, which is what llama.cpp's CUDA matmuls and matvecs do); the one-stream
@@ -20,9 +22,12 @@ Per model, medians of --reps runs after a warm-up:
   returns logits to Python each step;
 - decode tok/s at 8 and 32 concurrent sequences (aggregate): each sequence has a 128-token
   prompt, then all decode 128 tokens together (Hearth: one batched program per step, as its
-  server's continuous batching runs them; llama.cpp: llama-batched-bench -npp 128 -ntg 128);
+  server's continuous batching runs them; llama.cpp: llama-batched-bench -npp 128 -ntg 128, one
+  invocation per run);
 - share of the bandwidth bound: a decode step must read every weight once and the KV cache.
 With --profile, Hearth's per-kernel GPU time (timestamp queries) for prefill and decode steps.
+--json keeps every sample of every engine per model; a file that already holds other models keeps
+them, so the models can run in separate calls into one file.
 This is a benchmark, not a test: nothing here asserts a speed.
 """
 
@@ -30,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +46,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.text import prompt_ids  # noqa: E402
+from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
+                          summary, timed, write_json)
 
 # Peak memory bandwidth from the vendors' data sheets, bytes/s.
 PEAK_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12}
@@ -139,33 +145,28 @@ class HearthBench:
                 s.close()
 
 
-def median_of(reps: int, run: Any, warm_ups: int = 1) -> float:
-    for _ in range(warm_ups):  # pipelines, programs, first touches (and the GPU's clocks: see bench_hearth)
-        run()
-    return statistics.median(run() for _ in range(reps))
-
-
-def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dict[str, Any]:
+def bench_hearth(path: str, warmup: int, reps: int, batches: list[int], profile: bool) -> dict[str, Any]:
+    """Hearth's samples (tokens/s) per measurement, and its profiles when asked."""
     hearth = HearthBench(path, max(batches, default=1))
     ids = prompt_ids(lambda text: hearth.model.tokenizer.encode(text, add_bos=True), PROMPT)
     short = ids[:BATCH_PROMPT]
-    out: dict[str, Any] = {"detail": hearth.detail}
+    samples: dict[str, list[float]] = {}
+    out: dict[str, Any] = {"detail": hearth.detail, "samples": samples}
     # A 270M prompt is ~10 ms of GPU work: after the model's load the GPU idles at low clocks, and a few such
-    # bursts do not raise them (an H100 run measured 46 ms a prompt where its profile summed 9 ms). llama-bench
-    # runs its prompts back to back after a warm-up; so do these, after 20 untimed ones.
-    out["prefill_tok_s"] = PROMPT / median_of(reps, lambda: hearth.prefill_s(ids), warm_ups=20)
+    # bursts do not raise them. The warm-up runs, as many as every other engine gets, bring the clocks up.
+    samples["prefill_tok_s"] = timed(lambda: PROMPT / hearth.prefill_s(ids), warmup, reps)
     out["prefill_split_ms"] = [round(1000 * t, 2) for t in hearth.prefill_split]
     int8 = HearthBench(path, 1, int8_activations=True)  # a second copy of the model, its programs int8
-    out["prefill_int8_tok_s"] = PROMPT / median_of(reps, lambda: int8.prefill_s(ids), warm_ups=20)
+    samples["prefill_int8_tok_s"] = timed(lambda: PROMPT / int8.prefill_s(ids), warmup, reps)
     if profile:
         from gpu.profile import profile_report
 
         out["profile_int8_prefill"] = profile_report(int8.model.executor, "prefill with int8 activations",
                                                      *int8.engine.stage_prefill(int8.model.new_session(), ids))
-    out["decode_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids[:1], NEW))
-    out[f"decode_d{PROMPT}_tok_s"] = NEW / median_of(reps, lambda: hearth.decode_s(ids, NEW))
-    out["decode_int8_tok_s"] = NEW / median_of(reps, lambda: int8.decode_s(ids[:1], NEW))
-    out[f"decode_d{PROMPT}_int8_tok_s"] = NEW / median_of(reps, lambda: int8.decode_s(ids, NEW))
+    samples["decode_tok_s"] = timed(lambda: NEW / hearth.decode_s(ids[:1], NEW), warmup, reps)
+    samples[f"decode_d{PROMPT}_tok_s"] = timed(lambda: NEW / hearth.decode_s(ids, NEW), warmup, reps)
+    samples["decode_int8_tok_s"] = timed(lambda: NEW / int8.decode_s(ids[:1], NEW), warmup, reps)
+    samples[f"decode_d{PROMPT}_int8_tok_s"] = timed(lambda: NEW / int8.decode_s(ids, NEW), warmup, reps)
     if profile:
         int8_session = int8.model.new_session()
         try:
@@ -175,33 +176,37 @@ def bench_hearth(path: str, reps: int, batches: list[int], profile: bool) -> dic
                                                         *int8.engine.stage_decode([int8_session]))
         finally:
             int8_session.close()
-    print(f"hearth: {out}", flush=True)
+    print("hearth: " + ", ".join(f"{key} {cell(s, 0)}" for key, s in samples.items()), flush=True)
     for b in batches:
-        out[f"decode_x{b}_tok_s"] = b * NEW / median_of(reps, lambda b=b: hearth.batched_decode_s(short, b, NEW))
-        print(f"hearth: {b} streams: {out[f'decode_x{b}_tok_s']:.0f} tok/s", flush=True)
+        samples[f"decode_x{b}_tok_s"] = timed(lambda b=b: b * NEW / hearth.batched_decode_s(short, b, NEW),
+                                              warmup, reps)
+        print(f"hearth: {b} streams: {cell(samples[f'decode_x{b}_tok_s'], 0)} tok/s", flush=True)
     if profile:
         out["profile"] = hearth.profile(ids, max(batches, default=1))
         print(out["profile"], out["profile_int8_prefill"], out["profile_int8_decode"], sep="\n", flush=True)
     return out
 
 
-def bench_llama(binary_dir: str, path: str, reps: int, batches: list[int]) -> dict[str, Any]:
-    from bench.llama_cpp_cuda import run_llama_batched_bench, run_llama_bench
+def bench_llama(binary_dir: str, path: str, warmup: int, reps: int, batches: list[int]) -> dict[str, Any]:
+    """llama.cpp's samples per measurement: llama-bench's own repetitions, one llama-batched-bench run each."""
+    from bench.llama_cpp_cuda import repeat_llama_batched_bench, run_llama_bench
 
-    single = run_llama_bench(binary_dir, path, prompt=PROMPT, gen=NEW, reps=reps)
-    deep = run_llama_bench(binary_dir, path, prompt=0, gen=NEW, reps=reps, depth=PROMPT)
-    # medians of the reps, as Hearth's: llama-bench's first timed prefill runs at half speed or less (H100, 4B:
-    # 8,962 tok/s, then 13,121-13,308), so its mean understates it
-    out = {"detail": "llama.cpp CUDA (llama-bench, llama-batched-bench)",
-           "prefill_tok_s": single["prefill_tok_s_median"], "decode_tok_s": single["decode_tok_s_median"],
-           f"decode_d{PROMPT}_tok_s": deep["decode_tok_s_median"]}
-    batched = run_llama_batched_bench(binary_dir, path, parallel=tuple(batches), prompt=BATCH_PROMPT, gen=NEW)
-    for b in batches:
-        out[f"decode_x{b}_tok_s"] = batched["decode_tok_s"][b]
+    single = run_llama_bench(binary_dir, path, prompt=PROMPT, gen=NEW, reps=reps, warmup=warmup)
+    deep = run_llama_bench(binary_dir, path, prompt=0, gen=NEW, reps=reps, warmup=warmup, depth=PROMPT)
+    samples = {"prefill_tok_s": single["prefill"]["samples_tok_s"], "decode_tok_s": single["decode"]["samples_tok_s"],
+               f"decode_d{PROMPT}_tok_s": deep["decode"]["samples_tok_s"]}
+    out: dict[str, Any] = {"detail": f"llama.cpp {single['build_commit']} CUDA (llama-bench, llama-batched-bench)",
+                           "samples": samples, "llama_bench": [single, deep]}
+    if batches:
+        batched = repeat_llama_batched_bench(binary_dir, path, tuple(batches), BATCH_PROMPT, NEW, warmup, reps)
+        for b in batches:
+            samples[f"decode_x{b}_tok_s"] = batched["decode_samples_tok_s"][b]
+        out["batched_bench"] = batched
     return out
 
 
-def bench_transformers(path: str, reps: int) -> dict[str, Any]:
+def bench_transformers(path: str, warmup: int, reps: int) -> dict[str, Any]:
+    """transformers' samples: prefill and one-stream decode, logits back to Python each step."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, DynamicCache
@@ -230,7 +235,8 @@ def bench_transformers(path: str, reps: int) -> dict[str, Any]:
         return time.perf_counter() - started
 
     return {"detail": f"transformers {transformers.__version__}, torch {torch.__version__}, bf16, eager",
-            "prefill_tok_s": PROMPT / median_of(reps, prefill), "decode_tok_s": NEW / median_of(reps, decode)}
+            "samples": {"prefill_tok_s": timed(lambda: PROMPT / prefill(), warmup, reps),
+                        "decode_tok_s": timed(lambda: NEW / decode(), warmup, reps)}}
 
 
 def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float]:
@@ -241,67 +247,81 @@ def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float
     n_layers = int(f.value("{arch}.block_count"))
     kv_width = int(f.value("{arch}.attention.head_count_kv")) * int(f.value("{arch}.attention.key_length"))
     step_bytes = f.tensor_bytes + 2 * n_layers * n_ctx_read * kv_width * 2  # f16 K and V read once
-    name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                          capture_output=True, text=True).stdout.strip()
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True).stdout.strip()
+    except OSError:  # no NVIDIA driver: the bound is unknown
+        name = "unknown GPU"
     peak = next((bw for key, bw in PEAK_BANDWIDTH.items() if key in name), float("nan"))
     return step_bytes, name, peak / step_bytes
 
 
-def table(name: str, results: dict[str, dict[str, Any]], batches: list[int], bound: float) -> str:
+def rows(batches: list[int]) -> list[tuple[str, str, str]]:
+    """(label, Hearth's key, the peers' key): Hearth's int8 figures are set beside the peers' one figure."""
+    out = [(f"prefill tok/s ({PROMPT} tokens)", "prefill_tok_s", "prefill_tok_s"),
+           ("prefill, int8 activations", "prefill_int8_tok_s", "prefill_tok_s"),
+           ("decode tok/s (1 stream)", "decode_tok_s", "decode_tok_s"),
+           ("decode, int8 activations", "decode_int8_tok_s", "decode_tok_s"),
+           (f"decode after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s", f"decode_d{PROMPT}_tok_s"),
+           (f"decode after {PROMPT}, int8 activations", f"decode_d{PROMPT}_int8_tok_s", f"decode_d{PROMPT}_tok_s")]
+    return out + [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s", f"decode_x{b}_tok_s") for b in batches]
+
+
+def table(name: str, results: dict[str, dict[str, Any]], batches: list[int], bound: float) -> tuple[str, dict]:
+    """The Markdown table of one model, and Hearth/llama.cpp per row (ratio of medians)."""
     engines = list(results)
-    # (label, Hearth's key, the peers' key): Hearth's int8 prefill is set beside the peers' one prefill figure
-    rows = [("prefill tok/s (512)", "prefill_tok_s", "prefill_tok_s"),
-            ("  int8 activations", "prefill_int8_tok_s", "prefill_tok_s"),
-            ("decode tok/s (1 stream)", "decode_tok_s", "decode_tok_s"),
-            ("  int8 activations", "decode_int8_tok_s", "decode_tok_s"),
-            (f"  same after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s", f"decode_d{PROMPT}_tok_s"),
-            ("  int8 activations", f"decode_d{PROMPT}_int8_tok_s", f"decode_d{PROMPT}_tok_s")]
-    rows += [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s", f"decode_x{b}_tok_s") for b in batches]
-    ratio = "hearth" in results and "llama.cpp" in results
-    lines = [f"{name:<28}" + "".join(f"{e:>14}" for e in engines) + (f"{'Hearth/llama':>14}" if ratio else "")]
-    for label, key, peer_key in rows:
-        values = [results[e].get(key if e == "hearth" else peer_key if key == peer_key else None) for e in engines]
-        line = f"{label:<28}" + "".join(f"{v:>14.0f}" if v is not None else f"{'-':>14}" for v in values)
-        if ratio and results["hearth"].get(key) and results["llama.cpp"].get(peer_key):
-            line += f"{results['hearth'][key] / results['llama.cpp'][peer_key]:>14.2f}"
-        lines.append(line)
-    shares = [results[e].get("decode_tok_s", 0.0) / bound for e in engines]
-    lines.append(f"{'1-stream share of bound':<28}" + "".join(f"{s:>14.1%}" for s in shares)
-                 + f"   (bound {bound:.0f} tok/s)")
-    return "\n".join(lines)
+    samples = {e: results[e]["samples"] for e in engines}
+    both = "hearth" in samples and "llama.cpp" in samples
+    lines, ratios = [], {}
+    for label, key, peer_key in rows(batches):
+        cells = [cell(samples[e].get(key if e == "hearth" else peer_key if key == peer_key else ""), 0)
+                 for e in engines]
+        if both:
+            r = ratio(samples["hearth"].get(key), samples["llama.cpp"].get(peer_key))
+            ratios[key] = r
+            cells.append("-" if r is None else f"{r:.2f}")
+        lines.append([label, *cells])
+    if bound == bound:  # NaN where the card's peak bandwidth is not in PEAK_BANDWIDTH
+        shares = [ratio(samples[e].get("decode_tok_s"), [bound]) for e in engines]
+        lines.append([f"1-stream decode, share of the bound ({bound:,.0f} tok/s)",
+                      *("-" if s is None else f"{s:.1%}" for s in shares), *([""] if both else [])])
+    head = [name, *engines, *(["Hearth/llama.cpp"] if both else [])]
+    return markdown_table(head, lines), ratios
+
+
+def merged(path: Path | None, report: dict[str, Any]) -> dict[str, Any]:
+    """report, with the models of an earlier --json file at path that this run did not measure."""
+    if path is None or str(path) == "-" or not path.exists():
+        return report
+    earlier = json.loads(path.read_text())
+    if earlier.get("benchmark") != report["benchmark"]:
+        return report
+    return {**report, "models": {**earlier.get("models", {}), **report["models"]}}
 
 
 def main() -> int:
+    """Per model: each engine asked for, its table, and the JSON after every model."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="GGUF files")
     parser.add_argument("--llama-bin", help="directory of llama-bench and llama-batched-bench (CUDA build)")
     parser.add_argument("--transformers", action="store_true", help="also run transformers on PyTorch CUDA")
-    parser.add_argument("--batches", default="8,32")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--batches", default="8,32", help="concurrent sequences of the batched decode ('': none)")
     parser.add_argument("--profile", action="store_true", help="print Hearth's per-kernel profile per model")
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--attention-groups", type=int, help="Hearth: decode attention's workgroups wanted "
-                        "(gpu/ops/transformer.py ATTENTION_GROUPS)")
-    parser.add_argument("--matvec-max-tokens", type=int, help="Hearth: steps of up to this many rows use matvec "
-                        "kernels rather than matmul tiles (gpu/ops/matmul.py MATVEC_MAX_TOKENS; at most 8)")
+    add_timing_args(parser, warmup=10)
     args = parser.parse_args()
-    if args.matvec_max_tokens:
-        from gpu.ops import matmul
-
-        matmul.MATVEC_MAX_TOKENS = args.matvec_max_tokens
-    if args.attention_groups:
-        from gpu.ops import transformer
-
-        transformer.ATTENTION_GROUPS = args.attention_groups
-    batches = [int(b) for b in args.batches.split(",") if b]  # "" : single-stream figures only
-    report: dict[str, Any] = {}
+    check_timing_args(parser, args)
+    json_path = Path(args.json) if args.json else None
+    batches = [int(b) for b in args.batches.split(",") if b]
+    report: dict[str, Any] = {"benchmark": "gpu-text", "models": {}}
     for path in args.models:
+        info = run_info("gpu-text", args.warmup, args.reps)
+        engines = (("hearth", lambda: bench_hearth(path, args.warmup, args.reps, batches, args.profile)),
+                   ("llama.cpp", (lambda: bench_llama(args.llama_bin, path, args.warmup, args.reps, batches))
+                    if args.llama_bin else None),
+                   ("transformers", (lambda: bench_transformers(path, args.warmup, args.reps))
+                    if args.transformers else None))
         results: dict[str, dict[str, Any]] = {}
-        for name, run in (("hearth", lambda: bench_hearth(path, args.reps, batches, args.profile)),
-                          ("llama.cpp", (lambda: bench_llama(args.llama_bin, path, args.reps, batches))
-                           if args.llama_bin else None),
-                          ("transformers", (lambda: bench_transformers(path, args.reps)) if args.transformers
-                           else None)):
+        for name, run in engines:
             if run is None:
                 continue
             try:
@@ -309,11 +329,17 @@ def main() -> int:
             except Exception as error:  # noqa: BLE001 - one engine failing still leaves the others' figures
                 print(f"{name} on {path} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         step_bytes, card, bound = bandwidth_bound(path, PROMPT + NEW // 2)
-        print(f"\n{card}; {Path(path).name}: a decode step reads {step_bytes / 1e6:.0f} MB")
-        print(table(Path(path).stem, results, batches, bound), flush=True)
-        report[path] = {"card": card, "step_bytes": step_bytes, "bound_tok_s": bound, "results": results}
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+        text, ratios = table(Path(path).stem, results, batches, bound)
+        print(f"\n{card}; {Path(path).name}: a decode step reads {step_bytes / 1e6:.0f} MB; median (min-max) of "
+              f"{args.reps} runs after {args.warmup} untimed, every engine")
+        print(text, flush=True)
+        for result in results.values():
+            result["metrics"] = {key: summary(s) for key, s in result.pop("samples").items()}
+        report["models"][Path(path).name] = {**info, "path": path, "card": card, "step_bytes": step_bytes,
+                                             "bound_tok_s": bound, "hearth_over_llama_cpp": ratios,
+                                             "results": results}
+        if json_path:  # after every model, so that a call cut short keeps the models it finished
+            write_json(json_path, merged(json_path, report))
     return 0
 
 

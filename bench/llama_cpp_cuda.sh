@@ -3,8 +3,8 @@
 #
 # The GPU machine has nvcc, cmake and ninja but no internet, starts bare on every call and takes
 # 64 MiB of files per call, so the sources travel as a stripped tarball (1.5 MB) and the build
-# travels back as a bundle (16.6 MB) that later calls unpack in 2 s instead of rebuilding
-# (204 s on the 16-core H200 machine, 2026-11-26: configure 5 s, compile 199 s).
+# travels back as a bundle (about 17 MB) that later calls unpack in seconds instead of rebuilding
+# (about 3.5 minutes on a 16-core machine).
 #
 #   bash bench/llama_cpp_cuda.sh pack-src [SDIST]   # here: SDIST (llama-cpp-python 0.3.36, pip-downloaded
 #                                                   #   when omitted) -> .bench/llamacpp/src.tar.xz
@@ -16,8 +16,9 @@
 #
 # Copy what comes back from $OUT into .bench/llamacpp/ and later calls skip the build; but the repo's
 # tracked files (~41 MiB) plus .whl, .gl, the tokenizer and the bundle pass the 64 MiB a call takes:
-# a call that also runs Hearth (carrying .bench whole) needs the bundle kept out of .bench, and builds. A build that outlasts BUILD_TIMEOUT
-# leaves its tree in $OUT/partial.tar.xz[.part*]: copied into .bench/llamacpp/, the next call resumes it.
+# a call that also runs Hearth (carrying .bench whole) needs the bundle kept out of .bench, and builds. A build
+# that outlasts BUILD_TIMEOUT leaves its tree in $OUT/partial.tar.xz[.part*]: copied into .bench/llamacpp/, the
+# next call resumes it.
 #
 # The binaries land in $LLAMA_CPP_PREFIX/bin (default /tmp/llamacpp/bin) with the libraries they need
 # (libllama, libggml*, ...; RUNPATH $ORIGIN; CUDA's own libraries come from the machine), and the last
@@ -35,7 +36,7 @@ PREFIX="${LLAMA_CPP_PREFIX:-/tmp/llamacpp}"   # sources, build tree and bin/ go 
 DEST="$PREFIX/bin"
 # sm_90 machine code only: both cards are sm_90, and PTX for JIT would double the bundle for nothing.
 # Kernels go into the library uncompressed (GGML_CUDA_COMPRESSION_MODE=none): xz packs them into a
-# bundle ~20% smaller than nvcc's own compression does (measured on mmq-instance-q4_k: 254 vs 312 kB).
+# smaller bundle than nvcc's own compression does.
 ARCHS="${LLAMA_CPP_ARCHS:-90-real}"
 TARGETS=(llama-bench llama-batched-bench llama-quantize)
 PART_SIZE=15000000      # files back from $OUT: at most 16 MiB each

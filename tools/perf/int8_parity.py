@@ -2,10 +2,10 @@
 golden logits of transformers and llama.cpp, on the golden prompts long enough to use the int8 matmuls.
 
 Here (where tests/golden holds the goldens and the shipped model is installed):
-    python bench/int8_parity.py pack DIR        # DIR/model.gguf and DIR/golden_long.npz (~257 MB)
+    python tools/perf/int8_parity.py pack DIR        # DIR/model.gguf and DIR/golden_long.npz (~257 MB)
 On the GPU machine, with those two files (split into parts under the transfer limit and joined there,
 as bench/audio_gpu.sh does for the audio models):
-    python bench/int8_parity.py run DIR/model.gguf DIR/golden_long.npz
+    python tools/perf/int8_parity.py run DIR/model.gguf DIR/golden_long.npz
 Per prompt and mode: cosine and max |diff| of the last position's logits against transformers (float32,
 the exact reference) and llama.cpp (CUDA, whose matmuls quantise activations too), the argmax, and where
 64 greedy tokens first leave transformers' (with the reference's top-two margin there). A report, not a
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "tests" / "golden"
 GREEDY = 64  # tokens generated per prompt and mode
 LONG = 32  # prompts longer than this prefill through matmuls (int8 where asked); shorter ones through matvecs
 

@@ -7,13 +7,13 @@ compiles: run Hearth with
 
 (the directory must exist), then
 
-    python bench/sass.py /tmp/nvcache OUT_DIR [--arch SM90]
+    python tools/perf/sass.py /tmp/nvcache OUT_DIR [--arch SM90]
 
 writes OUT_DIR/kNN.sass for each cached compute pipeline and prints its instruction count, highest register
 and commonest instructions (one `IDP.4A` per dot4I8Packed, `FFMA` per f32 fma, `LDS` per workgroup load).
 Names are not kept: tell the pipelines apart by their mix (a profile run compiles the kernels it lists).
 
-The cache layout is not documented; what this reads was observed with driver 580.159.04 (2026-11-27): the
+The cache layout is not documented; what this reads holds for NVIDIA's driver 580.159.04: the
 .bin file is a run of zstd frames; a frame holding a pipeline starts "NVDANVVM", and the little-endian u32
 words 19 and 20 of its header are the code's size and its offset less 8. Needs the `zstd` command and CUDA's
 `nvdisasm` (the GPU machine has nvdisasm but not always zstd: carry Debian's zstd and libzstd1 packages, fetched with
@@ -64,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     for tool in ("zstd", "nvdisasm"):
         if shutil.which(tool) is None:
-            sys.exit(f"bench/sass.py needs `{tool}` on the PATH")
+            sys.exit(f"tools/perf/sass.py needs `{tool}` on the PATH")
     args.out.mkdir(parents=True, exist_ok=True)
     for i, code in enumerate(pipeline_codes(args.cache)):
         raw = args.out / f"k{i:02d}.code"

@@ -10,12 +10,11 @@ pass's start and end; a call's time is the pass's over the replays, median of 3 
 of old and new kernels are compared (max abs difference) in the same run. Per model, the attention time
 of a whole prefill: sliding layers x the sliding time + global layers x the global time.
 
-    python bench/attention.py                        # 270m, 1b, 4b; default variant and a small sweep
-    python bench/attention.py --models 270m --no-sweep --tokens 32 --ctx 64   # smoke test (lavapipe)
+    python tools/perf/attention.py                        # 270m, 1b, 4b; default variant and a small sweep
+    python tools/perf/attention.py --models 270m --no-sweep --tokens 32 --ctx 64   # smoke test (lavapipe)
 
-bench/results-attention-h100.json is the H100 run (2026-11-26) that chose the GPU defaults: its "new default"
-rows are the defaults before it (256 threads, 16 keys, one row per thread); today's default is its
-"new su pairs wg128 kc8 s4" (270M, 512 tokens: 56 us a layer against attention.wgsl's 539).
+The sweep's rows name each variant (subgroup reduction, rows in pairs, threads, keys per chunk, splits): its
+fastest is what gpu/ops/attention_prompt.py should pick on that GPU.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpu.device import default_device  # noqa: E402
 from gpu.kv_cache import KVPool  # noqa: E402

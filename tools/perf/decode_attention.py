@@ -3,15 +3,15 @@ q/k norm, RoPE and KV append of its "raw" prologue) and of its combine (attentio
 for Gemma 3's head shapes at several cache lengths and splits of the keys.
 
 Each variant's program holds the op on 8 layers of one pool (one sequence, f16 cache) and is replayed
-inside one compute pass with timestamp queries at the pass's start and end (bench/attention.py's Timer);
+inside one compute pass with timestamp queries at the pass's start and end (tools/perf/attention.py's Timer);
 the figure is the pass's time over the replays and layers, fastest of 3 passes, barriers between
 dependent dispatches included as in a model's step. "attention alone" leaves out the combine dispatch,
 "combine alone" the attention one (the combine then reads a scratch of zeros: every part weighs the same,
 so it reads them all). The first line is the floor: one small elementwise dispatch, timed the same way.
 
-    python bench/decode_attention.py                       # 270m and 4b heads, 64 / 512 / 2048 keys
-    python bench/decode_attention.py --positions 64 --splits 4,32 --min-part-keys 16,32
-    python bench/decode_attention.py --reduce subgroup,workgroup     # the kernel's two reduction variants
+    python tools/perf/decode_attention.py                       # 270m and 4b heads, 64 / 512 / 2048 keys
+    python tools/perf/decode_attention.py --positions 64 --splits 4,32 --min-part-keys 16,32
+    python tools/perf/decode_attention.py --reduce subgroup,workgroup     # the kernel's two reduction variants
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.attention import MODELS, Timer  # noqa: E402
+from tools.perf.attention import MODELS, Timer  # noqa: E402
 from gpu.device import default_device  # noqa: E402
 from gpu.kv_cache import KVPool, rope_table  # noqa: E402
 from gpu.ops import transformer as ops  # noqa: E402

@@ -1,6 +1,6 @@
 """The GPU's multiply-add peak as a WGSL kernel reaches it: the ceiling the f32 matmul tiles work under.
 
-    python bench/fma_peak.py [--seconds 2] [--json OUT]
+    python tools/perf/fma_peak.py [--seconds 2] [--json OUT]
 
 Each thread runs CHAINS independent chains of fma(a, m, c) (f32, and vec2<f16> where the adapter has
 "shader-f16": NVIDIA's HFMA2, two multiply-adds an instruction) in a loop written out UNROLL times, so that
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpu.device import STORAGE_USAGE, default_device
 

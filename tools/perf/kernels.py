@@ -12,19 +12,19 @@ Peers, measured in the same run: the fused gate-up linear against the two linear
 it replaces; with --torch, torch.matmul on the GPU (fp32 without TF32: CUDA cores, like these
 kernels; the operands dense and random, so it moves more bytes than a quantised weight).
 
-    python bench/kernels.py                              # 270M shapes and types, T = 1 and 512
-    python bench/kernels.py --models 270m,1b,4b --types q4_k,q6_k,q8_0 --torch
-    python bench/kernels.py --sweep --json sweep.json    # matmul tiles and k splits, 270M prefill shapes
-    python bench/kernels.py --sweep --models 4b --types q4_k --sweep-tiles 128x64x8x32x4,128x128x8x16x8
-    python bench/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
-    python bench/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row
-    python bench/kernels.py --models 4b --types q4_k --tokens 1 --ops gate_up --splits 8x32,8x40,8x20p
+    python tools/perf/kernels.py                              # 270M shapes and types, T = 1 and 512
+    python tools/perf/kernels.py --models 270m,1b,4b --types q4_k,q6_k,q8_0 --torch
+    python tools/perf/kernels.py --sweep --json sweep.json    # matmul tiles and k splits, 270M prefill shapes
+    python tools/perf/kernels.py --sweep --models 4b --types q4_k --sweep-tiles 128x64x8x32x4,128x128x8x16x8
+    python tools/perf/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
+    python tools/perf/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row
+    python tools/perf/kernels.py --models 4b --types q4_k --tokens 1 --ops gate_up --splits 8x32,8x40,8x20p
                                                          # matvec_q4_k/q6_k at given threads x rows (p: in pairs)
-    python bench/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
+    python tools/perf/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
 
 The sweep times many short passes with compilation between them: an idle GPU lowers its clocks
-(on an H200 most shapes read about 5x slower in the sweep than in the kernel benchmark right after
-it), so every measurement now follows WARM_S of untimed passes; still, compare the sweep's figures
+(and reads several times slower than the same shape in the kernel benchmark right after), so every
+measurement follows WARM_S of untimed passes; still, compare the sweep's figures
 with each other, and confirm the fastest with the kernel benchmark (--tiles).
 """
 
@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpu.device import default_device  # noqa: E402
 from gpu.ops import matmul as matmul_ops  # noqa: E402
@@ -108,8 +108,8 @@ class Bench:
 
     def time(self, program: Program, calls: int, n_tokens: int) -> tuple[float, float]:
         """(GPU, wall) microseconds per call of a program holding `calls` calls, after WARM_S of passes: an
-        idle GPU (pipelines compiling between shapes) lowers its clocks, and an H100's first passes after one
-        read up to 4x slower than the same passes later (session 10's --wide-sweep before this warm-up)."""
+        idle GPU (pipelines compiling between shapes) lowers its clocks, and the first passes after
+        one read several times slower than the same passes later."""
         gpu, wall = self._pass(program, 1, n_tokens)  # estimate
         once = gpu if gpu == gpu else wall
         reps = max(1, min(1000, math.ceil(TARGET_PASS_S / max(once, 1e-6))))
