@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gpu.device import Device, default_device
-from gpu.ops.kokoro_ops import KokoroGraph
+from gpu.ops.dynamic import DynamicGraph
 from gpu.program import Executor, StepParams
 from gpu.tensor import Tensor
 from models.gguf_file import GGUFFile
@@ -131,7 +131,7 @@ class KokoroModel:
             elif name.startswith("decoder.generator.ups.") and name.endswith(".weight"):
                 array = array.transpose(0, 2, 1)  # [C_in, K, C_out] for conv_transpose1d
             elif _is_linear(name, array):
-                array = array.T  # kokoro_linear reads W^T [K, N]
+                array = array.T  # linear_strided reads W^T [K, N]
             out[name] = _f32(array)
         L = "bert.layer.attention."
         out["bert.qkv.weight"] = _f32(np.concatenate([a[L + n + ".weight"] for n in ("query", "key", "value")]).T)
@@ -182,7 +182,7 @@ class KokoroModel:
         audio = kokoro_net.back(self, ids, durations, style, seed=seed, noise=noise)
         return SpeechOutput(audio=audio, durations=durations)
 
-    def run(self, graph: KokoroGraph, read: list[Tensor]) -> list[np.ndarray]:
+    def run(self, graph: DynamicGraph, read: list[Tensor]) -> list[np.ndarray]:
         program = graph.build()
         return self.executor.run(program, StepParams(n_tokens=1), read=read)
 
@@ -192,7 +192,7 @@ def re_alpha(name: str) -> bool:
 
 
 def _is_linear(name: str, array: np.ndarray) -> bool:
-    """A Linear weight (applied by kokoro_linear, stored transposed), not an embedding table or the source's."""
+    """A Linear weight (applied by linear_strided, stored transposed), not an embedding table or the source's."""
     return (array.ndim == 2 and name.endswith(".weight") and not name.endswith("_embeddings.weight")
             and name != "text_encoder.embedding.weight" and "l_linear" not in name)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpu.ops.kokoro_ops import KokoroGraph
+from gpu.ops.dynamic import DynamicGraph
 from gpu.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -23,14 +23,14 @@ LN_EPS_BERT = 1e-12  # ALBERT's layer_norm_eps
 LEAKY = 0.2  # acoustic blocks' LeakyReLU
 
 
-def _style_h(g: KokoroGraph, m: KokoroModel, s: Tensor, fc: str, channels: int) -> Tensor:
+def _style_h(g: DynamicGraph, m: KokoroModel, s: Tensor, fc: str, channels: int) -> Tensor:
     """h = fc(s): [2C], gamma then beta of an AdaIN / AdaLayerNorm."""
     h = g.act((2 * channels,), "h")
     g.linear(s, m.w(fc + ".weight"), m.w(fc + ".bias"), h, rows=1, k=m.config.style_dim, n=2 * channels)
     return h
 
 
-def _bilstm(g: KokoroGraph, m: KokoroModel, x: Tensor, name: str, y: Tensor, *, steps: int, k: int,
+def _bilstm(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, y: Tensor, *, steps: int, k: int,
             x_strides: tuple[int, int], y_strides: tuple[int, int]) -> None:
     gx = g.act((steps, 8 * 256), "gx")  # [T, 8H]: both directions' input gates
     g.linear(x, m.w(name + ".wih"), m.w(name + ".b"), gx, rows=steps, k=k, n=8 * 256, x_strides=x_strides)
@@ -41,7 +41,7 @@ def front(m: KokoroModel, ids: np.ndarray, style: np.ndarray, speed: float) -> n
     """Durations (frames per token, int64) for the wrapped ids; leaves d and t_en in m's persistent tensors."""
     c = m.config
     t = len(ids)
-    g = KokoroGraph(m.executor, "kokoro.front")
+    g = DynamicGraph(m.executor, "kokoro.front")
     ex = m.executor
     ids_t = ex.tensor("kokoro.ids", (t,), "u32", data=ids)
     pos_t = ex.tensor("kokoro.pos", (t,), "u32", data=np.arange(t, dtype=np.uint32))
@@ -121,7 +121,7 @@ def front(m: KokoroModel, ids: np.ndarray, style: np.ndarray, speed: float) -> n
     return np.maximum(np.round(raw.astype(np.float32)), 1).astype(np.int64)  # torch.round: half to even
 
 
-def _adain_resblk(g: KokoroGraph, m: KokoroModel, x: Tensor, name: str, s: Tensor, *, c_in: int, c_out: int,
+def _adain_resblk(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, s: Tensor, *, c_in: int, c_out: int,
                   t: int, upsample: bool = False, out: Tensor | None = None) -> Tensor:
     """AdainResBlk1d: (conv2(act(norm2(conv1(pool(act(norm1(x))))))) + shortcut(x)) / sqrt(2); [C_out, T']."""
     t2 = 2 * t if upsample else t
@@ -149,7 +149,7 @@ def _adain_resblk(g: KokoroGraph, m: KokoroModel, x: Tensor, name: str, s: Tenso
     return y
 
 
-def _snake_resblock(g: KokoroGraph, m: KokoroModel, x: Tensor, name: str, s: Tensor, *, ch: int, t: int, k: int,
+def _snake_resblock(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, s: Tensor, *, ch: int, t: int, k: int,
                     dilations: tuple[int, ...]) -> Tensor:
     """AdaINResBlock1: x += conv2(snake(adain2(conv1_dil(snake(adain1(x)))))) for each dilation; [C, T]."""
     for j, d in enumerate(dilations):
@@ -177,7 +177,7 @@ def back(m: KokoroModel, ids: np.ndarray, durations: np.ndarray, style: np.ndarr
     ex = m.executor
     t = len(ids)
     frames = int(durations.sum())
-    g = KokoroGraph(ex, "kokoro.back")
+    g = DynamicGraph(ex, "kokoro.back")
     kept: dict[str, Tensor] = {}
 
     def tap(name: str, tensor: Tensor) -> None:

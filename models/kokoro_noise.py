@@ -1,4 +1,4 @@
-"""The harmonic source's noise in numpy, bit for bit the hash of gpu/kernels/kokoro/noise.wgsl (and within float
+"""The harmonic source's noise in numpy, bit for bit the hash of gpu/kernels/common/pcg_noise.wgsl (and within float
 rounding its Box-Muller), so a reference implementation can be fed the same noise (scripts/make_kokoro_golden.py)."""
 
 from __future__ import annotations

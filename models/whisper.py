@@ -36,9 +36,12 @@ from gguf import GGMLQuantizationType
 
 from gpu.device import Device, default_device
 from gpu.ops import encoder as ops
-from gpu.ops import whisper as wops
 from gpu.ops.conv import conv1d, upload_conv1d
+from gpu.ops.full_attention import full_attention
+from gpu.ops.logit_groups import logit_group_summary
 from gpu.ops.matmul import linear
+from gpu.ops.rows import copy_rows, residual_add
+from gpu.ops.span_attention import span_attention
 from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight, upload_weight
@@ -153,8 +156,8 @@ class WhisperNet:
             p = f"dec.{i}"
             self.dec_layers.append(_Layer(
                 norm(f"{p}.attn_ln"), matrix(f"{p}.qkv.w"), vector(f"{p}.qkv.b"), matrix(f"{p}.o.w"),
-                vector(f"{p}.o.b"), norm(f"{p}.mlp_ln"), matrix(f"{p}.fc1.w"), vector(f"{p}.fc1.b"), matrix(f"{p}.fc2.w"),
-                vector(f"{p}.fc2.b"), norm(f"{p}.cross_ln"), matrix(f"{p}.cross_q.w"), vector(f"{p}.cross_q.b"),
+                vector(f"{p}.o.b"), norm(f"{p}.mlp_ln"), matrix(f"{p}.fc1.w"), vector(f"{p}.fc1.b"),
+                matrix(f"{p}.fc2.w"), vector(f"{p}.fc2.b"), norm(f"{p}.cross_ln"), matrix(f"{p}.cross_q.w"), vector(f"{p}.cross_q.b"),
                 matrix(f"{p}.cross_kv.w"), vector(f"{p}.cross_kv.b"), matrix(f"{p}.cross_o.w"),
                 vector(f"{p}.cross_o.b")))
         self.dec_ln = norm("dec.ln")
@@ -174,7 +177,7 @@ class WhisperNet:
         self._scratch = ex.tensor("cache_scratch", (MAX_SLOTS * c.n_text_ctx, d))
         self._enc_spans = ex.tensor("enc_spans", (n_ctx, 2), "u32",
                                     data=np.tile(np.array([0, n_ctx], np.uint32), (n_ctx, 1)))
-        # Greedy steps read a summary of the logits row instead of the row (kernels/whisper_logit_summary.wgsl).
+        # Greedy steps read a summary of the logits row instead of the row (kernels/logit_group_summary.wgsl).
         self._summary_mask = ex.tensor("summary_mask", (-(-c.vocab_size // 32),), "u32",
                                        data=np.full(-(-c.vocab_size // 32), 0xFFFFFFFF, np.uint32))
         self._summary = ex.tensor("summary", (12,))
@@ -196,7 +199,7 @@ class WhisperNet:
         conv1d(b, self.conv2, self.front, c2, t_in=N_FRAMES, stride=2, padding=1)
         x = b.activation("x", (n, d))
         ops.gelu(b, c2, x)
-        wops.residual_add(b, x, self.enc_pos, None)
+        residual_add(b, x, self.enc_pos, None)
         scale = 1.0 / math.sqrt(d // c.n_audio_heads)
         for i, w in enumerate(self.enc_layers):
             h = b.activation(f"h{i}", (n, d))
@@ -205,10 +208,10 @@ class WhisperNet:
             linear(b, w.qkv, h, qkv, n)
             ops.bias_add(b, qkv, w.qkv_b)
             a = b.activation(f"attn{i}", (n, d))
-            wops.encoder_attention(b, qkv, a, n, c.n_audio_heads, d // c.n_audio_heads, scale)
+            full_attention(b, qkv, a, n, c.n_audio_heads, d // c.n_audio_heads, scale)
             o = b.activation(f"o{i}", (n, d))
             linear(b, w.o, a, o, n)
-            wops.residual_add(b, x, o, w.o_b)
+            residual_add(b, x, o, w.o_b)
             self._mlp(b, x, w, n, f"{i}")
         ops.layer_norm(b, x, self.enc_ln[0], self.enc_out, EPS, beta=self.enc_ln[1])
         for i, w in enumerate(self.dec_layers):
@@ -227,7 +230,7 @@ class WhisperNet:
         ops.gelu(b, u, g, bias=w.fc1_b)
         down = b.activation(f"fc2_{tag}", (t, c.d_model))
         linear(b, w.fc2, g, down, t)
-        wops.residual_add(b, x, down, w.fc2_b)
+        residual_add(b, x, down, w.fc2_b)
 
     def encode(self, mel: np.ndarray) -> None:
         """Run the encoder on one window's log-mel [n_mels, 3000]; its cross-attention keys/values stay on the GPU."""
@@ -285,33 +288,33 @@ class WhisperNet:
             qkv = b.activation(f"qkv{i}", (t_max, 3 * d))
             linear(b, w.qkv, h, qkv, t_max)
             ops.bias_add(b, qkv, w.qkv_b)
-            wops.copy_rows(b, qkv, kv_pairs, self.k_cache[i], d, src_offset=d)
-            wops.copy_rows(b, qkv, kv_pairs, self.v_cache[i], d, src_offset=2 * d)
+            copy_rows(b, qkv, kv_pairs, self.k_cache[i], d, src_offset=d)
+            copy_rows(b, qkv, kv_pairs, self.v_cache[i], d, src_offset=2 * d)
             a = b.activation(f"attn{i}", (t_max, d))
-            wops.decode_attention(b, qkv, self.k_cache[i], self.v_cache[i], spans, a, heads=c.n_text_heads,
+            span_attention(b, qkv, self.k_cache[i], self.v_cache[i], spans, a, heads=c.n_text_heads,
                               head_dim=c.head_dim, scale=scale, max_keys=c.n_text_ctx)
             o = b.activation(f"o{i}", (t_max, d))
             linear(b, w.o, a, o, t_max)
-            wops.residual_add(b, h_in, o, w.o_b)
+            residual_add(b, h_in, o, w.o_b)
             ops.layer_norm(b, h_in, w.cross_ln[0], h, EPS, beta=w.cross_ln[1])
             q = b.activation(f"cq{i}", (t_max, d))
             linear(b, w.cross_q, h, q, t_max)
             ops.bias_add(b, q, w.cross_q_b)
             if saved_q is not None:
-                wops.copy_rows(b, q, identity, saved_q, d, dst_offset=i * d)
-            wops.decode_attention(b, q, self.cross_kv[i], self.cross_kv[i], cross_spans, a, heads=c.n_text_heads,
+                copy_rows(b, q, identity, saved_q, d, dst_offset=i * d)
+            span_attention(b, q, self.cross_kv[i], self.cross_kv[i], cross_spans, a, heads=c.n_text_heads,
                               head_dim=c.head_dim, scale=scale, max_keys=c.n_audio_ctx, v_offset=d)
             linear(b, w.cross_o, a, o, t_max)
-            wops.residual_add(b, h_in, o, w.cross_o_b)
+            residual_add(b, h_in, o, w.cross_o_b)
             self._mlp(b, h_in, w, t_max, f"{i}")
         hn = b.activation("hn", (t_max, d))
         ops.layer_norm(b, h_in, self.dec_ln[0], hn, EPS, beta=self.dec_ln[1])
         if saved_h is not None:
-            wops.copy_rows(b, hn, identity, saved_h, d)
+            copy_rows(b, hn, identity, saved_h, d)
         sel = b.activation("sel", (MAX_OUT, d))
-        wops.copy_rows(b, hn, out_pairs, sel, d, by_out=True)
+        copy_rows(b, hn, out_pairs, sel, d, by_out=True)
         linear(b, self.embed_weight, sel, logits, n_out)
-        wops.logit_summary(b, logits, self._summary_mask, params, self._summary,
+        logit_group_summary(b, logits, self._summary_mask, params, self._summary,
                            eot=self.tokenizer.eot, timestamp_begin=self.tokenizer.timestamp_begin)
         step = _DecoderStep(b.build(), t_max, x, kv_pairs, spans, out_pairs, logits, saved_q, saved_h, params,
                             np.zeros(end, np.uint8))

@@ -11,7 +11,7 @@ that greedy transcripts match faster-whisper's on the same model.
   symbols and task tokens), " " and <|endoftext|> at the first step, and the timestamp rules (timestamps in pairs,
   never decreasing, the first at most 1 s, and a timestamp forced when their total probability beats every text
   token). Greedy takes the argmax of the log-softmax (after its first step from twelve numbers the GPU reduces the
-  logits row to: kernels/whisper_logit_summary.wgsl); beam search is CTranslate2's; temperatures above 0 sample
+  logits row to: kernels/logit_group_summary.wgsl); beam search is CTranslate2's; temperatures above 0 sample
   best_of = 5 candidates.
 - Temperature fallback on compression ratio (> 2.4) and average log-probability (< -1), the no-speech check,
   and word timestamps from the alignment heads (models/whisper_align.py).
@@ -180,7 +180,7 @@ def _max_new_tokens(net: WhisperNet, prompt: list[int]) -> int:
 
 def _greedy(net: WhisperNet, prompt: list[int], rules: _Rules) -> _Result:
     """Greedy decoding. The first step reads its logits row (the no-speech probability needs it); with timestamps,
-    later steps read the twelve numbers of whisper_logit_summary and replay the rules on them (_choose), so the
+    later steps read the twelve numbers of logit_group_summary and replay the rules on them (_choose), so the
     row stays on the GPU."""
     logits, no_speech = _prefill(net, prompt, 1)
     summary = rules.timestamps
@@ -215,7 +215,7 @@ def _greedy(net: WhisperNet, prompt: list[int], rules: _Rules) -> _Result:
 
 
 def _choose(stats: np.ndarray, generated: list[int], rules: _Rules) -> tuple[int, float]:
-    """(token, log-probability) of the greedy choice from whisper_logit_summary's groups (0 text, 1 <|endoftext|>,
+    """(token, log-probability) of the greedy choice from logit_group_summary's groups (0 text, 1 <|endoftext|>,
     2 other specials, 3 timestamps from the last one on): _Rules.apply's timestamp rules for a hypothesis that has
     generated at least one token, then the argmax and its log-softmax."""
     tb = rules.timestamp_begin

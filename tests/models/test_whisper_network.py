@@ -136,7 +136,7 @@ HISTORIES = ([50363], [50363, 1375], [50363, 1375, 50400], [50363, 1375, 50400, 
 
 
 def test_logit_summary_replays_the_rules(tiny_en_window) -> None:
-    """A greedy step from whisper_logit_summary's twelve numbers picks the token and log-probability that the full
+    """A greedy step from logit_group_summary's twelve numbers picks the token and log-probability that the full
     logits row gives through _Rules.apply and a log-softmax (f32 sums on the GPU vs float64 here: 1e-4), after
     histories ending in a first timestamp, text, a closing timestamp, a timestamp pair and more text."""
     from models.whisper_decode import _choose, _log_softmax, _rules

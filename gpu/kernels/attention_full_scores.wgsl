@@ -1,6 +1,6 @@
-// whisper_attention_scores: s[h, t, j] = SCALE * q[t, h] . k[j, h] for all N x N pairs of each head, the first half
-// of Whisper's encoder self-attention (whisper_attention_values.wgsl finishes it). q and k are read from one fused
-// row [q | k | v] of 3 * HEADS * D values.
+// attention_full_scores: s[h, t, j] = SCALE * q[t, h] . k[j, h] for all N x N pairs of each head, the first pass
+// of full (unmasked) self-attention over N rows (softmax_rows.wgsl and attention_full_values.wgsl finish it).
+// q and k are read from one fused row [q | k | v] of 3 * HEADS * D values.
 // Work split: one invocation per (head, 4 queries, 4 keys) block: 16 dot products from 4 + 4 vec4 loads per step of
 // 4 dimensions (a register tile, as a matmul), 64 invocations per workgroup with neighbouring invocations on
 // neighbouring key blocks of the same queries (their q loads are shared).

@@ -1,4 +1,5 @@
-// kokoro_linear: y[t, n] = act(sum_k x[t, k] * w[k, n] + bias[n]) (+ r[t, n]) for Kokoro's dynamic-length layers.
+// linear_strided: y[t, n] = act(sum_k x[t, k] * w[k, n] + bias[n]) (+ r[t, n]), a linear layer whose sizes are
+// params (run-time lengths, one pipeline for all of them).
 // x and y are addressed through strides (params), so the same kernel reads and writes row-major [T, C] or
 // channel-major [C, T] activations, and y may be a column slice of wider rows. w: f32 [K, N], PyTorch's Linear
 // weight transposed at upload, so neighbouring invocations (along n) read neighbouring weights.
@@ -13,7 +14,7 @@ const TR: u32 = 8u;  // rows per invocation
 
 // params (u32 words): 0 T rows, 1 K inputs, 2 N outputs, 3 x stride per t, 4 x stride per k,
 // 5 y stride per t, 6 y stride per n, 7 y offset (elements); word 63 is always 0 (keeps bindings alive)
-#include "kokoro/layer_bindings.wgsl"
+#include "common/layer_bindings.wgsl"
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -1,6 +1,6 @@
-// whisper_softmax_rows: x[r, :] = softmax(x[r, :]) in place for ROWS rows of N values (the attention scores of
-// Whisper's encoder, between whisper_attention_scores.wgsl and whisper_attention_values.wgsl), so that each
-// exponential is computed once rather than by every invocation that reads the score.
+// softmax_rows: x[r, :] = softmax(x[r, :]) in place for ROWS rows of N values (attention scores,
+// between attention_full_scores.wgsl and attention_full_values.wgsl, so that each exponential is computed once
+// rather than by every invocation that reads the score).
 // Work split: one workgroup of 64 per row; max and sum by tree reductions in workgroup memory.
 #include "common/step.wgsl"
 

@@ -1,4 +1,4 @@
-// Counter-based noise for the harmonic source, reproducible in numpy (models/kokoro.py `source_noise`):
+// Counter-based noise, reproducible in numpy (models/kokoro/noise.py `source_noise`):
 // uniform(seed, i) from a PCG hash of (i, seed), Gaussian by Box-Muller from uniforms 2i and 2i + 1.
 fn pcg_hash(v: u32) -> u32 {
     let state = v * 747796405u + 2891336453u;

@@ -1,5 +1,6 @@
-// kokoro_attention: ALBERT's self-attention over one unmasked sequence, softmax(q k^T / sqrt(D)) v per head,
-// from fused projections qkv [T, 3 * HEADS * D] (q | k | v) to out [T, HEADS * D].
+// attention_full_dynamic: self-attention over one unmasked sequence of T rows given at run time (params),
+// softmax(q k^T / sqrt(D)) v per head, from fused projections qkv [T, 3 * HEADS * D] (q | k | v) to
+// out [T, HEADS * D].
 // Work split: one workgroup per (query row, head), grid (T, HEADS); 64 invocations = D: scores for keys
 // lid, lid + 64, ... into workgroup memory, max and sum reductions, then each invocation one output dim.
 const D: u32 = 64u;

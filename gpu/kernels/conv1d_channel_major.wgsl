@@ -1,4 +1,4 @@
-// kokoro_conv1d: a 1-D convolution over channel-major activations x [C_in, T_in] -> y [C_out, T_out]:
+// conv1d_channel_major: a 1-D convolution over channel-major activations x [C_in, T_in] -> y [C_out, T_out]:
 //   y[o, t] = out_scale * (bias[o] + sum_{i, j < K} w[o, i, j] * act(x[i, t * stride + j * dil - pad])
 //                          + r[o, t >> R_SHIFT])
 // with inputs outside [0, T_in) read as zero, act a LeakyReLU applied on read (PRE_ACT) and r an optional residual
@@ -13,8 +13,8 @@ override R_SHIFT: u32 = 0u;      // residual time index = t >> R_SHIFT
 
 // params: 0 C_in, 1 C_out, 2 T_in, 3 T_out, 4 stride, 5 pad, 6 dilation, 7 slope (f32 bits),
 // 8 out_scale (f32 bits), 9 x offset, 10 y offset, 11 r offset (elements); 63 is 0
-#include "kokoro/layer_bindings.wgsl"
-#include "kokoro/leaky_relu.wgsl"
+#include "common/layer_bindings.wgsl"
+#include "common/leaky_relu.wgsl"
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

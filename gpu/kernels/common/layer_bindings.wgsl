@@ -1,6 +1,6 @@
-// The bindings of Kokoro's layers with weights (kokoro_conv1d, kokoro_conv1d_tiled, conv_transpose1d and
-// kokoro_linear), in the order gpu/ops/kokoro_ops.py binds them. Each kernel's header gives the layouts of x, w, r
-// and y, and its params' words.
+// The bindings of the params-sized layers with weights (conv1d_channel_major, conv1d_channel_major_tiled,
+// conv_transpose1d and linear_strided), in the order gpu/ops/dynamic.py binds them. Each kernel's
+// header gives the layouts of x, w, r and y, and its params' words.
 @group(0) @binding(0) var<storage, read> p: array<u32>;          // params (u32 words); word 63 is always 0
 @group(0) @binding(1) var<storage, read> x: array<f32>;          // input
 @group(0) @binding(2) var<storage, read> w: array<f32>;          // weights

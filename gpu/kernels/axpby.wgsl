@@ -1,5 +1,5 @@
-// kokoro_axpby: out[o_off + i] = (a * x[x_off + i] + b * y[y_off + i]) / div for i < n: residual sums, the
-// average of the vocoder's resblocks, and (b = 0) copies into a slice of a larger activation (channel concat).
+// axpby: out[o_off + i] = (a * x[x_off + i] + b * y[y_off + i]) / div for i < n: residual sums,
+// averages, and (b = 0) copies into a slice of a larger activation (channel concat).
 // Work split: one invocation per element, 256 per workgroup, grid spread over x, y.
 
 // params: 0 n, 1 a (f32 bits), 2 b (f32 bits), 3 div (f32 bits), 4 x offset, 5 y offset, 6 out offset; 63 is 0

@@ -1,5 +1,5 @@
-// whisper_decode_attention_combine: pass 2 of whisper_decode_attention.wgsl, merging each (row, head)'s SPLITS
-// partial results: M = max_s m_s, out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s.
+// attention_spans_combine: pass 2 of attention_spans.wgsl, merging each (row, head)'s SPLITS partial results:
+//   M = max_s m_s, out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s.
 // Work split: one invocation per (row, head, value), 64 per workgroup, rows past the step's n_tokens skipped.
 #include "common/step.wgsl"
 

@@ -1,6 +1,6 @@
-// kokoro_gather: out[f, c] = src[ids[f], c] for f < rows, c < C, written through strides and an offset, so it
-// serves embeddings (ids = tokens), the length regulator (ids = the token of each frame, output channel-major
-// [C, F]) and broadcasting one style row into a column slice (ids all 0).
+// gather_strided: out[f, c] = src[ids[f], c] for f < rows, c < C, written through strides and an offset, so it
+// serves embedding lookups (ids = tokens), repeating rows by index (output channel-major [C, F]) and broadcasting
+// one row into a column slice (ids all 0).
 // Work split: one invocation per output value, 256 per workgroup, grid (ceil(rows * C / 256)) spread over x, y.
 
 // params: 0 rows, 1 C, 2 out stride per row, 3 out stride per channel, 4 out offset, 5 src row stride; 63 is 0

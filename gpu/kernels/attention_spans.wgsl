@@ -1,8 +1,8 @@
-// whisper_decode_attention: pass 1 of split attention for a few query rows over many keys (Whisper's decoder:
-// self-attention over a KV-cache slot, cross-attention over a window's 1500 encoder rows). Row t, head h attends to
+// attention_spans: pass 1 of split attention for a few query rows over many keys (decoder self-attention over
+// a KV-cache slot, cross-attention over an encoder's rows). Row t, head h attends to
 // keys [spans[t].x, spans[t].y); the keys are cut into SPLITS chunks of CHUNK, and each workgroup turns one
 // (row, head, chunk) into a partial result: the chunk's max score m, sum of exp(score - m) l and the unnormalised
-// sum of exp(score - m) v; whisper_decode_attention_combine.wgsl merges the chunks.
+// sum of exp(score - m) v; attention_spans_combine.wgsl merges the chunks.
 //   partial[(t * HEADS + h) * SPLITS + s] = (acc[D], m, l)     (D + 2 values, an empty chunk gives l = 0)
 // q, k and v rows: *_STRIDE values per row, head h from *_OFFSET + h * D (offsets and strides multiples of 4).
 // Work split: one workgroup of 64 per (row, head, chunk), rows past the step's n_tokens skipped. Phase 1: each

@@ -1,4 +1,4 @@
-"""Kokoro's kernels (gpu/ops/kokoro_ops.py) against numpy formulas of the PyTorch ops they replace.
+"""The params-sized ops (gpu/ops/dynamic.py) against numpy formulas of the PyTorch ops they replace.
 
 Tolerances: f32 sums of a few hundred products agree with float64 numpy to ~1e-5 relative; 2e-4 absolute on
 values of order 1 leaves room for the GPU's own summation order and transcendental functions.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpu.device import default_device
-from gpu.ops.kokoro_ops import KokoroGraph
+from gpu.ops.dynamic import DynamicGraph
 from gpu.program import Executor, StepParams
 from models.kokoro_noise import source_noise
 
@@ -23,7 +23,7 @@ def ex() -> Executor:
 
 
 def run(ex: Executor, build, *inputs: np.ndarray, out_shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
-    g = KokoroGraph(ex, "test")
+    g = DynamicGraph(ex, "test")
     ins = [ex.tensor(f"in{i}", a.shape, "u32" if a.dtype == np.uint32 else "f32", data=a) for i, a in enumerate(inputs)]
     outs = [ex.tensor(f"out{i}", s) for i, s in enumerate(out_shapes)]
     build(g, *ins, *outs)

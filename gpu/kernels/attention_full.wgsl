@@ -1,5 +1,5 @@
-// whisper_encoder_attention: full (unmasked) multi-head attention of N rows over the same N rows, Whisper's
-// encoder self-attention over a 30 s window (N = 1500):
+// attention_full: full (unmasked) multi-head attention of N rows over the same N rows, in one pass (the host
+// uses it where N is not a multiple of 4, else attention_full_scores / softmax_rows / attention_full_values):
 //   out[t, h, :] = sum_j softmax_j(SCALE * q[t, h] . k[j, h]) v[j, h]    for j < N
 // q, k and v are read from one fused row [q | k | v] of 3 * HEADS * D values.
 // Work split: one invocation per (head, row), the rows of one head consecutive, 64 per workgroup. Unlike

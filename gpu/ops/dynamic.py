@@ -1,11 +1,11 @@
-"""Host side of Kokoro's kernels: a graph of dispatches over activations whose lengths change every call.
+"""Ops over activations whose lengths change every call: a graph of dispatches sized by params, not constants.
 
-Kokoro's lengths (tokens, frames, samples) differ per sentence, so sizes are not specialisation constants
+A speech model's lengths (tokens, frames, samples) differ per sentence, so sizes are not specialisation constants
 (that would compile new pipelines for every length) but params: each dispatch gets a 64-word block of u32
 in one buffer per program (`@binding(0) var<storage, read> p: array<u32>`; word 63 stays 0, which kernels
 use to keep every binding alive). Constants carry only what a layer fixes (taps, activation, fusions).
 
-    g = KokoroGraph(executor, "kokoro.front")
+    g = DynamicGraph(executor, "kokoro.front")
     y = g.act((T, N)); g.linear(x, w, b, y, rows=T, k=K, n=N)
     program = g.build(); executor.run(program, StepParams(1), read=[y])
 
@@ -36,7 +36,7 @@ def _groups(n: int, per: int) -> int:
     return max(1, -(-n // per))
 
 
-class KokoroGraph:
+class DynamicGraph:
     """A ProgramBuilder plus the params of each dispatch; `build()` uploads the params and binds everything."""
 
     def __init__(self, executor: Executor, name: str) -> None:
@@ -77,7 +77,7 @@ class KokoroGraph:
         xs = x_strides or (k, 1)
         ys = y_strides or (n, 1)
         consts = {"ACT": 1 if gelu else 0, "RESIDUAL": residual is not None}
-        self.dispatch("kokoro_linear", consts, [rows, k, n, xs[0], xs[1], ys[0], ys[1], y_offset],
+        self.dispatch("linear_strided", consts, [rows, k, n, xs[0], xs[1], ys[0], ys[1], y_offset],
                       [x, w, b, residual if residual is not None else self.dummy, y],
                       (_groups(n, 64), _groups(rows, 8)))
 
@@ -85,16 +85,18 @@ class KokoroGraph:
                stride: int = 1, pad: int = 0, dilation: int = 1, pre_slope: float | None = None,
                residual: Tensor | None = None, r_shift: int = 0, scale: float = 1.0, x_offset: int = 0,
                y_offset: int = 0, r_offset: int = 0) -> int:
-        """Channel-major conv1d (kernels/kokoro_conv1d.wgsl); returns T_out."""
+        """Channel-major conv1d (kernels/conv1d_channel_major.wgsl, or its tiled variant where the window fits);
+        returns T_out."""
         t_out = (t_in + 2 * pad - dilation * (k - 1) - 1) // stride + 1
         consts = {"K": k, "PRE_ACT": pre_slope is not None, "RESIDUAL": residual is not None, "R_SHIFT": r_shift}
         params = [c_in, c_out, t_in, t_out, stride, pad, dilation, float(pre_slope or 0.0), float(scale),
                   x_offset, y_offset, r_offset]
         tensors = [x, w, b, residual if residual is not None else self.dummy, y]
         if stride == 1 and (k - 1) * dilation <= 64 and k <= 16:  # the tiled kernel's window and weight tile
-            self.dispatch("kokoro_conv1d_tiled", consts, params, tensors, (_groups(t_out, 128), _groups(c_out, 8)))
+            self.dispatch("conv1d_channel_major_tiled", consts, params, tensors,
+                          (_groups(t_out, 128), _groups(c_out, 8)))
         else:
-            self.dispatch("kokoro_conv1d", consts, params, tensors, (_groups(t_out, 64), _groups(c_out, 4)))
+            self.dispatch("conv1d_channel_major", consts, params, tensors, (_groups(t_out, 64), _groups(c_out, 4)))
         return t_out
 
     def conv_transpose1d(self, x: Tensor, w: Tensor, b: Tensor, y: Tensor, *, c_in: int, c_out: int, t_in: int,
@@ -132,22 +134,24 @@ class KokoroGraph:
 
     def gather(self, ids: Tensor, src: Tensor, out: Tensor, *, rows: int, channels: int,
                out_strides: tuple[int, int] | None = None, out_offset: int = 0, src_stride: int | None = None) -> None:
-        """out[f, c] = src[ids[f], c] through strides (kernels/kokoro_gather.wgsl)."""
+        """out[f, c] = src[ids[f], c] through strides (kernels/gather_strided.wgsl)."""
         os_ = out_strides or (channels, 1)
-        self.dispatch("kokoro_gather", {}, [rows, channels, os_[0], os_[1], out_offset, src_stride or channels],
+        self.dispatch("gather_strided", {}, [rows, channels, os_[0], os_[1], out_offset, src_stride or channels],
                       [ids, src, out], workgroup_grid(_groups(rows * channels, 256)))
 
     def axpby(self, x: Tensor, y: Tensor, out: Tensor, *, n: int, a: float = 1.0, b: float = 1.0, div: float = 1.0,
               x_offset: int = 0, y_offset: int = 0, out_offset: int = 0) -> None:
-        """out = (a x + b y) / div over n elements (kernels/kokoro_axpby.wgsl)."""
-        self.dispatch("kokoro_axpby", {}, [n, float(a), float(b), float(div), x_offset, y_offset, out_offset],
+        """out = (a x + b y) / div over n elements (kernels/axpby.wgsl)."""
+        self.dispatch("axpby", {}, [n, float(a), float(b), float(div), x_offset, y_offset, out_offset],
                       [x, y, out], workgroup_grid(_groups(n, 256)))
 
     def attention(self, qkv: Tensor, out: Tensor, *, rows: int, heads: int) -> None:
-        self.dispatch("kokoro_attention", {}, [rows, heads], [qkv, out], (rows, heads))
+        """Unmasked self-attention over rows from fused q | k | v (kernels/attention_full_dynamic.wgsl)."""
+        self.dispatch("attention_full_dynamic", {}, [rows, heads], [qkv, out], (rows, heads))
 
     def duration(self, x: Tensor, out: Tensor, *, rows: int, bins: int, speed: float) -> None:
-        self.dispatch("kokoro_duration", {}, [rows, bins, float(speed)], [x, out], (_groups(rows, 64),))
+        """out[t] = sum of sigmoid over x's bins of row t, divided by speed (kernels/sigmoid_row_sum.wgsl)."""
+        self.dispatch("sigmoid_row_sum", {}, [rows, bins, float(speed)], [x, out], (_groups(rows, 64),))
 
     def harmonic_source(self, f0: Tensor, phase: Tensor, lin: Tensor, har: Tensor, *, frames: int, upsample: int,
                         seed: int, noise: bool) -> int:
@@ -160,11 +164,13 @@ class KokoroGraph:
         return n
 
     def stft(self, x: Tensor, out: Tensor, *, samples: int, hop: int = 5) -> int:
+        """Magnitude and phase rows of the n_fft-20 STFT of x (kernels/stft.wgsl); returns frames."""
         frames = samples // hop + 1
         self.dispatch("stft", {}, [samples, frames], [x, out], workgroup_grid(_groups(frames * 11, 256)))
         return frames
 
     def istft(self, x: Tensor, y: Tensor, *, frames: int, hop: int = 5) -> int:
+        """Samples from magnitude and phase rows (kernels/istft.wgsl); returns their count."""
         n = (frames - 1) * hop
         self.dispatch("istft", {}, [frames, n], [x, y], workgroup_grid(_groups(n, 256)))
         return n

@@ -1,5 +1,6 @@
-// kokoro_duration: dur[t] = sum_j sigmoid(x[t, j]) / speed, the predicted frames per token before rounding
-// (the host rounds half to even and clamps to >= 1, as torch.round does). One invocation per token, 64 per group.
+// sigmoid_row_sum: dur[t] = sum_j sigmoid(x[t, j]) / speed over the n values of each of T rows (a duration
+// predictor's frames per token before rounding, which the host does).
+// Work split: one invocation per row, 64 per workgroup.
 
 // params: 0 T, 1 n (max_dur bins), 2 speed (f32 bits); 63 is 0
 @group(0) @binding(0) var<storage, read> p: array<u32>;

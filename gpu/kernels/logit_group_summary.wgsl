@@ -1,10 +1,11 @@
-// whisper_logit_summary: what Whisper's greedy step needs from one row of logits, so that the row stays on the GPU:
+// logit_group_summary: a summary of one row of logits for a greedy step that keeps the row on the GPU:
 // for four groups of tokens, the max logit, its token (the first on ties, as numpy's argmax) and the log-sum-exp,
 // over the tokens the mask allows:
-//   group 0: [0, EOT) text   group 1: EOT   group 2: (EOT, TB) other specials   group 3: [ts_lo, ts_hi] timestamps
+//   group 0: [0, EOT)   group 1: EOT   group 2: (EOT, TB)   group 3: [ts_lo, ts_hi]
+// (for Whisper: text, <|endoftext|>, other specials, timestamps)
 //   out[3 g + 0] = max, out[3 g + 1] = bitcast<f32>(argmax), out[3 g + 2] = log(sum exp) (max = -3.4e38 when empty)
 // mask: one bit per token (1: allowed), the suppressed tokens cleared; params: (ts_lo, ts_hi) of this step.
-// models/whisper_decode.py replays CTranslate2's timestamp rules and greedy choice on these twelve numbers.
+// The host applies its decoding rules to these twelve numbers.
 // Work split: one workgroup of 256 per group; each invocation keeps a running max / sum of exponentials over a
 // strided slice, then a tree in workgroup memory combines them.
 #include "common/step.wgsl"

@@ -1,6 +1,6 @@
-// whisper_attention_values: out[t, h, :] = sum_j p[h, t, j] v[j, h], the last step of Whisper's encoder
-// self-attention: the probabilities come from whisper_attention_scores.wgsl and whisper_softmax_rows.wgsl, the
-// value rows from the fused row [q | k | v].
+// attention_full_values: out[t, h, :] = sum_j p[h, t, j] v[j, h], the last pass of full
+// (unmasked) self-attention over N rows: the probabilities come from attention_full_scores.wgsl and
+// softmax_rows.wgsl, the value rows from the fused row [q | k | v].
 // Work split: one invocation per (head, 4 queries, 4 dimensions); the D / 4 invocations of one head and query
 // block are neighbours, so they read the same probabilities (one load for the group) and consecutive vec4s of each
 // value row; a register tile of 4 queries x 4 dimensions, as a matmul.

@@ -1,5 +1,5 @@
-// The short-time Fourier transform of stft.wgsl and istft.wgsl (istftnet's TorchSTFT: n_fft 20, hop 5, periodic
-// Hann window): its sizes, the window and the angles of the DFT's basis.
+// The short-time Fourier transform of stft.wgsl and istft.wgsl (n_fft 20, hop 5, periodic Hann
+// window, as istftnet's TorchSTFT): its sizes, the window and the angles of the DFT's basis.
 const N_FFT: u32 = 20u;
 const HOP: u32 = 5u;
 const BINS: u32 = 11u;  // N_FFT / 2 + 1 frequency bins

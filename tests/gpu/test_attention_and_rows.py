@@ -1,6 +1,6 @@
-"""Whisper's kernels against numpy: the encoder attention (whisper_attention_scores + whisper_attention_values, and
-whisper_encoder_attention where the row count is not a multiple of 4) over a fused q|k|v, whisper_residual
-and copy_rows (KV-cache stores and output-row gathers).
+"""Full and span attention and the row ops against numpy: full attention (attention_full_scores + softmax_rows +
+attention_full_values, and attention_full where the row count is not a multiple of 4) over a fused q|k|v, span
+attention, residual_add and copy_rows (KV-cache stores and output-row gathers).
 
 Tolerance: f32 kernels against float64 references; attention sums 200 keys of 16-value dot products with an
 online softmax, a few f32 ulps of results of order 1 (rtol/atol 1e-5); the copies and the add are exact up to one
@@ -14,7 +14,9 @@ import pytest
 
 from gpu.device import default_device
 from gpu.program import Executor, ProgramBuilder, StepParams
-from gpu.ops.whisper import copy_rows, decode_attention, encoder_attention, residual_add
+from gpu.ops.full_attention import full_attention
+from gpu.ops.rows import copy_rows, residual_add
+from gpu.ops.span_attention import span_attention
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +25,13 @@ def ex() -> Executor:
 
 
 @pytest.mark.parametrize("n", [200, 201])  # tiled scores + values (n % 4 == 0), one pass per row (else)
-def testencoder_attention(ex: Executor, n: int) -> None:
+def test_full_attention(ex: Executor, n: int) -> None:
     heads, d = 3, 16
     rng = np.random.default_rng(0)
     qkv = rng.standard_normal((n, 3 * heads * d)).astype(np.float32)
     q_t, out_t = ex.tensor("qkv", qkv.shape, data=qkv), ex.tensor("out", (n, heads * d))
     b = ProgramBuilder(ex, "attn")
-    encoder_attention(b, q_t, out_t, n, heads, d, d ** -0.5)
+    full_attention(b, q_t, out_t, n, heads, d, d ** -0.5)
     out, = ex.run(b.build(), StepParams(n_tokens=n), read=[out_t])
     x = qkv.astype(np.float64).reshape(n, 3, heads, d)
     scores = np.einsum("thd,jhd->htj", x[:, 0], x[:, 1]) * d ** -0.5
@@ -39,7 +41,7 @@ def testencoder_attention(ex: Executor, n: int) -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_residual_andcopy_rows(ex: Executor) -> None:
+def test_residual_add_and_copy_rows(ex: Executor) -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((6, 8)).astype(np.float32)
     y = rng.standard_normal((6, 8)).astype(np.float32)
@@ -70,7 +72,7 @@ def test_residual_andcopy_rows(ex: Executor) -> None:
 
 
 @pytest.mark.parametrize("d, max_keys", [(16, 300), (64, 1500)])
-def testdecode_attention(ex: Executor, d: int, max_keys: int) -> None:
+def test_span_attention(ex: Executor, d: int, max_keys: int) -> None:
     """Split attention of a few rows over spans of a key table (cache slots, cross-attention), with an empty chunk,
     a one-key span and v read at an offset of a fused k|v row."""
     heads, t = 3, 4
@@ -81,7 +83,7 @@ def testdecode_attention(ex: Executor, d: int, max_keys: int) -> None:
     q_t, kv_t = ex.tensor("q", q.shape, data=q), ex.tensor("kv", kv.shape, data=kv)
     s_t, out_t = ex.tensor("spans", spans.shape, "u32", data=spans), ex.tensor("out", (t, heads * d))
     b = ProgramBuilder(ex, "dattn")
-    decode_attention(b, q_t, kv_t, kv_t, s_t, out_t, heads=heads, head_dim=d, scale=d ** -0.5, max_keys=max_keys,
+    span_attention(b, q_t, kv_t, kv_t, s_t, out_t, heads=heads, head_dim=d, scale=d ** -0.5, max_keys=max_keys,
                       v_offset=heads * d)
     out, = ex.run(b.build(), StepParams(n_tokens=t), read=[out_t])
     expected = np.zeros((t, heads * d))

@@ -1,4 +1,5 @@
-// kokoro_conv1d_tiled: the stride-1 case of kokoro_conv1d (same formula, params and bindings), tiled for speed:
+// conv1d_channel_major_tiled: the stride-1 case of conv1d_channel_major (same formula, params and bindings),
+// tiled for speed:
 //   y[o, t] = out_scale * (bias[o] + sum_{i, j < K} w[o, i, j] * act(x[i, t + j * dil - pad]) + r[o, t >> R_SHIFT])
 // Work split: a workgroup computes 128 time steps x 8 output channels (each invocation 2 steps, t and t + 64, x 8
 // channels in four vec4 accumulators), grid (ceil(T_out / 128), ceil(C_out / 8)). Input channels go 8 at a time:
@@ -17,8 +18,8 @@ const WIN: u32 = 192u; // window columns kept (>= TT + (K - 1) * dil)
 
 // params: 0 C_in, 1 C_out, 2 T_in, 3 T_out, 4 stride (1), 5 pad, 6 dilation, 7 slope (f32 bits),
 // 8 out_scale (f32 bits), 9 x offset, 10 y offset, 11 r offset (elements); 63 is 0
-#include "kokoro/layer_bindings.wgsl"
-#include "kokoro/leaky_relu.wgsl"
+#include "common/layer_bindings.wgsl"
+#include "common/leaky_relu.wgsl"
 
 var<workgroup> xs: array<f32, 1536>;        // CI x WIN
 var<workgroup> ws: array<vec4<f32>, 256>;   // [CI][K][2] x vec4 (8 outputs)

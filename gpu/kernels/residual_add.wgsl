@@ -1,6 +1,6 @@
-// whisper_residual: x[t, i] += y[t, i] (+ bias[i]) in place, for the step's first n_tokens rows of width D:
-// the residual stream of a pre-norm block taking a linear's output and its bias in one pass (Whisper's encoder
-// and decoder), or the encoder's positional embedding added to the convolutions' output (no bias).
+// residual_add: x[t, i] += y[t, i] (+ bias[i]) in place, for the step's first n_tokens rows of width D:
+// the residual stream of a pre-norm block taking a linear's output and its bias in one pass, or a positional
+// embedding added to activations (no bias).
 // Work split: one invocation per element, 256 per workgroup, over a 2-D grid of workgroups.
 #include "common/step.wgsl"
 

@@ -1,4 +1,4 @@
-// sin_exact(x): sin of an f32 argument of any size as a correctly reducing libm computes it (the harmonic source's
+// sin_exact(x): sin of an f32 argument of any size as a correctly reducing libm computes it (a harmonic source's
 // phases reach 1e6 rad, where a GPU's native sin is only specified on [-pi, pi]). x - n * 2pi is formed in
 // double-f32 arithmetic (Dekker's exact product), then the native sin runs on the reduced argument.
 const TWO_PI_HI: f32 = 6.2831855;          // f32(2 pi)
