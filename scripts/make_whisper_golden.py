@@ -161,7 +161,7 @@ def reference_tiny_en(clip0: Path) -> None:
     from faster_whisper.feature_extractor import FeatureExtractor
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    from models.whisper_weights import load_checkpoint
+    from models.whisper.weights import load_checkpoint
 
     ckpt = load_checkpoint(MODEL_DIR)
     c = ckpt.config

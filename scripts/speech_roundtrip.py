@@ -96,8 +96,8 @@ def transcribe_all(engine: str, clips: list[np.ndarray]) -> list[str]:
     """Whisper's text of every 24 kHz clip (resampled to 16 kHz by FFmpeg, as an upload would be)."""
     audio16 = [decode_audio(encode(clip, 24000, "wav")) for clip in clips]
     if engine == "hearth":
-        from models.whisper import load_whisper
-        from models.whisper_decode import TranscribeOptions
+        from models.whisper.model import load_whisper
+        from models.whisper.decode import TranscribeOptions
 
         model = load_whisper()
         return ["".join(s.text for s in model.transcribe(a, TranscribeOptions(temperature=0.0))).strip()

@@ -1,9 +1,5 @@
-"""Whisper on the executor: convolutional front end, encoder, decoder with a self-attention KV cache in GPU buffers
-and cross-attention keys/values computed once per 30 s window, and the logits of the rows that need them.
-
-    model = load_whisper("whisper-tiny.en")
-    for segment in model.transcribe(audio, TranscribeOptions()):      # float32 mono 16 kHz
-        print(segment.start, segment.end, segment.text)
+"""Whisper's network on the executor: convolutional front end, encoder, decoder with a self-attention KV cache in GPU
+buffers and cross-attention keys/values computed once per 30 s window, and the logits of the rows that need them.
 
 The network (D = d_model, pre-norm blocks, LayerNorm eps 1e-5, exact GELU):
 
@@ -19,22 +15,18 @@ The network (D = d_model, pre-norm blocks, LayerNorm eps 1e-5, exact GELU):
 Every decoder row carries its own cache slot and position: a row's keys and values go to cache row
 slot * n_text_ctx + position, and it attends to rows [slot * n_text_ctx, that row] (the span table). Beams are
 slots; reordering beams copies cache rows between slots. Decoding (windows, timestamps, fallback, beams, word
-timing) lives in models/whisper_decode.py.
+timing) lives in models/whisper/decode.py; loading and the model's API in models/whisper/model.py.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from gpu.device import Device, default_device
 from gpu.ops import encoder as ops
 from gpu.ops.conv import conv1d, upload_conv1d
 from gpu.ops.full_attention import full_attention
@@ -45,32 +37,14 @@ from gpu.ops.span_attention import span_attention
 from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight, upload_weight
-from models.whisper_decode import (
-    Segment,
-    TranscribeOptions,
-    UnknownLanguage,
-    Word,
-    detect_language,
-    transcribe,
-)
-from models.whisper_weights import WhisperCheckpoint, load_checkpoint, shipped_model_dir
+from models.whisper.weights import WhisperCheckpoint
 
-__all__ = ["WhisperModel", "load_whisper", "TranscribeOptions", "Segment", "Word", "UnknownLanguage",
-           "DEFAULT_WHISPER_MODEL", "WhisperNet"]
-
-log = logging.getLogger("hearth.models")
-
-DEFAULT_WHISPER_MODEL = "whisper-tiny.en"
 EPS = 1e-5  # Whisper's LayerNorm epsilon
 N_FRAMES = 3000  # mel frames of a 30 s window
 TOKEN_BUCKETS = (1, 4, 8, 32, 256)  # decoder rows a step program holds; the largest also keeps alignment inputs
 MAX_OUT = 8  # rows of a step that get logits (beams, or the prompt's last row and its <|startoftranscript|>)
 MAX_SLOTS = 8  # cache slots (beams)
 Progress = Callable[[int, int], None]
-
-
-class WhisperModelNotFound(FileNotFoundError):
-    """No Whisper model by that name or path."""
 
 
 @dataclass
@@ -157,9 +131,9 @@ class WhisperNet:
             self.dec_layers.append(_Layer(
                 norm(f"{p}.attn_ln"), matrix(f"{p}.qkv.w"), vector(f"{p}.qkv.b"), matrix(f"{p}.o.w"),
                 vector(f"{p}.o.b"), norm(f"{p}.mlp_ln"), matrix(f"{p}.fc1.w"), vector(f"{p}.fc1.b"),
-                matrix(f"{p}.fc2.w"), vector(f"{p}.fc2.b"), norm(f"{p}.cross_ln"), matrix(f"{p}.cross_q.w"), vector(f"{p}.cross_q.b"),
-                matrix(f"{p}.cross_kv.w"), vector(f"{p}.cross_kv.b"), matrix(f"{p}.cross_o.w"),
-                vector(f"{p}.cross_o.b")))
+                matrix(f"{p}.fc2.w"), vector(f"{p}.fc2.b"), norm(f"{p}.cross_ln"), matrix(f"{p}.cross_q.w"),
+                vector(f"{p}.cross_q.b"), matrix(f"{p}.cross_kv.w"), vector(f"{p}.cross_kv.b"),
+                matrix(f"{p}.cross_o.w"), vector(f"{p}.cross_o.b")))
         self.dec_ln = norm("dec.ln")
         self.embed_weight = matrix("dec.embed")  # the tied output head
         # The decoder's input rows are looked up on the host (float32, as the weights round to).
@@ -400,52 +374,3 @@ class WhisperNet:
                 submission.copy(self._scratch, cache, nbytes, b * slot_bytes, b * slot_bytes)
         submission.submit().wait()
 
-
-class WhisperModel:
-    """A loaded Whisper model: transcription and language detection (one caller at a time: the GPU state of a
-    window, its caches and programs are shared)."""
-
-    sample_rate = 16000
-
-    def __init__(self, name: str, net: WhisperNet) -> None:
-        self.name = name
-        self.net = net
-        self.multilingual: bool = net.tokenizer.multilingual
-        self.n_mels: int = net.config.n_mels
-        self.languages: tuple[str, ...] = net.tokenizer.languages
-
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions | None = None) -> Iterator[Segment]:
-        """Segments of float32 mono 16 kHz audio, yielded as each 30 s window finishes. Raises UnknownLanguage
-        (before any work) for a language the model does not know."""
-        options = options or TranscribeOptions()
-        from models.whisper_decode import check_language
-
-        check_language(self.net, options.language)
-        return transcribe(self.net, audio, options)
-
-    def detect_language(self, audio: np.ndarray) -> tuple[str, float]:
-        """(language code, probability) of the first 30 s."""
-        return detect_language(self.net, audio)
-
-
-def resolve_whisper_path(source: str) -> tuple[str, Path]:
-    """(model name, directory) of a model id or a path to a CTranslate2 or Hugging Face directory."""
-    if source in (DEFAULT_WHISPER_MODEL, "tiny.en"):
-        return DEFAULT_WHISPER_MODEL, shipped_model_dir()
-    path = Path(source).expanduser()
-    if not path.is_dir():
-        raise WhisperModelNotFound(f"no Whisper model named {source!r} (not {DEFAULT_WHISPER_MODEL!r} or a directory)")
-    return path.name, path
-
-
-def load_whisper(source: str = DEFAULT_WHISPER_MODEL, *, device: Device | None = None,
-                 progress: Progress | None = None) -> WhisperModel:
-    """Load a Whisper model onto the GPU: the shipped tiny.en by default, or a CTranslate2 / HF directory."""
-    started = time.perf_counter()
-    name, path = resolve_whisper_path(source)
-    ckpt = load_checkpoint(path)
-    net = WhisperNet(Executor(device or default_device()), ckpt, progress)
-    log.info("loaded Whisper model %s (%.0f MB of weights, %s, %d mel bins) in %.1f s", name, net.weight_bytes / 1e6,
-             "multilingual" if ckpt.tokenizer.multilingual else "English-only", ckpt.config.n_mels,
-             time.perf_counter() - started)
-    return WhisperModel(name, net)

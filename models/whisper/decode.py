@@ -14,7 +14,7 @@ that greedy transcripts match faster-whisper's on the same model.
   logits row to: kernels/logit_group_summary.wgsl); beam search is CTranslate2's; temperatures above 0 sample
   best_of = 5 candidates.
 - Temperature fallback on compression ratio (> 2.4) and average log-probability (< -1), the no-speech check,
-  and word timestamps from the alignment heads (models/whisper_align.py).
+  and word timestamps from the alignment heads (models/whisper/align.py).
 """
 
 from __future__ import annotations
@@ -22,15 +22,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from audio.features import log_mel_spectrogram, pad_or_trim
-from models.whisper_weights import TIME_PRECISION
-
-if TYPE_CHECKING:
-    from models.whisper import WhisperNet
+from models.whisper.align import add_word_timestamps
+from models.whisper.net import WhisperNet
+from models.whisper.weights import TIME_PRECISION
 
 FRAMES_PER_SECOND = 100  # mel frames per second
 N_FRAMES = 3000  # mel frames per window
@@ -436,8 +435,6 @@ def _split_by_timestamps(tok: Any, tokens: list[int], time_offset: float, segmen
 
 def transcribe(net: WhisperNet, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
     """Segments of float32 mono 16 kHz audio, yielded as each window finishes."""
-    from models.whisper_align import add_word_timestamps
-
     tok = net.tokenizer
     if options.task not in ("transcribe", "translate"):
         raise ValueError(f"task must be 'transcribe' or 'translate', not {options.task!r}")

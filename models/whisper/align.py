@@ -1,7 +1,7 @@
 """Word timestamps from the alignment heads' cross-attention, as CTranslate2's Whisper `align` and faster-whisper's
 `find_alignment` / `add_word_timestamps` compute them.
 
-The decoder reads <|sot...|> <|notimestamps|> text <|endoftext|> once (models/whisper.py keeps its cross-attention
+The decoder reads <|sot...|> <|notimestamps|> text <|endoftext|> once (models/whisper/net.py keeps its cross-attention
 queries); for each alignment head (layer, head) the scores q.k / sqrt(dh) over the window's content frames
 (num_frames / 2 encoder rows) are softmaxed over frames, standardised over tokens (population std), median
 filtered along time (width 7, reflect padding) and averaged over heads; dynamic time warping on the negated
