@@ -121,7 +121,7 @@ def faster_whisper_golden(clips: list[Path]) -> dict:
 
 
 def hf_state_dict(tensors: dict[str, np.ndarray], layers: tuple[int, int]) -> dict[str, torch.Tensor]:
-    """Canonical Hearth names (models/whisper_weights.py) -> transformers' WhisperForConditionalGeneration names."""
+    """Canonical Hearth names (models/whisper/weights.py) -> transformers' WhisperForConditionalGeneration names."""
     sd: dict[str, np.ndarray] = {}
     d = tensors["enc.conv1.w"].shape[0]
     for side, prefix, n in (("enc", "model.encoder", layers[0]), ("dec", "model.decoder", layers[1])):

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from audio.decode import decode_audio  # noqa: E402
 from audio.encode import encode  # noqa: E402
-from models.normalize import normalize_english  # noqa: E402
-from models.phonemes import chunk_text  # noqa: E402
+from models.kokoro.normalize import normalize_english  # noqa: E402
+from models.kokoro.phonemes import chunk_text  # noqa: E402
 
 SENTENCES = [
     "The weather is lovely today, so we walked along the river.",
@@ -68,7 +68,7 @@ def edit_distance(ref: list[str], hyp: list[str]) -> int:
 def synthesize_all(engine: str, voice: str) -> tuple[list[np.ndarray], float]:
     """24 kHz audio of every sentence, and the seconds the synthesis took."""
     if engine == "hearth":
-        from models.kokoro import load_kokoro
+        from models.kokoro.model import load_kokoro
 
         model = load_kokoro("kokoro")
         vocab, pack = model.vocab, model.voices[voice]
@@ -83,7 +83,7 @@ def synthesize_all(engine: str, voice: str) -> tuple[list[np.ndarray], float]:
         vocab = onnx.vocab
 
         def synth(ids: tuple[int, ...]) -> np.ndarray:
-            from models.phonemes import Chunk
+            from models.kokoro.phonemes import Chunk
 
             return onnx.synthesize(Chunk("", ids))
     started, out = time.perf_counter(), []

@@ -12,7 +12,7 @@ import pytest
 from gpu.device import default_device
 from gpu.ops.dynamic import DynamicGraph
 from gpu.program import Executor, StepParams
-from models.kokoro_noise import source_noise
+from models.kokoro.noise import source_noise
 
 TOL = 2e-4
 

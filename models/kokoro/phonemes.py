@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from models.normalize import normalize_english
+from models.kokoro.normalize import normalize_english
 
 MAX_PHONEMES = 510  # Kokoro's context is 512 ids, two of which are the wrapping 0s
 TARGET_PHONEMES = 250  # merge sentences up to this length: fewer, longer chunks give smoother prosody

@@ -1,16 +1,5 @@
-"""Kokoro-82M (StyleTTS 2 + ISTFTNet) on the executor, following upstream hexgrad/kokoro (model.py, modules.py,
-istftnet.py) op for op, in f32.
-
-    model = load_kokoro("kokoro")                      # the shipped int8 ONNX, converted once and cached
-    voice = model.voices["jf_alpha"]
-    out = model.synthesize(ids, model.style(voice, len(ids)), speed=1.0, seed=0)
-    out.audio  # float32 at 24 kHz;  out.durations: frames per input token (with the two pads)
-
-A call runs two programs, built for its lengths: the front (ALBERT, the prosody text encoder, the duration
-LSTM and projection, and the text encoder) up to the durations, which come back to the host and become the
-alignment (each frame's token); then the back (length regulation, the shared LSTM and F0/N blocks, the
-decoder's AdaIN residual blocks, and the generator: harmonic source, STFT, upsampling, Snake resblocks,
-iSTFT). Activations are [T, C] rows in the front and channel-major [C, T] in the conv stacks.
+"""Kokoro-82M's weights on the executor: the config read from our GGUF, the weights in the layouts the network's
+ops read (models/kokoro/net.py), the vocabulary and the voicepacks. The network and the model both build on this.
 """
 
 from __future__ import annotations
@@ -28,19 +17,9 @@ from gpu.ops.dynamic import DynamicGraph
 from gpu.program import Executor, StepParams
 from gpu.tensor import Tensor
 from models.gguf_file import GGUFFile
-from models.kokoro_convert import ARCH, converted_model_path, load_voices  # noqa: F401  (load_voices re-exported)
+from models.kokoro.convert import ARCH
 
-SAMPLE_RATE = 24000
-RSQRT2 = float(np.float32(1.0) / np.sqrt(np.float32(2.0)))  # torch.rsqrt(torch.tensor(2)) in f32
 H = 256  # LSTM hidden units per direction (hidden_dim / 2)
-
-
-@dataclass
-class SpeechOutput:
-    """One synthesised utterance: audio (float32, 24 kHz) and frames per input token (with the two pads)."""
-
-    audio: np.ndarray
-    durations: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -83,10 +62,10 @@ def _f32(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
-class KokoroModel:
-    """Kokoro-82M on one device; see the module docstring."""
+class KokoroWeights:
+    """Kokoro-82M's weights on one device in the layouts models/kokoro/net.py reads, its config, vocabulary and
+    voicepacks, and the persistent tensors its two programs share."""
 
-    sample_rate = SAMPLE_RATE
     max_phonemes = 510
 
     def __init__(self, path: str | Path, *, device: Device | None = None,
@@ -157,34 +136,11 @@ class KokoroModel:
             self._zero[n] = self.executor.tensor(f"kokoro.zero{n}", (n,))
         return self._zero[n]
 
-    # -- public API ------------------------------------------------------------------------------
-    def style(self, voice: np.ndarray, n_phonemes: int) -> np.ndarray:
-        """The voicepack row for an input of n_phonemes phonemes (upstream: pack[len(phonemes) - 1])."""
-        voice = np.asarray(voice, np.float32).reshape(voice.shape[0], -1)
-        return voice[min(max(n_phonemes, 1), voice.shape[0]) - 1].copy()
-
-    def synthesize(self, phoneme_ids: list[int], style: np.ndarray, speed: float = 1.0, seed: int | None = 0,
-                   *, noise: bool = True) -> SpeechOutput:
-        """Speech for phoneme ids (wrapped [0, *ids, 0] here) in the voice of `style` ([256]).
-
-        seed: the harmonic source's noise (None: a fresh one); noise=False turns that noise off (parity)."""
-        if not phoneme_ids or len(phoneme_ids) > self.max_phonemes:
-            raise ValueError(f"need 1..{self.max_phonemes} phoneme ids, got {len(phoneme_ids)}")
-        if not speed > 0:
-            raise ValueError(f"speed must be positive, got {speed}")
-        if seed is None:
-            seed = int(np.random.default_rng().integers(0, 2**32))
-        ids = np.array([0, *phoneme_ids, 0], np.uint32)
-        style = _f32(np.asarray(style).reshape(-1))
-        from models import kokoro_net
-
-        durations = kokoro_net.front(self, ids, style, float(speed))
-        audio = kokoro_net.back(self, ids, durations, style, seed=seed, noise=noise)
-        return SpeechOutput(audio=audio, durations=durations)
-
     def run(self, graph: DynamicGraph, read: list[Tensor]) -> list[np.ndarray]:
+        """Build graph's program, run it once and read back the tensors in read."""
         program = graph.build()
         return self.executor.run(program, StepParams(n_tokens=1), read=read)
+
 
 
 def re_alpha(name: str) -> bool:
@@ -195,9 +151,3 @@ def _is_linear(name: str, array: np.ndarray) -> bool:
     """A Linear weight (applied by linear_strided, stored transposed), not an embedding table or the source's."""
     return (array.ndim == 2 and name.endswith(".weight") and not name.endswith("_embeddings.weight")
             and name != "text_encoder.embedding.weight" and "l_linear" not in name)
-
-
-def load_kokoro(source: str = "kokoro", *, device: Device | None = None,
-                progress: Callable[[int, int], None] | None = None) -> KokoroModel:
-    """Kokoro from "kokoro" (the shipped int8 ONNX, converted and cached), our GGUF, a .pth or an .onnx."""
-    return KokoroModel(converted_model_path(source), device=device, progress=progress)

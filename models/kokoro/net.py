@@ -1,4 +1,4 @@
-"""Kokoro's two programs, recorded per call for its lengths (see models/kokoro.py).
+"""Kokoro's two programs, recorded per call for its lengths (see models/kokoro/model.py).
 
 front(): ALBERT -> bert_encoder -> DurationEncoder (3 x BiLSTM + AdaLayerNorm) -> BiLSTM -> duration_proj ->
 durations (rounded on the host); the text encoder (3 x conv + LayerNorm + LeakyReLU, BiLSTM) runs alongside.
@@ -9,35 +9,31 @@ Shape comments: rows [T, C], channel-major [C, T].
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from gpu.ops.dynamic import DynamicGraph
 from gpu.tensor import Tensor
-
-if TYPE_CHECKING:
-    from models.kokoro import KokoroModel
+from models.kokoro.weights import KokoroWeights
 
 LN_EPS_BERT = 1e-12  # ALBERT's layer_norm_eps
 LEAKY = 0.2  # acoustic blocks' LeakyReLU
 
 
-def _style_h(g: DynamicGraph, m: KokoroModel, s: Tensor, fc: str, channels: int) -> Tensor:
+def _style_h(g: DynamicGraph, m: KokoroWeights, s: Tensor, fc: str, channels: int) -> Tensor:
     """h = fc(s): [2C], gamma then beta of an AdaIN / AdaLayerNorm."""
     h = g.act((2 * channels,), "h")
     g.linear(s, m.w(fc + ".weight"), m.w(fc + ".bias"), h, rows=1, k=m.config.style_dim, n=2 * channels)
     return h
 
 
-def _bilstm(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, y: Tensor, *, steps: int, k: int,
+def _bilstm(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, y: Tensor, *, steps: int, k: int,
             x_strides: tuple[int, int], y_strides: tuple[int, int]) -> None:
     gx = g.act((steps, 8 * 256), "gx")  # [T, 8H]: both directions' input gates
     g.linear(x, m.w(name + ".wih"), m.w(name + ".b"), gx, rows=steps, k=k, n=8 * 256, x_strides=x_strides)
     g.lstm(gx, m.w(name + ".whh"), y, steps=steps, y_strides=y_strides)
 
 
-def front(m: KokoroModel, ids: np.ndarray, style: np.ndarray, speed: float) -> np.ndarray:
+def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float) -> np.ndarray:
     """Durations (frames per token, int64) for the wrapped ids; leaves d and t_en in m's persistent tensors."""
     c = m.config
     t = len(ids)
@@ -121,7 +117,7 @@ def front(m: KokoroModel, ids: np.ndarray, style: np.ndarray, speed: float) -> n
     return np.maximum(np.round(raw.astype(np.float32)), 1).astype(np.int64)  # torch.round: half to even
 
 
-def _adain_resblk(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, s: Tensor, *, c_in: int, c_out: int,
+def _adain_resblk(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Tensor, *, c_in: int, c_out: int,
                   t: int, upsample: bool = False, out: Tensor | None = None) -> Tensor:
     """AdainResBlk1d: (conv2(act(norm2(conv1(pool(act(norm1(x))))))) + shortcut(x)) / sqrt(2); [C_out, T']."""
     t2 = 2 * t if upsample else t
@@ -149,7 +145,7 @@ def _adain_resblk(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, s: Tens
     return y
 
 
-def _snake_resblock(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, s: Tensor, *, ch: int, t: int, k: int,
+def _snake_resblock(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Tensor, *, ch: int, t: int, k: int,
                     dilations: tuple[int, ...]) -> Tensor:
     """AdaINResBlock1: x += conv2(snake(adain2(conv1_dil(snake(adain1(x)))))) for each dilation; [C, T]."""
     for j, d in enumerate(dilations):
@@ -169,7 +165,7 @@ def _snake_resblock(g: DynamicGraph, m: KokoroModel, x: Tensor, name: str, s: Te
     return x
 
 
-def back(m: KokoroModel, ids: np.ndarray, durations: np.ndarray, style: np.ndarray, *, seed: int,
+def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.ndarray, *, seed: int,
          noise: bool, taps: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Audio (float32, 24 kHz) for the front's d and t_en aligned by durations. taps: a dict to fill with
     named intermediates (tests and debugging: the F0 curve, decoder output, source, STFT, conv_post)."""
