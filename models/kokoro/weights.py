@@ -142,8 +142,8 @@ class KokoroWeights:
         return self.executor.run(program, StepParams(n_tokens=1), read=read)
 
 
-
 def re_alpha(name: str) -> bool:
+    """A Snake activation's alpha (stored [1, C, 1], kept as a vector)."""
     return ".alpha1." in name or ".alpha2." in name
 
 
