@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
                           summary, timed, write_json)
-from models.phonemes import Chunk, chunk_text  # noqa: E402
+from models.kokoro.phonemes import Chunk, chunk_text  # noqa: E402
 
 TEXTS = {
     "sentence": "The quick brown fox jumps over the lazy dog near the riverbank.",
@@ -76,7 +76,7 @@ class HearthEngine:
 
     def __init__(self, voice: str) -> None:
         from gpu.device import default_device
-        from models.kokoro import load_kokoro
+        from models.kokoro.model import load_kokoro
 
         device = default_device()
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"

@@ -58,7 +58,8 @@ def repeat(transcribe: Callable[[Any], str], audios: list[Any], warmup: int, rep
 
 def run_hearth(paths: list[Path], warmup: int, reps: int) -> dict:
     from audio.decode import decode_audio
-    from models.whisper import TranscribeOptions, load_whisper
+    from models.whisper.decode import TranscribeOptions
+    from models.whisper.model import load_whisper
 
     model = load_whisper()
     name = model.net.executor.device.name
@@ -98,7 +99,7 @@ def run_transformers(paths: list[Path], warmup: int, reps: int, device: str = "c
     from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     from audio.decode import decode_audio
-    from models.whisper_weights import load_checkpoint
+    from models.whisper.weights import load_checkpoint
 
     spec = importlib.util.spec_from_file_location("golden", ROOT / "scripts" / "make_whisper_golden.py")
     golden = importlib.util.module_from_spec(spec)
@@ -141,7 +142,7 @@ def run_transformers(paths: list[Path], warmup: int, reps: int, device: str = "c
 
 def _model_dir() -> Path:
     try:
-        from models.whisper_weights import shipped_model_dir
+        from models.whisper.weights import shipped_model_dir
 
         return shipped_model_dir()
     except ImportError:  # the reference venv lacks the model package: take it from the project's venv

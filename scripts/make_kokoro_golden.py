@@ -11,7 +11,7 @@ Writes tests/golden/kokoro/:
 - tiny_state.pth, tiny_voice.pt: small torch.save fixtures for the restricted unpickler (weight_g/weight_v,
   a Parameter, an fp16 and a bf16 tensor, a non-contiguous view, `module.` prefixes).
 
-Noise: SineGen's Gaussian noise is replaced by models/kokoro_noise.source_noise(seed) (the GPU's generator) or
+Noise: SineGen's Gaussian noise is replaced by models/kokoro/noise.source_noise(seed) (the GPU's generator) or
 by zeros ("off"); its random initial phase by zeros (it lands on sample 0, which the linear downsampling never
 reads). The weights: every `k.*` tensor of the GGUF as float32, written into KModel after removing weight_norm,
 so both sides run the very same numbers.
@@ -140,7 +140,7 @@ def patched_noise(mode: str, seed: int):
 
     import torch
 
-    from models.kokoro_noise import source_noise
+    from models.kokoro.noise import source_noise
 
     real_randn_like, real_rand = torch.randn_like, torch.rand
 
@@ -183,7 +183,7 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, help="our converted Kokoro GGUF (default: the cached shipped model)")
     args = parser.parse_args()
     if args.gguf is None:
-        from models.kokoro_convert import converted_model_path
+        from models.kokoro.convert import converted_model_path
 
         args.gguf = converted_model_path("kokoro")
     OUT.mkdir(parents=True, exist_ok=True)

@@ -121,7 +121,7 @@ def faster_whisper_golden(clips: list[Path]) -> dict:
 
 
 def hf_state_dict(tensors: dict[str, np.ndarray], layers: tuple[int, int]) -> dict[str, torch.Tensor]:
-    """Canonical Hearth names (models/whisper_weights.py) -> transformers' WhisperForConditionalGeneration names."""
+    """Canonical Hearth names (models/whisper/weights.py) -> transformers' WhisperForConditionalGeneration names."""
     sd: dict[str, np.ndarray] = {}
     d = tensors["enc.conv1.w"].shape[0]
     for side, prefix, n in (("enc", "model.encoder", layers[0]), ("dec", "model.decoder", layers[1])):
@@ -161,7 +161,7 @@ def reference_tiny_en(clip0: Path) -> None:
     from faster_whisper.feature_extractor import FeatureExtractor
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    from models.whisper_weights import load_checkpoint
+    from models.whisper.weights import load_checkpoint
 
     ckpt = load_checkpoint(MODEL_DIR)
     c = ckpt.config

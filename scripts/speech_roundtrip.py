@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from audio.decode import decode_audio  # noqa: E402
 from audio.encode import encode  # noqa: E402
-from models.normalize import normalize_english  # noqa: E402
-from models.phonemes import chunk_text  # noqa: E402
+from models.kokoro.normalize import normalize_english  # noqa: E402
+from models.kokoro.phonemes import chunk_text  # noqa: E402
 
 SENTENCES = [
     "The weather is lovely today, so we walked along the river.",
@@ -68,7 +68,7 @@ def edit_distance(ref: list[str], hyp: list[str]) -> int:
 def synthesize_all(engine: str, voice: str) -> tuple[list[np.ndarray], float]:
     """24 kHz audio of every sentence, and the seconds the synthesis took."""
     if engine == "hearth":
-        from models.kokoro import load_kokoro
+        from models.kokoro.model import load_kokoro
 
         model = load_kokoro("kokoro")
         vocab, pack = model.vocab, model.voices[voice]
@@ -83,7 +83,7 @@ def synthesize_all(engine: str, voice: str) -> tuple[list[np.ndarray], float]:
         vocab = onnx.vocab
 
         def synth(ids: tuple[int, ...]) -> np.ndarray:
-            from models.phonemes import Chunk
+            from models.kokoro.phonemes import Chunk
 
             return onnx.synthesize(Chunk("", ids))
     started, out = time.perf_counter(), []
@@ -96,8 +96,8 @@ def transcribe_all(engine: str, clips: list[np.ndarray]) -> list[str]:
     """Whisper's text of every 24 kHz clip (resampled to 16 kHz by FFmpeg, as an upload would be)."""
     audio16 = [decode_audio(encode(clip, 24000, "wav")) for clip in clips]
     if engine == "hearth":
-        from models.whisper import load_whisper
-        from models.whisper_decode import TranscribeOptions
+        from models.whisper.model import load_whisper
+        from models.whisper.decode import TranscribeOptions
 
         model = load_whisper()
         return ["".join(s.text for s in model.transcribe(a, TranscribeOptions(temperature=0.0))).strip()

@@ -174,7 +174,7 @@ def convert_kokoro(args: argparse.Namespace) -> int:
     """`hearth convert`: Kokoro weights and voicepacks -> our GGUF (models/kokoro_convert.py)."""
     import shutil
 
-    from models.kokoro_convert import ConvertError, convert, converted_model_path
+    from models.kokoro.convert import ConvertError, convert, converted_model_path
 
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     try:

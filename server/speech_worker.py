@@ -9,51 +9,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from models.kokoro.voices import read_voicepacks
 from server.thread_worker import ThreadWorker
 from server.thread_worker import load_on_own_device as _on_own_device
 
 log = logging.getLogger("hearth.worker")
-VOICEPACK_SUFFIXES = (".pt", ".pth", ".npz", ".bin")
 
 
 def load_on_own_device(source: str, **kwargs: Any) -> Any:
     """Load a Kokoro model on a wgpu device of its own, so workers never share a device or a queue."""
-    from models.kokoro import load_kokoro
+    from models.kokoro.model import load_kokoro
 
     return _on_own_device(load_kokoro, source, **kwargs)
-
-
-def _voicepack_files(paths: Iterable[str]) -> list[Path]:
-    """The voicepack files named by the settings: files as given, folders expanded (sorted, for stable ids)."""
-    files: list[Path] = []
-    for name in paths:
-        path = Path(name).expanduser()
-        if path.is_dir():
-            files.extend(sorted(p for p in path.iterdir() if p.suffix in VOICEPACK_SUFFIXES and p.is_file()))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"speech_voices: {name!r} is neither a voicepack file nor a folder")
-    return files
-
-
-def read_voicepacks(paths: Iterable[str]) -> dict[str, np.ndarray]:
-    """Voice id -> float32 [510, 256] from every file or folder in paths (later files win on a repeated id)."""
-    try:
-        from models.kokoro import load_voices
-    except ImportError:  # the converter has it too
-        from models.kokoro_convert import load_voices
-    voices: dict[str, np.ndarray] = {}
-    for path in _voicepack_files(paths):
-        for voice_id, pack in load_voices(path).items():
-            voices[voice_id] = np.asarray(pack, np.float32).reshape(-1, 256)
-    return voices
 
 
 class SpeechWorker(ThreadWorker):

@@ -20,13 +20,13 @@ from server.thread_worker import ThreadWorker
 from server.thread_worker import load_on_own_device as _on_own_device
 
 SAMPLE_RATE = 16000  # Hz, what Whisper takes
-# Where the model's option and error types live (models.whisper re-exports whisper_decode's, or defines them).
-_MODEL_MODULES = ("models.whisper_decode", "models.whisper")
+# Where the Whisper package's option and error types live.
+_MODEL_MODULES = ("models.whisper.decode",)
 
 
 def load_on_own_device(source: str, **kwargs: Any) -> Any:
     """Load a Whisper model on a wgpu device of its own, so workers never share a device or a queue."""
-    from models.whisper import load_whisper
+    from models.whisper.model import load_whisper
 
     return _on_own_device(load_whisper, source, **kwargs)
 
@@ -55,7 +55,7 @@ class Language:
 
 def model_type(model: Any, name: str) -> Any:
     """A type of the model's own package (TranscribeOptions, UnknownLanguage): from the module that defines the
-    model's class when it has one by that name (a test's stand-in model brings its own), else models.whisper*."""
+    model's class when it has one by that name (a test's stand-in model brings its own), else models.whisper.decode."""
     for module_name in (type(model).__module__, *_MODEL_MODULES):
         try:
             found = getattr(importlib.import_module(module_name), name, None)

@@ -11,7 +11,7 @@ override AFFINE: u32 = 0u;
 override ACT: u32 = 0u;
 override BY_GROUP: bool = true;
 
-#include "kokoro/leaky_relu.wgsl"
+#include "common/leaky_relu.wgsl"
 
 // params: 0 groups, 1 n (elements per group), 2 element stride, 3 group stride, 4 eps (f32 bits),
 // 5 slope (f32 bits), 6 C (channels: offset of beta in h); 63 is 0

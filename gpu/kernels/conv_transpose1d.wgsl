@@ -14,8 +14,8 @@ override REFLECT_LEFT: bool = false;
 
 // params: 0 C_in, 1 C_out, 2 T_in, 3 T_out (conv columns, before any reflection pad), 4 stride, 5 pad,
 // 6 slope (f32 bits); 63 is 0
-#include "kokoro/layer_bindings.wgsl"
-#include "kokoro/leaky_relu.wgsl"
+#include "common/layer_bindings.wgsl"
+#include "common/leaky_relu.wgsl"
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -3,7 +3,7 @@
 // imaginary parts of the DC and Nyquist bins ignored, as an inverse real FFT does), windowed, overlap-added,
 // divided by the summed squared window, and the first and last n_fft / 2 samples trimmed:
 // (frames - 1) * 5 samples. Work split: one invocation per output sample (its <= 4 frames), 256 per group.
-#include "kokoro/stft_basis.wgsl"
+#include "common/stft_basis.wgsl"
 
 // params: 0 frames, 1 output samples; 63 is 0
 @group(0) @binding(0) var<storage, read> p: array<u32>;

@@ -4,8 +4,8 @@
 // where phase_m(j) interpolates the frame-rate phases linearly (F.interpolate, align_corners=False) and f0 is
 // nearest-upsampled. NOISE (0 or 1, a param) turns the Gaussian noise off for parity checks.
 // Work split: one invocation per sample, 256 per workgroup, grid spread over x, y.
-#include "kokoro/sin_exact.wgsl"
-#include "kokoro/noise.wgsl"
+#include "common/sin_exact.wgsl"
+#include "common/pcg_noise.wgsl"
 
 const HARMONICS: u32 = 9u;
 

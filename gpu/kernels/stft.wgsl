@@ -3,7 +3,7 @@
 // magnitudes of bins 0..10, rows 11..21 their angles (atan2). The DC and Nyquist bins have no imaginary part
 // (an FFT gives exactly 0 there, so their angle is 0 or pi as PyTorch's).
 // Work split: one invocation per (frame, bin), 256 per workgroup, grid spread over x, y.
-#include "kokoro/stft_basis.wgsl"
+#include "common/stft_basis.wgsl"
 
 // params: 0 N samples, 1 frames (N / HOP + 1); 63 is 0
 @group(0) @binding(0) var<storage, read> p: array<u32>;

@@ -5,8 +5,8 @@ time-major activations, as torch.nn.functional.conv1d computes it.
     t_out = conv1d(builder, w, x, y, t_in=3000, stride=1, padding=1)
 
 Activations are rows of time: x [t_in, C_in] (a column slice of wider rows via x_offset), y [t_out, C_out]
-(likewise via y_offset). Whisper's front end (two convolutions, the second of stride 2) and Kokoro's text
-encoder and vocoder use it. The weight is kept in f32 with its last two axes swapped ([C_out, K, C_in / groups]),
+(likewise via y_offset); sizes are specialisation constants (channel-major activations of run-time length take
+gpu/ops/dynamic.py's conv1d). The weight is kept in f32 with its last two axes swapped ([C_out, K, C_in / groups]),
 so each invocation reads one contiguous run of an input row and of a weight row per tap.
 """
 

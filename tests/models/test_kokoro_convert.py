@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.kokoro_convert import (ConvertError, _onnx_scope_to_path, converted_model_path, load_voices,
+from models.kokoro.convert import (ConvertError, _onnx_scope_to_path, converted_model_path, load_voices,
                                    state_dict_from_onnx, state_dict_from_pth)
 from models.onnx_reader import ONNXGraph
 from models.pth_reader import CheckpointError, load_checkpoint

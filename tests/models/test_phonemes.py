@@ -1,4 +1,5 @@
-"""models/phonemes.py and models/normalize.py: normalisation, espeak G2P in misaki's symbols, vocab ids, chunks."""
+"""models/kokoro/phonemes.py and models/kokoro/normalize.py: normalisation, espeak G2P in misaki's symbols, vocab
+ids, chunks."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from importlib import resources
 
 import pytest
 
-from models.normalize import cardinal, normalize_english, ordinal, year
-from models.phonemes import (
+from models.kokoro.normalize import cardinal, normalize_english, ordinal, year
+from models.kokoro.phonemes import (
     MAX_PHONEMES,
     PhonemizerError,
     chunk_text,

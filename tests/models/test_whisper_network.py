@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.whisper_weights import load_checkpoint, read_ct2_model_bin, shipped_model_dir
+from models.whisper.weights import load_checkpoint, read_ct2_model_bin, shipped_model_dir
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "whisper"
 TINY_ML = GOLDEN / "tiny_multilingual"
@@ -26,7 +26,7 @@ TINY_ML = GOLDEN / "tiny_multilingual"
 
 @pytest.fixture(scope="module")
 def tiny_en():
-    from models.whisper import load_whisper
+    from models.whisper.model import load_whisper
 
     return load_whisper("whisper-tiny.en")
 
@@ -40,7 +40,7 @@ def tiny_en_window(tiny_en):
 
 @pytest.fixture(scope="module")
 def tiny_ml():
-    from models.whisper import load_whisper
+    from models.whisper.model import load_whisper
 
     return load_whisper(str(TINY_ML))
 
@@ -102,7 +102,7 @@ def test_tiny_multilingual_matches_transformers(tiny_ml) -> None:
 
 
 def test_language_detection_matches_transformers(tiny_ml) -> None:
-    from models.whisper_decode import _language_probs
+    from models.whisper.decode import _language_probs
 
     ref = np.load(GOLDEN / "tiny_multilingual.npz")
     net = tiny_ml.net
@@ -136,10 +136,10 @@ HISTORIES = ([50363], [50363, 1375], [50363, 1375, 50400], [50363, 1375, 50400, 
 
 
 def test_logit_summary_replays_the_rules(tiny_en_window) -> None:
-    """A greedy step from whisper_logit_summary's twelve numbers picks the token and log-probability that the full
+    """A greedy step from logit_group_summary's twelve numbers picks the token and log-probability that the full
     logits row gives through _Rules.apply and a log-softmax (f32 sums on the GPU vs float64 here: 1e-4), after
     histories ending in a first timestamp, text, a closing timestamp, a timestamp pair and more text."""
-    from models.whisper_decode import _choose, _log_softmax, _rules
+    from models.whisper.decode import _choose, _log_softmax, _rules
 
     net = tiny_en_window.net
     rules = _rules(net)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from audio.decode import decode_audio
-from models.whisper_decode import TranscribeOptions, UnknownLanguage, compression_ratio
+from models.whisper.decode import TranscribeOptions, UnknownLanguage, compression_ratio
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "whisper"
 FW = json.loads((GOLDEN / "faster_whisper.json").read_text())["clips"]
@@ -31,7 +31,7 @@ WORD_TOL = 0.2  # seconds (acceptance)
 
 @pytest.fixture(scope="module")
 def model():
-    from models.whisper import load_whisper
+    from models.whisper.model import load_whisper
 
     return load_whisper()
 
@@ -158,8 +158,8 @@ def test_prompt_and_options(model) -> None:
 def test_multilingual_translate_and_detection_paths() -> None:
     """The tiny random multilingual checkpoint (HF loader): language detection picks the most probable language
     token, and the translate task runs with <|lang|><|translate|> in its prompt."""
-    from models import whisper_decode
-    from models.whisper import load_whisper
+    from models.whisper import decode as whisper_decode
+    from models.whisper.model import load_whisper
 
     model = load_whisper(str(GOLDEN / "tiny_multilingual"))
     assert model.multilingual and "fr" in model.languages

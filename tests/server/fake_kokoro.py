@@ -1,4 +1,4 @@
-"""A stand-in for models.kokoro.KokoroModel that follows its public API, for fast speech endpoint tests.
+"""A stand-in for models.kokoro.model.KokoroModel that follows its public API, for fast speech endpoint tests.
 
 It has Kokoro's real vocabulary and a few voicepacks (English and Japanese ids, random values); synthesize()
 makes 3 frames (of 600 samples) per phoneme id at speed 1 (fewer when faster), a tone whose pitch depends on the

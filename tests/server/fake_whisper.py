@@ -1,4 +1,4 @@
-"""A stand-in for models/whisper.py's WhisperModel that follows its public API, for fast endpoint tests.
+"""A stand-in for models/whisper/model.py's WhisperModel that follows its public API, for fast endpoint tests.
 
 It "hears" each second of audio that is not silent as one segment, " Second <i>." (translated: " Translated <i>."),
 with two words inside it; silence gives no segment, as Whisper's no-speech check does. A multilingual instance
@@ -16,7 +16,7 @@ import numpy as np
 
 # The model's own types (numpy only, no GPU), so the stand-in takes and returns exactly what WhisperModel does; the
 # server finds them next to the model's class (server/transcription_worker.py's model_type).
-from models.whisper_decode import Segment, TranscribeOptions, UnknownLanguage, Word
+from models.whisper.decode import Segment, TranscribeOptions, UnknownLanguage, Word
 
 SAMPLE_RATE = 16000
 SILENCE_RMS = 1e-3  # a second quieter than this is silence

@@ -211,7 +211,7 @@ def test_extra_voicepacks_from_a_folder(tmp_path) -> None:
     OpenAI's names then reach the Kokoro voices they resemble."""
     import asyncio
 
-    from server.services.speech import resolve_voice
+    from models.kokoro.voices import resolve_voice
     from server.speech_worker import SpeechWorker
     from tests.server.fake_kokoro import load
 

