@@ -2,7 +2,7 @@
 
 Each scenario (weight type, K, N, t_max, GLU, input and output kind, int8 matmuls, device) runs the public entry
 points (linear, linear_output, linear_glu, linear_stacked, the fusion predicates) on a builder that only records
-what it is asked to dispatch: kernel, defines, grid and bound tensors. tests/gpu/test_matmul_plan.py compares the
+what it is asked to dispatch: kernel, profile label, defines, grid and bound tensors. tests/gpu/test_matmul_plan.py compares the
 records with tests/golden/matmul_dispatches.json.gz, written from the tree before matmul.py was split into planning,
 tuning and dispatch, so every shape in the table keeps its kernels, defines and grids:
 
@@ -78,7 +78,9 @@ class RecordingBuilder:
         groups = tuple(int(g) for g in workgroups) + (1,) * (3 - len(workgroups))
         defines = " ".join(f"{key}={constants[key]!r}" for key in sorted(constants))
         names = ",".join(t.name for t in tensors)
-        self.records.append(f"{kernel} {defines} @{groups[0]},{groups[1]},{groups[2]} [{names}]")
+        # the profile label of ProgramBuilder.dispatch: the string defines in the order given
+        label = ",".join(str(v) for v in constants.values() if isinstance(v, str))
+        self.records.append(f"{kernel}[{label}] {defines} @{groups[0]},{groups[1]},{groups[2]} [{names}]")
 
 
 def weight(name: str, qtype: Q, k: int, n: int, shards: int = 1) -> QuantWeight:
