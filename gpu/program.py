@@ -61,6 +61,7 @@ class Dispatch:
     tensors: list[Tensor]
     workgroups: tuple[int, int, int]
     label: str  # the kernel and its variant, for profiles
+    defines: dict[str, Any]  # the constants the kernel was specialised by, for tests and tools that inspect a step
     bind_group: Any = None
 
 
@@ -148,7 +149,7 @@ class ProgramBuilder:
         pipeline = self.device.pipeline(kernel, constants)
         variant = ",".join(str(v) for v in constants.values() if isinstance(v, str))
         label = f"{kernel}[{variant}]" if variant else kernel
-        self._dispatches.append(Dispatch(kernel, pipeline, list(tensors), groups, label))
+        self._dispatches.append(Dispatch(kernel, pipeline, list(tensors), groups, label, dict(constants)))
 
     def build(self) -> Program:
         total = self._place_activations()

@@ -338,15 +338,14 @@ def linear(
     parts (SplitSums) for a consumer that adds them (the residual norms), y then left unwritten.
 
     kernel: matvec when t_max <= the tuning's matvec_max_tokens (software_matvec_max_tokens with whole rows),
-    else matmul, unless given. subgroups: the
-    matvec reduction by subgroup shuffles, by default where the device has the "subgroup" feature.
-    whole_rows: matvec and matmul by whole rows per thread (the software adapters' kernels), by
-    default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
-    One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's
-    dispatch computes it; the same residual_out values are written by each), or a QuantisedActivation
-    (an int8 matvec: INT8_MATVEC_KERNELS weights). int8: GPU matmul tiles in 8-bit integers for
-    matmul_plan.INT8_TYPES weights (x quantised once, shared by the shards), by default where the executor asks for
-    them (int8_matmuls) and the adapter is not a software one.
+    else matmul, unless given. subgroups: the matvec reduction by subgroup shuffles, by default where the device
+    has the "subgroup" feature. whole_rows: matvec and matmul by whole rows per thread (the software adapters'
+    kernels), by default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
+    One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's dispatch
+    computes it; the same residual_out values are written by each), or a QuantisedActivation (an int8 matvec:
+    INT8_MATVEC_KERNELS weights). int8: GPU matmul tiles in 8-bit integers for INT8_TYPES weights (x quantised
+    once, shared by the shards), by default where the executor asks for them (int8_matmuls) and the adapter is
+    not a software one. Kernels and splits come from gpu/ops/matmul_plan.py with the executor's tuning.
     """
     _check_weight(weight)
     _check_input(x, weight.k, t_max, "x")

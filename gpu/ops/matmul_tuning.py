@@ -3,7 +3,8 @@
 An Executor carries one (`Executor(device, tuning=...)`, DEFAULT_TUNING unless given); gpu/ops/matmul.py reads it as
 `builder.executor.tuning` and passes it to planning. Tests and tuning sweeps inject a variant with
 `dataclasses.replace(DEFAULT_TUNING, row_pairs=False)` rather than patching modules. The values were picked by
-kernel sweeps (tools in bench/) on an H100 and an H200 unless a field says otherwise; git log holds the figures.
+kernel sweeps and model A/B runs on an H100 and an H200 (lavapipe for the software adapters' fields); git log
+holds the figures.
 """
 
 from __future__ import annotations

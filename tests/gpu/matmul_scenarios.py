@@ -2,9 +2,10 @@
 
 Each scenario (weight type, K, N, t_max, GLU, input and output kind, int8 matmuls, device) runs the public entry
 points (linear, linear_output, linear_glu, linear_stacked, the fusion predicates) on a builder that only records
-what it is asked to dispatch: kernel, profile label, defines, grid and bound tensors. tests/gpu/test_matmul_plan.py compares the
-records with tests/golden/matmul_dispatches.json.gz, written from the tree before matmul.py was split into planning,
-tuning and dispatch, so every shape in the table keeps its kernels, defines and grids:
+what it is asked to dispatch: kernel, profile label, defines, grid and bound tensors. tests/gpu/test_matmul_plan.py
+compares the records with tests/golden/matmul_dispatches.json.gz, which this module wrote at the tree before
+matmul.py was split into planning, tuning and dispatch (tag before-redesign), so every shape in the table keeps its
+kernels, defines and grids:
 
     python -m tests.gpu.matmul_scenarios tests/golden/matmul_dispatches.json.gz
 """
