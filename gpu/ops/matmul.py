@@ -29,30 +29,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGMLQuantizationType
-
 from gpu.device import Device
+from gpu.ops import matmul_plan as planning
 from gpu.ops.matmul_plan import (
-    INT8_MATVEC_KERNELS,
-    VEC4_TILE_TYPES,
-    WIDE_MATVEC_KERNELS,
     DeviceTraits,
+    LinearInput,
     LinearKernel,
     LinearPlan,
     TilePlan,
     any_size_threads,
     block_values,
-    int8_glu_matvec,
-    int8_matvec,
     normed_input_fits,
-    plan_int8_tiles,
     plan_linear,
-    plan_matvec,
-    plan_tiles,
-    quantised_input_pays,
+    plan_shard,
     stacked_matvec_shape,
     uses_int8_tiles,
-    whole_rows_matmul,
 )
 from gpu.ops.matmul_tuning import MatmulTuning
 from gpu.ops.quantised import QuantisedActivation, quantised_activation  # noqa: F401 (part of this module's API)
@@ -115,10 +106,15 @@ class NormedInput:
     eps: float
 
 
+def _context(builder: ProgramBuilder) -> tuple[DeviceTraits, bool, MatmulTuning]:
+    """(device traits, int8 matmuls, tuning) of the program a builder records."""
+    return device_traits(builder.device), builder.executor.int8_matmuls, _tuning(builder)
+
+
 def folds_norms(builder: ProgramBuilder, width: int, t_max: int) -> bool:
     """Whether linears of this program take a NormedInput of this width by default: matvecs of few tokens on a GPU
     (software adapters run whole-row matvecs, which read x directly)."""
-    return not builder.device.is_software and normed_input_fits(width, t_max, _tuning(builder))
+    return planning.folds_norms(width, t_max, device_traits(builder.device), _tuning(builder))
 
 
 def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> bool:
@@ -128,8 +124,7 @@ def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: in
     width that is a multiple of 64. (Normalising and quantising in every workgroup of an int8 gate-up instead costs
     more.) Where the model folds the norm into an f32 gate-up's prologue instead (NormedInput, folds_norms), the
     fold is faster."""
-    return (int8_glu_matvec(device_traits(builder.device), builder.executor.int8_matmuls, len(gate_up.shards))
-            and gate_up.k % 64 == 0 and quantised_input_pays(gate_up, t_max, _tuning(builder)))
+    return planning.quantises_ffn_input(gate_up, t_max, *_context(builder))
 
 
 def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: QuantWeight, t_max: int,
@@ -139,23 +134,7 @@ def quantises_glu_output(builder: ProgramBuilder, gate_up: QuantWeight, down: Qu
     a multiple of 64, and a down projection for which a quantised input pays; not where the gate-up normalises its
     input (normed_input: a NormedInput) in the wide K-quant kernel at a split of other than whole 32-row blocks,
     which a quantised output needs (matvec/store_q8.wgsl): there the split lost costs what the int8 down saves."""
-    tuning = _tuning(builder)
-    traits = device_traits(builder.device)
-    if not (int8_glu_matvec(traits, builder.executor.int8_matmuls, len(gate_up.shards))
-            and (gate_up.n // 2) % 64 == 0 and down.k == gate_up.n // 2 and quantised_input_pays(down, t_max, tuning)):
-        return False
-    return not (normed_input and _wide_normed_rows(builder, gate_up, t_max) % 32)
-
-
-def _wide_normed_rows(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> int:
-    """Rows a workgroup of the gate-up's matvec on a NormedInput with an f32 output where it runs the wide K-quant
-    kernel, else 32 (the other kernels' splits take the quantised output's blocks at no cost measured)."""
-    tuning, traits = _tuning(builder), device_traits(builder.device)
-    plan = _plan(builder, gate_up, t_max)
-    matvec = plan_matvec(gate_up, gate_up.n // 2, plan.subgroups, plan.whole_rows, True, t_max, tuning,
-                         int8_matvec(gate_up, plan, t_max, True, tuning), normed=True,
-                         max_threads=any_size_threads(traits, plan))
-    return matvec.shape.rows if matvec.kernel in WIDE_MATVEC_KERNELS.values() else 32
+    return planning.quantises_glu_output(gate_up, down, t_max, normed_input, *_context(builder))
 
 
 def quantises_prompt_input(builder: ProgramBuilder, weights: list[QuantWeight], t_max: int) -> bool:
@@ -164,10 +143,7 @@ def quantises_prompt_input(builder: ProgramBuilder, weights: list[QuantWeight], 
     quantises with a quantize_q8 dispatch of its own: where each of them runs the int8 tiles (int8 matmuls asked
     for, a GPU, an INT8_TYPES weight, a step of more than 32 tokens) on rows of a multiple of 64 values. The tiles
     then read the same q, d and sums as quantize_q8 would have made (common/q8_block.wgsl)."""
-    if any(w.k != weights[0].k for w in weights) or weights[0].k % 64:
-        return False
-    tuning = _tuning(builder)
-    return all(uses_int8_tiles(w, _plan(builder, w, t_max), t_max, w.n, False, tuning) for w in weights)
+    return planning.quantises_prompt_input(weights, t_max, *_context(builder))
 
 
 def _check_normed_input(weight: QuantWeight, t_max: int, tuning: MatmulTuning) -> None:
@@ -202,82 +178,54 @@ def _check_input(x: Tensor | NormedInput | QuantisedActivation, width: int, t_ma
     _check_activation(x.block_out if isinstance(x, NormedInput) else x, width, t_max, what)
 
 
+def _input_kind(x: Tensor | NormedInput | Int8Input | QuantisedActivation) -> tuple[LinearInput, int]:
+    """What a dispatch reads as x, and its values a row."""
+    if isinstance(x, NormedInput):
+        return LinearInput.NORMED, x.block_out.shape[1]
+    if isinstance(x, Int8Input):
+        return LinearInput.INT8, x.q.shape[1] * 4
+    if isinstance(x, QuantisedActivation):
+        return LinearInput.QUANTISED, x.width
+    return LinearInput.F32, x.shape[1]
+
+
 def _dispatch(
     builder: ProgramBuilder, plan: LinearPlan, weight: QuantWeight, shard: Tensor,
     x: Tensor | NormedInput | Int8Input | QuantisedActivation, y: Tensor | QuantisedActivation, t_max: int, *,
     first_row: int, n_rows: int, row_start: int, y_stride: int, glu: bool = False, leave_parts: bool = False,
 ) -> SplitSums | None:
     """The dispatches of y[:, row_start + r] for rows first_row + r, r < n_rows, of one shard (with glu,
-    gelu_tanh(gate) * up, the up rows following the n_rows gate rows): one, or two for a matmul split
-    over k (the parts, then matmul_reduce; with leave_parts, the parts alone, returned). A QuantisedActivation x
-    or y takes a GPU matvec."""
-    tuning = _tuning(builder)
-    constants: dict[str, int | str] = {
-        "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": n_rows, "FIRST_ROW": first_row,
-        "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "GLU": int(glu),
-    }
-    q8_output = isinstance(y, QuantisedActivation)
+    gelu_tanh(gate) * up, the up rows following the n_rows gate rows), as matmul_plan.plan_shard plans them: one,
+    or two for a matmul split over k (the parts, then matmul_reduce; with leave_parts, the parts alone,
+    returned)."""
+    kind, width = _input_kind(x)
     y_tensor = y.tensor if isinstance(y, QuantisedActivation) else y
-    if isinstance(x, QuantisedActivation) and plan.kernel is LinearKernel.MATMUL and isinstance(y, Tensor):
-        # a prompt's input quantised by the norm before it (quantises_prompt_input): the int8 tiles read it as it is
-        if x.width != weight.k or not uses_int8_tiles(weight, plan, t_max, n_rows, glu, tuning):
-            raise ValueError(f"{weight.name}: a quantised input of a matmul needs int8 tiles on {x.width} values "
-                             f"(int8 matmuls on a GPU, a type of INT8_TYPES, more than 32 tokens)")
-        return _int8_dispatch(builder, weight, shard, x, y, t_max, constants, n_rows, row_start, y_stride, glu,
-                              leave_parts)
-    if isinstance(x, (NormedInput, QuantisedActivation)) or q8_output:
-        if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows:
-            raise ValueError(f"{weight.name}: a normalised or quantised input or output needs a GPU matvec")
-        if q8_output and (n_rows % 32 or row_start % 32 or y_stride % 64):
-            raise ValueError(f"{weight.name}: a quantised output needs whole 32-column blocks and rows of a "
-                             f"multiple of 64 values")
-    if isinstance(x, QuantisedActivation):
-        if weight.qtype not in INT8_MATVEC_KERNELS or x.width != weight.k:
-            raise ValueError(f"{weight.name}: no int8 matvec for {weight.qtype.name} on a quantised input of "
-                             f"width {x.width}")
-        matvec = plan_matvec(weight, n_rows, plan.subgroups, False, glu, t_max, tuning, True, q8_output)
-        del constants["WEIGHT_TYPE"]
-        builder.dispatch(matvec.kernel, constants | dict(matvec.defines) | {"X_SOURCE": "q8_buffer"},
-                         [builder.step, shard, x.tensor, y_tensor], workgroup_grid(matvec.groups))
-        return None
+    shard_plan = plan_shard(weight, plan, kind, width, t_max, n_rows=n_rows, row_start=row_start, y_stride=y_stride,
+                            glu=glu, q8_output=isinstance(y, QuantisedActivation),
+                            traits=device_traits(builder.device), tuning=_tuning(builder))
+    # the kernels that decode any weight type take it as a define; the others are written for theirs
+    any_type = {"WEIGHT_TYPE": weight.type_name} if shard_plan.kernel in ("matvec", "matmul") else {}
+    constants: dict[str, int | str] = any_type | {
+        "K": weight.k, "N_ROWS": n_rows, "FIRST_ROW": first_row, "ROW_START": row_start, "Y_STRIDE": y_stride,
+        "T_MAX": t_max, "GLU": int(glu),
+    } | dict(shard_plan.defines)
+    if isinstance(shard_plan, TilePlan):
+        assert isinstance(y_tensor, Tensor) and not isinstance(x, NormedInput)
+        if isinstance(x, Int8Input):
+            inputs, after = [builder.step, shard, x.q], [x.scales]
+        elif isinstance(x, QuantisedActivation):  # both input bindings on its one tensor
+            inputs, after = [builder.step, shard, x.tensor], [x.tensor]
+        else:
+            inputs, after = [builder.step, shard, x], []
+        return _tiles_dispatch(builder, weight, constants, shard_plan, inputs, y_tensor, after, t_max, n_rows,
+                               row_start, y_stride, glu, leave_parts)
     if isinstance(x, NormedInput):
-        _check_normed_input(weight, t_max, tuning)
-        int8 = int8_matvec(weight, plan, t_max, glu, tuning)
-        matvec = plan_matvec(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, tuning, int8, q8_output,
-                             normed=True, max_threads=any_size_threads(device_traits(builder.device), plan))
-        constants |= dict(matvec.defines) | {"X_SOURCE": "q8_normed" if int8 else "normed", "EPS": x.eps}
-        if matvec.kernel != "matvec":
-            del constants["WEIGHT_TYPE"]
-        builder.dispatch(matvec.kernel, constants, [builder.step, shard, *_normed_bindings(x, y_tensor)],
-                         workgroup_grid(matvec.groups))
-        return None
-    if plan.kernel is LinearKernel.MATVEC:
-        int8 = int8_matvec(weight, plan, t_max, glu, tuning)
-        matvec = plan_matvec(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, tuning, int8, q8_output)
-        extra = dict(matvec.defines)
-        if matvec.kernel != "matvec_q8_0_rows":
-            extra |= {"X_SOURCE": "q8_direct" if int8 else "direct"}
-        if matvec.kernel != "matvec":
-            del constants["WEIGHT_TYPE"]
-        builder.dispatch(matvec.kernel, constants | extra, [builder.step, shard, x, y_tensor],
-                         workgroup_grid(matvec.groups))
-        return None
-    assert isinstance(y, Tensor)
-    if isinstance(x, Int8Input):
-        return _int8_dispatch(builder, weight, shard, x, y, t_max, constants, n_rows, row_start, y_stride, glu,
-                              leave_parts)
-    if plan.whole_rows:
-        thread_tokens, groups = whole_rows_matmul(n_rows, t_max, glu)
-        builder.dispatch("matmul", constants | {"ENTRY": "whole_rows", "WG": 64, "THREAD_TOKENS": thread_tokens},
-                         [builder.step, shard, x, y], workgroup_grid(groups))
-        return None
-    tiles = plan_tiles(weight, n_rows, t_max, glu, device_traits(builder.device), tuning)
-    tile = tiles.tile
-    constants |= {"ENTRY": "tiles", "TILE": "f16" if tiles.f16 else "f32", "BT": tile.tokens, "BR": tile.rows,
-                  "RR": tile.thread_rows, "TT": tile.thread_tokens, "BK": tile.k_chunk, "SPLIT": tile.split,
-                  "GROUP_LOADS": "q4_k_vec4" if weight.qtype in VEC4_TILE_TYPES else "words"}
-    return _tiles_dispatch(builder, weight, constants, tiles, [builder.step, shard, x], y, [], t_max, n_rows,
-                           row_start, y_stride, glu, leave_parts)
+        constants["EPS"] = x.eps
+        tensors = [builder.step, shard, *_normed_bindings(x, y_tensor)]
+    else:
+        tensors = [builder.step, shard, x.tensor if isinstance(x, QuantisedActivation) else x, y_tensor]
+    builder.dispatch(shard_plan.kernel, constants, tensors, workgroup_grid(shard_plan.groups))
+    return None
 
 
 def _tiles_dispatch(
@@ -288,43 +236,22 @@ def _tiles_dispatch(
     """A tile entry's dispatch (matmul/tiles.wgsl or tiles_i8.wgsl), bound as [*inputs, y, *after]; where the
     tile splits k, it writes a parts scratch instead and kernels/matmul_reduce.wgsl adds the parts into y, or,
     with leave_parts (no GLU, all of y's columns), the parts are returned for the consumer to add."""
-    tile = tiles.tile
-    groups = workgroup_grid(tile.groups(n_rows, t_max, glu))
-    if tile.split == 1:
+    split = tiles.tile.split
+    groups = workgroup_grid(tiles.groups)
+    if split == 1:
         builder.dispatch("matmul", constants, [*inputs, y, *after], groups)
         return None
     width = n_rows * (2 if glu else 1)
-    parts = builder.activation(f"{weight.name}.parts", (tile.split * t_max, width))
+    parts = builder.activation(f"{weight.name}.parts", (split * t_max, width))
     builder.dispatch("matmul", constants | {"ROW_START": 0, "Y_STRIDE": width}, [*inputs, parts, *after], groups)
     if leave_parts:
         if glu or row_start or y_stride != n_rows:
             raise ValueError(f"{weight.name}: only a plain linear's whole output can be left as parts")
-        return SplitSums(parts, tile.split, t_max)
-    reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": tile.split,
+        return SplitSums(parts, split, t_max)
+    reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": split,
               "GLU": int(glu)}
     builder.dispatch("matmul_reduce", reduce, [builder.step, parts, y], workgroup_grid(-(-t_max * n_rows // 256)))
     return None
-
-
-def _int8_dispatch(
-    builder: ProgramBuilder, weight: QuantWeight, shard: Tensor, x: Int8Input | QuantisedActivation, y: Tensor,
-    t_max: int, constants: dict[str, int | str], n_rows: int, row_start: int, y_stride: int, glu: bool,
-    leave_parts: bool = False,
-) -> SplitSums | None:
-    """matmul/tiles_i8.wgsl over one shard (and matmul_reduce where it splits k), on quantize_q8's two tensors or
-    on a QuantisedActivation (both input bindings on its one tensor, its row layout in X_ROW_VEC4, X_ROW_PAIRS
-    and X_PAIRS_AT)."""
-    tiles = plan_int8_tiles(weight, n_rows, t_max, glu, _tuning(builder))
-    tile = tiles.tile
-    constants = constants | {"ENTRY": "tiles_i8", "BT": tile.tokens, "BR": tile.rows, "SPLIT": tile.split}
-    if isinstance(x, QuantisedActivation):
-        k = weight.k
-        constants |= {"X_ROW_VEC4": 5 * k // 64, "X_ROW_PAIRS": 5 * k // 32, "X_PAIRS_AT": k // 8}
-        q, scales = x.tensor, x.tensor
-    else:
-        q, scales = x.q, x.scales
-    return _tiles_dispatch(builder, weight, constants, tiles, [builder.step, shard, q], y, [scales], t_max, n_rows,
-                           row_start, y_stride, glu, leave_parts)
 
 
 def linear(
@@ -343,9 +270,9 @@ def linear(
     kernels), by default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
     One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's dispatch
     computes it; the same residual_out values are written by each), or a QuantisedActivation (an int8 matvec:
-    INT8_MATVEC_KERNELS weights). int8: GPU matmul tiles in 8-bit integers for INT8_TYPES weights (x quantised
-    once, shared by the shards), by default where the executor asks for them (int8_matmuls) and the adapter is
-    not a software one. Kernels and splits come from gpu/ops/matmul_plan.py with the executor's tuning.
+    matmul_plan.INT8_MATVEC_KERNELS weights). int8: GPU matmul tiles in 8-bit integers for INT8_TYPES weights
+    (x quantised once, shared by the shards), by default where the executor asks for them (int8_matmuls) and the
+    adapter is not a software one. Kernels and splits come from gpu/ops/matmul_plan.py with the executor's tuning.
     """
     _check_weight(weight)
     _check_input(x, weight.k, t_max, "x")
@@ -434,12 +361,7 @@ def stacks_in_one_matvec(builder: ProgramBuilder, first: QuantWeight, second: Qu
     (kernels/matvec_q4_k_q6_k.wgsl): a Q4_K matrix and a Q6_K one of one shard each and the same rows' width,
     decode matvecs on a GPU, with the K-quant kernels of their own. Under int8 matmuls too: the stacked f32
     dispatch beats an int8 q|k matvec and an f32 v."""
-    if (first.qtype is not GGMLQuantizationType.Q4_K or second.qtype is not GGMLQuantizationType.Q6_K
-            or first.k != second.k or len(first.shards) != 1 or len(second.shards) != 1
-            or not _tuning(builder).wide_matvec):
-        return False
-    plans = [_plan(builder, w, t_max, None, subgroups, whole_rows) for w in (first, second)]
-    return all(p.kernel is LinearKernel.MATVEC and not p.whole_rows for p in plans)
+    return planning.stacks_in_one_matvec(first, second, t_max, *_context(builder), subgroups, whole_rows)
 
 
 def linear_stacked(

@@ -9,6 +9,9 @@ planning need no adapter. The kernels (gpu/ops/matmul.py's docstring says what e
   adapters take whole rows a thread (software_matvec_threads).
 - prompts (matmul): workgroup-memory tiles of tokens x rows, k split over workgroups where the tiles alone leave
   the GPU few of them (matmul_tile; int8: int8_tile); software adapters take whole rows a thread.
+plan_linear resolves a linear's defaults (kernel, reduction, whole rows, int8) and plan_shard gives one shard's
+dispatch (a MatvecPlan, TilePlan or WholeRowsPlan, with its defines and grid). The fusion predicates at the end
+(folds_norms, quantises_*, stacks_in_one_matvec) say which fused inputs and outputs a program should build.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -57,6 +61,7 @@ class WeightShape(Protocol):
     qtype: GGMLQuantizationType
     k: int  # values a row
     n: int  # rows
+    shards: Sequence[Any]  # one a binding: a dispatch each
 
 
 class LinearKernel(Enum):
@@ -122,14 +127,26 @@ class MatmulTile(NamedTuple):
         return -(-n_cols // (self.rows // (2 if glu else 1))) * -(-t_max // self.tokens) * self.split
 
 
+Defines = tuple[tuple[str, int | str], ...]  # a kernel's constants in the order its profile label takes them
+
+
+class LinearInput(Enum):
+    """What a linear's dispatch reads as x."""
+
+    F32 = "f32"  # an f32 activation [t_max, K]
+    NORMED = "normed"  # a NormedInput: residual + norm made again in every matvec workgroup
+    INT8 = "int8"  # quantize_q8's q and scales (gpu.ops.matmul.Int8Input), for the int8 tiles
+    QUANTISED = "quantised"  # a QuantisedActivation: int8 blocks kept between two dispatches
+
+
 @dataclass(frozen=True)
 class MatvecPlan:
-    """A matvec dispatch over some rows: its kernel, split and the defines that say so."""
+    """A decode dispatch over some rows (kernels/matvec*.wgsl): its kernel, split and the defines that say so."""
 
     kernel: str  # matvec, matvec_q8_0_rows, or a WIDE_MATVEC_KERNELS / INT8_MATVEC_KERNELS kernel
     shape: MatvecShape  # threads a row and rows (row slots, with pairs) a workgroup; whole rows: (1, threads)
     groups: int  # workgroups
-    defines: tuple[tuple[str, int | str], ...]  # in the order the kernel's profile label takes them
+    defines: Defines  # split, reduction, output and input (X_SOURCE) defines
     pairs: bool = False  # two rows a thread on one load of x
     lane_words: bool = False  # Q4_K lanes along each block's quant words
     interleave: int = 0  # rows interleaved thread by thread (0: the define not given)
@@ -137,11 +154,28 @@ class MatvecPlan:
 
 @dataclass(frozen=True)
 class TilePlan:
-    """A GPU matmul dispatch's tile, k split included."""
+    """A GPU matmul dispatch over workgroup-memory tiles (matmul/tiles.wgsl, tiles_i8.wgsl), k split included."""
 
     tile: MatmulTile
-    f16: bool  # tiles in f16 (f32 tiles otherwise)
-    int8: bool  # matmul/tiles_i8.wgsl on int8 x
+    groups: int  # workgroups
+    defines: Defines
+    f16: bool = False  # tiles in f16 (f32 tiles otherwise)
+    int8: bool = False  # matmul/tiles_i8.wgsl on int8 x
+    kernel: str = "matmul"
+
+
+@dataclass(frozen=True)
+class WholeRowsPlan:
+    """The software adapters' matmul (matmul/whole_rows.wgsl): 64 rows (32 gate rows with GLU) x 8 threads' tokens a
+    workgroup, up to 8 tokens a thread."""
+
+    thread_tokens: int
+    groups: int  # workgroups
+    defines: Defines
+    kernel: str = "matmul"
+
+
+ShardPlan = MatvecPlan | TilePlan | WholeRowsPlan
 
 
 # -- kernel choice ------------------------------------------------------------------------------------------------
@@ -345,11 +379,13 @@ def int8_glu_matvec(traits: DeviceTraits, int8_matmuls: bool, shards: int) -> bo
 def plan_matvec(
     weight: WeightShape, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int,
     tuning: MatmulTuning, int8: bool = False, q8_output: bool = False, normed: bool = False, max_threads: int = 0,
+    x_source: str | None = None,
 ) -> MatvecPlan:
     """The matvec over n_rows rows (y columns) of a weight; int8: the int8 kernel of the weight's type (see
     int8_matvec); q8_output: y is quantised (matvec/store_q8.wgsl, whose workgroups hold whole 32-row blocks);
     normed: the input is normalised in every workgroup; max_threads: the device's most invocations a workgroup,
-    where workgroups need not be a power of two."""
+    where workgroups need not be a power of two; x_source: the X_SOURCE define (how the kernel reads x), given to
+    every kernel but matvec_q8_0_rows, which reads x directly."""
     if whole_rows:
         if q8_output:
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
@@ -357,8 +393,11 @@ def plan_matvec(
         groups = -(-n_rows // (threads * ROWS_PER_THREAD))
         if weight.qtype is GGMLQuantizationType.Q8_0 and weight.k % 64 == 0:
             return MatvecPlan("matvec_q8_0_rows", MatvecShape(1, threads), groups, (("WG", threads),))
-        defines = (("ENTRY", "whole_rows"), ("TPR", 1), ("ROWS", threads), ("STORE", "row"))
-        return MatvecPlan("matvec", MatvecShape(1, threads), groups, defines)
+        defines: list[tuple[str, int | str]] = [("ENTRY", "whole_rows"), ("TPR", 1), ("ROWS", threads),
+                                                ("STORE", "row")]
+        if x_source:
+            defines.append(("X_SOURCE", x_source))
+        return MatvecPlan("matvec", MatvecShape(1, threads), groups, tuple(defines))
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
     if int8:
         name, shape = INT8_MATVEC_KERNELS[weight.qtype], int8_matvec_shape(weight.k, n_rows, glu, tuning)
@@ -376,8 +415,7 @@ def plan_matvec(
     pairs = paired is not None
     if paired is not None:
         shape = tuning.matvec_split or paired
-    defines: list[tuple[str, int | str]] = [("ENTRY", entry), ("STORE", "q8" if q8_output else "row"),
-                                            ("PAIRS", int(pairs))]
+    defines = [("ENTRY", entry), ("STORE", "q8" if q8_output else "row"), ("PAIRS", int(pairs))]
     lane_words, interleave = False, 0
     # (not with a quantised output, whose workgroups hold whole 32-row blocks)
     if name == "matvec_q4_k" and t_max >= tuning.q4_word_lanes_min_tokens and not q8_output:
@@ -388,6 +426,8 @@ def plan_matvec(
         interleave = row_interleave(shape.rows, tuning)
         defines.append(("INTERLEAVE", interleave))
     defines += [("TPR", shape.tpr), ("ROWS", shape.rows)]
+    if x_source:
+        defines.append(("X_SOURCE", x_source))
     groups = -(-n_rows // (shape.rows * (2 if pairs else 1)))
     return MatvecPlan(name, shape, groups, tuple(defines), pairs, lane_words, interleave)
 
@@ -517,21 +557,141 @@ def plan_tiles(weight: WeightShape, n_rows: int, t_max: int, glu: bool, traits: 
         raise ValueError(f"{weight.name}: matmul tile {tile}: the kernel needs {problem}")
     if tile.storage_bytes(f16) > traits.workgroup_storage_bytes or tile.threads > traits.max_invocations:
         raise ValueError(f"{weight.name}: matmul tile {tile} exceeds the adapter's workgroup limits")
-    return TilePlan(tile, f16, False)
+    defines = (("ENTRY", "tiles"), ("TILE", "f16" if f16 else "f32"), ("BT", tile.tokens), ("BR", tile.rows),
+               ("RR", tile.thread_rows), ("TT", tile.thread_tokens), ("BK", tile.k_chunk), ("SPLIT", tile.split),
+               ("GROUP_LOADS", "q4_k_vec4" if weight.qtype in VEC4_TILE_TYPES else "words"))
+    return TilePlan(tile, tile.groups(n_rows, t_max, glu), defines, f16=f16)
 
 
-def plan_int8_tiles(weight: WeightShape, n_rows: int, t_max: int, glu: bool, tuning: MatmulTuning) -> TilePlan:
-    """The int8 tiles of a GPU matmul over n_rows y columns, checked against the kernel."""
+def plan_int8_tiles(weight: WeightShape, n_rows: int, t_max: int, glu: bool, tuning: MatmulTuning,
+                    quantised_input: bool = False) -> TilePlan:
+    """The int8 tiles of a GPU matmul over n_rows y columns, checked against the kernel; quantised_input: x is a
+    QuantisedActivation, its q and (d, sum) pairs in one row (X_ROW_VEC4, X_ROW_PAIRS, X_PAIRS_AT)."""
     tile = int8_tile(weight.k, n_rows, t_max, tuning, glu)
     if tile is None or weight.qtype not in INT8_TYPES:
         raise ValueError(f"{weight.name}: no int8 matmul for {weight.qtype.name} at {t_max} tokens")
     if weight.k % (32 * tile.split) or tile.rows % 32 or tile.tokens % 4 or tile.rows + tile.tokens > tile.threads:
         raise ValueError(f"{weight.name}: int8 matmul tile {tile} does not fit K = {weight.k}")
-    return TilePlan(tile, False, True)
+    defines: Defines = (("ENTRY", "tiles_i8"), ("BT", tile.tokens), ("BR", tile.rows), ("SPLIT", tile.split))
+    if quantised_input:
+        k = weight.k
+        defines += (("X_ROW_VEC4", 5 * k // 64), ("X_ROW_PAIRS", 5 * k // 32), ("X_PAIRS_AT", k // 8))
+    return TilePlan(tile, tile.groups(n_rows, t_max, glu), defines, int8=True)
 
 
-def whole_rows_matmul(n_rows: int, t_max: int, glu: bool) -> tuple[int, int]:
-    """(tokens a thread, workgroups) of the software adapters' matmul (matmul/whole_rows.wgsl): 64 rows (32 gate
-    rows with GLU) x 8 threads' tokens a workgroup, up to 8 tokens a thread."""
+def plan_whole_rows_matmul(n_rows: int, t_max: int, glu: bool) -> WholeRowsPlan:
+    """The software adapters' matmul over n_rows y columns."""
     thread_tokens = min(8, t_max)
-    return thread_tokens, -(-n_rows // (32 if glu else 64)) * -(-t_max // (8 * thread_tokens))
+    groups = -(-n_rows // (32 if glu else 64)) * -(-t_max // (8 * thread_tokens))
+    return WholeRowsPlan(thread_tokens, groups, (("ENTRY", "whole_rows"), ("WG", 64), ("THREAD_TOKENS", thread_tokens)))
+
+
+# -- one shard's dispatch -------------------------------------------------------------------------------------------
+
+def plan_shard(
+    weight: WeightShape, plan: LinearPlan, x: LinearInput, x_width: int, t_max: int, *, n_rows: int,
+    row_start: int, y_stride: int, glu: bool, q8_output: bool, traits: DeviceTraits, tuning: MatmulTuning,
+) -> ShardPlan:
+    """The dispatch of a linear over n_rows rows of one shard (y columns row_start onwards of y_stride; with glu,
+    the gate rows, their up rows following): a matvec, tiles or whole rows, by the linear's plan, what x is (of
+    x_width values a row) and whether y is quantised (q8_output). A quantised or normalised input, or a quantised
+    output, takes a GPU matvec; a quantised input of a prompt the int8 tiles."""
+    if x is LinearInput.QUANTISED and plan.kernel is LinearKernel.MATMUL and not q8_output:
+        # a prompt's input quantised by the norm before it (quantises_prompt_input): the int8 tiles read it as it is
+        if x_width != weight.k or not uses_int8_tiles(weight, plan, t_max, n_rows, glu, tuning):
+            raise ValueError(f"{weight.name}: a quantised input of a matmul needs int8 tiles on {x_width} values "
+                             f"(int8 matmuls on a GPU, a type of INT8_TYPES, more than 32 tokens)")
+        return plan_int8_tiles(weight, n_rows, t_max, glu, tuning, quantised_input=True)
+    if x in (LinearInput.NORMED, LinearInput.QUANTISED) or q8_output:
+        if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows:
+            raise ValueError(f"{weight.name}: a normalised or quantised input or output needs a GPU matvec")
+        if q8_output and (n_rows % 32 or row_start % 32 or y_stride % 64):
+            raise ValueError(f"{weight.name}: a quantised output needs whole 32-column blocks and rows of a "
+                             f"multiple of 64 values")
+    if x is LinearInput.QUANTISED:
+        if weight.qtype not in INT8_MATVEC_KERNELS or x_width != weight.k:
+            raise ValueError(f"{weight.name}: no int8 matvec for {weight.qtype.name} on a quantised input of "
+                             f"width {x_width}")
+        return plan_matvec(weight, n_rows, plan.subgroups, False, glu, t_max, tuning, True, q8_output,
+                           x_source="q8_buffer")
+    if x is LinearInput.NORMED:
+        if not normed_input_fits(weight.k, t_max, tuning):
+            raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
+                             f"{tuning.normed_input_bytes} bytes of input (see folds_norms)")
+        int8 = int8_matvec(weight, plan, t_max, glu, tuning)
+        return plan_matvec(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, tuning, int8, q8_output,
+                           normed=True, max_threads=any_size_threads(traits, plan),
+                           x_source="q8_normed" if int8 else "normed")
+    if plan.kernel is LinearKernel.MATVEC:
+        int8 = int8_matvec(weight, plan, t_max, glu, tuning)
+        return plan_matvec(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, tuning, int8, q8_output,
+                           x_source="q8_direct" if int8 else "direct")
+    if x is LinearInput.INT8:
+        return plan_int8_tiles(weight, n_rows, t_max, glu, tuning)
+    if plan.whole_rows:
+        return plan_whole_rows_matmul(n_rows, t_max, glu)
+    return plan_tiles(weight, n_rows, t_max, glu, traits, tuning)
+
+
+# -- fusions a program may choose (gpu/ops/matmul.py's predicates of the same names ask these) --------------------
+
+def folds_norms(width: int, t_max: int, traits: DeviceTraits, tuning: MatmulTuning) -> bool:
+    """Whether linears take a NormedInput of this width by default: matvecs of few tokens on a GPU (software
+    adapters run whole-row matvecs, which read x directly)."""
+    return not traits.software and normed_input_fits(width, t_max, tuning)
+
+
+def quantises_ffn_input(gate_up: WeightShape, t_max: int, traits: DeviceTraits, int8_matmuls: bool,
+                        tuning: MatmulTuning) -> bool:
+    """Whether a feed-forward's input should be quantised by the residual norm before it: int8 matmuls on a GPU,
+    a one-shard gate-up of a width that is a multiple of 64, for which a quantised input pays."""
+    return (int8_glu_matvec(traits, int8_matmuls, len(gate_up.shards)) and gate_up.k % 64 == 0
+            and quantised_input_pays(gate_up, t_max, tuning))
+
+
+def quantises_glu_output(gate_up: WeightShape, down: WeightShape, t_max: int, normed_input: bool,
+                         traits: DeviceTraits, int8_matmuls: bool, tuning: MatmulTuning) -> bool:
+    """Whether a gate-up should write its output quantised for an int8 down projection: int8 matmuls on a GPU, a
+    one-shard gate-up of a width that is a multiple of 64, a down projection for which a quantised input pays; not
+    where the gate-up normalises its input (normed_input) at a split of other than whole 32-row blocks, which a
+    quantised output needs: there the split lost costs what the int8 down saves."""
+    if not (int8_glu_matvec(traits, int8_matmuls, len(gate_up.shards)) and (gate_up.n // 2) % 64 == 0
+            and down.k == gate_up.n // 2 and quantised_input_pays(down, t_max, tuning)):
+        return False
+    return not (normed_input and wide_normed_rows(gate_up, t_max, traits, int8_matmuls, tuning) % 32)
+
+
+def wide_normed_rows(gate_up: WeightShape, t_max: int, traits: DeviceTraits, int8_matmuls: bool,
+                     tuning: MatmulTuning) -> int:
+    """Rows a workgroup of a gate-up's matvec on a NormedInput with an f32 output where it runs the wide K-quant
+    kernel, else 32 (the other kernels' splits take a quantised output's blocks at no cost measured)."""
+    plan = plan_linear(gate_up.name, traits, tuning, int8_matmuls, t_max)
+    matvec = plan_matvec(gate_up, gate_up.n // 2, plan.subgroups, plan.whole_rows, True, t_max, tuning,
+                         int8_matvec(gate_up, plan, t_max, True, tuning), normed=True,
+                         max_threads=any_size_threads(traits, plan))
+    return matvec.shape.rows if matvec.kernel in WIDE_MATVEC_KERNELS.values() else 32
+
+
+def quantises_prompt_input(weights: Sequence[WeightShape], t_max: int, traits: DeviceTraits, int8_matmuls: bool,
+                           tuning: MatmulTuning) -> bool:
+    """Whether the input of these linears (each reading all of it) should be quantised by the residual norm before
+    them rather than by a quantize_q8 dispatch in each: where each runs the int8 tiles on rows of a multiple of 64
+    values."""
+    if any(w.k != weights[0].k for w in weights) or weights[0].k % 64:
+        return False
+    return all(uses_int8_tiles(w, plan_linear(w.name, traits, tuning, int8_matmuls, t_max), t_max, w.n, False, tuning)
+               for w in weights)
+
+
+def stacks_in_one_matvec(first: WeightShape, second: WeightShape, t_max: int, traits: DeviceTraits,
+                         int8_matmuls: bool, tuning: MatmulTuning, subgroups: bool | None = None,
+                         whole_rows: bool | None = None) -> bool:
+    """Whether a Q4_K and a Q6_K matrix of one input (one shard each, rows of the same width) run as one matvec
+    (kernels/matvec_q4_k_q6_k.wgsl): decode matvecs on a GPU with the wide K-quant kernels, under int8 matmuls too
+    (the stacked f32 dispatch beats an int8 q|k matvec and an f32 v)."""
+    if (first.qtype is not GGMLQuantizationType.Q4_K or second.qtype is not GGMLQuantizationType.Q6_K
+            or first.k != second.k or len(first.shards) != 1 or len(second.shards) != 1 or not tuning.wide_matvec):
+        return False
+    plans = [plan_linear(w.name, traits, tuning, int8_matmuls, t_max, None, subgroups, whole_rows)
+             for w in (first, second)]
+    return all(p.kernel is LinearKernel.MATVEC and not p.whole_rows for p in plans)
