@@ -17,9 +17,9 @@ dispatch (a MatvecPlan, TilePlan or WholeRowsPlan, with its defines and grid). T
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
