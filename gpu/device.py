@@ -39,8 +39,8 @@ _ADAPTER_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "Unknown
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
 # Streaming multiprocessors of NVIDIA GPUs (NVIDIA's specifications), by a substring of the adapter name the driver
 # reports, first match wins: WebGPU does not tell how many workgroups run at once, and the prompt matmuls size
-# their k splits to whole rounds of workgroups where they know it (gpu/ops/matmul.py, _whole_waves_split; measured
-# on an H100 only).
+# their k splits to whole rounds of workgroups where they know it (gpu/ops/matmul_plan.py, whole_waves_split;
+# measured on an H100 only).
 _NVIDIA_SMS = (("H200", 132), ("H100 PCIe", 114), ("H100", 132), ("A100", 108), ("L40", 142), ("L4", 58),
                ("A10G", 80), ("A10", 72), ("RTX 4090", 128), ("RTX 4080", 76), ("RTX 3090", 82))
 

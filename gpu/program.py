@@ -24,6 +24,7 @@ import wgpu
 
 from gpu.device import STORAGE_USAGE, Device, native_api
 from gpu.errors import gpu_stage
+from gpu.ops.matmul_tuning import DEFAULT_TUNING, MatmulTuning
 from gpu.tensor import NUMPY_DTYPES, Lifetime, Tensor
 
 MAX_GROUPS_PER_DIM = 65535
@@ -60,6 +61,7 @@ class Dispatch:
     tensors: list[Tensor]
     workgroups: tuple[int, int, int]
     label: str  # the kernel and its variant, for profiles
+    defines: dict[str, Any]  # the constants the kernel was specialised by, for tests and tools that inspect a step
     bind_group: Any = None
 
 
@@ -147,7 +149,7 @@ class ProgramBuilder:
         pipeline = self.device.pipeline(kernel, constants)
         variant = ",".join(str(v) for v in constants.values() if isinstance(v, str))
         label = f"{kernel}[{variant}]" if variant else kernel
-        self._dispatches.append(Dispatch(kernel, pipeline, list(tensors), groups, label))
+        self._dispatches.append(Dispatch(kernel, pipeline, list(tensors), groups, label, dict(constants)))
 
     def build(self) -> Program:
         total = self._place_activations()
@@ -196,11 +198,13 @@ class Executor:
     """Runs programs: one compute pass and one submit per step, per-step values in one
     16-byte uniform buffer, and only the tensors asked for copied back."""
 
-    def __init__(self, device: Device, *, int8_matmuls: bool = False) -> None:
+    def __init__(self, device: Device, *, int8_matmuls: bool = False, tuning: MatmulTuning = DEFAULT_TUNING) -> None:
         self.device = device
         # Programs built for this executor run their GPU matmuls (steps of more than 32 tokens) on activations
         # quantised to 8 bits where the weight type allows (gpu/ops/matmul.py): faster prompts, llama.cpp's numerics.
         self.int8_matmuls = int8_matmuls
+        # The matrix kernels' tunable constants that programs built for this executor plan with.
+        self.tuning = tuning
         buffer = device.create_buffer(
             StepParams.STRUCT_BYTES, "step", wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
         )

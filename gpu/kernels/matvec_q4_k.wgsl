@@ -15,7 +15,7 @@
 // Work split: as matvec.wgsl, TPR threads per row, ROWS rows per workgroup; lane l of a row takes
 // units l, l + TPR, ... (unit u: block u / 8, chunk (u % 8) / 2, half u % 2), so the 8 lanes of a
 // block read its 128 quant bytes as one contiguous span. With PAIRS (long rows and output heads:
-// row_pairs_shape in gpu/ops/matmul.py) a thread also takes the row ROWS further on the same loads of x,
+// row_pairs_shape in gpu/ops/matmul_plan.py) a thread also takes the row ROWS further on the same loads of x,
 // 32 values of which cost 8 vec4 loads against the weight's one. Steps of several tokens take LANE_WORDS instead:
 // a row's lanes along each block's quant words (matvec/q4_k_words.wgsl). Entry points:
 // matvec/${ENTRY}.wgsl (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's

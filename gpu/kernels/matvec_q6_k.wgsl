@@ -11,7 +11,7 @@
 //
 // Work split: as matvec_q4_k.wgsl: TPR threads per row, ROWS rows per workgroup, lane l takes units
 // l, l + TPR, ... of its row (unit u: block u / 8, half (u / 4) % 2, l = 8 (u % 4)). With PAIRS (long rows and
-// output heads: row_pairs_shape in gpu/ops/matmul.py) a thread also takes the row ROWS further on the same loads
+// output heads: row_pairs_shape in gpu/ops/matmul_plan.py) a thread also takes the row ROWS further on the same loads
 // of x, which cost 8 vec4 a unit against the weight's 26 bytes.
 #include "matvec/constants.wgsl"
 #include "quant/byte_floats.wgsl"

@@ -10,7 +10,7 @@
 // loads cover whatever the word's place in its vec4; selects pick the 17 words out of the 20.
 // Measured on lavapipe, 640 x 32768: 2-3x faster than matvec.wgsl's split rows. A pair's words are read
 // once for all of a step's tokens: read again for each, 8 tokens cost 12x one token's time. (Steps of several
-// tokens take the whole-row matmul by default: SOFTWARE_MATVEC_MAX_TOKENS in gpu/ops/matmul.py.)
+// tokens take the whole-row matmul by default: software_matvec_max_tokens in gpu/ops/matmul_tuning.py.)
 // GLU = 1 (the fused gate-up linear, as in matvec.wgsl): the thread also computes its 4 rows' up
 // rows N_ROWS + r and stores gelu_tanh(gate) * up.
 //

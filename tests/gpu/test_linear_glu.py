@@ -16,11 +16,21 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from gpu.device import default_device
-from gpu.ops import matmul as matmul_ops
-from gpu.ops.matmul import MATVEC_MAX_TOKENS, LinearKernel, linear_glu
+from gpu.ops.matmul import LinearKernel, block_values, linear_glu
+from gpu.ops.matmul_plan import MatmulTile, matmul_tile
+from gpu.ops.matmul_tuning import DEFAULT_TUNING
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import row_bytes, upload_weight
-from tests.gpu.test_matmul import SENTINEL, TYPES, random_weight_bytes, reference, small_k, uses_f16_tiles
+from tests.gpu.test_matmul import (
+    MATVEC_MAX_TOKENS,
+    SENTINEL,
+    TYPES,
+    random_weight_bytes,
+    reference,
+    small_k,
+    tuned,
+    uses_f16_tiles,
+)
 
 GELU_SLOPE = 1.2  # bound of |d gelu_tanh / dg|
 EPILOGUE_TOL = 1e-5  # of |y| and |g u|: the f32 epilogue
@@ -67,7 +77,7 @@ def run_glu(
 
 
 def glu_k(qtype: Q, blocks_small: int, blocks_k: int) -> int:
-    return small_k(qtype, blocks_small if matmul_ops.block_values(qtype) <= 32 else blocks_k)
+    return small_k(qtype, blocks_small if block_values(qtype) <= 32 else blocks_k)
 
 
 @pytest.mark.parametrize("variant", ["workgroup", "subgroup", "whole-rows"])
@@ -86,27 +96,28 @@ def test_glu_decode(ex: Executor, qtype: Q, variant: str) -> None:
 
 @pytest.mark.parametrize("variant", ["f32-tiles", "f16-tiles", "whole-rows"])
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
-def test_glu_prefill(ex: Executor, qtype: Q, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_glu_prefill(ex: Executor, qtype: Q, variant: str) -> None:
     """matmul: the GPU tiles in f32 and f16 and the software adapters' whole rows; two token tiles
     and two column tiles, the last of each partial."""
     if variant == "f16-tiles" and not ex.device.has("shader-f16"):
         pytest.skip("adapter without shader-f16")
-    monkeypatch.setattr(matmul_ops, "tiles_in_f16", lambda device, qtype: variant == "f16-tiles")
+    ex = tuned(ex, f16_tile_types=frozenset(TYPES) if variant == "f16-tiles" else frozenset())
     k = glu_k(qtype, 2, 1)
     shards, dispatches = run_glu(ex, qtype, k, 75, 70, 67, seed=2, kernel=LinearKernel.MATMUL,
                                  whole_rows=variant == "whole-rows")
-    split = variant != "whole-rows" and matmul_ops.matmul_tile(k, 75, 70, glu=True).split > 1
+    split = variant != "whole-rows" and matmul_tile(k, 75, 70, DEFAULT_TUNING, glu=True).split > 1
     assert (shards, dispatches) == (1, 2 if split else 1)
 
 
-@pytest.mark.parametrize("tile", [matmul_ops.MatmulTile(64, 64, 8, 32), matmul_ops.MatmulTile(32, 128, 8, 16, 2),
-                                  matmul_ops.MatmulTile(32, 64, 8, 16, 4), matmul_ops.MatmulTile(32, 64, 8, 16, 1, 8),
-                                  matmul_ops.MatmulTile(128, 128, 8, 16, 2, 8)], ids=lambda t: "x".join(map(str, t)))
-def test_glu_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tile", [MatmulTile(64, 64, 8, 32), MatmulTile(32, 128, 8, 16, 2),
+                                  MatmulTile(32, 64, 8, 16, 4), MatmulTile(32, 64, 8, 16, 1, 8),
+                                  MatmulTile(128, 128, 8, 16, 2, 8)],
+                         ids=lambda t: "x".join(map(str, t)))
+def test_glu_tile_shapes(ex: Executor, tile: MatmulTile) -> None:
     """Other tile shapes with GLU: 4 vec4 of x per thread, k split in 2 and 4 (2 dispatches: the parts,
     then matmul_reduce's GLU epilogue), 8 tokens a thread."""
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
-    _, dispatches = run_glu(ex, Q.Q6_K, 512, 40, 40, 37, seed=3, kernel=LinearKernel.MATMUL, whole_rows=False)
+    _, dispatches = run_glu(tuned(ex, tile=tile), Q.Q6_K, 512, 40, 40, 37, seed=3, kernel=LinearKernel.MATMUL,
+                            whole_rows=False)
     assert dispatches == (1 if tile.split == 1 else 2)
 
 
@@ -114,16 +125,12 @@ def test_glu_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypatch:
 @pytest.mark.parametrize("whole_rows", [False, True], ids=["gpu", "software"])
 @pytest.mark.parametrize("qtype,f,shard_rows", [(Q.Q8_0, 45, 30), (Q.Q4_K, 20, 10)],
                          ids=["Q8_0-shard-across-gate-up", "Q4_K-shards-meet-at-F"])
-def test_glu_sharded(
-    ex: Executor, kernel: LinearKernel, whole_rows: bool, qtype: Q, f: int, shard_rows: int,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_glu_sharded(ex: Executor, kernel: LinearKernel, whole_rows: bool, qtype: Q, f: int, shard_rows: int) -> None:
     """A weight over several shards: two linears (per shard, its gate rows and its up rows) into
     activations and gelu_mul. Q8_0: shards [0, 30) [30, 60) [60, 90), the middle one holding gate
     and up rows; Q4_K: four shards, two of gate rows and two of up rows. (Matmul tiles without a k
     split, so that each part is one dispatch.)"""
-    unsplit = matmul_ops.MatmulTile(16, 64, 8, 16)
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: unsplit)
+    ex = tuned(ex, tile=MatmulTile(16, 64, 8, 16))
     k = small_k(qtype, 2) if qtype is Q.Q8_0 else small_k(qtype, 1)
     t_max = 1 if kernel is LinearKernel.MATVEC else 8
     shards, dispatches = run_glu(ex, qtype, k, f, t_max, t_max, seed=4, kernel=kernel, whole_rows=whole_rows,

@@ -16,7 +16,8 @@ the L1 magnitude, 2^-25 of sum_k |W[r, k]| + sum_k |x[t, k]|, and the f32 allowa
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,14 +26,18 @@ from gguf.quants import dequantize
 
 from gpu.device import default_device
 from gpu.ops import matmul as matmul_ops
-from gpu.ops.matmul import MATVEC_MAX_TOKENS, LinearKernel, block_values, linear, linear_glu
-from gpu.program import Executor, ProgramBuilder, StepParams
+from gpu.ops import matmul_plan as plan
+from gpu.ops.matmul import LinearKernel, block_values, device_traits, linear, linear_glu
+from gpu.ops.matmul_plan import MatmulTile, MatvecShape
+from gpu.ops.matmul_tuning import DEFAULT_TUNING
+from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.weights import SUPPORTED_TYPES, QuantWeight, row_bytes, upload_weight
 
 REL_TOL = 1e-5  # of the row's L1 magnitude, see the module docstring
 F16_REL_TOL = 2.0 ** -10  # of the L1 magnitude where tiles are f16
 F16_ABS_TOL = 2.0 ** -25  # of sum_k |W[r, k]| + |x[t, k]| where tiles are f16 (f16 subnormals)
 SENTINEL = 1234.5  # y rows past n_tokens must keep it
+MATVEC_MAX_TOKENS = DEFAULT_TUNING.matvec_max_tokens
 
 TYPES = list(SUPPORTED_TYPES)
 # Byte offsets of the f16 fields (scales, mins) in each block, as in ggml's block structs.
@@ -72,8 +77,8 @@ def reference(raw: np.ndarray, qtype: Q, x: np.ndarray, f16_tiles: bool = False)
 def uses_f16_tiles(ex: Executor, qtype: Q, t_max: int, kernel: LinearKernel | None, whole_rows: bool | None) -> bool:
     """Whether linear with these arguments runs the GPU matmul with f16 tiles."""
     tiled = not (ex.device.is_software if whole_rows is None else whole_rows)
-    matmul = (kernel or matmul_ops.default_kernel(t_max, not tiled)) is LinearKernel.MATMUL
-    return matmul and tiled and matmul_ops.tiles_in_f16(ex.device, qtype)
+    matmul = (kernel or plan.default_kernel(t_max, not tiled, ex.tuning)) is LinearKernel.MATMUL
+    return matmul and tiled and plan.tiles_in_f16(device_traits(ex.device), qtype, ex.tuning)
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +86,17 @@ def ex() -> Executor:
     return Executor(default_device())
 
 
+def tuned(ex: Executor, **changes: Any) -> Executor:
+    """An executor on ex's device whose programs plan with DEFAULT_TUNING but for `changes`."""
+    return Executor(ex.device, int8_matmuls=ex.int8_matmuls, tuning=replace(DEFAULT_TUNING, **changes))
+
+
 def run_linear(
     ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, *, seed: int = 0,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, max_shard_bytes: int | None = None,
     whole_rows: bool | None = None,
-) -> QuantWeight:
-    """Run one linear layer on random data and check it against numpy; returns the weight."""
+) -> tuple[QuantWeight, Program]:
+    """Run one linear layer on random data and check it against numpy; returns the weight and the program."""
     rng = np.random.default_rng(seed)
     raw = random_weight_bytes(rng, qtype, k, n)
     weight = upload_weight(ex, "w", qtype, k, n, raw, max_shard_bytes=max_shard_bytes)
@@ -95,27 +105,15 @@ def run_linear(
     yt = ex.tensor("y", (t_max, n), data=np.full((t_max, n), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "linear")
     linear(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups, whole_rows=whole_rows)
-    got, = ex.run(b.build(), StepParams(n_tokens), read=[yt])
+    program = b.build()
+    got, = ex.run(program, StepParams(n_tokens), read=[yt])
     want, allowed = reference(raw, qtype, x[:n_tokens], uses_f16_tiles(ex, qtype, t_max, kernel, whole_rows))
     err = np.abs(got[:n_tokens] - want)
     worst = np.unravel_index(np.argmax(err / allowed), err.shape)
     assert np.all(err <= allowed), (
         f"{qtype.name} {k}x{n}: token {worst[0]} row {worst[1]}: got {got[worst]}, want {want[worst]}")
     assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
-    return weight
-
-
-def record_choices(monkeypatch: pytest.MonkeyPatch, name: str) -> list[object]:
-    """The results of gpu.ops.matmul's choice function `name`, each call's appended as the test runs."""
-    choices: list[object] = []
-    choose = getattr(matmul_ops, name)
-
-    def recording_choice(*args: object) -> object:
-        choices.append(choose(*args))
-        return choices[-1]
-
-    monkeypatch.setattr(matmul_ops, name, recording_choice)
-    return choices
+    return weight, program
 
 
 def small_k(qtype: Q, blocks: int) -> int:
@@ -135,48 +133,43 @@ def test_matvec_decode(ex: Executor, qtype: Q, subgroups: bool) -> None:
 @pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS])
 @pytest.mark.parametrize("wide", [True, False], ids=["wide", "generic"])
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
-def test_matvec_k_quant_kernels(ex: Executor, qtype: Q, wide: bool, tokens: int, monkeypatch: pytest.MonkeyPatch,
-                                ) -> None:
+def test_matvec_k_quant_kernels(ex: Executor, qtype: Q, wide: bool, tokens: int) -> None:
     """Q4_K and Q6_K through their own kernels (matvec_q4_k/q6_k.wgsl) and through the generic one: 10 blocks a
     row (units of the last block split over lanes unevenly; Q6_K's 210-byte blocks alternate between 4-aligned
     and 2 bytes past), every sub-block's scale, and a row count that leaves a partial workgroup."""
-    monkeypatch.setattr(matmul_ops, "WIDE_MATVEC", wide)
-    run_linear(ex, qtype, 2560, 37, tokens, tokens, seed=12, kernel=LinearKernel.MATVEC,
+    run_linear(tuned(ex, wide_matvec=wide), qtype, 2560, 37, tokens, tokens, seed=12, kernel=LinearKernel.MATVEC,
                subgroups=ex.device.has("subgroup"), whole_rows=False)
 
 
 @pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS])
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
-def test_matvec_row_pairs(ex: Executor, qtype: Q, subgroups: bool, tokens: int, monkeypatch: pytest.MonkeyPatch,
-                          ) -> None:
+def test_matvec_row_pairs(ex: Executor, qtype: Q, subgroups: bool, tokens: int) -> None:
     """Q4_K and Q6_K rows two a thread on one load of x (PAIRS, row_pairs_shape), made to apply at K = 2560: 45
     rows, an odd count, so that the last workgroup's pair row falls past the shard (read clamped, not stored)."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    monkeypatch.setattr(matmul_ops, "ROW_PAIRS_MIN_K", 2560)
-    shapes = record_choices(monkeypatch, "row_pairs_shape")
-    run_linear(ex, qtype, 2560, 45, tokens, tokens, seed=21, kernel=LinearKernel.MATVEC, subgroups=subgroups,
-               whole_rows=False)
-    assert shapes and all(shape is not None for shape in shapes), "the matvec did not take rows in pairs"
+    ex = tuned(ex, row_pairs_min_k=2560)
+    _, program = run_linear(ex, qtype, 2560, 45, tokens, tokens, seed=21, kernel=LinearKernel.MATVEC,
+                            subgroups=subgroups, whole_rows=False)
+    assert program.dispatches[-1].defines["PAIRS"] == 1, "the matvec did not take rows in pairs"
 
 
 @pytest.mark.parametrize(("t_max", "n_tokens"), [(4, 3), (MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS)])
 @pytest.mark.parametrize("blocks", [1, 5])
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
-def test_matvec_q4_k_word_lanes(ex: Executor, subgroups: bool, blocks: int, t_max: int, n_tokens: int,
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matvec_q4_k_word_lanes(ex: Executor, subgroups: bool, blocks: int, t_max: int, n_tokens: int) -> None:
     """Q4_K steps of Q4_WORD_LANES_MIN_TOKENS tokens or more, a row's lanes along each block's quant words
     (matvec/q4_k_words.wgsl) at 64 threads a row: one block a row (the second 32 lanes hold nothing) and five (three
     blocks for the first 32 lanes, two for the others); fewer tokens than the program's rows; 45 rows in pairs, the
     last pair row past the shard."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    assert t_max >= matmul_ops.Q4_WORD_LANES_MIN_TOKENS
-    shapes = record_choices(monkeypatch, "word_lanes_shape")
-    run_linear(ex, Q.Q4_K, 256 * blocks, 45, t_max, n_tokens, seed=22, kernel=LinearKernel.MATVEC,
-               subgroups=subgroups, whole_rows=False)
-    assert shapes == [matmul_ops.MatvecShape(64, 2)], "the matvec did not take word lanes"
+    assert t_max >= DEFAULT_TUNING.q4_word_lanes_min_tokens
+    _, program = run_linear(ex, Q.Q4_K, 256 * blocks, 45, t_max, n_tokens, seed=22, kernel=LinearKernel.MATVEC,
+                            subgroups=subgroups, whole_rows=False)
+    defines = program.dispatches[-1].defines
+    assert (defines.get("LANE_WORDS"), defines["TPR"], defines["ROWS"]) == (1, 64, 2), "no word lanes"
 
 
 @pytest.mark.parametrize("pairs", [False, True], ids=["rows", "pairs"])
@@ -185,7 +178,7 @@ def test_matvec_q4_k_word_lanes(ex: Executor, subgroups: bool, blocks: int, t_ma
 @pytest.mark.parametrize(("qtype", "kernel"), [(Q.Q8_0, "matvec"), (Q.Q5_0, "matvec"), (Q.Q6_K, "matvec_q6_k"),
                                                (Q.Q4_K, "matvec_q4_k")], ids=lambda v: getattr(v, "name", v))
 def test_matvec_row_interleave(ex: Executor, qtype: Q, kernel: str, subgroups: bool, interleave: int, pairs: bool,
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+                               ) -> None:
     """Steps of INTERLEAVE_MIN_TOKENS tokens or more: a workgroup's rows alternating thread by thread (INTERLEAVE), in
     the generic kernel and the K-quant ones (Q4_K along units: word lanes off), at 16 threads a row and 8 row slots a
     workgroup: with 8 rows interleaved a row's lanes span four subgroups of 32 (its sums meet in workgroup memory),
@@ -193,19 +186,17 @@ def test_matvec_row_interleave(ex: Executor, qtype: Q, kernel: str, subgroups: b
     rows."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    if pairs and kernel not in matmul_ops.ROW_PAIRS_KERNELS:
+    if pairs and kernel not in plan.ROW_PAIRS_KERNELS:
         pytest.skip("the generic kernel does not pair rows")
-    assert matmul_ops.INTERLEAVE_MIN_TOKENS <= MATVEC_MAX_TOKENS
-    shape = matmul_ops.MatvecShape(16, 8)
-    monkeypatch.setattr(matmul_ops, "Q4_WORD_LANES_MIN_TOKENS", MATVEC_MAX_TOKENS + 1)
-    monkeypatch.setattr(matmul_ops, "ROW_INTERLEAVE", interleave)
-    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda *_args, **_kwargs: shape)
-    monkeypatch.setattr(matmul_ops, "wide_matvec_shape", lambda *_args, **_kwargs: shape)
-    monkeypatch.setattr(matmul_ops, "row_pairs_shape", lambda *_args: shape if pairs else None)
-    chosen = record_choices(monkeypatch, "row_interleave")
-    run_linear(ex, qtype, 2560, 45, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=23, kernel=LinearKernel.MATVEC,
-               subgroups=subgroups, whole_rows=False)
-    assert chosen == [interleave]
+    assert DEFAULT_TUNING.interleave_min_tokens <= MATVEC_MAX_TOKENS
+    shape = MatvecShape(16, 8)
+    ex = tuned(ex, q4_word_lanes_min_tokens=MATVEC_MAX_TOKENS + 1, row_interleave=interleave, matvec_split=shape,
+               row_pairs=pairs)
+    _, program = run_linear(ex, qtype, 2560, 45, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=23,
+                            kernel=LinearKernel.MATVEC, subgroups=subgroups, whole_rows=False)
+    dispatch = program.dispatches[-1]
+    chosen = [dispatch.kernel] + [dispatch.defines[key] for key in ("TPR", "ROWS", "PAIRS", "INTERLEAVE")]
+    assert chosen == [kernel, *shape, int(pairs), interleave]
 
 
 def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float,
@@ -250,7 +241,7 @@ def test_matvec_normed_input(ex: Executor, subgroups: bool, qtype: Q, glu: bool,
 
 
 def check_normed_matvec(ex: Executor, qtype: Q, raw: np.ndarray, weight: QuantWeight, normed: matmul_ops.NormedInput,
-                        r: np.ndarray, x: np.ndarray, n: int, glu: bool, subgroups: bool) -> None:
+                        r: np.ndarray, x: np.ndarray, n: int, glu: bool, subgroups: bool) -> Program:
     """Run a matvec (linear_glu with glu) of weight on normed and check residual_out against r and y against
     numpy on x (random_normed_input's), the linear's tolerance carried through the GELU for the GLU."""
     t = x.shape[0]
@@ -258,7 +249,8 @@ def check_normed_matvec(ex: Executor, qtype: Q, raw: np.ndarray, weight: QuantWe
     b = ProgramBuilder(ex, "normed")
     (linear_glu if glu else linear)(b, weight, normed, y, t, kernel=LinearKernel.MATVEC, subgroups=subgroups,
                                     whole_rows=False)
-    got, got_residual = ex.run(b.build(), StepParams(t), read=[y, normed.residual_out])
+    program = b.build()
+    got, got_residual = ex.run(program, StepParams(t), read=[y, normed.residual_out])
     np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)
     want, allowed = reference(raw, qtype, x, False)
     if glu:
@@ -266,31 +258,25 @@ def check_normed_matvec(ex: Executor, qtype: Q, raw: np.ndarray, weight: QuantWe
         want = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3))) * up
         allowed = (allowed[:, :n] * np.abs(up) + allowed[:, n:] * np.abs(gate)) * 1.5 + 1e-5
     assert np.all(np.abs(got - want) <= allowed + 1e-5 * np.abs(want))
+    return program
 
 
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
-def test_matvec_normed_odd_workgroup(ex: Executor, glu: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matvec_normed_odd_workgroup(ex: Executor, glu: bool) -> None:
     """A normalised input on the subgroup reduction takes workgroups of rows that need not be a power of two
     (wide_matvec_shape's max_threads): 2560 Q4_K rows of 512 values give 10 rows a workgroup, 256 workgroups;
     the sums and the residual against numpy as in test_matvec_normed_input."""
     if not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    shapes: list[matmul_ops.MatvecShape] = []
-    choose = matmul_ops.wide_matvec_shape
-
-    def recording_choice(*args: object) -> matmul_ops.MatvecShape:
-        shapes.append(choose(*args))
-        return shapes[-1]
-
-    monkeypatch.setattr(matmul_ops, "wide_matvec_shape", recording_choice)
     rng = np.random.default_rng(19)
     k, n, eps = 512, 2560, 1e-6
     rows = 2 * n if glu else n
     raw = random_weight_bytes(rng, Q.Q4_K, k, rows)
     weight = upload_weight(ex, "w", Q.Q4_K, k, rows, raw)
     normed, r, x = random_normed_input(ex, rng, 1, k, eps)
-    check_normed_matvec(ex, Q.Q4_K, raw, weight, normed, r, x, n, glu, subgroups=True)
-    assert shapes and all(shape.rows & (shape.rows - 1) for shape in shapes), f"power-of-two rows: {shapes}"
+    program = check_normed_matvec(ex, Q.Q4_K, raw, weight, normed, r, x, n, glu, subgroups=True)
+    rows = program.dispatches[-1].defines["ROWS"]
+    assert rows & (rows - 1), f"power-of-two rows: {rows}"
 
 
 @pytest.mark.parametrize("tokens", [1, 3])
@@ -332,15 +318,14 @@ def test_matvec_stacked(ex: Executor, subgroups: bool, normed: bool, tokens: int
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("tpr", [2, 8, 64])
-def test_matvec_threads_per_row(ex: Executor, tpr: int, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matvec_threads_per_row(ex: Executor, tpr: int, subgroups: bool) -> None:
     """Each split of a row whatever the adapter picks: fewer threads per row than a subgroup, as many
     (lavapipe's is 8), and more (64 is two NVIDIA subgroups), each with a partial last workgroup."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    monkeypatch.setattr(matmul_ops, "matvec_shape", lambda k, n, *args, **kwargs: matmul_ops.MatvecShape(tpr, 4))
     for wide in (False, True):  # matvec.wgsl, then matvec_q6_k.wgsl (64 threads: K = 4096 has 128 units)
-        monkeypatch.setattr(matmul_ops, "WIDE_MATVEC", wide)
-        run_linear(ex, Q.Q6_K, 4096, 9, 1, 1, seed=7, kernel=LinearKernel.MATVEC, subgroups=subgroups,
+        run_linear(tuned(ex, matvec_split=MatvecShape(tpr, 4), wide_matvec=wide), Q.Q6_K, 4096, 9, 1, 1, seed=7,
+                   kernel=LinearKernel.MATVEC, subgroups=subgroups,
                    whole_rows=False)
 
 
@@ -400,37 +385,35 @@ def test_matmul_whole_rows_few_tokens(ex: Executor, qtype: Q, t_max: int, n_toke
 
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-tiles", "f16-tiles"])
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
-def test_matmul_tiles(ex: Executor, qtype: Q, f16: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matmul_tiles(ex: Executor, qtype: Q, f16: bool) -> None:
     """The GPU matmul with f32 and with f16 tiles on every weight type, on any adapter: two token
     and two row tiles of the default tile (64 x 128), the last of each partial."""
     if f16 and not ex.device.has("shader-f16"):
         pytest.skip("adapter without shader-f16")
-    monkeypatch.setattr(matmul_ops, "tiles_in_f16", lambda device, qtype: f16)
+    ex = tuned(ex, f16_tile_types=frozenset(TYPES) if f16 else frozenset())
     run_linear(ex, qtype, small_k(qtype, 2), 150, 70, 67, seed=12, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
 # Every tile matmul_tile picks, with k in 1 to 8 parts (added by matmul_reduce), 4 vec4 of x per thread, and 8 tokens
 # a thread with 8 or 4 rows.
-T = matmul_ops.MatmulTile
+T = MatmulTile
 TILE_SHAPES = [T(64, 128, 8, 32), T(128, 64, 8, 32), T(64, 64, 4, 32), T(32, 128, 8, 16), T(32, 64, 4, 32),
                T(16, 64, 8, 16), T(16, 64, 4, 16), T(64, 128, 8, 32, 2), T(64, 64, 4, 32, 8), T(64, 64, 8, 32, 4),
                T(128, 128, 8, 16, 1, 8), T(64, 128, 8, 32, 2, 8), T(64, 64, 4, 16, 1, 8)]
 
 
 @pytest.mark.parametrize("tile", TILE_SHAPES, ids=lambda t: "x".join(map(str, t)))
-def test_matmul_tile_shapes(ex: Executor, tile: matmul_ops.MatmulTile, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matmul_tile_shapes(ex: Executor, tile: MatmulTile) -> None:
     """Each tile shape: partial token and row tiles, K of several chunks."""
     assert tile.problem(512, False) is None
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
-    run_linear(ex, Q.Q4_K, 512, 150, 70, 67, seed=13, kernel=LinearKernel.MATMUL, whole_rows=False)
+    run_linear(tuned(ex, tile=tile), Q.Q4_K, 512, 150, 70, 67, seed=13, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
 @pytest.mark.parametrize(("qtype", "split", "chunks"), [(Q.Q8_0, 3, 18), (Q.Q8_0, 5, 30), (Q.Q8_0, 6, 36),
                                                          (Q.Q8_0, 3, 20), (Q.Q8_0, 5, 32), (Q.Q8_0, 7, 8),
                                                          (Q.Q4_K, 3, 64), (Q.Q4_K, 5, 48)],
                          ids=lambda v: v.name if isinstance(v, Q) else str(v))
-def test_matmul_uneven_splits(ex: Executor, qtype: Q, split: int, chunks: int,
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matmul_uneven_splits(ex: Executor, qtype: Q, split: int, chunks: int) -> None:
     """k in a number of parts other than a power of two, as _whole_waves_split picks on NVIDIA GPUs (the 4B's o in
     3): the 8 x 8 tile, partial token and row tiles, parts of equal chunks and parts a chunk apart (20 chunks in 3
     parts: 6, 7, 7). For Q4_K, parts that start inside a block of 16 chunks (64 in 3: 21, 21, 22), whose first
@@ -438,60 +421,15 @@ def test_matmul_uneven_splits(ex: Executor, qtype: Q, split: int, chunks: int,
     tile = T(128, 128, 8, 16, split, 8)
     k = 16 * chunks
     assert tile.problem(k, False) is None
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: tile)
-    run_linear(ex, qtype, k, 150, 140, 131, seed=15, kernel=LinearKernel.MATMUL, whole_rows=False)
+    run_linear(tuned(ex, tile=tile), qtype, k, 150, 140, 131, seed=15, kernel=LinearKernel.MATMUL, whole_rows=False)
 
 
-def test_matmul_split_sharded(ex: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matmul_split_sharded(ex: Executor) -> None:
     """k split over workgroups on a sharded weight: each shard's parts and reduction."""
-    monkeypatch.setattr(matmul_ops, "matmul_tile", lambda k, n, t_max, glu=False, sms=None: T(32, 64, 4, 32, 2))
-    weight = run_linear(ex, Q.Q8_0, 128, 90, 8, 7, seed=14, kernel=LinearKernel.MATMUL, whole_rows=False,
-                        max_shard_bytes=30 * row_bytes(Q.Q8_0, 128) + 4)
+    weight, _ = run_linear(tuned(ex, tile=T(32, 64, 4, 32, 2)), Q.Q8_0, 128, 90, 8, 7, seed=14,
+                           kernel=LinearKernel.MATMUL, whole_rows=False,
+                           max_shard_bytes=30 * row_bytes(Q.Q8_0, 128) + 4)
     assert len(weight.shards) == 3
-
-
-def test_matmul_tile_choice() -> None:
-    """matmul_tile gives a tile the kernel takes, whose threads and f16 workgroup memory fit every adapter
-    Hearth meets (256 threads, 16 KiB), f32 tiles lavapipe's 32 KiB."""
-    for k in (256, 640, 1024, 2048, 2560, 6912, 10240):
-        for n in (64, 256, 640, 1024, 2048, 6912, 10240, 262144):
-            for t_max in (5, 64, 512, 2048):
-                for glu in (False, True):
-                    tile = matmul_ops.matmul_tile(k, n, t_max, glu)
-                    assert tile.problem(k, glu) is None, (k, n, t_max, glu, tile)
-                    assert tile.threads <= 256 and tile.storage_bytes(True) <= 16384
-                    assert tile.storage_bytes(False) <= 32768
-                    # on an H100 (132 SMs): a split the kernel takes, never more parts than without the SM count
-                    on_h100 = matmul_ops.matmul_tile(k, n, t_max, glu, sms=132)
-                    assert on_h100.problem(k, glu) is None and on_h100.split <= tile.split, (k, n, t_max, glu)
-                    assert on_h100._replace(split=tile.split) == tile
-                    if t_max < 128:
-                        assert on_h100 == tile
-                    if glu:  # whole k where the tiles fill two rounds of pairs on every SM, else the same split
-                        whole = tile._replace(split=1).groups(n, t_max, True) >= 4 * 132 and t_max >= 128
-                        assert on_h100 == (tile._replace(split=1) if whole else tile), (k, n, t_max)
-
-
-def test_split_in_whole_rounds_on_known_gpus() -> None:
-    """The SM counts of NVIDIA adapters by name, and the split they give the 8 x 8 tile: the 1B's down (6912 x
-    1152, 36 tiles at 512 tokens) in 7 parts on an H100 or H200, two workgroups on most of their 132 SMs, not the 8
-    of matmul_tile's parts of 256 values (288 workgroups: a third round for 24); the 4B's down keeps 8, its o (80
-    tiles) takes 3 parts of 42 or 43 chunks."""
-    from gpu.device import streaming_multiprocessors
-
-    assert streaming_multiprocessors("NVIDIA H100 80GB HBM3") == 132
-    assert streaming_multiprocessors("NVIDIA H100 PCIe") == 114
-    assert streaming_multiprocessors("NVIDIA H200") == 132
-    assert streaming_multiprocessors("NVIDIA A10G") == 80 and streaming_multiprocessors("NVIDIA A100-SXM4-80GB") == 108
-    assert streaming_multiprocessors("llvmpipe (LLVM 15.0.7, 256 bits)") is None
-    assert streaming_multiprocessors("AMD Radeon RX 7900 XTX") is None
-    assert matmul_ops.matmul_tile(6912, 1152, 512).split == 8
-    assert matmul_ops.matmul_tile(6912, 1152, 512, sms=132).split == 7  # 252 workgroups: two on most SMs
-    assert matmul_ops.matmul_tile(2048, 2560, 512, sms=132).split == 3  # the 4B's o: 240, where 8 gave 640
-    assert matmul_ops.matmul_tile(10240, 2560, 512, sms=132).split == 8
-    assert matmul_ops.matmul_tile(1152, 6912, 512, glu=True, sms=132).split == 2
-    assert matmul_ops.matmul_tile(2560, 10240, 512, glu=True).split == 2
-    assert matmul_ops.matmul_tile(2560, 10240, 512, glu=True, sms=132).split == 1  # the 4B's GLU: 640 workgroups
 
 
 @pytest.mark.parametrize("n_tokens", [1, 5, 12])
@@ -506,51 +444,19 @@ def test_sharded(ex: Executor, kernel: LinearKernel, qtype: Q, n: int, shard_row
     k = small_k(qtype, 2)
     t_max = 1 if kernel is LinearKernel.MATVEC else 8
     # the +4 keeps room for upload_weight's 4 spare bytes, so each shard holds exactly shard_rows rows
-    weight = run_linear(ex, qtype, k, n, t_max, t_max, seed=4, kernel=kernel,
-                        max_shard_bytes=shard_rows * row_bytes(qtype, k) + 4)
+    weight, _ = run_linear(ex, qtype, k, n, t_max, t_max, seed=4, kernel=kernel,
+                           max_shard_bytes=shard_rows * row_bytes(qtype, k) + 4)
     assert len(weight.shards) == -(-n // shard_rows) >= 3
     assert [s.n_rows for s in weight.shards][:-1] == [shard_rows] * (len(weight.shards) - 1)
-
-
-def test_matvec_shape_choices() -> None:
-    """Every split the heuristics pick is one the kernels take: TPR a power of two, 256 threads at most;
-    whole-row workgroups of 8 to 64 threads (a power of two)."""
-    for k in (16, 32, 128, 640, 1024, 2048, 4096, 10240):
-        for n in (1, 45, 256, 640, 2048, 262144):
-            tpr, rows = matmul_ops.matvec_shape(k, n)
-            assert tpr & (tpr - 1) == 0 and 2 <= tpr <= 64 and 1 <= rows and tpr * rows <= 256, (k, n, tpr, rows)
-    for n in (1, 45, 256, 640, 2048, 262144):
-        wg = matmul_ops.software_matvec_threads(n)
-        assert wg & (wg - 1) == 0 and 8 <= wg <= 64, (n, wg)
-
-
-def test_row_pairs_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """row_pairs_shape: one token pairs long rows and output heads at twice the threads a row (up to 64) and half
-    the rows a workgroup; steps of several tokens pair every row at 32 threads a row or more, heads as before."""
-    shape, weight = matmul_ops.MatvecShape, SimpleNamespace
-    choose = matmul_ops.row_pairs_shape
-    head = weight(k=2560, n=262144)
-    assert choose(weight(k=2560, n=2048), 1, shape(32, 4)) is None
-    assert choose(weight(k=10240, n=2560), 1, shape(32, 4)) == shape(64, 2)
-    assert choose(weight(k=10240, n=2560), 1, shape(64, 4)) is None
-    assert choose(head, 1, shape(4, 64)) == shape(8, 32)
-    for t_max in (2, MATVEC_MAX_TOKENS):
-        assert choose(weight(k=2560, n=4096), t_max, shape(16, 8)) == shape(32, 4)
-        assert choose(weight(k=2048, n=2560), t_max, shape(32, 4)) == shape(32, 2)
-        assert choose(weight(k=10240, n=2560), t_max, shape(64, 4)) == shape(64, 2)
-        assert choose(weight(k=1024, n=1152), t_max, shape(16, 1)) == shape(32, 1)
-        assert choose(head, t_max, shape(4, 64)) == shape(8, 32)
-    monkeypatch.setattr(matmul_ops, "ROW_PAIRS", False)
-    assert choose(weight(k=2560, n=4096), MATVEC_MAX_TOKENS, shape(16, 8)) is None
 
 
 def test_default_kernel_choice(ex: Executor) -> None:
     """linear picks matvec for few tokens and matmul past MATVEC_MAX_TOKENS (past one token on software adapters,
     where the whole-row matmul takes batched decode); both agree with numpy."""
     tokens = (1, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS + 1)
-    assert [matmul_ops.default_kernel(t, whole_rows=False) for t in tokens] == [
+    assert [plan.default_kernel(t, False, DEFAULT_TUNING) for t in tokens] == [
         LinearKernel.MATVEC, LinearKernel.MATVEC, LinearKernel.MATMUL]
-    assert [matmul_ops.default_kernel(t, whole_rows=True) for t in (1, 2)] == [LinearKernel.MATVEC, LinearKernel.MATMUL]
+    assert [plan.default_kernel(t, True, DEFAULT_TUNING) for t in (1, 2)] == [LinearKernel.MATVEC, LinearKernel.MATMUL]
     for t_max in (1, 2, MATVEC_MAX_TOKENS + 1):
         run_linear(ex, Q.Q8_0, 64, 40, t_max, t_max, seed=5)
 

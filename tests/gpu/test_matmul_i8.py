@@ -24,13 +24,15 @@ from gguf.quants import dequantize
 from gpu.device import default_device
 from gpu.ops import matmul as matmul_ops
 from gpu.ops.matmul import LinearKernel, linear, linear_glu, quantize_input
+from gpu.ops.matmul_plan import INT8_MATVEC_KERNELS, INT8_TYPES, MatmulTile
+from gpu.ops.matmul_tuning import DEFAULT_TUNING
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import upload_weight
 from tests.gpu.test_linear_glu import gelu_tanh
-from tests.gpu.test_matmul import REL_TOL, SENTINEL, random_normed_input, random_weight_bytes
+from tests.gpu.test_matmul import REL_TOL, SENTINEL, random_normed_input, random_weight_bytes, tuned
 
-TYPES = sorted(matmul_ops.INT8_TYPES, key=lambda q: q.name)
-T = matmul_ops.MatmulTile
+TYPES = sorted(INT8_TYPES, key=lambda q: q.name)
+T = MatmulTile
 
 
 @pytest.fixture(scope="module")
@@ -132,54 +134,36 @@ def test_matmul_int8(ex: Executor, qtype: Q, glu: bool) -> None:
                          ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
-def test_matmul_int8_tiles(ex: Executor, tile: matmul_ops.MatmulTile, glu: bool, qtype: Q,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matmul_int8_tiles(ex: Executor, tile: MatmulTile, glu: bool, qtype: Q) -> None:
     """The other tile shapes, with k split over workgroups (parts added by matmul_reduce): with 4 and 8 parts
     of K = 512 a part starts inside a super-block, where the Q4_K tiles load the head they hold for its
     32-value blocks on the part's first block rather than at the super-block's."""
-    monkeypatch.setattr(matmul_ops, "int8_tile", lambda k, n, t_max, glu=False: tile)
-    check_int8_linear(ex, qtype, 512, 300 if glu else 150, 70, 67, glu, seed=22)
-
-
-def test_int8_tile_choice() -> None:
-    """int8_tile gives a tile tiles_i8 takes (a load per weight row and per token fits the workgroup) for the
-    shapes of Gemma 3 and 4, and none for steps of up to 32 tokens."""
-    for k in (640, 1152, 2048, 2560, 6912, 10240):
-        for n in (256, 640, 1024, 2048, 6912, 10240):
-            for glu in (False, True):
-                assert matmul_ops.int8_tile(k, n, 32, glu) is None
-                for t_max in (64, 512, 2048):
-                    tile = matmul_ops.int8_tile(k, n, t_max, glu)
-                    assert tile is not None and k % (32 * tile.split) == 0
-                    assert tile.rows % 32 == 0 and tile.rows + tile.tokens <= tile.threads <= 256
-                    # k is split only where the tiles alone leave the GPU few workgroups
-                    if glu or tile._replace(split=1).groups(n, t_max, glu) >= matmul_ops._INT8_FEW_GROUPS:
-                        assert tile.split == 1
+    check_int8_linear(tuned(ex, int8_tile=tile), qtype, 512, 300 if glu else 150, 70, 67, glu, seed=22)
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
-@pytest.mark.parametrize("qtype", sorted(matmul_ops.INT8_MATVEC_KERNELS, key=lambda q: q.name), ids=lambda q: q.name)
-def test_matvec_int8(ex: Executor, qtype: Q, glu: bool, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("qtype", sorted(INT8_MATVEC_KERNELS, key=lambda q: q.name), ids=lambda q: q.name)
+def test_matvec_int8(ex: Executor, qtype: Q, glu: bool, subgroups: bool) -> None:
     """The int8 decode matvecs (matvec_q4_k_i8, matvec_q6_k_i8; x quantised in each workgroup's prologue, by
     8-lane groups with subgroups, else a block an invocation): the same bounds as the tiles, for 3 of 5 tokens
     (every token loop) over 3 super-blocks, with rows that leave the last workgroup part-empty; every type and
     GLU, whether or not int8_matvec_pays picks them in models."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("the adapter has no subgroups")
-    monkeypatch.setattr(matmul_ops, "int8_matvec_pays", lambda weight, glu: True)
-    check_int8_linear(ex, qtype, 768, 94 if glu else 47, 5, 3, glu, seed=23, kernel=LinearKernel.MATVEC,
+    check_int8_linear(tuned(ex, int8_matvec_everywhere=True), qtype, 768, 94 if glu else 47, 5, 3, glu, seed=23,
+                      kernel=LinearKernel.MATVEC,
                       subgroups=subgroups)
 
 
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
-@pytest.mark.parametrize("qtype", sorted(matmul_ops.INT8_MATVEC_KERNELS, key=lambda q: q.name), ids=lambda q: q.name)
-def test_matvec_int8_normed_input(ex: Executor, qtype: Q, glu: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("qtype", sorted(INT8_MATVEC_KERNELS, key=lambda q: q.name), ids=lambda q: q.name)
+def test_matvec_int8_normed_input(ex: Executor, qtype: Q, glu: bool) -> None:
     """An int8 matvec on a NormedInput (matvec/x_q8_normed.wgsl: the normalisation of
     tests/gpu/test_matmul.py::test_matvec_normed_input, then the quantisation, in each workgroup): against the
     exact product with numpy's float64 normalised x, within x's rounding (d_x / 2 a value, d_x from numpy's x:
     the GPU's f32 x is a few ulp away, covered by the 1e-5 allowance) and the f32 allowance."""
-    monkeypatch.setattr(matmul_ops, "int8_matvec_pays", lambda weight, glu: True)
+    ex = tuned(ex, int8_matvec_everywhere=True)
     rng = np.random.default_rng(24)
     k, n, t, eps = 512, 70, 2, 1e-6
     rows = 2 * n if glu else n
@@ -221,36 +205,12 @@ def test_int8_matvec_choice(ex: Executor) -> None:
         (linear_glu if glu else linear)(b, weight, x, y, 1, kernel=LinearKernel.MATVEC, whole_rows=False, int8=True)
         return b.build().dispatches[-1].label.split("[")[0]
 
-    assert kernel(Q.Q6_K, 256, matmul_ops._HEAD_ROWS) == "matvec_q6_k_i8"
+    assert kernel(Q.Q6_K, 256, DEFAULT_TUNING.head_rows) == "matvec_q6_k_i8"
     assert kernel(Q.Q4_K, 2048, 2560) == "matvec_q4_k_i8"     # the 4B's o
     assert kernel(Q.Q4_K, 1024, 640) == "matvec_q4_k"         # the 270M's o
     assert kernel(Q.Q4_K, 2560, 128, glu=True) == "matvec_q4_k"
     assert kernel(Q.Q4_K, 10240, 64) == "matvec_q4_k"
     assert kernel(Q.Q6_K, 2560, 64) == "matvec_q6_k"
-
-
-def test_int8_decode_feed_forward_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Which decode feed-forwards keep their activations quantised, as measured (quantises_ffn_input,
-    quantises_glu_output): a gate-up on a normalised input in the wide Q4_K kernel whose split is not whole 32-row
-    blocks (Gemma 3 4B's, 40 rows a workgroup where the adapter takes workgroups of any size) writes f32 for an
-    f32 down; on a plain input (Gemma 4's), or in the generic kernel (the 1B's Q5_0), it writes int8 blocks."""
-    from gpu.device import Device
-    from gpu.weights import QuantWeight, WeightShard
-
-    monkeypatch.setattr(Device, "is_software", property(lambda self: False))
-    builder = ProgramBuilder(Executor(default_device(), int8_matmuls=True), "choice")
-
-    def weight(qtype: Q, k: int, n: int) -> QuantWeight:  # shapes only: no kernel runs
-        return QuantWeight("w", qtype, k, n, [WeightShard(builder.step, 0, n)])
-
-    gate_up_4b, down_4b = weight(Q.Q4_K, 2560, 2 * 10240), weight(Q.Q4_K, 10240, 2560)
-    assert matmul_ops.quantises_glu_output(builder, gate_up_4b, down_4b, 1)
-    any_size = builder.device.has("subgroup") and builder.device.limits.max_invocations >= 320
-    assert matmul_ops.quantises_glu_output(builder, gate_up_4b, down_4b, 1, normed_input=True) != any_size
-    gate_up_1b, down_1b = weight(Q.Q5_0, 1152, 2 * 6912), weight(Q.Q4_K, 6912, 1152)
-    assert matmul_ops.quantises_glu_output(builder, gate_up_1b, down_1b, 1, normed_input=True)
-    assert matmul_ops.quantises_ffn_input(builder, gate_up_4b, 1)
-    assert not matmul_ops.quantises_ffn_input(builder, gate_up_1b, 1)  # no int8 matvec for Q5_0
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
@@ -305,7 +265,7 @@ def test_quantised_glu_output_into_int8_down(ex: Executor, gate_type: Q, down_ty
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
-def test_quantised_ffn_input(ex: Executor, subgroups: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quantised_ffn_input(ex: Executor, subgroups: bool) -> None:
     """A residual norm writing its output quantised (kernels/residual_norm_q8.wgsl) and an int8 gate-up reading
     it (matvec/x_q8_buffer.wgsl with GLU), 2 of 3 tokens: the quantised rows are exactly quantize_q8 of the f32
     residual norm's (the same row arithmetic, the same block rule), x is updated alike, and the gate-up's output
@@ -315,7 +275,7 @@ def test_quantised_ffn_input(ex: Executor, subgroups: bool, monkeypatch: pytest.
 
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("the adapter has no subgroups")
-    monkeypatch.setattr(matmul_ops, "int8_matvec_pays", lambda weight, glu: True)
+    ex = tuned(ex, int8_matvec_everywhere=True)
     rng = np.random.default_rng(26)
     d, f, t_max, n_tokens = 256, 128, 3, 2
     block_out = rng.standard_normal((t_max, d)).astype(np.float32) * 5

@@ -6,7 +6,7 @@ another order. On a GPU the matvecs of steps of several tokens split rows over o
 at 32 threads a row and more; from 4 tokens, Q4_K's lanes along quant words, which dequantise each value
 before its product where one token's kernel applies the scales per sub-block, and the other kernels' rows
 interleaved thread by thread). On software adapters a batch takes the whole-row matmul
-(SOFTWARE_MATVEC_MAX_TOKENS), which sums each row's 16-value groups in the matvec's order; only Q8_0 (the
+(software_matvec_max_tokens), which sums each row's 16-value groups in the matvec's order; only Q8_0 (the
 270M's output head) applies its block scales per value there rather than per block. Those differences sit
 in the last bits of f32 rounding and would change a greedy token only at a near-tie, which these prompts do
 not have: the tests ask for identical tokens. The GPU's argmax takes the lowest index on ties, as numpy's does.
@@ -24,7 +24,6 @@ from models.batch import BatchGenerator, EndEvent, TokenEvent
 from models.generate import generate
 from models.sampler import SamplingParams
 from models.text_model import DecodeRow, Engine, TextModel, load_text_model
-from tests.gpu.test_matmul import record_choices
 from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens
 
 pytestmark = pytest.mark.heavy
@@ -202,12 +201,12 @@ def test_gpu_batched_kernels_agree_with_one_sequence() -> None:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
-        word_lanes = record_choices(patch, "word_lanes_shape")
-        interleaves = record_choices(patch, "row_interleave")
         gpu_model = load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS)
         prompts = [encode(gpu_model, p) for p in [*PROMPTS, "Water boils at"]]
         batched, alone = batched_and_alone(gpu_model, prompts, 5)
-    assert word_lanes and max(interleaves) > 1, "the batch did not run the batched-decode kernels"
+        defines = [d.defines for d in gpu_model.engine().program(4, 4).dispatches]  # the batch's decode step
+    assert any(d.get("LANE_WORDS") for d in defines) and max(d.get("INTERLEAVE", 1) for d in defines) > 1, (
+        "the batch did not run the batched-decode kernels")
     assert_agree(batched, alone, 0.99999)
 
 
@@ -220,16 +219,17 @@ def test_int8_decode_stays_near_the_exact_logits(model: TextModel) -> None:
     activations rounded to 8 bits gave on this model's prompts (0.9980 and 0.9997 for the int8 prompt path,
     README Configuration; llama.cpp, which rounds every matmul's activations, 0.9988-0.9998 against
     transformers in DESIGN.md)."""
+    from dataclasses import replace
+
     from gpu.device import Device
-    from gpu.ops import matmul as matmul_ops
 
     prompt = encode(model, PROMPTS[1])
     forced = greedy_tokens(model, prompt, 6)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
-        patch.setattr(matmul_ops, "INT8_MATVEC_MIN_VALUES", 0)
         int8_model = load_text_model("gemma-3-270m", max_batch=1, pool_tokens=2 * PAGE_TOKENS,
                                      int8_activations=True)
+        int8_model.executor.tuning = replace(int8_model.executor.tuning, int8_matvec_min_values=0)
         session, reference = int8_model.new_session(), model.new_session()
         try:
             pairs = [(session.prefill(prompt), reference.prefill(prompt))]

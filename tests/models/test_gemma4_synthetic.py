@@ -12,7 +12,6 @@ import pytest
 from models.text_model import load_text_model
 from scripts import make_synthetic_gguf as synthetic
 from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf
-from tests.gpu.test_matmul import record_choices
 from tests.models.batch_logits import assert_agree, batched_and_alone
 
 
@@ -50,13 +49,14 @@ def test_e2b_int8_feed_forward_stays_near_the_exact_logits(small_e2b: Path, monk
     residual add), so 8-bit activations moved them by 1 - cosine ~3e-7 here, while a layout bug of the kind the
     path could have (two values of each quad swapped in the quantised input) moved them by ~1e-3; the bound sits
     more than an order of magnitude from each. (The kernels' own numerics: tests/gpu/test_matmul_i8.py.)"""
+    from dataclasses import replace
+
     from gpu.device import Device
-    from gpu.ops import matmul as matmul_ops
 
     exact = load_text_model(str(small_e2b), context_length=256, max_batch=1)
     monkeypatch.setattr(Device, "is_software", property(lambda self: False))
-    monkeypatch.setattr(matmul_ops, "INT8_MATVEC_MIN_VALUES", 0)
     int8 = load_text_model(str(small_e2b), context_length=256, max_batch=1, int8_activations=True)
+    int8.executor.tuning = replace(int8.executor.tuning, int8_matvec_min_values=0)
     prompt = [2, 300, 301, 302, 303, 304, 305]
     session, reference = int8.new_session(), exact.new_session()
     try:
@@ -84,10 +84,10 @@ def test_e2b_batched_kernels_agree_with_one_sequence(small_e2b: Path, monkeypatc
     from gpu.device import Device
 
     monkeypatch.setattr(Device, "is_software", property(lambda self: False))
-    word_lanes = record_choices(monkeypatch, "word_lanes_shape")
-    interleaves = record_choices(monkeypatch, "row_interleave")
     model = load_text_model(str(small_e2b), context_length=256, max_batch=4)
     prompts = [[2, 300 + i, 301, 302 + 3 * i, 303, 304 + i] for i in range(4)]
     batched, alone = batched_and_alone(model, prompts, 4)
-    assert word_lanes and max(interleaves) > 1, "the batch did not run the batched-decode kernels"
+    defines = [d.defines for d in model.engine().program(4, 4).dispatches]  # the batch's decode step
+    assert any(d.get("LANE_WORDS") for d in defines) and max(d.get("INTERLEAVE", 1) for d in defines) > 1, (
+        "the batch did not run the batched-decode kernels")
     assert_agree(batched, alone, 0.99999)

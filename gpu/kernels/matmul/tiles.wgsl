@@ -93,8 +93,7 @@ fn store_w(j: u32, w: mat4x4<f32>) {
 // WG. Neighbouring threads read one token's contiguous k (64 or 128 bytes): with jobs along tokens instead (token
 // j % BT), each warp-wide load touched 32 tokens' rows, 32 cache lines, and the L1 transactions of a chunk's loads
 // (x, the weights and workgroup memory) outnumbered its fma issue cycles. H200, 512 tokens, us, along tokens ->
-// along k: the 4B's o 2048 x 2560 Q6_K 216 -> 194, gate-up 2560 x 2 x 10240 Q4_K 1,342 -> 1,285 (gpu/ops/matmul.py
-// has the figures with the vec4 weight loads).
+// along k: the 4B's o 2048 x 2560 Q6_K 216 -> 194, gate-up 2560 x 2 x 10240 Q4_K 1,342 -> 1,285.
 fn x_token(j: u32) -> u32 {
     return j / (BK / 4u);
 }

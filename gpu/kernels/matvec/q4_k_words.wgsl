@@ -6,7 +6,7 @@
 // line, where with lanes along 16-byte units (matvec/q4_k_rows.wgsl) each lane's 16 values of a sub-block are
 // 64 bytes of its own and eight lanes' loads touch four lines; the loads of x (one vec4 for 4 values of each
 // token, against a word of the weight for 8 values of all tokens) are most of a step's memory operations.
-// Faster from 4 tokens a step (Q4_WORD_LANES_MIN_TOKENS in gpu/ops/matmul.py has the figures).
+// Faster from 4 tokens a step (q4_word_lanes_min_tokens in gpu/ops/matmul_tuning.py).
 // A block's 8 values of the lane are dequantised once for all tokens (d sc q - dmin m, as the matmul tiles make
 // them) and dotted with each token's x. Needs the including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec,
 // n_tokens, unit_scales, u8x4_to_f32, q4_weight, row_bases' word offsets and matvec/q4_k_rows.wgsl's

@@ -2,7 +2,7 @@
 // (common/q8_block.wgsl's rule) into workgroup memory by each workgroup's prologue, T_MAX * K * 5 / 4 bytes.
 // Each workgroup quantises for itself (reading x from L2) rather than a quantize_q8 dispatch doing it once:
 // inside a pass such a dispatch costs 5.5 us on an H200, the prologue 1.3-1.4 us for rows of 2048-2560
-// values (but about 10 for 10240: see matmul.py's int8_matvec_pays).
+// values (but about 10 for 10240: see matmul_plan.py's int8_matvec_pays).
 //
 // Where the entry point numbers its invocations so that tid ^ 1, ^ 2, ^ 4 are lanes of the same subgroup
 // (lanes_of_8: full subgroups of at least 8, matvec/reduce_subgroup.wgsl), each invocation reads one vec4 of

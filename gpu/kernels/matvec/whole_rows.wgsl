@@ -8,7 +8,7 @@
 // indexed by a loop counter would live in scratch memory. With GLU the thread also computes the 4
 // rows' up rows (x serves 8 rows). A group's values are made once for all of a step's tokens: made inside
 // the token loop, 8 tokens cost 11x (Q5_0) to 38x (Q4_K) one token's time. (Steps of several tokens take the
-// whole-row matmul by default, faster still: SOFTWARE_MATVEC_MAX_TOKENS in gpu/ops/matmul.py.)
+// whole-row matmul by default, faster still: software_matvec_max_tokens in gpu/ops/matmul_tuning.py.)
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
