@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
         manager = ModelManager(settings, loader=loader, warm_up=warm_up)
         app.state.settings = settings
         app.state.manager = manager
-        names = ", ".join(entry.id for entry in manager.catalogue.preloaded()) or "none"
+        names = ", ".join(entry.id for entry in manager.registry.preloaded()) or "none"
         log.info("Hearth %s: loading default models (%s); /ready answers 200 once they are loaded", __version__,
                  names)
         manager.start_preloading()

@@ -1,7 +1,7 @@
 """The model manager: which workers are loaded, loading on demand, and unloading idle ones.
 
 Configured models marked `preload` load at startup (/ready waits for them) and stay; any other name the
-catalogue knows (an Ollama model, say) loads on its first request. Names that reach the same file share a
+registry knows (an Ollama model, say) loads on its first request. Names that reach the same file share a
 worker. An on-demand model unloads once it has been idle for its keep_alive (Ollama's, set by each request: its
 `keep_alive` when sent, else the model's setting, else the server's, 5 minutes by default; negative: never),
 or earlier when a new model needs its place under `limits.max_loaded_models` (least recently used first).
@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from config.catalogue import ModelCatalogue, ModelEntry
+from models.registry import ModelRegistry, ModelEntry
 from config.settings import ModelConfig, Settings, parse_keep_alive
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
 from server.request_context import at_request_end
@@ -57,10 +57,10 @@ def import_loader(target: str) -> Any:
 class ModelManager:
     """Owns the workers; services ask it for the worker behind a request's model name."""
 
-    def __init__(self, settings: Settings, catalogue: ModelCatalogue | None = None, loader: Loader | None = None,
+    def __init__(self, settings: Settings, registry: ModelRegistry | None = None, loader: Loader | None = None,
                  warm_up: bool = True) -> None:
         self.settings = settings
-        self.catalogue = catalogue or ModelCatalogue(settings)
+        self.registry = registry or ModelRegistry(settings)
         self._loader = loader or import_loader(settings.model_loader)
         self._warm_up = warm_up
         self._workers: dict[str, ModelWorker] = {}  # by ModelEntry.key
@@ -101,7 +101,7 @@ class ModelManager:
 
     def start_preloading(self) -> None:
         """Start loading the preloaded models, each in its own worker thread; returns at once."""
-        for entry in self.catalogue.preloaded():
+        for entry in self.registry.preloaded():
             if entry.key not in self._workers:
                 self._start(entry)
             self._preloaded.add(entry.key)
@@ -178,13 +178,13 @@ class ModelManager:
 
     async def worker_for(self, name: str, kind: str = "text",
                          keep_alive: str | float | None = None) -> tuple[ModelEntry, Any]:
-        """The catalogue entry and the ready worker for a request's model, loading it if needed.
+        """The registry entry and the ready worker for a request's model, loading it if needed.
 
         kind: what the endpoint serves ("text", "embedding", "speech", "transcription"); a model of another kind
         is a 400 that names the endpoint it belongs to. keep_alive: the request's (Ollama's) idle time for the
         model from now on.
         """
-        entry = await asyncio.to_thread(self.catalogue.lookup, name)  # may read the Ollama store
+        entry = await asyncio.to_thread(self.registry.lookup, name)  # may read the Ollama store
         if entry is None:
             raise ModelNotFound(name)
         if entry.kind != kind:

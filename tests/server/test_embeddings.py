@@ -20,13 +20,13 @@ import numpy as np
 import openai
 import pytest
 
-from config.catalogue import OLLAMA_EMBEDDING_ARCHITECTURES
+from models.registry import OLLAMA_EMBEDDING_ARCHITECTURES
 from config.settings import load_settings
 from models.embedding_model import GGUF_LOADERS
 from server.app import create_app
 from server.embedding_worker import EmbeddingWorker
 from server.errors import QueueFull
-from tests.config.ollama_store import add_model
+from tests.models.ollama_store import add_model
 from tests.server.fake_model import fake_loader
 from tests.server.live_server import ThreadServer
 

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.config.ollama_store import add_model, fake_gguf
+from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.live_server import ThreadServer
 from tests.server.test_app import health, start, wait_until
 

@@ -1,4 +1,4 @@
-"""The model catalogue: which names a request may use, and which file each one loads.
+"""The model registry: which names a request may use, and which file each one loads.
 
 Names come from three places, checked in this order: the configured models, their aliases (OpenAI names
 such as `gpt-4o-mini` reach the default chat model), and the chat models in the user's Ollama store.
@@ -15,10 +15,10 @@ from pathlib import Path
 from config.settings import SHIPPED_MODEL, ModelConfig, Settings
 from models import ollama
 
-# Listing time stands in for "created" of configured models; it is stable for the process.
 # GGUF architectures of the Ollama store's embedding models that Hearth runs (models/embedding_model.py's
 # GGUF_LOADERS; tests/server/test_embeddings.py checks that they agree).
 OLLAMA_EMBEDDING_ARCHITECTURES = ("bert", "gemma-embedding")
+# Listing time stands in for "created" of configured models; it is stable for the process.
 _STARTED = int(time.time())
 
 
@@ -55,7 +55,7 @@ def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16", 
     return f"{where}|context={context_length or 'model'}|kv={kv_dtype}" + ("|int8" if int8 else "")
 
 
-class ModelCatalogue:
+class ModelRegistry:
     """Resolves request names to models; reads the Ollama store on every call (a few small files)."""
 
     def __init__(self, settings: Settings) -> None:
