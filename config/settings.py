@@ -133,8 +133,9 @@ class OllamaConfig(_Frozen):
 
 
 class ModelGroup(_Frozen):
-    """The models of one endpoint family besides chat (embeddings, speech, transcription): each is loaded on
-    its first request unless `preload` is set; aliases with an empty target reach the family's default."""
+    """The models of one endpoint family (embeddings, speech, transcription; chat's come from the top-level
+    `models`, `aliases`, `default_model` and `model_loader`): each is loaded on its first request unless
+    `preload` is set; aliases with an empty target reach the family's default."""
 
     models: tuple[ModelConfig, ...] = ()
     default: str | None = None
@@ -237,18 +238,23 @@ class Settings(_Frozen):
 
     @model_validator(mode="after")
     def _check_groups_apart(self) -> Settings:
-        """No name may reach two models: a group's ids and aliases shadow nothing in chat or another group."""
-        seen = {name: "chat" for name in [m.id for m in self.models] + list(self.aliases)}
+        """No name may reach two models: a group's ids and aliases shadow nothing in another group."""
+        seen: dict[str, str] = {}
         for kind, group in self.groups().items():
+            family = "chat" if kind == "text" else kind
             for name in [m.id for m in group.models] + list(group.aliases):
                 if name in seen:
-                    raise ValueError(f"{kind} model or alias {name!r} is also a {seen[name]} model or alias")
-                seen[name] = kind
+                    raise ValueError(f"{family} model or alias {name!r} is also a {seen[name]} model or alias")
+                seen[name] = family
         return self
 
     def groups(self) -> dict[str, ModelGroup]:
-        """The endpoint families besides chat, by the model kind they serve."""
-        return {"embedding": self.embeddings, "speech": self.speech, "transcription": self.transcription}
+        """Every endpoint family by the model kind it serves, chat ("text") first."""
+        # Chat's fields were checked above by the same rules as a group's, so its group is built unchecked.
+        chat = ModelGroup.model_construct(models=self.models, default=self.default_model, aliases=self.aliases,
+                                          loader=self.model_loader)
+        return {"text": chat, "embedding": self.embeddings, "speech": self.speech,
+                "transcription": self.transcription}
 
     def alias_target(self, alias: str) -> str | None:
         """The model id an alias names; an empty target means the default model."""

@@ -19,10 +19,9 @@ from server.errors import install_handlers
 from server.metrics import Metrics
 from server.middleware import install_middleware
 from server.model_manager import ModelManager
-from server.routers import audio_transcriptions, chat, completions, embeddings, health, models
-from server.routers import audio_speech
+from server.protocols import Loader
+from server.routers import audio_speech, audio_transcriptions, chat, completions, embeddings, health, models
 from server.routers import metrics as metrics_router
-from server.worker import Loader
 
 log = logging.getLogger("hearth.server")
 

@@ -13,16 +13,19 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Generic, TypeVar
+
+from server.protocols import Loader, WorkerState
 
 log = logging.getLogger("hearth.worker")
+M = TypeVar("M")  # the loaded model's type
 
-Loader = Callable[..., Any]  # (source, *, progress, ...) -> model
 
-
-class WorkerBase:
+class WorkerBase(Generic[M]):
     """A model loaded in its own thread: state, progress and the ready signal that the model manager reads."""
+
+    kind = "model"  # the ModelEntry kind a subclass serves
+    model: M  # set by _load, on the worker thread, before the worker is ready
 
     def __init__(self, name: str, source: str, loader: Loader, *, warm_up: bool, thread_name: str) -> None:
         self.name = name
@@ -31,8 +34,7 @@ class WorkerBase:
         self._warm_up = warm_up
         self._loaded: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
-        self.model: Any = None
-        self.state = "loading"
+        self.state: WorkerState = "loading"
         self.error: str | None = None
         self.progress = 0.0
         self.running = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from models.registry import ModelRegistry, ModelEntry
+from models.registry import ModelEntry, ModelRegistry
 from server.errors import ModelNotFound
 from server.schemas.models import Model, ModelList
 

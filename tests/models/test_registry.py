@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from models.registry import ModelRegistry
 from config.settings import load_settings
 from models import ollama
+from models.registry import ModelRegistry
 from tests.models.ollama_store import add_model, fake_gguf
 
 

@@ -20,9 +20,9 @@ import numpy as np
 import openai
 import pytest
 
-from models.registry import OLLAMA_EMBEDDING_ARCHITECTURES
 from config.settings import load_settings
 from models.embedding_model import GGUF_LOADERS
+from models.registry import OLLAMA_EMBEDDING_ARCHITECTURES
 from server.app import create_app
 from server.embedding_worker import EmbeddingWorker
 from server.errors import QueueFull
