@@ -85,8 +85,8 @@ class ModelConfig(_Frozen):
     kv_dtype: Literal["f16", "f32"] = "f16"
     int8_activations: bool | None = Field(
         None, description="GPU matmuls of prompts (and decode's output heads and large Q4_K matvecs) on activations "
-        "quantised to 8 bits, as llama.cpp does: 1.3-2x faster prompts, llama.cpp's numerics rather than exact "
-        "parity; None: the server's int8_activations")
+        "quantised to 8 bits, as llama.cpp does: faster prompts, llama.cpp's numerics rather than exact parity; "
+        "None: the server's int8_activations")
     keep_alive: str | float | None = Field(
         None, description="idle time before unloading (Ollama style: '5m', seconds, -1 for ever); None: the "
         "server's keep_alive. Preloaded models never unload: /ready promises them")
@@ -175,8 +175,8 @@ class Settings(_Frozen):
     metrics_need_key: bool = Field(False, description="with API keys set, /metrics needs one too (else it is "
                                    "open like /health, for Prometheus on a private network)")
     int8_activations: bool = Field(False, description="chat models' GPU matmuls of prompts on activations quantised "
-                                   "to 8 bits (as llama.cpp's): 1.3-2x faster prompts on an H100, llama.cpp's numerics "
-                                   "rather than exact parity; a model's own int8_activations wins")
+                                   "to 8 bits (as llama.cpp's): faster prompts on a GPU, llama.cpp's numerics rather "
+                                   "than exact parity; a model's own int8_activations wins")
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
