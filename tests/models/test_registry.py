@@ -58,7 +58,7 @@ def test_models_dir_honours_ollama_models(tmp_path: Path) -> None:
     assert ollama.models_dir({}) == Path.home() / ".ollama" / "models"
 
 
-def test_catalogue_lists_configured_aliases_and_ollama(store: Path) -> None:
+def test_registry_lists_configured_aliases_and_ollama(store: Path) -> None:
     registry = ModelRegistry(load_settings(env={"OLLAMA_MODELS": str(store)}))
     entries = {e.id: e for e in registry.list()}
     assert list(entries)[:3] == ["gemma-3-270m", "gpt-4o-mini", "gpt-3.5-turbo"]
@@ -72,7 +72,7 @@ def test_catalogue_lists_configured_aliases_and_ollama(store: Path) -> None:
     assert registry.lookup("unknown-model") is None
 
 
-def test_catalogue_without_ollama(store: Path) -> None:
+def test_registry_without_ollama(store: Path) -> None:
     settings = load_settings(env={"OLLAMA_MODELS": str(store), "HEARTH_OLLAMA": "false"})
     registry = ModelRegistry(settings)
     assert registry.lookup("gemma3:270m") is None

@@ -178,7 +178,7 @@ def test_ollama_embedding_model_with_matryoshka_dimensions(client: openai.OpenAI
         client.embeddings.create(model="tiny-embed", input="hi", dimensions=97)
 
 
-def test_catalogue_knows_the_gguf_embedding_architectures() -> None:
+def test_registry_knows_the_gguf_embedding_architectures() -> None:
     assert set(OLLAMA_EMBEDDING_ARCHITECTURES) == set(GGUF_LOADERS)
 
 
