@@ -204,7 +204,7 @@ class Settings(_Frozen):
                                            "(.pt, .npz, voices-v1.0.bin) or folders of them; ids from the file names "
                                            "(.pt) or the archive's keys")
     model_loader: str = Field(
-        "server.worker:load_on_own_device",
+        "server.chat_worker:load_on_own_device",
         description="module:function that loads a model; tests point it at a fake",
     )
 

@@ -51,7 +51,7 @@ class WorkerKind:
 
 # Every model kind (ModelEntry.kind, a key of Settings.groups()), each with its worker class.
 WORKER_KINDS = {
-    "text": WorkerKind("server.worker:ModelWorker", "/v1/chat/completions", "a chat"),
+    "text": WorkerKind("server.chat_worker:ChatWorker", "/v1/chat/completions", "a chat"),
     "embedding": WorkerKind("server.embedding_worker:EmbeddingWorker", "/v1/embeddings", "an embedding"),
     "speech": WorkerKind("server.speech_worker:SpeechWorker", "/v1/audio/speech", "a speech"),
     "transcription": WorkerKind("server.transcription_worker:TranscriptionWorker", "/v1/audio/transcriptions",

@@ -139,6 +139,8 @@ class SpeechModel(Protocol):
 
 
 class SynthesisOutput(Protocol):
+    """What SpeechModel.synthesize gives for one chunk."""
+
     @property
     def audio(self) -> np.ndarray: ...  # float32 samples at the model's sample_rate
 
@@ -147,6 +149,8 @@ class SynthesisOutput(Protocol):
 
 
 class TranscribedWord(Protocol):
+    """A word with its timing (word_timestamps)."""
+
     @property
     def word(self) -> str: ...
 
@@ -186,6 +190,8 @@ class TranscribedSegment(Protocol):
 
     @property
     def words(self) -> Sequence[TranscribedWord] | None: ...
+
+
 class TranscriptionModel(Protocol):
     """A loaded speech recognition model (models/whisper.py)."""
 
@@ -248,12 +254,11 @@ class ChatHandler(Worker, Protocol):
     """A chat model's worker: jobs of choices run in its continuous batch."""
 
     model: ChatModel
+    chat_template: ChatTemplate | None  # set once the model has loaded
 
     def submit(self, job: Job, retry_after_s: int) -> JobHandle: ...
 
     def cancel(self, job: Job) -> None: ...
-
-    chat_template: ChatTemplate | None  # set once the model has loaded
 
 
 class EmbeddingHandler(Worker, Protocol):

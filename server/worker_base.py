@@ -1,7 +1,7 @@
 """What every model worker does the same way: a thread of its own loads one model, reports its progress, says when it
 is ready (or why it failed), and is joined when the worker stops.
 
-The workers differ in how they queue and serve requests: server/worker.py's ModelWorker runs chat choices in a
+The workers differ in how they queue and serve requests: server/chat_worker.py's ChatWorker runs chat choices in a
 continuous batch, server/thread_worker.py's ThreadWorker runs queued jobs one at a time. Each fills in `_load`
 (build and warm up `self.model`), `_serve` (run until stopped) and `queued`.
 """

@@ -100,4 +100,4 @@ def test_every_endpoint_family_is_a_group() -> None:
     groups = load_settings(env={}).groups()
     assert list(groups) == ["text", "embedding", "speech", "transcription"]
     assert groups["text"].default == SHIPPED_MODEL and "gpt-4o-mini" in groups["text"].aliases
-    assert groups["text"].loader == "server.worker:load_on_own_device"
+    assert groups["text"].loader == "server.chat_worker:load_on_own_device"

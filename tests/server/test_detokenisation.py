@@ -88,8 +88,8 @@ def test_completions_render_control_and_unused_tokens_as_nothing(client: Any) ->
 def test_thinking_markers_stay_text_for_the_reasoning_split(client: Any) -> None:
     """The markers are user-defined pieces, printed, so the chat service splits at them; control and unused
     tokens inside and after the thought print nothing."""
-    SCRIPT[:] = [IDS["<|channel>"], *(BYTE0 + b for b in b"thought\n"), IDS["H"], IDS["<unused3936>"], IDS["<channel|>"],
-                 IDS["i"], IDS["<start_of_turn>"], IDS["!"]]
+    SCRIPT[:] = [IDS["<|channel>"], *(BYTE0 + b for b in b"thought\n"), IDS["H"], IDS["<unused3936>"],
+                 IDS["<channel|>"], IDS["i"], IDS["<start_of_turn>"], IDS["!"]]
     request = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": "hi"}],
                "max_tokens": len(SCRIPT), "temperature": 0}
     message = client.chat.completions.create(**request).choices[0].message

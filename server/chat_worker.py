@@ -1,4 +1,4 @@
-"""A worker per loaded model: a thread that owns the model (its wgpu device, weights, KV cache, executor).
+"""The chat model worker: a thread per loaded chat model that owns it (its wgpu device, weights, KV cache, executor).
 
 Requests (server/jobs.py) reach it through a bounded queue; their choices join the model's running batch
 (models.batch.BatchGenerator: continuous batching) as soon as it has room for them, and leave it
@@ -38,14 +38,14 @@ def load_on_own_device(source: str, **kwargs: object) -> ChatModel:
     return _on_own_device(load_text_model, source, **kwargs)
 
 
-class ModelWorker(WorkerBase[ChatModel]):
+class ChatWorker(WorkerBase[ChatModel]):
     """Loads one chat model in its own thread, then serves its queue until stopped."""
 
     kind = "text"
 
     @classmethod
     def for_entry(cls, entry: ModelEntry, loader: Loader, settings: Settings, *, max_queue: int,
-                  warm_up: bool) -> ModelWorker:
+                  warm_up: bool) -> ChatWorker:
         """The worker for a chat model's registry entry: its context, KV type and matmul numerics."""
         return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
