@@ -1,8 +1,9 @@
 """The model registry: which names a request may use, and which file each one loads.
 
-Names come from three places, checked in this order: the configured models, their aliases (OpenAI names
-such as `gpt-4o-mini` reach the default chat model), and the chat models in the user's Ollama store.
-Two names that reach the same file share one loaded model (the `key`).
+Names come from three places, checked in this order: each endpoint family's configured models (chat, then
+embeddings, speech and transcription: config/settings.py's Settings.groups()), their aliases (OpenAI names
+such as `gpt-4o-mini` reach the family's default model), and the chat and embedding models in the user's
+Ollama store (models/ollama.py). Two names that reach the same file share one loaded model (the `key`).
 """
 
 from __future__ import annotations
