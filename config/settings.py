@@ -85,8 +85,8 @@ class ModelConfig(_Frozen):
     kv_dtype: Literal["f16", "f32"] = "f16"
     int8_activations: bool | None = Field(
         None, description="GPU matmuls of prompts (and decode's output heads and large Q4_K matvecs) on activations "
-        "quantised to 8 bits, as llama.cpp does: 1.3-2x faster prompts, llama.cpp's numerics rather than exact "
-        "parity; None: the server's int8_activations")
+        "quantised to 8 bits, as llama.cpp does: faster prompts, llama.cpp's numerics rather than exact parity; "
+        "None: the server's int8_activations")
     keep_alive: str | float | None = Field(
         None, description="idle time before unloading (Ollama style: '5m', seconds, -1 for ever); None: the "
         "server's keep_alive. Preloaded models never unload: /ready promises them")
@@ -133,8 +133,9 @@ class OllamaConfig(_Frozen):
 
 
 class ModelGroup(_Frozen):
-    """The models of one endpoint family besides chat (embeddings, speech, transcription): each is loaded on
-    its first request unless `preload` is set; aliases with an empty target reach the family's default."""
+    """The models of one endpoint family (embeddings, speech, transcription; chat's come from the top-level
+    `models`, `aliases`, `default_model` and `model_loader`): each is loaded on its first request unless
+    `preload` is set; aliases with an empty target reach the family's default."""
 
     models: tuple[ModelConfig, ...] = ()
     default: str | None = None
@@ -174,8 +175,8 @@ class Settings(_Frozen):
     metrics_need_key: bool = Field(False, description="with API keys set, /metrics needs one too (else it is "
                                    "open like /health, for Prometheus on a private network)")
     int8_activations: bool = Field(False, description="chat models' GPU matmuls of prompts on activations quantised "
-                                   "to 8 bits (as llama.cpp's): 1.3-2x faster prompts on an H100, llama.cpp's numerics "
-                                   "rather than exact parity; a model's own int8_activations wins")
+                                   "to 8 bits (as llama.cpp's): faster prompts on a GPU, llama.cpp's numerics rather "
+                                   "than exact parity; a model's own int8_activations wins")
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -203,7 +204,7 @@ class Settings(_Frozen):
                                            "(.pt, .npz, voices-v1.0.bin) or folders of them; ids from the file names "
                                            "(.pt) or the archive's keys")
     model_loader: str = Field(
-        "server.worker:load_on_own_device",
+        "server.chat_worker:load_on_own_device",
         description="module:function that loads a model; tests point it at a fake",
     )
 
@@ -237,18 +238,23 @@ class Settings(_Frozen):
 
     @model_validator(mode="after")
     def _check_groups_apart(self) -> Settings:
-        """No name may reach two models: a group's ids and aliases shadow nothing in chat or another group."""
-        seen = {name: "chat" for name in [m.id for m in self.models] + list(self.aliases)}
+        """No name may reach two models: a group's ids and aliases shadow nothing in another group."""
+        seen: dict[str, str] = {}
         for kind, group in self.groups().items():
+            family = "chat" if kind == "text" else kind
             for name in [m.id for m in group.models] + list(group.aliases):
                 if name in seen:
-                    raise ValueError(f"{kind} model or alias {name!r} is also a {seen[name]} model or alias")
-                seen[name] = kind
+                    raise ValueError(f"{family} model or alias {name!r} is also a {seen[name]} model or alias")
+                seen[name] = family
         return self
 
     def groups(self) -> dict[str, ModelGroup]:
-        """The endpoint families besides chat, by the model kind they serve."""
-        return {"embedding": self.embeddings, "speech": self.speech, "transcription": self.transcription}
+        """Every endpoint family by the model kind it serves, chat ("text") first."""
+        # Chat's fields were checked above by the same rules as a group's, so its group is built unchecked.
+        chat = ModelGroup.model_construct(models=self.models, default=self.default_model, aliases=self.aliases,
+                                          loader=self.model_loader)
+        return {"text": chat, "embedding": self.embeddings, "speech": self.speech,
+                "transcription": self.transcription}
 
     def alias_target(self, alias: str) -> str | None:
         """The model id an alias names; an empty target means the default model."""

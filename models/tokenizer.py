@@ -16,7 +16,7 @@ In every case control, user-defined and unknown pieces are cut out of the raw te
 runs, as llama.cpp's `tokenizer_st_partition` does with parse_special=True. llama.cpp's quirks that change
 ids are kept: pieces it makes control pieces by their text ("<end_of_turn>", "<eos>", FIM markers, ...),
 pieces cut at a NUL byte. Decoding follows llama.cpp's `token_to_piece`: "▁" becomes a space, byte pieces
-their byte, control pieces nothing unless asked for; the stream decoder never splits a UTF-8 character.
+their byte, control and unused pieces nothing unless asked for; the stream decoder never splits a UTF-8 character.
 
 Checked against llama-cpp-python (tests/models/test_tokenizer.py): the shipped Gemma 3 vocabulary, and
 small trained vocabularies of each kind ("llama" with a leading space, "gpt2" under the pre-tokenizers
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +74,8 @@ _CONTROL_BY_TEXT = frozenset({
     "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
     "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
 })
+# Reserved pieces of Gemma vocabularies; llama.cpp's converter types them as control pieces by this text.
+_UNUSED_PIECE = re.compile(r"<unused[0-9]+>")
 # gpt-oss pieces llama.cpp always renders as text.
 _USER_DEFINED_BY_TEXT = frozenset({"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
 
@@ -274,11 +277,20 @@ def _build_hf(vocab: GGUFVocab) -> HFTokenizer:
 
 
 def _piece_bytes(vocab: GGUFVocab) -> tuple[list[bytes], list[bytes]]:
-    """Bytes of each piece as llama.cpp's token_to_piece gives them: (special=True, special=False)."""
+    """Bytes of each piece as llama.cpp's token_to_piece gives them: (special=True, special=False).
+
+    Reserved "<unusedN>" pieces print as nothing unless specials are asked for, whatever type the file gives
+    them: llama.cpp's converter makes them control pieces, but files from other converters may type them normal
+    or user-defined, which would put "<unused3936>" in generated text.
+    """
     byte_level = _byte_level_table() if vocab.model == "gpt2" else None
     shown: list[bytes] = []
     plain: list[bytes] = []
     for text, kind in zip(vocab.tokens, vocab.types.tolist()):
+        if kind in (TokenType.NORMAL, TokenType.USER_DEFINED) and _UNUSED_PIECE.fullmatch(text):
+            shown.append(text.encode())
+            plain.append(b"")
+            continue
         if kind == TokenType.NORMAL:
             if byte_level is None:
                 piece = text.replace(SPACE, " ").encode()
@@ -355,7 +367,8 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
-        """Text of `ids`; control pieces (BOS, <end_of_turn>, ...) are dropped when `skip_special`.
+        """Text of `ids`; control and unused pieces (BOS, <end_of_turn>, <unused0>, ...) are dropped when
+        `skip_special`, as llama.cpp's token_to_piece with special=false and transformers' skip_special_tokens.
 
         Bytes that do not form UTF-8 become U+FFFD. With a SentencePiece leading space, the space after a
         leading BOS is removed, as llama-cpp-python's detokenize does.
@@ -368,7 +381,11 @@ class Tokenizer:
         return text
 
     def stream_decoder(self, skip_special: bool = True) -> StreamDecoder:
-        """A decoder for generated tokens: push ids one by one, never getting half a UTF-8 character."""
+        """A decoder for generated tokens: push ids one by one, never getting half a UTF-8 character.
+
+        Control and unused pieces give no text unless `skip_special` is False (for callers that need the raw
+        markers); the caller still sees every id, so stop ids work on what is not printed.
+        """
         return StreamDecoder(self._plain if skip_special else self._shown)
 
     def id_to_piece(self, token_id: int) -> str:

@@ -19,10 +19,9 @@ from server.errors import install_handlers
 from server.metrics import Metrics
 from server.middleware import install_middleware
 from server.model_manager import ModelManager
-from server.routers import audio_transcriptions, chat, completions, embeddings, health, models
-from server.routers import audio_speech
+from server.protocols import Loader
+from server.routers import audio_speech, audio_transcriptions, chat, completions, embeddings, health, models
 from server.routers import metrics as metrics_router
-from server.worker import Loader
 
 log = logging.getLogger("hearth.server")
 
@@ -40,7 +39,7 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
         manager = ModelManager(settings, loader=loader, warm_up=warm_up)
         app.state.settings = settings
         app.state.manager = manager
-        names = ", ".join(entry.id for entry in manager.catalogue.preloaded()) or "none"
+        names = ", ".join(entry.id for entry in manager.registry.preloaded()) or "none"
         log.info("Hearth %s: loading default models (%s); /ready answers 200 once they are loaded", __version__,
                  names)
         manager.start_preloading()

@@ -99,8 +99,8 @@ def generate_text(args: argparse.Namespace) -> int:
     from models.generate import generate
     from models.sampler import SamplingParams
     from models.text_model import load_text_model
+    from server.chat_worker import chat_template_of
     from server.text_stream import TextStream
-    from server.worker import chat_template_of
 
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
     # The bar shows from the start; its total arrives with the loader's first report (bytes of weights).

@@ -30,7 +30,7 @@ def get_completion_service(request: Request) -> CompletionService:
 
 
 def get_model_service(request: Request) -> ModelService:
-    return ModelService(get_manager(request).catalogue)
+    return ModelService(get_manager(request).registry)
 
 
 def require_api_key(request: Request) -> None:

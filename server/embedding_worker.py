@@ -14,15 +14,16 @@ import concurrent.futures
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 import numpy as np
 
-from server.thread_worker import Loader, ThreadWorker
+from server.protocols import EmbeddingModel, Loader
+from server.thread_worker import ThreadWorker
 from server.thread_worker import load_on_own_device as _on_own_device
 
 
-def load_on_own_device(source: str, **kwargs: Any) -> Any:
+def load_on_own_device(source: str, **kwargs: object) -> EmbeddingModel:
     """Load an embedding model on a wgpu device of its own, so workers never share a device or a queue."""
     from models.embedding_model import load_embedding_model
 
@@ -39,7 +40,7 @@ class _Request:
         return sum(len(i) for i in self.inputs)
 
 
-class EmbeddingWorker(ThreadWorker):
+class EmbeddingWorker(ThreadWorker[EmbeddingModel]):
     """Loads one embedding model in its own thread, then embeds queued requests in shared batches."""
 
     kind = "embedding"
@@ -63,10 +64,10 @@ class EmbeddingWorker(ThreadWorker):
         return await asyncio.wrap_future(request.future)
 
     # -- worker thread -------------------------------------------------------------------
-    def warm_up(self, model: Any) -> None:
+    def warm_up(self, model: EmbeddingModel) -> None:
         model.embed([model.tokenize("Hello")])  # compiles the smallest bucket's pipelines
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: EmbeddingModel) -> str:
         return f"{model.dimensions} dimensions, up to {model.max_tokens} tokens per input"
 
     def _next_batch(self) -> list[_Request] | None:
@@ -77,7 +78,7 @@ class EmbeddingWorker(ThreadWorker):
             batch: list[_Request] = []
             tokens = sequences = 0
             while self._pending:
-                request = self._pending[0]
+                request = cast(_Request, self._pending[0])  # this class queues only _Requests
                 if request.future.cancelled():
                     self._pending.popleft()
                     continue

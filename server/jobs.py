@@ -12,13 +12,13 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from models.sampler import SamplingParams
 from server.errors import to_hearth_error
 
 if TYPE_CHECKING:
-    from server.worker import ModelWorker
+    from server.protocols import ChatHandler
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,13 @@ class _JobFailed:
     error: BaseException
 
 
-_JOB_DONE = object()
+class _JobDone:
+    """Marks a job's end once all its choices have ended."""
+
+
+_JOB_DONE = _JobDone()
+# What the worker thread hands the event loop for a job.
+JobEvent = TextDelta | ChoiceDone | _JobFailed | _JobDone
 
 
 @dataclass
@@ -77,9 +83,9 @@ class Job:
     remaining: int = 0  # worker side: choices not yet ended
     finished_sent: bool = False  # worker side: its end (done or failed) has been emitted
     _loop: asyncio.AbstractEventLoop | None = None
-    _events: asyncio.Queue[Any] | None = None
+    _events: asyncio.Queue[JobEvent] | None = None
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: JobEvent) -> None:
         """From the worker thread: hand an event to the event loop (dropped once the job is cancelled)."""
         if self._loop is None or self._events is None:
             return
@@ -158,7 +164,7 @@ class JobQueue:
 class JobHandle:
     """The event loop's end of a queued job: iterate its events; leaving early cancels it."""
 
-    def __init__(self, worker: ModelWorker, job: Job) -> None:
+    def __init__(self, worker: ChatHandler, job: Job) -> None:
         self.worker = worker
         self.job = job
 
@@ -168,7 +174,7 @@ class JobHandle:
         try:
             while True:
                 event = await self.job._events.get()
-                if event is _JOB_DONE:
+                if isinstance(event, _JobDone):
                     self.job.finished = True
                     return
                 if isinstance(event, _JobFailed):

@@ -19,13 +19,16 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from server.jobs import _JOB_DONE, ChoiceDone, Job, TextDelta, _JobFailed
+from server.jobs import ChoiceDone, Job, JobEvent, TextDelta, _JobDone, _JobFailed
+
+if TYPE_CHECKING:
+    from server.model_manager import ModelManager
 
 # Latency from 5 ms (health checks) to 10 minutes (long generations on a CPU Vulkan).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -35,6 +38,7 @@ RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 # `*_created` series (when each counter was made) double the output and tell nothing a scrape's time does not.
 disable_created_metrics()
 T = TypeVar("T")
+M = TypeVar("M")  # a worker job's model
 _current: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar("hearth_metrics", default=None)
 
 
@@ -57,7 +61,7 @@ class _ModelCollector(Collector):
     """Per-model gauges and lifecycle counts read from the model manager at scrape time (no bookkeeping on the
     request path)."""
 
-    def __init__(self, manager: Callable[[], Any]) -> None:
+    def __init__(self, manager: Callable[[], ModelManager | None]) -> None:
         self._manager = manager
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -75,17 +79,18 @@ class _ModelCollector(Collector):
         for name, worker in workers.items():
             queued.add_metric([name], worker.queued)
             running.add_metric([name], worker.running)
-            state.add_metric([name, getattr(worker, "kind", "text"), worker.state], 1)
+            state.add_metric([name, worker.kind, worker.state], 1)
             idle.add_metric([name], max(0.0, now - worker.last_used) if worker.idle else 0.0)
         yield from (queued, running, state, idle)
         yield GaugeMetricFamily("hearth_models_loaded", "Model workers loaded or loading", value=len(workers))
         loads = CounterMetricFamily("hearth_model_loads", "Models started loading", labels=["model"])
         unloads = CounterMetricFamily("hearth_model_unloads", "Models unloaded: idle past keep_alive, or evicted "
                                       "to stay under max_loaded_models", labels=["model", "reason"])
-        for name, count in getattr(manager, "loads", {}).items():
-            loads.add_metric([name], count)
-        for (name, reason), count in getattr(manager, "unloads", {}).items():
-            unloads.add_metric([name, reason], count)
+        if manager is not None:
+            for name, count in manager.loads.items():
+                loads.add_metric([name], count)
+            for (name, reason), count in manager.unloads.items():
+                unloads.add_metric([name, reason], count)
         yield from (loads, unloads)
         yield GaugeMetricFamily("hearth_gpu_memory_bytes", "Bytes of wgpu buffers and textures this process holds",
                                 value=gpu_memory_bytes())
@@ -94,7 +99,7 @@ class _ModelCollector(Collector):
 class Metrics:
     """The app's metrics and the calls that record them."""
 
-    def __init__(self, manager: Callable[[], Any] = lambda: None) -> None:
+    def __init__(self, manager: Callable[[], ModelManager | None] = lambda: None) -> None:
         """manager: gives the app's ModelManager (None before the lifespan has made it); read when scraped."""
         self.registry = CollectorRegistry()
         r = self.registry
@@ -145,8 +150,8 @@ def observe_audio(direction: Literal["generated", "transcribed"], model: str, se
         metrics.audio_seconds.labels(model, direction).inc(seconds)
 
 
-def meter_audio(job: Callable[[Any], Iterator[T]], direction: Literal["generated", "transcribed"], model: str,
-                seconds_of: Callable[[T], float]) -> Callable[[Any], Iterator[T]]:
+def meter_audio(job: Callable[[M], Iterator[T]], direction: Literal["generated", "transcribed"], model: str,
+                seconds_of: Callable[[T], float]) -> Callable[[M], Iterator[T]]:
     """A worker job (fn(model) -> iterator, as ThreadWorker.stream runs) that counts the audio seconds of each item
     it yields. Call it inside the request (the metrics are found there); the counting runs on the worker thread."""
     metrics = Metrics.current()
@@ -154,7 +159,7 @@ def meter_audio(job: Callable[[Any], Iterator[T]], direction: Literal["generated
         return job
     counter = metrics.audio_seconds.labels(model, direction)
 
-    def metered(loaded: Any) -> Iterator[T]:
+    def metered(loaded: M) -> Iterator[T]:
         items = job(loaded)
         try:
             for item in items:
@@ -182,7 +187,7 @@ def meter_job(job: Job, model: str) -> None:
     generated = 0
     emit = job.emit
 
-    def metered_emit(event: Any) -> None:
+    def metered_emit(event: JobEvent) -> None:
         nonlocal first, generated
         try:
             if isinstance(event, TextDelta) and first is None:
@@ -192,9 +197,9 @@ def meter_job(job: Job, model: str) -> None:
                 generated += event.completion_tokens
                 metrics.prompt_tokens.labels(model).inc(event.prompt_tokens)
                 metrics.generated_tokens.labels(model).inc(event.completion_tokens)
-            elif event is _JOB_DONE or isinstance(event, _JobFailed):
-                outcome = "completed" if event is _JOB_DONE else "failed"
-                if job.cancelled.is_set() and event is _JOB_DONE:
+            elif isinstance(event, _JobDone | _JobFailed):
+                outcome = "completed" if isinstance(event, _JobDone) else "failed"
+                if job.cancelled.is_set() and isinstance(event, _JobDone):
                     outcome = "cancelled"
                 metrics.generations.labels(model, outcome).inc()
                 spent = time.perf_counter() - (first or queued)

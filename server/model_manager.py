@@ -1,13 +1,17 @@
 """The model manager: which workers are loaded, loading on demand, and unloading idle ones.
 
 Configured models marked `preload` load at startup (/ready waits for them) and stay; any other name the
-catalogue knows (an Ollama model, say) loads on its first request. Names that reach the same file share a
+registry knows (an Ollama model, say) loads on its first request. Names that reach the same file share a
 worker. An on-demand model unloads once it has been idle for its keep_alive (Ollama's, set by each request: its
 `keep_alive` when sent, else the model's setting, else the server's, 5 minutes by default; negative: never),
 or earlier when a new model needs its place under `limits.max_loaded_models` (least recently used first).
 
 A request holds a lease on its model from `worker_for` until its response has ended (stream included), so a
 model is never unloaded between being handed out and being used.
+
+Every kind of model (chat, embeddings, speech, transcription) is one entry of WORKER_KINDS: its worker class,
+built from a registry entry by `for_entry`, and its settings group's loader. Services get their kind's worker
+through the protocols of server/protocols.py.
 """
 
 from __future__ import annotations
@@ -18,26 +22,40 @@ import importlib
 import logging
 import time
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal, cast, overload
 
-from config.catalogue import ModelCatalogue, ModelEntry
-from config.settings import ModelConfig, Settings, parse_keep_alive
+from config.settings import Settings, parse_keep_alive
+from models.registry import ModelEntry, ModelRegistry
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+from server.protocols import (
+    ChatHandler,
+    EmbeddingHandler,
+    Loader,
+    SpeechHandler,
+    TranscriptionHandler,
+    Worker,
+    WorkerClass,
+)
 from server.request_context import at_request_end
-from server.worker import Loader, ModelWorker
 
-# The worker class per model kind besides chat ("text"), imported when the first such model loads.
-WORKER_CLASSES = {
-    "embedding": "server.embedding_worker:EmbeddingWorker",
-    "speech": "server.speech_worker:SpeechWorker",
-    "transcription": "server.transcription_worker:TranscriptionWorker",
-}
-# What a request for a model of the wrong kind is told to use instead.
-ENDPOINTS = {
-    "text": "/v1/chat/completions",
-    "embedding": "/v1/embeddings",
-    "speech": "/v1/audio/speech",
-    "transcription": "/v1/audio/transcriptions",
+
+@dataclass(frozen=True)
+class WorkerKind:
+    """One kind of model the server runs: the worker class that holds such a model, and its endpoint."""
+
+    worker_class: str  # "module:Class", imported when the first model of the kind loads
+    endpoint: str  # where a request for this kind of model belongs, for the error that sends it there
+    label: str  # "a chat", "an embedding", ... for that error
+
+
+# Every model kind (ModelEntry.kind, a key of Settings.groups()), each with its worker class.
+WORKER_KINDS = {
+    "text": WorkerKind("server.chat_worker:ChatWorker", "/v1/chat/completions", "a chat"),
+    "embedding": WorkerKind("server.embedding_worker:EmbeddingWorker", "/v1/embeddings", "an embedding"),
+    "speech": WorkerKind("server.speech_worker:SpeechWorker", "/v1/audio/speech", "a speech"),
+    "transcription": WorkerKind("server.transcription_worker:TranscriptionWorker", "/v1/audio/transcriptions",
+                                "a transcription"),
 }
 
 log = logging.getLogger("hearth.server")
@@ -45,11 +63,11 @@ log = logging.getLogger("hearth.server")
 REAP_INTERVAL_S = 5.0
 
 
-def import_loader(target: str) -> Any:
-    """The function (or class) named `module:name`."""
-    module_name, _, function = target.partition(":")
+def import_object(target: str) -> object:
+    """The function or class named `module:name`."""
+    module_name, _, name = target.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), function)
+        return getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"{target!r} cannot be imported: {error}") from error
 
@@ -57,13 +75,18 @@ def import_loader(target: str) -> Any:
 class ModelManager:
     """Owns the workers; services ask it for the worker behind a request's model name."""
 
-    def __init__(self, settings: Settings, catalogue: ModelCatalogue | None = None, loader: Loader | None = None,
+    def __init__(self, settings: Settings, registry: ModelRegistry | None = None, loader: Loader | None = None,
                  warm_up: bool = True) -> None:
+        """loader, when given, replaces the chat models' loader (settings.model_loader): tests pass a fake's."""
         self.settings = settings
-        self.catalogue = catalogue or ModelCatalogue(settings)
-        self._loader = loader or import_loader(settings.model_loader)
+        self.registry = registry or ModelRegistry(settings)
+        # Each kind's loader, imported now so that a misnamed one is a startup error.
+        self._loaders = {kind: cast(Loader, import_object(group.loader)) for kind, group in settings.groups().items()
+                         if kind != "text" or loader is None}
+        if loader is not None:
+            self._loaders["text"] = loader
         self._warm_up = warm_up
-        self._workers: dict[str, ModelWorker] = {}  # by ModelEntry.key
+        self._workers: dict[str, Worker] = {}  # by ModelEntry.key
         self._preloaded: set[str] = set()
         self._leases: Counter[str] = Counter()  # requests between worker_for and their end, by key
         self._keep_alive: dict[str, float | None] = {}  # idle seconds before unloading (None: never), by key
@@ -74,26 +97,12 @@ class ModelManager:
         self.loads: Counter[str] = Counter()
         self.unloads: Counter[tuple[str, str]] = Counter()
 
-    def _config_of(self, entry: ModelEntry) -> ModelConfig | None:
-        """The configured model behind an entry (None for the Ollama store's)."""
-        name = entry.alias_of or entry.id
-        models = self.settings.models if entry.kind == "text" else self.settings.groups()[entry.kind].models
-        return next((m for m in models if m.id == name), None)
-
-    def _start(self, entry: ModelEntry) -> Any:
-        config = self._config_of(entry)
+    def _start(self, entry: ModelEntry) -> Worker:
+        config = self.registry.config_of(entry)
         max_queue = self.settings.limits.max_queue if config is None or config.max_queue is None else config.max_queue
-        if entry.kind == "text":
-            worker: Any = ModelWorker(entry.alias_of or entry.id, entry.source, self._loader,
-                                      max_queue=max_queue,
-                                      max_batch=self.settings.limits.max_batch, context_length=entry.context_length,
-                                      kv_dtype=entry.kv_dtype, int8_activations=entry.int8_activations,
-                                      warm_up=self._warm_up)
-        else:
-            worker_class = import_loader(WORKER_CLASSES[entry.kind])
-            loader = import_loader(self.settings.groups()[entry.kind].loader)
-            worker = worker_class(entry.alias_of or entry.id, entry.source, loader,
-                                  max_queue=max_queue, warm_up=self._warm_up)
+        worker_class = cast(WorkerClass, import_object(WORKER_KINDS[entry.kind].worker_class))
+        worker = worker_class.for_entry(entry, self._loaders[entry.kind], self.settings, max_queue=max_queue,
+                                        warm_up=self._warm_up)
         self._workers[entry.key] = worker
         self.loads[worker.name] += 1
         worker.start()
@@ -101,7 +110,7 @@ class ModelManager:
 
     def start_preloading(self) -> None:
         """Start loading the preloaded models, each in its own worker thread; returns at once."""
-        for entry in self.catalogue.preloaded():
+        for entry in self.registry.preloaded():
             if entry.key not in self._workers:
                 self._start(entry)
             self._preloaded.add(entry.key)
@@ -115,11 +124,11 @@ class ModelManager:
         """All preloaded models are loaded."""
         return all(self._workers[key].state == "ready" for key in self._preloaded)
 
-    def workers(self) -> dict[str, ModelWorker]:
+    def workers(self) -> dict[str, Worker]:
         """Loaded (or loading) workers by model name."""
         return {worker.name: worker for worker in self._workers.values()}
 
-    def _unloadable(self, key: str, worker: Any) -> bool:
+    def _unloadable(self, key: str, worker: Worker) -> bool:
         """An on-demand model that no request holds or waits for, and that is not loading."""
         return (key not in self._preloaded and not self._leases[key] and worker.idle
                 and worker.state in ("ready", "failed", "stopped"))
@@ -170,27 +179,42 @@ class ModelManager:
         if entry.key in self._preloaded:
             self._keep_alive[entry.key] = None
         else:
-            config = self._config_of(entry)
+            config = self.registry.config_of(entry)
             own = config.keep_alive if config is not None else None
             chosen = next(v for v in (requested, own, self.settings.keep_alive) if v is not None)
             self._keep_alive[entry.key] = parse_keep_alive(chosen)
         self._wake.set()
 
+    @overload
+    async def worker_for(self, name: str, kind: Literal["text"] = "text",
+                         keep_alive: str | float | None = None) -> tuple[ModelEntry, ChatHandler]: ...
+
+    @overload
+    async def worker_for(self, name: str, kind: Literal["embedding"],
+                         keep_alive: str | float | None = None) -> tuple[ModelEntry, EmbeddingHandler]: ...
+
+    @overload
+    async def worker_for(self, name: str, kind: Literal["speech"],
+                         keep_alive: str | float | None = None) -> tuple[ModelEntry, SpeechHandler]: ...
+
+    @overload
+    async def worker_for(self, name: str, kind: Literal["transcription"],
+                         keep_alive: str | float | None = None) -> tuple[ModelEntry, TranscriptionHandler]: ...
+
     async def worker_for(self, name: str, kind: str = "text",
-                         keep_alive: str | float | None = None) -> tuple[ModelEntry, Any]:
-        """The catalogue entry and the ready worker for a request's model, loading it if needed.
+                         keep_alive: str | float | None = None) -> tuple[ModelEntry, Worker]:
+        """The registry entry and the ready worker for a request's model, loading it if needed.
 
         kind: what the endpoint serves ("text", "embedding", "speech", "transcription"); a model of another kind
         is a 400 that names the endpoint it belongs to. keep_alive: the request's (Ollama's) idle time for the
         model from now on.
         """
-        entry = await asyncio.to_thread(self.catalogue.lookup, name)  # may read the Ollama store
+        entry = await asyncio.to_thread(self.registry.lookup, name)  # may read the Ollama store
         if entry is None:
             raise ModelNotFound(name)
         if entry.kind != kind:
-            article = "an" if entry.kind[0] in "ae" else "a"
-            what = "a chat" if entry.kind == "text" else f"{article} {entry.kind}"
-            raise InvalidRequest(f"The model `{name}` is {what} model (use {ENDPOINTS[entry.kind]}).", param="model",
+            other = WORKER_KINDS[entry.kind]
+            raise InvalidRequest(f"The model `{name}` is {other.label} model (use {other.endpoint}).", param="model",
                                  code="model_not_supported")
         try:
             parse_keep_alive(keep_alive)

@@ -14,20 +14,21 @@ from typing import Any
 import numpy as np
 
 from models.kokoro.voices import read_voicepacks
+from server.protocols import SpeechModel
 from server.thread_worker import ThreadWorker
 from server.thread_worker import load_on_own_device as _on_own_device
 
 log = logging.getLogger("hearth.worker")
 
 
-def load_on_own_device(source: str, **kwargs: Any) -> Any:
+def load_on_own_device(source: str, **kwargs: object) -> SpeechModel:
     """Load a Kokoro model on a wgpu device of its own, so workers never share a device or a queue."""
     from models.kokoro.model import load_kokoro
 
     return _on_own_device(load_kokoro, source, **kwargs)
 
 
-class SpeechWorker(ThreadWorker):
+class SpeechWorker(ThreadWorker[SpeechModel]):
     """Loads one speech model in its own thread, then runs queued synthesis jobs on it in order."""
 
     kind = "speech"
@@ -48,11 +49,11 @@ class SpeechWorker(ThreadWorker):
             return self._voices[extra]
 
     # -- worker thread -------------------------------------------------------------------
-    def warm_up(self, model: Any) -> None:
+    def warm_up(self, model: SpeechModel) -> None:
         """Synthesise a few phonemes once so the first request does not pay for compiling pipelines."""
         voice = next(iter(model.voices.values()))
         ids = [model.vocab[s] for s in "həlˈO" if s in model.vocab]
         model.synthesize(ids, model.style(voice, len(ids)), 1.0)
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: SpeechModel) -> str:
         return f"{len(model.voices)} voices, {model.sample_rate} Hz"

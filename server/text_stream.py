@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -81,7 +81,7 @@ class TextStream(Generic[T]):
             end = cut
         else:
             end = len(self._text) if final else len(self._text) - held_back(self._text[self._sent:], self._stops)
-        piece: Piece[Any] = Piece(text=self._text[self._sent:end])
+        piece: Piece[T] = Piece(text=self._text[self._sent:end])
         self._sent = max(self._sent, end)
         if self.stopped:  # tokens that began before the cut go out; those inside the stop string do not
             piece.tokens = [info for start, _, info in self._pending if start < end]

@@ -18,12 +18,15 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
+from config.settings import Settings
+from models.registry import ModelEntry
 from server.errors import QueueFull
-from server.worker_base import Loader, WorkerBase
+from server.protocols import Loader
+from server.worker_base import M, WorkerBase
 
 log = logging.getLogger("hearth.worker")
 
@@ -31,28 +34,42 @@ T = TypeVar("T")
 
 
 @dataclass
-class Job:
+class Job(Generic[M]):
     """A function of the model, run on the worker thread; its outcome goes to `future`."""
 
-    run: Callable[[Any], Any]
-    future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+    run: Callable[[M], object]
+    future: concurrent.futures.Future[object] = field(default_factory=concurrent.futures.Future)
+
+
+class Pending(Protocol):
+    """What waits in a worker's queue: a Job, or a subclass's request; either ends by setting its future."""
+
+    @property
+    def future(self) -> concurrent.futures.Future[Any]: ...
 
 
 class _Finished:
     """Marks the end of a streamed job's items."""
 
 
-class ThreadWorker(WorkerBase):
-    """Loads one model in its own thread, then runs queued jobs on it in order."""
+_FINISHED = _Finished()
 
-    kind = "model"
+
+class ThreadWorker(WorkerBase[M]):
+    """Loads one model in its own thread, then runs queued jobs on it in order."""
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, warm_up: bool = True) -> None:
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-{self.kind}-{name}")
         self.max_queue = max_queue
-        self._pending: deque[Any] = deque()  # Jobs, or a subclass's requests (anything with a .future)
+        self._pending: deque[Pending] = deque()  # Jobs, or a subclass's requests
         self._cond = threading.Condition()
         self._closed = False
+
+    @classmethod
+    def for_entry(cls, entry: ModelEntry, loader: Loader, settings: Settings, *, max_queue: int,
+                  warm_up: bool) -> Self:
+        """The worker for a registry entry of this class's kind."""
+        return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue, warm_up=warm_up)
 
     # -- event-loop side -----------------------------------------------------------------
     @property
@@ -60,7 +77,7 @@ class ThreadWorker(WorkerBase):
         with self._cond:
             return len(self._pending)
 
-    def _enqueue(self, item: Any, retry_after_s: int) -> None:
+    def _enqueue(self, item: Pending, retry_after_s: int) -> None:
         """Queue a job (or a subclass's request); QueueFull when max_queue wait already."""
         with self._cond:
             if self._closed or len(self._pending) >= self.max_queue:
@@ -69,25 +86,25 @@ class ThreadWorker(WorkerBase):
             self._cond.notify()
         self.last_used = time.monotonic()
 
-    async def call(self, fn: Callable[[Any], T], retry_after_s: int) -> T:
+    async def call(self, fn: Callable[[M], T], retry_after_s: int) -> T:
         """fn(model), run on the worker thread after the jobs queued before it.
 
         Cancelling the awaiting task drops the job if it has not started (a started one runs to its end).
         """
         job = Job(fn)
         self._enqueue(job, retry_after_s)
-        return await asyncio.wrap_future(job.future)
+        return cast(T, await asyncio.wrap_future(job.future))
 
-    async def stream(self, fn: Callable[[Any], Iterator[T]], retry_after_s: int) -> AsyncIterator[T]:
+    async def stream(self, fn: Callable[[M], Iterator[T]], retry_after_s: int) -> AsyncGenerator[T, None]:
         """What the generator fn(model) yields, each item as soon as the worker thread has made it.
 
         Leaving the `async for` early (the client went away) closes the generator before its next item.
         """
         loop = asyncio.get_running_loop()
-        items: asyncio.Queue[Any] = asyncio.Queue()
+        items: asyncio.Queue[T | _Finished] = asyncio.Queue()
         stop = threading.Event()
 
-        def produce(model: Any) -> None:
+        def produce(model: M) -> None:
             generator = fn(model)
             try:
                 for item in generator:
@@ -96,9 +113,9 @@ class ThreadWorker(WorkerBase):
                         break
             finally:
                 generator.close()
-            loop.call_soon_threadsafe(items.put_nowait, _Finished)
+            loop.call_soon_threadsafe(items.put_nowait, _FINISHED)
 
-        job = Job(produce)
+        job: Job[M] = Job(produce)
         self._enqueue(job, retry_after_s)
         finished = asyncio.ensure_future(asyncio.wrap_future(job.future))
         try:
@@ -107,7 +124,7 @@ class ThreadWorker(WorkerBase):
                 await asyncio.wait({getter, finished}, return_when=asyncio.FIRST_COMPLETED)
                 if getter.done():
                     item = getter.result()
-                    if item is _Finished:
+                    if isinstance(item, _Finished):
                         break
                     yield item
                     continue
@@ -115,7 +132,7 @@ class ThreadWorker(WorkerBase):
                 finished.result()  # the job failed before its first item or between items: raise its error
                 while not items.empty():  # it finished: hand over what it made before the end mark
                     item = items.get_nowait()
-                    if item is _Finished:
+                    if isinstance(item, _Finished):
                         return
                     yield item
                 return
@@ -137,17 +154,17 @@ class ThreadWorker(WorkerBase):
         self._join(timeout)
 
     # -- worker thread -------------------------------------------------------------------
-    def warm_up(self, model: Any) -> None:
+    def warm_up(self, model: M) -> None:
         """Run something small once after loading so the first request does not pay for compiling pipelines."""
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: M) -> str:
         """A few words about the loaded model for the log line that says it is ready."""
         return type(model).__name__
 
     def _load(self) -> None:
         started = time.perf_counter()
         log.info("loading %s model %s from %s", self.kind, self.name, self.source)
-        self.model = self._loader(self.source, progress=self._on_progress)
+        self.model = cast(M, self._loader(self.source, progress=self._on_progress))
         if self._warm_up:
             self.warm_up(self.model)
         self.progress = 1.0
@@ -159,11 +176,11 @@ class ThreadWorker(WorkerBase):
             self._cond.wait()
         return not self._closed
 
-    def _next_job(self) -> Job | None:
+    def _next_job(self) -> Job[M] | None:
         """The next job that has not been cancelled, marked running; None once closed."""
         with self._cond:
             while self._wait_for_work():
-                job = self._pending.popleft()
+                job = cast(Job[M], self._pending.popleft())  # this class queues only Jobs
                 if job.future.set_running_or_notify_cancel():
                     return job
             return None
@@ -181,7 +198,7 @@ class ThreadWorker(WorkerBase):
                 self.last_used = time.monotonic()
 
 
-def load_on_own_device(load: Callable[..., Any], source: str, **kwargs: Any) -> Any:
+def load_on_own_device(load: Callable[..., M], source: str, **kwargs: object) -> M:
     """load(source, device=..., **kwargs) on a wgpu device of its own, so workers never share a device or a queue."""
     import os
 

@@ -9,13 +9,14 @@ went away) closes the model's generator before its next window, so the worker mo
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 
 from server.errors import InvalidRequest
+from server.protocols import TranscribedSegment, TranscriptionModel
 from server.thread_worker import ThreadWorker
 from server.thread_worker import load_on_own_device as _on_own_device
 
@@ -24,7 +25,7 @@ SAMPLE_RATE = 16000  # Hz, what Whisper takes
 _MODEL_MODULES = ("models.whisper.decode",)
 
 
-def load_on_own_device(source: str, **kwargs: Any) -> Any:
+def load_on_own_device(source: str, **kwargs: object) -> TranscriptionModel:
     """Load a Whisper model on a wgpu device of its own, so workers never share a device or a queue."""
     from models.whisper.model import load_whisper
 
@@ -53,7 +54,7 @@ class Language:
     probability: float
 
 
-def model_type(model: Any, name: str) -> Any:
+def model_type(model: TranscriptionModel, name: str) -> type:
     """A type of the model's own package (TranscribeOptions, UnknownLanguage): from the module that defines the
     model's class when it has one by that name (a test's stand-in model brings its own), else models.whisper.decode."""
     for module_name in (type(model).__module__, *_MODEL_MODULES):
@@ -66,13 +67,14 @@ def model_type(model: Any, name: str) -> Any:
     raise ImportError(f"no {name} next to {type(model).__name__} or in {', '.join(_MODEL_MODULES)}")
 
 
-def transcribe_job(model: Any, audio: np.ndarray, params: TranscribeParams) -> Iterator[Language | Any]:
+def transcribe_job(model: TranscriptionModel, audio: np.ndarray,
+                   params: TranscribeParams) -> Iterator[Language | TranscribedSegment]:
     """Run on the worker thread: the job's Language, then each Segment as its window finishes.
 
     An UnknownLanguage from the model (the service checks the language first, so this is a model that knows fewer
     languages than it lists) becomes a 400 naming `language`.
     """
-    unknown_language = model_type(model, "UnknownLanguage")
+    unknown_language = cast(type[Exception], model_type(model, "UnknownLanguage"))
     try:
         if params.language is not None:
             language = Language(params.language, 1.0)
@@ -90,23 +92,24 @@ def transcribe_job(model: Any, audio: np.ndarray, params: TranscribeParams) -> I
                              param="language", code="unsupported_language") from error
 
 
-class TranscriptionWorker(ThreadWorker):
+class TranscriptionWorker(ThreadWorker[TranscriptionModel]):
     """Loads one Whisper model in its own thread, then transcribes queued requests one at a time."""
 
     kind = "transcription"
 
-    def transcribe(self, audio: np.ndarray, params: TranscribeParams, retry_after_s: int) -> AsyncIterator[Any]:
+    def transcribe(self, audio: np.ndarray, params: TranscribeParams,
+                   retry_after_s: int) -> AsyncGenerator[Language | TranscribedSegment, None]:
         """The job's Language, then its Segments, each as the worker thread makes it (QueueFull when max_queue
         requests wait already; leaving the `async for` early stops the job before its next window)."""
         return self.stream(lambda model: transcribe_job(model, audio, params), retry_after_s)
 
     # -- worker thread -------------------------------------------------------------------
-    def warm_up(self, model: Any) -> None:
+    def warm_up(self, model: TranscriptionModel) -> None:
         """Transcribe one second of silence, greedy, so the first request does not compile the pipelines."""
         options = model_type(model, "TranscribeOptions")(language="en", temperature=0.0)
         for _ in model.transcribe(np.zeros(SAMPLE_RATE, dtype=np.float32), options):
             pass
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: TranscriptionModel) -> str:
         kind = f"multilingual ({len(model.languages)} languages)" if model.multilingual else "English-only"
         return f"{kind}, {model.n_mels} mel bins"

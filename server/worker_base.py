@@ -1,7 +1,7 @@
 """What every model worker does the same way: a thread of its own loads one model, reports its progress, says when it
 is ready (or why it failed), and is joined when the worker stops.
 
-The workers differ in how they queue and serve requests: server/worker.py's ModelWorker runs chat choices in a
+The workers differ in how they queue and serve requests: server/chat_worker.py's ChatWorker runs chat choices in a
 continuous batch, server/thread_worker.py's ThreadWorker runs queued jobs one at a time. Each fills in `_load`
 (build and warm up `self.model`), `_serve` (run until stopped) and `queued`.
 """
@@ -13,16 +13,19 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Generic, TypeVar
+
+from server.protocols import Loader, WorkerState
 
 log = logging.getLogger("hearth.worker")
+M = TypeVar("M")  # the loaded model's type
 
-Loader = Callable[..., Any]  # (source, *, progress, ...) -> model
 
-
-class WorkerBase:
+class WorkerBase(Generic[M]):
     """A model loaded in its own thread: state, progress and the ready signal that the model manager reads."""
+
+    kind = "model"  # the ModelEntry kind a subclass serves
+    model: M  # set by _load, on the worker thread, before the worker is ready
 
     def __init__(self, name: str, source: str, loader: Loader, *, warm_up: bool, thread_name: str) -> None:
         self.name = name
@@ -31,8 +34,7 @@ class WorkerBase:
         self._warm_up = warm_up
         self._loaded: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
-        self.model: Any = None
-        self.state = "loading"
+        self.state: WorkerState = "loading"
         self.error: str | None = None
         self.progress = 0.0
         self.running = 0

@@ -18,7 +18,7 @@ router = APIRouter(tags=["health"])
 def _status(manager: ModelManager) -> HealthStatus:
     models = {
         name: WorkerStatus(state=w.state, queued=w.queued, running=w.running, load_progress=w.progress,
-                           error=w.error)  # type: ignore[arg-type]
+                           error=w.error)
         for name, w in manager.workers().items()
     }
     failed = any(w.state == "failed" for w in models.values())

@@ -12,7 +12,9 @@ from fastapi import Request
 from config.settings import Settings
 from models.chat_template import ChatTemplateError
 from server.errors import InvalidRequest
+from server.jobs import ChoiceDone, TextDelta
 from server.model_manager import ModelManager
+from server.protocols import ChatHandler, TextTokenizer
 from server.schemas.chat import (
     ChatCompletion,
     ChatCompletionChoice,
@@ -26,8 +28,6 @@ from server.schemas.chat import (
 from server.schemas.common import Usage
 from server.services import generation as gen
 from server.text_stream import THINK_OPEN, ReasoningSplitter, split_reasoning
-from server.jobs import ChoiceDone, TextDelta
-from server.worker import ModelWorker
 
 log = logging.getLogger("hearth.server")
 
@@ -39,7 +39,7 @@ class ChatService:
         self.manager = manager
         self.settings = settings
 
-    def _prompt_ids(self, worker: ModelWorker, request: ChatCompletionRequest) -> list[int]:
+    def _prompt_ids(self, worker: ChatHandler, request: ChatCompletionRequest) -> list[int]:
         template = worker.chat_template
         assert template is not None
         tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
@@ -128,7 +128,7 @@ class ChatService:
                                   total_tokens=prompt_tokens + completion_tokens))
 
 
-def _has_thinking_channel(tokenizer: Any) -> bool:
+def _has_thinking_channel(tokenizer: TextTokenizer) -> bool:
     """Whether the model's vocabulary has a thinking channel marker (Gemma 4): its replies are split into
     reasoning_content and content."""
     try:

@@ -9,12 +9,12 @@ from typing import Any
 from fastapi import Request
 
 from config.settings import Settings
+from server.jobs import ChoiceDone, TextDelta, TokenInfo
 from server.model_manager import ModelManager
+from server.protocols import ChatHandler
 from server.schemas.common import Usage
 from server.schemas.completions import Completion, CompletionChoice, CompletionLogprobs, CompletionRequest
 from server.services import generation as gen
-from server.jobs import ChoiceDone, TextDelta, TokenInfo
-from server.worker import ModelWorker
 
 
 def completion_logprobs(tokens: list[TokenInfo], offset: int) -> CompletionLogprobs:
@@ -39,7 +39,7 @@ class CompletionService:
         self.settings = settings
 
     @staticmethod
-    def _encode(worker: ModelWorker, prompts: list[str | list[int]]) -> list[list[int]]:
+    def _encode(worker: ChatHandler, prompts: list[str | list[int]]) -> list[list[int]]:
         tokenizer = worker.model.tokenizer
         encoded = []
         for i, prompt in enumerate(prompts):
@@ -51,7 +51,7 @@ class CompletionService:
         return encoded
 
     @staticmethod
-    def _prompt_text(worker: ModelWorker, prompt: str | list[int]) -> str:
+    def _prompt_text(worker: ChatHandler, prompt: str | list[int]) -> str:
         return prompt if isinstance(prompt, str) else worker.model.tokenizer.decode(prompt)
 
     async def create(self, request: CompletionRequest, http: Request) -> Completion | AsyncIterator[dict]:

@@ -4,17 +4,14 @@ then the vectors on the wire (Matryoshka truncation where the model supports it)
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from config.settings import Settings
 from server.errors import ContextLengthExceeded, InvalidRequest
 from server.model_manager import ModelManager
+from server.protocols import EmbeddingModel
 from server.schemas.embeddings import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
-
-if TYPE_CHECKING:  # the model lives in the worker; the service only calls its CPU-side methods
-    from models.embedding_model import EmbeddingModel
 
 
 def _param(index: int, count: int) -> str:

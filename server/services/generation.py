@@ -17,10 +17,10 @@ from fastapi import Request
 
 from config.settings import Settings
 from server.errors import ContextLengthExceeded, HearthError, InvalidRequest
-from server.schemas.common import SamplingRequest, TokenLogprob, TopLogprob
 from server.jobs import ChoiceDone, ChoiceSpec, Job, JobHandle, TextDelta, TokenInfo
 from server.metrics import meter_job
-from server.worker import ModelWorker
+from server.protocols import ChatHandler
+from server.schemas.common import SamplingRequest, TokenLogprob, TopLogprob
 
 T = TypeVar("T")
 SYSTEM_FINGERPRINT = "fp_hearth"
@@ -97,7 +97,7 @@ def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: lis
     return Job(choices=choices, stop=tuple(getattr(request, "stop", [])), logprobs=top_logprobs is not None)
 
 
-def submit(worker: ModelWorker, job: Job, settings: Settings) -> JobHandle:
+def submit(worker: ChatHandler, job: Job, settings: Settings) -> JobHandle:
     """Queue a job; its tokens, time to first token and tokens/s go to the metrics (the one place for both)."""
     meter_job(job, worker.name)
     return worker.submit(job, settings.limits.retry_after_s)

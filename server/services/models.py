@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from config.catalogue import ModelCatalogue, ModelEntry
+from models.registry import ModelEntry, ModelRegistry
 from server.errors import ModelNotFound
 from server.schemas.models import Model, ModelList
 
@@ -14,19 +14,19 @@ def _model(entry: ModelEntry) -> Model:
 
 
 class ModelService:
-    """Answers /v1/models from the catalogue (the Ollama store is read on each call: a few small files)."""
+    """Answers /v1/models from the registry (the Ollama store is read on each call: a few small files)."""
 
-    def __init__(self, catalogue: ModelCatalogue) -> None:
-        self.catalogue = catalogue
+    def __init__(self, registry: ModelRegistry) -> None:
+        self.registry = registry
 
     async def list(self) -> ModelList:
-        entries = await asyncio.to_thread(self.catalogue.list)
+        entries = await asyncio.to_thread(self.registry.list)
         seen: set[str] = set()
         unique = [e for e in entries if not (e.id in seen or seen.add(e.id))]  # type: ignore[func-returns-value]
         return ModelList(data=[_model(e) for e in unique])
 
     async def get(self, model_id: str) -> Model:
-        entry = await asyncio.to_thread(self.catalogue.lookup, model_id)
+        entry = await asyncio.to_thread(self.registry.lookup, model_id)
         if entry is None:
             raise ModelNotFound(model_id)
         return _model(entry)

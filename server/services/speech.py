@@ -23,6 +23,7 @@ from models.kokoro.voices import VoiceError, gender, openai_aliases, resolve_voi
 from server.errors import InvalidRequest
 from server.metrics import meter_audio
 from server.model_manager import ModelManager
+from server.protocols import SpeechHandler, SpeechModel
 from server.schemas.speech import SpeechAudioDelta, SpeechAudioDone, SpeechRequest, SpeechUsage, VoiceInfo, VoiceList
 
 log = logging.getLogger("hearth.server")
@@ -38,7 +39,7 @@ class Synthesised:
 def synthesis_job(chunks: list[Chunk], pack: np.ndarray, speed: float, seed: int | None):
     """The worker job: fn(model) yields each chunk's audio as soon as it is made."""
 
-    def run(model: Any) -> Iterator[Synthesised]:
+    def run(model: SpeechModel) -> Iterator[Synthesised]:
         for i, chunk in enumerate(chunks):
             out = model.synthesize(list(chunk.ids), model.style(pack, len(chunk.ids)), speed,
                                    None if seed is None else seed + i)
@@ -64,7 +65,7 @@ class SpeechService:
         self.manager = manager
         self.settings = settings
 
-    async def _voices(self, worker: Any) -> dict[str, np.ndarray]:
+    async def _voices(self, worker: SpeechHandler) -> dict[str, np.ndarray]:
         try:
             return await asyncio.to_thread(worker.voices, tuple(self.settings.speech_voices))
         except (OSError, ValueError) as error:  # a bad speech_voices entry: the server's configuration

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import cast
 
+import numpy as np
 from fastapi import Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -28,6 +29,7 @@ from config.settings import Settings
 from server.errors import InvalidRequest
 from server.metrics import observe_audio
 from server.model_manager import ModelManager
+from server.protocols import TranscribedSegment, TranscribedWord
 from server.schemas.common import dump
 from server.schemas.transcription import (
     Transcription,
@@ -134,20 +136,21 @@ class TranscriptionService:
         # The first item (the language) comes once the job runs: a full queue or a load failure is still an HTTP
         # error rather than an event inside a stream whose headers went out.
         try:
-            first: Language = await anext(items)
+            first = cast(Language, await anext(items))
         except BaseException:
             await items.aclose()
             raise
         observe_audio("transcribed", worker.name, duration)  # the job is running: the audio counts as heard
+        rest = cast(AsyncGenerator[TranscribedSegment, None], items)  # segments only, after the language
         if stream:
-            return self._events(items)
+            return self._events(rest)
         try:
-            segments = [segment async for segment in items]
+            segments = [segment async for segment in rest]
         finally:
-            await items.aclose()  # now, not at garbage collection, if this request is cancelled
+            await rest.aclose()  # now, not at garbage collection, if this request is cancelled
         return self._respond(fmt, task, first.code, duration, segments, granularities or {"segment"})
 
-    async def _decode(self, form: TranscriptionForm | TranslationForm) -> Any:
+    async def _decode(self, form: TranscriptionForm | TranslationForm) -> np.ndarray:
         """The upload as float32 mono 16 kHz, decoded and resampled on a thread (PyAV holds no event loop)."""
         data = await form.file.read()
         try:
@@ -162,7 +165,7 @@ class TranscriptionService:
         return audio
 
     @staticmethod
-    async def _events(items: AsyncIterator[Any]) -> AsyncIterator[dict]:
+    async def _events(items: AsyncGenerator[TranscribedSegment, None]) -> AsyncIterator[dict]:
         """transcript.text.delta per segment with text, then transcript.text.done with the deltas joined."""
         deltas: list[str] = []
         try:
@@ -175,7 +178,7 @@ class TranscriptionService:
             await items.aclose()
         yield dump(TranscriptTextDone(text="".join(deltas)))
 
-    def _respond(self, fmt: str, task: str, language: str, duration: float, segments: list[Any],
+    def _respond(self, fmt: str, task: str, language: str, duration: float, segments: list[TranscribedSegment],
                  granularities: set[str]) -> Response:
         deltas: list[str] = []
         for segment in segments:
@@ -199,7 +202,7 @@ class TranscriptionService:
         return JSONResponse(dump(verbose, exclude_none=True))
 
 
-def _segment(index: int, segment: Any) -> TranscriptionSegment:
+def _segment(index: int, segment: TranscribedSegment) -> TranscriptionSegment:
     """OpenAI's segment from the model's: ids count from 0 as OpenAI's do (faster-whisper's from 1); seek is the
     model's window start where it gives one, else the segment's own start (both in mel frames)."""
     seek = getattr(segment, "seek", None)
@@ -210,5 +213,5 @@ def _segment(index: int, segment: Any) -> TranscriptionSegment:
         compression_ratio=segment.compression_ratio, no_speech_prob=segment.no_speech_prob)
 
 
-def _word(word: Any) -> TranscriptionWord:
+def _word(word: TranscribedWord) -> TranscriptionWord:
     return TranscriptionWord(word=word.word.strip(), start=round(word.start, 3), end=round(word.end, 3))

@@ -81,3 +81,23 @@ def test_invalid_settings_name_the_key(tmp_path: Path, toml: str, message: str) 
 def test_invalid_env_value_is_reported() -> None:
     with pytest.raises(SettingsError, match="port"):
         load_settings(env={"HEARTH_PORT": "eighty"})
+
+
+def test_config_imports_nothing_of_the_project() -> None:
+    """config/ is a leaf: the model registry lives in models/, and settings name loaders as strings."""
+    import ast
+
+    project = {path.name for path in Path(__file__).resolve().parents[2].iterdir() if path.is_dir()} - {"config"}
+    for source in (Path(__file__).resolve().parents[2] / "config").glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            assert not {n.split(".")[0] for n in names} & project, (source.name, names)
+
+
+def test_every_endpoint_family_is_a_group() -> None:
+    groups = load_settings(env={}).groups()
+    assert list(groups) == ["text", "embedding", "speech", "transcription"]
+    assert groups["text"].default == SHIPPED_MODEL and "gpt-4o-mini" in groups["text"].aliases
+    assert groups["text"].loader == "server.chat_worker:load_on_own_device"

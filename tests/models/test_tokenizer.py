@@ -226,6 +226,29 @@ def test_gpt2_byte_level_round_trip() -> None:
     assert tok.decode(ids) == "the cat ran the 日本"
 
 
+def test_control_and_unused_pieces_print_nothing() -> None:
+    """Generated control and reserved pieces give no text unless asked for (llama.cpp's token_to_piece with
+    special=false), whatever type the file gives "<unusedN>"; user-defined pieces stay text."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += ["a", "<start_of_turn>", "<unused7>", "<unused8>", "<unused9>", "<|channel>"]
+    vocab = _vocab(tokens, [0.0] * len(tokens))
+    types = vocab.types.copy()
+    for piece, kind in (("<start_of_turn>", TokenType.CONTROL), ("<unused7>", TokenType.NORMAL),
+                        ("<unused8>", TokenType.USER_DEFINED), ("<unused9>", TokenType.UNUSED),
+                        ("<|channel>", TokenType.USER_DEFINED)):
+        types[tokens.index(piece)] = kind
+    tok = Tokenizer(GGUFVocab(**{**vocab.__dict__, "types": types}))
+    a, control, *unused = (tokens.index(p) for p in ("a", "<start_of_turn>", "<unused7>", "<unused8>", "<unused9>"))
+    ids = [a, control, a, *unused, tokens.index("<|channel>"), a]
+    assert tok.decode(ids) == "aa<|channel>a"
+    stream = tok.stream_decoder()
+    assert [stream.push(i) for i in ids] == ["a", "", "a", "", "", "", "<|channel>", "a"]
+    assert stream.flush() == ""
+    assert tok.decode(ids, skip_special=False) == "a<start_of_turn>a<unused7><unused8><|channel>a"
+    shown = tok.stream_decoder(skip_special=False)
+    assert "".join(shown.push(i) for i in ids) == tok.decode(ids, skip_special=False)
+
+
 def _write_vocab_gguf(spec: dict, path: Path) -> None:
     """The vocabulary-only GGUF scripts/make_tokenizer_golden.py gave llama.cpp for `spec`."""
     w = GGUFWriter(str(path), "llama")

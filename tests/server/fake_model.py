@@ -1,4 +1,4 @@
-"""A tiny stand-in for TextModel that follows the model-side contract (CONTEXT.md), for fast worker tests.
+"""A tiny stand-in for TextModel that follows server/protocols.py's ChatModel, for fast worker tests.
 
 Its tokenizer has five special pieces and one token per byte; its "network" puts a large logit on the
 next character of SCRIPT, so greedy output is SCRIPT repeated, and each step can be slowed down to

@@ -19,8 +19,8 @@ import httpx
 import openai
 import pytest
 
-from config.catalogue import shipped_model_path
-from tests.config.ollama_store import add_model
+from models.registry import shipped_model_path
+from tests.models.ollama_store import add_model
 from tests.server.live_server import ROOT, SubprocessServer
 
 PROMPT = "The capital of France is"

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from server.cli import _parser, resolve_model
-from tests.config.ollama_store import add_model, fake_gguf
+from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.live_server import SubprocessServer, free_port
 
 FAKE = {"HEARTH_MODEL_LOADER": "tests.server.fake_model:load_fake_model", "HEARTH_OLLAMA": "false"}

@@ -20,13 +20,13 @@ import numpy as np
 import openai
 import pytest
 
-from config.catalogue import OLLAMA_EMBEDDING_ARCHITECTURES
 from config.settings import load_settings
 from models.embedding_model import GGUF_LOADERS
+from models.registry import OLLAMA_EMBEDDING_ARCHITECTURES
 from server.app import create_app
 from server.embedding_worker import EmbeddingWorker
 from server.errors import QueueFull
-from tests.config.ollama_store import add_model
+from tests.models.ollama_store import add_model
 from tests.server.fake_model import fake_loader
 from tests.server.live_server import ThreadServer
 
@@ -178,7 +178,7 @@ def test_ollama_embedding_model_with_matryoshka_dimensions(client: openai.OpenAI
         client.embeddings.create(model="tiny-embed", input="hi", dimensions=97)
 
 
-def test_catalogue_knows_the_gguf_embedding_architectures() -> None:
+def test_registry_knows_the_gguf_embedding_architectures() -> None:
     assert set(OLLAMA_EMBEDDING_ARCHITECTURES) == set(GGUF_LOADERS)
 
 

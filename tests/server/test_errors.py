@@ -12,7 +12,7 @@ import pytest
 
 from gpu.errors import GPUFailure
 from server.errors import InvalidRequest, QueueFull, error_body, param_name, to_hearth_error
-from tests.config.ollama_store import add_model, fake_gguf
+from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.fake_model import SCRIPT, fake_loader
 from tests.server.test_app import CHAT, health, start, wait_until
 

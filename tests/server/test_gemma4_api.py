@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from scripts.make_gemma4_fixtures import FIXTURES, write_gguf
-from tests.config.ollama_store import add_model
+from tests.models.ollama_store import add_model
 from tests.server.live_server import SubprocessServer
 
 GREEDY = {"temperature": 0}

@@ -27,7 +27,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 
-from tests.config.ollama_store import add_model, fake_gguf
+from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.all_fakes import fake_app
 from tests.server.fake_model import SCRIPT
 from tests.server.live_server import ThreadServer

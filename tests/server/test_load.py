@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from config.catalogue import shipped_model_path
+from models.registry import shipped_model_path
 from tests.server.live_server import SubprocessServer
 
 pytestmark = pytest.mark.heavy

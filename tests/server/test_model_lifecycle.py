@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.config.ollama_store import add_model, fake_gguf
+from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.live_server import ThreadServer
 from tests.server.test_app import health, start, wait_until
 
@@ -182,3 +182,13 @@ def test_unloading_a_real_model_gives_its_gpu_memory_back() -> None:
             assert wait_until(lambda: "all-minilm-l6-v2" not in loaded(srv), timeout=60)
             # It leaves the list first; its thread is joined and its buffers collected just after.
             assert wait_until(lambda: gpu_memory_bytes() == before, timeout=30), gpu_memory_bytes() - before
+
+
+def test_every_kind_has_a_worker_class_that_builds_from_an_entry() -> None:
+    from config.settings import load_settings
+    from server.model_manager import WORKER_KINDS, import_object
+
+    assert set(WORKER_KINDS) == set(load_settings(env={}).groups())
+    for kind in WORKER_KINDS.values():
+        worker_class = import_object(kind.worker_class)
+        assert callable(getattr(worker_class, "for_entry", None)), kind

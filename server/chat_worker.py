@@ -1,4 +1,4 @@
-"""A worker per loaded model: a thread that owns the model (its wgpu device, weights, KV cache, executor).
+"""The chat model worker: a thread per loaded chat model that owns it (its wgpu device, weights, KV cache, executor).
 
 Requests (server/jobs.py) reach it through a bounded queue; their choices join the model's running batch
 (models.batch.BatchGenerator: continuous batching) as soon as it has room for them, and leave it
@@ -14,35 +14,48 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
-from models.batch import EndEvent
+from config.settings import Settings
+from models.batch import EndEvent, Event
 from models.chat_template import ChatTemplate
+from models.registry import ModelEntry
 from models.sampler import SampledToken
 from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
+from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer
 from server.text_stream import TextStream
 from server.thread_worker import load_on_own_device as _on_own_device
-from server.worker_base import Loader, WorkerBase
+from server.worker_base import WorkerBase
 
 log = logging.getLogger("hearth.worker")
 
 
-def load_on_own_device(source: str, **kwargs: Any) -> Any:
+def load_on_own_device(source: str, **kwargs: object) -> ChatModel:
     """Load a text model on a wgpu device of its own, so workers never share a device or a queue."""
     from models.text_model import load_text_model
 
     return _on_own_device(load_text_model, source, **kwargs)
 
 
-class ModelWorker(WorkerBase):
-    """Loads one model in its own thread, then serves its queue until stopped."""
+class ChatWorker(WorkerBase[ChatModel]):
+    """Loads one chat model in its own thread, then serves its queue until stopped."""
+
+    kind = "text"
+
+    @classmethod
+    def for_entry(cls, entry: ModelEntry, loader: Loader, settings: Settings, *, max_queue: int,
+                  warm_up: bool) -> ChatWorker:
+        """The worker for a chat model's registry entry: its context, KV type and matmul numerics."""
+        return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
+                   max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
+                   int8_activations=entry.int8_activations, warm_up=warm_up)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
                  int8_activations: bool = False) -> None:
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
-        self._load_kwargs: dict[str, Any] = {"kv_dtype": kv_dtype, "context_length": context_length}
+        self._load_kwargs: dict[str, object] = {"kv_dtype": kv_dtype, "context_length": context_length}
         if int8_activations:  # only then, so that loaders without the argument (tests' fakes) still work
             self._load_kwargs["int8_activations"] = True
         if max_batch is not None:
@@ -83,7 +96,7 @@ class ModelWorker(WorkerBase):
     def _load(self) -> None:
         started = time.perf_counter()
         log.info("loading %s from %s", self.name, self.source)
-        self.model = self._loader(self.source, progress=self._on_progress, **self._load_kwargs)
+        self.model = cast(ChatModel, self._loader(self.source, progress=self._on_progress, **self._load_kwargs))
         tokenizer = self.model.tokenizer
         self.chat_template = chat_template_of(tokenizer)
         if self._warm_up:  # compile the prefill and decode pipelines now, not on the first request
@@ -114,7 +127,7 @@ class ModelWorker(WorkerBase):
                 log.exception("%s: batch step failed", self.name)
                 events = [EndEvent(key, "error", error) for key in runs]
             for event in events:
-                run = runs.get(event.key)
+                run = runs.get(cast(tuple[int, int], event.key))  # the keys this worker gave generator.add
                 if run is not None:
                     self._route(generator, run, event, runs)
             for key, run in list(runs.items()):
@@ -131,7 +144,7 @@ class ModelWorker(WorkerBase):
             job.cancelled.set()
         self.running, self._current = 0, None
 
-    def _admit(self, generator: Any, admitting: deque[tuple[Job, deque[ChoiceSpec]]],
+    def _admit(self, generator: BatchGenerator, admitting: deque[tuple[Job, deque[ChoiceSpec]]],
                runs: dict[tuple[int, int], _ChoiceRun]) -> None:
         """Move choices into the batch, in order of arrival, while it has room. A job stays in the queue (counted
         as queued, its place held against max_queue, cancellable) until its first choice fits the batch."""
@@ -164,7 +177,8 @@ class ModelWorker(WorkerBase):
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
 
-    def _route(self, generator: Any, run: _ChoiceRun, event: Any, runs: dict[tuple[int, int], _ChoiceRun]) -> None:
+    def _route(self, generator: BatchGenerator, run: _ChoiceRun, event: Event,
+               runs: dict[tuple[int, int], _ChoiceRun]) -> None:
         job, spec = run.job, run.spec
         if isinstance(event, EndEvent):
             if event.reason == "error":
@@ -221,14 +235,14 @@ class _ChoiceRun:
     count: int = 0
 
 
-def chat_template_of(tokenizer: Any) -> ChatTemplate:
+def chat_template_of(tokenizer: TextTokenizer) -> ChatTemplate:
     """The tokenizer's chat template (the built-in Gemma format when it has none) with its special tokens."""
     bos = tokenizer.id_to_piece(tokenizer.bos_id) if tokenizer.bos_id >= 0 else ""  # bos_id is -1 when absent
     eos = tokenizer.id_to_piece(min(tokenizer.eos_ids)) if tokenizer.eos_ids else ""
-    return ChatTemplate(getattr(tokenizer, "chat_template", None), bos_token=bos, eos_token=eos)
+    return ChatTemplate(tokenizer.chat_template, bos_token=bos, eos_token=eos)
 
 
-def _token_text(tokenizer: Any, token_id: int) -> tuple[str, list[int]]:
+def _token_text(tokenizer: TextTokenizer, token_id: int) -> tuple[str, list[int]]:
     """A token's text and bytes for logprobs; bytes that are not whole UTF-8 show as `\\xe2` escapes."""
     to_bytes = getattr(tokenizer, "id_to_bytes", None)
     if to_bytes is not None:

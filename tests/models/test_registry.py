@@ -1,4 +1,4 @@
-"""Ollama store discovery (models/ollama.py) and its place in the model catalogue (config/catalogue.py)."""
+"""Ollama store discovery (models/ollama.py) and its place in the model registry (models/registry.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from config.catalogue import ModelCatalogue
 from config.settings import load_settings
 from models import ollama
-from tests.config.ollama_store import add_model, fake_gguf
+from models.registry import ModelRegistry
+from tests.models.ollama_store import add_model, fake_gguf
 
 
 @pytest.fixture()
@@ -58,25 +58,25 @@ def test_models_dir_honours_ollama_models(tmp_path: Path) -> None:
     assert ollama.models_dir({}) == Path.home() / ".ollama" / "models"
 
 
-def test_catalogue_lists_configured_aliases_and_ollama(store: Path) -> None:
-    catalogue = ModelCatalogue(load_settings(env={"OLLAMA_MODELS": str(store)}))
-    entries = {e.id: e for e in catalogue.list()}
+def test_registry_lists_configured_aliases_and_ollama(store: Path) -> None:
+    registry = ModelRegistry(load_settings(env={"OLLAMA_MODELS": str(store)}))
+    entries = {e.id: e for e in registry.list()}
     assert list(entries)[:3] == ["gemma-3-270m", "gpt-4o-mini", "gpt-3.5-turbo"]
     assert entries["gpt-4o-mini"].alias_of == "gemma-3-270m"
     assert entries["gpt-4o-mini"].key == entries["gemma-3-270m"].key  # one worker for both names
     assert entries["gemma3:270m"].owned_by == "ollama"
     assert "nomic-embed-text:latest" not in entries
     # Both tags point at the same blob: they share a worker.
-    assert catalogue.lookup("gemma3:270m").key == catalogue.lookup("gemma3").key  # type: ignore[union-attr]
-    assert catalogue.lookup("nomic-embed-text") is None
-    assert catalogue.lookup("unknown-model") is None
+    assert registry.lookup("gemma3:270m").key == registry.lookup("gemma3").key  # type: ignore[union-attr]
+    assert registry.lookup("nomic-embed-text") is None
+    assert registry.lookup("unknown-model") is None
 
 
-def test_catalogue_without_ollama(store: Path) -> None:
+def test_registry_without_ollama(store: Path) -> None:
     settings = load_settings(env={"OLLAMA_MODELS": str(store), "HEARTH_OLLAMA": "false"})
-    catalogue = ModelCatalogue(settings)
-    assert catalogue.lookup("gemma3:270m") is None
-    assert all(e.owned_by == "hearth" for e in catalogue.list())
+    registry = ModelRegistry(settings)
+    assert registry.lookup("gemma3:270m") is None
+    assert all(e.owned_by == "hearth" for e in registry.list())
 
 
 def test_int8_activations_from_the_server_or_the_model(store: Path, tmp_path: Path) -> None:
@@ -86,10 +86,10 @@ def test_int8_activations_from_the_server_or_the_model(store: Path, tmp_path: Pa
     path.write_text('[[models]]\nid = "exact"\nsource = "gemma-3-270m"\nint8_activations = false\n'
                     '[[models]]\nid = "fast"\nsource = "gemma-3-270m"\n')
     env = {"OLLAMA_MODELS": str(store), "HEARTH_INT8_ACTIVATIONS": "true"}
-    catalogue = ModelCatalogue(load_settings(path, env=env))
-    exact, fast, store_model = (catalogue.lookup(name) for name in ("exact", "fast", "gemma3:270m"))
+    registry = ModelRegistry(load_settings(path, env=env))
+    exact, fast, store_model = (registry.lookup(name) for name in ("exact", "fast", "gemma3:270m"))
     assert exact is not None and fast is not None and store_model is not None
     assert (exact.int8_activations, fast.int8_activations, store_model.int8_activations) == (False, True, True)
     assert exact.key != fast.key
-    default = ModelCatalogue(load_settings(env={"OLLAMA_MODELS": str(store)})).lookup("gemma-3-270m")
+    default = ModelRegistry(load_settings(env={"OLLAMA_MODELS": str(store)})).lookup("gemma-3-270m")
     assert default is not None and not default.int8_activations

@@ -1,8 +1,9 @@
-"""The model catalogue: which names a request may use, and which file each one loads.
+"""The model registry: which names a request may use, and which file each one loads.
 
-Names come from three places, checked in this order: the configured models, their aliases (OpenAI names
-such as `gpt-4o-mini` reach the default chat model), and the chat models in the user's Ollama store.
-Two names that reach the same file share one loaded model (the `key`).
+Names come from three places, checked in this order: each endpoint family's configured models (chat, then
+embeddings, speech and transcription: config/settings.py's Settings.groups()), their aliases (OpenAI names
+such as `gpt-4o-mini` reach the family's default model), and the chat and embedding models in the user's
+Ollama store (models/ollama.py). Two names that reach the same file share one loaded model (the `key`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from pathlib import Path
 from config.settings import SHIPPED_MODEL, ModelConfig, Settings
 from models import ollama
 
-# Listing time stands in for "created" of configured models; it is stable for the process.
 # GGUF architectures of the Ollama store's embedding models that Hearth runs (models/embedding_model.py's
 # GGUF_LOADERS; tests/server/test_embeddings.py checks that they agree).
 OLLAMA_EMBEDDING_ARCHITECTURES = ("bert", "gemma-embedding")
+# Listing time stands in for "created" of configured models; it is stable for the process.
 _STARTED = int(time.time())
 
 
@@ -55,28 +56,25 @@ def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16", 
     return f"{where}|context={context_length or 'model'}|kv={kv_dtype}" + ("|int8" if int8 else "")
 
 
-class ModelCatalogue:
+class ModelRegistry:
     """Resolves request names to models; reads the Ollama store on every call (a few small files)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._configured = {m.id: self._entry(m, settings.int8_activations) for m in settings.models}
-        # The other endpoint families: kind -> {id: entry}.
-        self._grouped = {kind: {m.id: self._group_entry(m, kind) for m in group.models}
+        # kind -> {id: entry}, chat ("text") first.
+        self._grouped = {kind: {m.id: self._entry(m, kind) for m in group.models}
                          for kind, group in settings.groups().items()}
 
-    @staticmethod
-    def _entry(config: ModelConfig, int8_default: bool) -> ModelEntry:
-        int8 = int8_default if config.int8_activations is None else config.int8_activations
+    def _entry(self, config: ModelConfig, kind: str) -> ModelEntry:
+        if kind != "text":
+            return ModelEntry(id=config.id, source=config.source, key=f"{kind}:{_key(config.source)}",
+                              owned_by="hearth", created=_STARTED, preload=config.preload, kind=kind)
+        default = self.settings.int8_activations
+        int8 = default if config.int8_activations is None else config.int8_activations
         key = _key(config.source, config.context_length, config.kv_dtype, int8)
         return ModelEntry(id=config.id, source=config.source, key=key, owned_by="hearth", created=_STARTED,
                           preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype,
                           int8_activations=int8)
-
-    @staticmethod
-    def _group_entry(config: ModelConfig, kind: str) -> ModelEntry:
-        return ModelEntry(id=config.id, source=config.source, key=f"{kind}:{_key(config.source)}",
-                          owned_by="hearth", created=_STARTED, preload=config.preload, kind=kind)
 
     @property
     def ollama_root(self) -> Path | None:
@@ -86,17 +84,15 @@ class ModelCatalogue:
 
     def preloaded(self) -> list[ModelEntry]:
         """The configured models to load at startup."""
-        grouped = [entry for entries in self._grouped.values() for entry in entries.values()]
-        return [entry for entry in (*self._configured.values(), *grouped) if entry.preload]
+        return [entry for entries in self._grouped.values() for entry in entries.values() if entry.preload]
+
+    def config_of(self, entry: ModelEntry) -> ModelConfig | None:
+        """The configured model behind an entry (None for the Ollama store's)."""
+        name = entry.alias_of or entry.id
+        return next((m for m in self.settings.groups()[entry.kind].models if m.id == name), None)
 
     def lookup(self, name: str) -> ModelEntry | None:
         """The model a request's `model` names, or None."""
-        if name in self._configured:
-            return self._configured[name]
-        target = self.settings.alias_target(name)
-        if target is not None:
-            base = self._configured[target]
-            return ModelEntry(**{**base.__dict__, "id": name, "alias_of": base.id})
         for kind, group in self.settings.groups().items():
             if name in self._grouped[kind]:
                 return self._grouped[kind][name]
@@ -115,10 +111,9 @@ class ModelCatalogue:
         return self._ollama_entry(found, name)
 
     def list(self) -> list[ModelEntry]:
-        """Configured chat models and their aliases, each other family's models and theirs, then the Ollama store's
-        chat models and the embedding models Hearth runs."""
-        entries = list(self._configured.values())
-        entries += [entry for alias in self.settings.aliases if (entry := self.lookup(alias)) is not None]
+        """Each family's configured models and their aliases, chat's first, then the Ollama store's chat models
+        and the embedding models Hearth runs."""
+        entries = []
         for kind, group in self.settings.groups().items():
             entries += list(self._grouped[kind].values())
             entries += [e for alias in group.aliases if (e := self.lookup(alias)) is not None]

@@ -1,4 +1,4 @@
-"""The model worker on a fake model: events, finish reasons, stop strings, queueing and cancellation."""
+"""The chat worker on a fake model: events, finish reasons, stop strings, queueing and cancellation."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from collections.abc import Callable
 import pytest
 
 from models.sampler import SamplingParams
+from server.chat_worker import ChatWorker
 from server.errors import QueueFull
 from server.jobs import ChoiceDone, ChoiceSpec, Job, TextDelta
-from server.worker import ModelWorker
 from tests.server.fake_model import SCRIPT, fake_loader
 
 GREEDY = SamplingParams(temperature=0.0)
 
 
-def make_worker(step_s: float = 0.0, max_queue: int = 4, **kwargs: object) -> ModelWorker:
-    worker = ModelWorker("fake", "fake-source", fake_loader(step_s=step_s, **kwargs), max_queue=max_queue)
+def make_worker(step_s: float = 0.0, max_queue: int = 4, **kwargs: object) -> ChatWorker:
+    worker = ChatWorker("fake", "fake-source", fake_loader(step_s=step_s, **kwargs), max_queue=max_queue)
     worker.start()
     return worker
 
@@ -30,7 +30,7 @@ def job(prompt: str = "Hi", max_tokens: int = 8, n: int = 1, stop: tuple[str, ..
     return Job([ChoiceSpec(i, ids, sampling, max_tokens) for i in range(n)], stop=stop, logprobs=logprobs)
 
 
-async def run_job(worker: ModelWorker, j: Job) -> tuple[dict[int, str], list[ChoiceDone]]:
+async def run_job(worker: ChatWorker, j: Job) -> tuple[dict[int, str], list[ChoiceDone]]:
     texts: dict[int, str] = {}
     done: list[ChoiceDone] = []
     async for event in worker.submit(j, 1).events():

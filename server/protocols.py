@@ -1,0 +1,288 @@
+"""What the server needs of a loaded model and of the worker that holds it, one protocol per model kind.
+
+The model manager knows every worker as a `Worker`; each service asks it for the kind it serves and gets that
+kind's handler (`ChatHandler`, `EmbeddingHandler`, `SpeechHandler`, `TranscriptionHandler`), whose `model` is
+the loaded model seen through its own protocol. Models never import these: any class with the members fits, so
+the models in models/ and the tests' fakes satisfy them alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from config.settings import Settings
+    from models.batch import Event
+    from models.chat_template import ChatTemplate
+    from models.registry import ModelEntry
+    from models.sampler import SamplingParams
+    from server.jobs import Job, JobHandle
+    from server.text_stream import StreamDecoder
+    from server.transcription_worker import Language, TranscribeParams
+
+T = TypeVar("T")
+# A loader: (source, *, progress, device options...) -> the loaded model.
+Loader = Callable[..., object]
+WorkerState = Literal["loading", "ready", "failed", "stopped"]
+
+
+# -- models ------------------------------------------------------------------------------------------------
+class TextTokenizer(Protocol):
+    """Text <-> ids of a chat model (models/tokenizer.py's Tokenizer)."""
+
+    @property
+    def bos_id(self) -> int: ...  # -1 when the vocabulary has none
+
+    @property
+    def eos_ids(self) -> frozenset[int]: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str: ...
+
+    def stream_decoder(self) -> StreamDecoder: ...
+
+    def id_to_piece(self, token_id: int) -> str: ...
+
+
+class TextSession(Protocol):
+    """One sequence's KV cache (the warm-up's prefill and decode)."""
+
+    def prefill(self, ids: list[int]) -> np.ndarray: ...
+
+    def decode(self, token: int) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+class BatchGenerator(Protocol):
+    """Continuous batching over a model (models/batch.py's BatchGenerator), driven by the chat worker's thread."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def can_admit(self, n_prompt: int, max_tokens: int) -> bool: ...
+
+    def add(self, key: tuple[int, int], prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
+            logprobs: bool = False) -> None: ...
+
+    def cancel(self, key: tuple[int, int]) -> None: ...
+
+    def step(self) -> Sequence[Event]: ...
+
+
+class ChatModel(Protocol):
+    """A loaded text model (models/text_model.py's TextModel): chat, completions and `hearth generate`."""
+
+    @property
+    def tokenizer(self) -> TextTokenizer: ...
+
+    @property
+    def context_length(self) -> int: ...  # tokens
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def new_session(self) -> TextSession: ...
+
+    def generator(self) -> BatchGenerator: ...
+
+
+class EmbeddingModel(Protocol):
+    """A loaded embedding model (models/embedding_model.py)."""
+
+    @property
+    def dimensions(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int: ...  # per input
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def matryoshka(self) -> bool: ...  # trained so that a vector's head is a shorter embedding
+
+    def tokenize(self, text: str, truncate: bool = False) -> list[int]: ...
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray: ...
+
+
+class SpeechModel(Protocol):
+    """A loaded speech model (models/kokoro.py)."""
+
+    @property
+    def sample_rate(self) -> int: ...  # Hz
+
+    @property
+    def vocab(self) -> dict[str, int]: ...  # phoneme -> id
+
+    @property
+    def max_phonemes(self) -> int: ...  # per chunk
+
+    @property
+    def voices(self) -> dict[str, np.ndarray]: ...  # voice id -> voicepack
+
+    def style(self, pack: np.ndarray, n_phonemes: int) -> np.ndarray: ...
+
+    def synthesize(self, ids: list[int], style: np.ndarray, speed: float,
+                   seed: int | None = None) -> SynthesisOutput: ...
+
+
+class SynthesisOutput(Protocol):
+    """What SpeechModel.synthesize gives for one chunk."""
+
+    @property
+    def audio(self) -> np.ndarray: ...  # float32 samples at the model's sample_rate
+
+    @property
+    def durations(self) -> np.ndarray: ...  # predicted frames per phoneme
+
+
+class TranscribedWord(Protocol):
+    """A word with its timing (word_timestamps)."""
+
+    @property
+    def word(self) -> str: ...
+
+    @property
+    def start(self) -> float: ...  # seconds
+
+    @property
+    def end(self) -> float: ...  # seconds
+
+
+class TranscribedSegment(Protocol):
+    """A segment as the model gives it (models/whisper_decode.py's Segment)."""
+
+    @property
+    def start(self) -> float: ...  # seconds
+
+    @property
+    def end(self) -> float: ...  # seconds
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    @property
+    def temperature(self) -> float: ...
+
+    @property
+    def avg_logprob(self) -> float: ...
+
+    @property
+    def compression_ratio(self) -> float: ...
+
+    @property
+    def no_speech_prob(self) -> float: ...
+
+    @property
+    def words(self) -> Sequence[TranscribedWord] | None: ...
+
+
+class TranscriptionModel(Protocol):
+    """A loaded speech recognition model (models/whisper.py)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def multilingual(self) -> bool: ...
+
+    @property
+    def languages(self) -> Sequence[str]: ...
+
+    @property
+    def n_mels(self) -> int: ...
+
+    def detect_language(self, audio: np.ndarray) -> tuple[str, float]:
+        """(code, probability) of the language spoken in float32 mono 16 kHz audio."""
+        ...
+
+    def transcribe(self, audio: np.ndarray, options: Any) -> Iterator[TranscribedSegment]:
+        """Segments as their windows finish. options: the model package's own TranscribeOptions, a type the
+        server reaches only at run time (transcription_worker.model_type), so it stays untyped here."""
+        ...
+
+
+# -- workers -----------------------------------------------------------------------------------------------
+class Worker(Protocol):
+    """What the model manager and /health, /metrics read of any worker: its load and its queue."""
+
+    kind: str  # the ModelEntry kind it serves: "text", "embedding", "speech" or "transcription"
+    name: str
+    source: str
+    state: WorkerState
+    error: str | None
+    progress: float  # of loading, 0 to 1
+    running: int  # requests being served
+    last_used: float  # time.monotonic() of the last request's end
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def idle(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float | None = 10.0) -> None: ...
+
+    async def wait_ready(self) -> None: ...
+
+
+class WorkerClass(Protocol):
+    """A worker class of server/model_manager.py's WORKER_KINDS: it builds the worker for a registry entry."""
+
+    def for_entry(self, entry: ModelEntry, loader: Loader, settings: Settings, *, max_queue: int,
+                  warm_up: bool) -> Worker: ...
+
+
+class ChatHandler(Worker, Protocol):
+    """A chat model's worker: jobs of choices run in its continuous batch."""
+
+    model: ChatModel
+    chat_template: ChatTemplate | None  # set once the model has loaded
+
+    def submit(self, job: Job, retry_after_s: int) -> JobHandle: ...
+
+    def cancel(self, job: Job) -> None: ...
+
+
+class EmbeddingHandler(Worker, Protocol):
+    """An embedding model's worker: concurrent requests share its GPU passes."""
+
+    model: EmbeddingModel
+
+    async def embed(self, inputs: Sequence[Sequence[int]], retry_after_s: int) -> np.ndarray: ...
+
+
+class SpeechHandler(Worker, Protocol):
+    """A speech model's worker: synthesis jobs stream their chunks' audio as they are made."""
+
+    model: SpeechModel
+
+    def voices(self, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]: ...
+
+    def stream(self, fn: Callable[[SpeechModel], Iterator[T]], retry_after_s: int) -> AsyncGenerator[T, None]: ...
+
+
+class TranscriptionHandler(Worker, Protocol):
+    """A speech recognition model's worker: one transcription at a time, segments as their windows finish."""
+
+    model: TranscriptionModel
+
+    def transcribe(self, audio: np.ndarray, params: TranscribeParams,
+                   retry_after_s: int) -> AsyncGenerator[Language | TranscribedSegment, None]: ...
