@@ -47,14 +47,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as Q
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpu.device import default_device  # noqa: E402
 from gpu.ops.matmul import NormedInput, device_traits, linear, linear_glu  # noqa: E402
-from gpu.ops.matmul_plan import (WIDE_MATVEC_KERNELS, LinearKernel, MatmulTile, MatvecShape,  # noqa: E402
-                                 normed_input_fits, plan_linear, plan_matvec)
+from gpu.ops.matmul_plan import (  # noqa: E402
+    WIDE_MATVEC_KERNELS,
+    LinearKernel,
+    MatmulTile,
+    MatvecShape,
+    normed_input_fits,
+    plan_linear,
+    plan_matvec,
+)
 from gpu.ops.transformer import gelu_mul  # noqa: E402
 from gpu.profile import PassTimer  # noqa: E402
 from gpu.program import Executor, Program, ProgramBuilder  # noqa: E402

@@ -48,6 +48,14 @@ def engine_names(*names: str) -> list[Any]:
     raise SystemExit(f"tree_ab: the tree has none of {', '.join(ENGINE_MODULES)}")
 
 
+def check_tree(tree: Path) -> None:
+    """Fail where a module of gpu/ or models/ came from elsewhere than the tree."""
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name.split(".")[0] in ("gpu", "models") and file and not Path(file).resolve().is_relative_to(tree):
+            raise SystemExit(f"tree_ab: {name} was imported from {file}, outside {tree}")
+
+
 def parse_tunes(tunes: list[str], tree: str) -> dict[str, Any]:
     """{field: value} of --tune FIELD=EXPR settings, checked against the tree's MatmulTuning."""
     if not tunes:
@@ -142,7 +150,11 @@ def main() -> int:
     sys.path.insert(0, ROOT)
     from bench.text import prompt_ids
     sys.path.remove(ROOT)
-    sys.path.insert(0, str(Path(args.tree).resolve()))
+    tree = Path(args.tree).resolve()
+    sys.path.insert(0, str(tree))
+    # An editable install's finder serves its own checkout's modules where the tree lacks them (a base tree lacks
+    # the newer modules): without it a module the tree lacks is missing, not taken from another tree.
+    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 
     changes = parse_tunes(args.tune, args.tree)
     load_text_model, decode_row = engine_names("load_text_model", "DecodeRow")
@@ -151,6 +163,7 @@ def main() -> int:
                             pool_tokens=2048 + max(batches + [1]) * 5 * 128, int8_activations=args.int8)
     if changes:  # the programs are built at their first step, with the executor's tuning of then
         model.executor.tuning = dataclasses.replace(model.executor.tuning, **changes)
+    check_tree(tree)
     hearth = Harness(model, decode_row)
     ids = prompt_ids(lambda text: model.tokenizer.encode(text, add_bos=True), PROMPT)
     figures = []
