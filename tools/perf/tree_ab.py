@@ -63,7 +63,9 @@ def parse_tunes(tunes: list[str], tree: str) -> dict[str, Any]:
     try:
         tuning_module = importlib.import_module("gpu.ops.matmul_tuning")
         plan_module = importlib.import_module("gpu.ops.matmul_plan")
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as e:
+        if e.name != "gpu.ops.matmul_tuning":
+            raise
         raise SystemExit(f"tree_ab: --tune needs a tree with gpu/ops/matmul_tuning.py; {tree} has no tuning object "
                          f"(run it without --tune)") from None
     names = vars(plan_module) | vars(tuning_module)
