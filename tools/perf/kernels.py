@@ -15,39 +15,54 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
     python tools/perf/kernels.py                              # 270M shapes and types, T = 1 and 512
     python tools/perf/kernels.py --models 270m,1b,4b --types q4_k,q6_k,q8_0 --torch
     python tools/perf/kernels.py --sweep --json sweep.json    # matmul tiles and k splits, 270M prefill shapes
+    python tools/perf/kernels.py --sweep --sweep-f16 ...      # f16 tiles too, where the adapter has shader-f16
     python tools/perf/kernels.py --sweep --models 4b --types q4_k --sweep-tiles 128x64x8x32x4,128x128x8x16x8
     python tools/perf/kernels.py --tiles sweep.json ...       # run each swept shape with its fastest tile
     python tools/perf/kernels.py --wide-sweep --models 1b,4b  # matvec_q4_k/q6_k threads per row
     python tools/perf/kernels.py --models 4b --types q4_k --tokens 1 --ops gate_up --splits 8x32,8x40,8x20p
-                                                         # matvec_q4_k/q6_k at given threads x rows (p: in pairs)
+                                                         # every GPU matvec at threads x rows (p: in pairs)
     python tools/perf/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
 
 The sweep times many short passes with compilation between them: an idle GPU lowers its clocks
 (and reads several times slower than the same shape in the kernel benchmark right after), so every
 measurement follows WARM_S of untimed passes; still, compare the sweep's figures
 with each other, and confirm the fastest with the kernel benchmark (--tiles).
+
+Variants are MatmulTuning's forced choices (gpu/ops/matmul_tuning.py) on the executor while a program records.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as Q
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpu.device import default_device  # noqa: E402
-from gpu.ops import matmul as matmul_ops  # noqa: E402
-from gpu.ops.matmul import LinearKernel, linear, linear_glu  # noqa: E402
+from gpu.ops.matmul import NormedInput, device_traits, linear, linear_glu  # noqa: E402
+from gpu.ops.matmul_plan import (  # noqa: E402
+    WIDE_MATVEC_KERNELS,
+    LinearKernel,
+    MatmulTile,
+    MatvecShape,
+    normed_input_fits,
+    plan_linear,
+    plan_matvec,
+)
 from gpu.ops.transformer import gelu_mul  # noqa: E402
 from gpu.profile import PassTimer  # noqa: E402
 from gpu.program import Executor, Program, ProgramBuilder  # noqa: E402
@@ -83,6 +98,18 @@ def ops_of(model: str, types: list[Q] | None) -> list[tuple[str, int, int, Q]]:
     return [(op, k, n, t) for op, k, n in shapes for t in types if k % GGML_QUANT_SIZES[t][0] == 0]
 
 
+@contextmanager
+def tuned(ex: Executor, **changes: Any) -> Iterator[None]:
+    """ex's MatmulTuning with these fields changed while the block runs: programs plan with the tuning of when
+    they record."""
+    before = ex.tuning
+    ex.tuning = dataclasses.replace(before, **changes)
+    try:
+        yield
+    finally:
+        ex.tuning = before
+
+
 class Bench:
     """Builds the programs of one shape and times them with timestamp queries."""
 
@@ -93,6 +120,18 @@ class Bench:
         self.rng = np.random.default_rng(0)
         self.timer = PassTimer(ex)
         self.timestamps = self.timer.timestamps
+        # tuning changes per (K, y columns, GLU) shape: a sweep's fastest tile (--tiles)
+        self.picks: dict[tuple[int, int, bool], dict[str, Any]] = {}
+
+    def linear(self, b: ProgramBuilder, weight: QuantWeight, x: Any, y: Tensor, t_max: int) -> None:
+        """gpu.ops.matmul.linear with the shape's picks."""
+        with tuned(self.ex, **self.picks.get((weight.k, weight.n, False), {})):
+            linear(b, weight, x, y, t_max)
+
+    def linear_glu(self, b: ProgramBuilder, weight: QuantWeight, x: Any, y: Tensor, t_max: int) -> None:
+        """gpu.ops.matmul.linear_glu with the shape's picks."""
+        with tuned(self.ex, **self.picks.get((weight.k, weight.n // 2, True), {})):
+            linear_glu(b, weight, x, y, t_max)
 
     def weights(self, name: str, qtype: Q, k: int, n: int, copies: int) -> list[QuantWeight]:
         """copies of one random weight (random bytes: the values do not change the time)."""
@@ -137,26 +176,22 @@ def glu_unfused(linear_fn: Callable) -> Callable:
     return record
 
 
-def with_setting(record: Callable[[ProgramBuilder, int], None], setting: str, value: bool,
+def with_setting(record: Callable[[ProgramBuilder, int], None], **changes: Any,
                  ) -> Callable[[ProgramBuilder, int], None]:
-    """record, with a gpu.ops.matmul switch (WIDE_MATVEC: K-quant matvecs through their own kernels; ROW_PAIRS:
-    their threads taking two rows where there is no GLU) set to value while it records."""
+    """record, with MatmulTuning fields changed while it records (wide_matvec: K-quant matvecs through their own
+    kernels; row_pairs: their threads taking two rows where there is no GLU)."""
     def recorded(b: ProgramBuilder, c: int) -> None:
-        before = getattr(matmul_ops, setting)
-        setattr(matmul_ops, setting, value)
-        try:
+        with tuned(b.executor, **changes):
             record(b, c)
-        finally:
-            setattr(matmul_ops, setting, before)
     return recorded
 
 
-def normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int) -> matmul_ops.NormedInput:
+def normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int) -> NormedInput:
     """A NormedInput of t random rows of k values: the residual norm folded into the gate-up's prologue
     (kernels/matvec/x_normed.wgsl), as a model's decode step runs it."""
     def tensor(name: str, shape: tuple[int, ...], scale: float = 1.0) -> Tensor:
         return ex.tensor(name, shape, data=(rng.standard_normal(shape) * scale).astype(np.float32))
-    return matmul_ops.NormedInput(tensor("block_out", (t, k), 3.0), tensor("w_post", (k,)), tensor("residual", (t, k)),
+    return NormedInput(tensor("block_out", (t, k), 3.0), tensor("w_post", (k,)), tensor("residual", (t, k)),
                                   tensor("w_next", (k,)), ex.tensor("residual_out", (t, k)), 1e-6)
 
 
@@ -173,30 +208,29 @@ def measure_op(bench: Bench, op: str, k: int, n: int, qtype: Q, t: int, args: ar
         ups = bench.weights("u", qtype, k, n, copies)
         gates = bench.weights("g", qtype, k, n, copies)
         y = ex.tensor("y", (t, n))
-        variants["glu fused"] = lambda b, c: linear_glu(b, fused[c], x, y, t)
-        unfused = glu_unfused(linear)
+        variants["glu fused"] = lambda b, c: bench.linear_glu(b, fused[c], x, y, t)
+        unfused = glu_unfused(bench.linear)
         variants["glu unfused"] = lambda b, c: unfused(b, gates[c], ups[c], x, y, t)
-        if not ex.device.is_software and matmul_ops._normed_input_fits(k, t):
+        if not ex.device.is_software and normed_input_fits(k, t, ex.tuning):
             normed = normed_input(ex, bench.rng, t, k)  # the input as a model's decode step makes it
-            variants["glu normed"] = lambda b, c: linear_glu(b, fused[c], normed, y, t)
+            variants["glu normed"] = lambda b, c: bench.linear_glu(b, fused[c], normed, y, t)
         n_out, flops, weight_bytes = n, 2 * t * k * 2 * n, fused[0].nbytes
     else:
         weights = bench.weights(op, qtype, k, n, copies)
         y = ex.tensor("y", (t, n))
-        variants["linear"] = lambda b, c: linear(b, weights[c], x, y, t)
-        if op in ("q", "k", "v") and not ex.device.is_software and matmul_ops._normed_input_fits(k, t):
+        variants["linear"] = lambda b, c: bench.linear(b, weights[c], x, y, t)
+        if op in ("q", "k", "v") and not ex.device.is_software and normed_input_fits(k, t, ex.tuning):
             normed_x = normed_input(ex, bench.rng, t, k)  # q|k|v's input as a model's decode step makes it
-            variants["linear normed"] = lambda b, c: linear(b, weights[c], normed_x, y, t)
-        # whether the wide kernel takes its rows in pairs (then also timed without)
-        paired = (qtype in matmul_ops.WIDE_MATVEC_KERNELS
-                  and matmul_ops.WIDE_MATVEC_KERNELS[qtype] in matmul_ops.ROW_PAIRS_KERNELS
-                  and matmul_ops.row_pairs_shape(weights[0], t, matmul_ops.wide_matvec_shape(k, n, qtype, False, t))
-                  is not None)
+            variants["linear normed"] = lambda b, c: bench.linear(b, weights[c], normed_x, y, t)
+        # whether the matvec takes its rows in pairs (then also timed without)
+        plan = plan_linear(op, device_traits(ex.device), ex.tuning, ex.int8_matmuls, t)
+        paired = (plan.kernel is LinearKernel.MATVEC
+                  and plan_matvec(weights[0], n, plan.subgroups, plan.whole_rows, False, t, ex.tuning).pairs)
         n_out, flops, weight_bytes = n, 2 * t * k * n, weights[0].nbytes
-    if qtype in matmul_ops.WIDE_MATVEC_KERNELS and t <= matmul_ops.MATVEC_MAX_TOKENS and not args.wide_sweep:
+    if qtype in WIDE_MATVEC_KERNELS and t <= ex.tuning.matvec_max_tokens and not args.wide_sweep:
         if paired:
-            variants["linear unpaired"] = with_setting(variants["linear"], "ROW_PAIRS", False)
-        variants |= {f"{name} generic": with_setting(record, "WIDE_MATVEC", False) for name, record in variants.items()
+            variants["linear unpaired"] = with_setting(variants["linear"], row_pairs=False)
+        variants |= {f"{name} generic": with_setting(record, wide_matvec=False) for name, record in variants.items()
                      if name in ("linear", "glu fused", "glu unfused")}
     moved = weight_bytes + 4 * t * (k + n_out)
     base = None
@@ -248,19 +282,19 @@ def wide_sweep(bench: Bench, models: list[str], only: set[str], args: argparse.N
             if op == "output" or (only and op not in only):
                 continue
             for tpr in (4, 8, 16, 32, 64):
-                matmul_ops.wide_matvec_shape = lambda *_, tpr=tpr: matmul_ops.MatvecShape(tpr, 256 // tpr)
                 print(f"TPR={tpr}: ", end="")
-                rows += [row | {"tpr": tpr} for row in measure_op(bench, op, k, n, qtype, 1, args)]
+                with tuned(bench.ex, matvec_split=MatvecShape(tpr, 256 // tpr)):
+                    rows += [row | {"tpr": tpr} for row in measure_op(bench, op, k, n, qtype, 1, args)]
     return rows
 
 
 def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | None, types: list[Q] | None,
-          tiles: list[tuple[int, ...]], splits: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict]:
+          tiles: list[tuple[int, ...]], splits: tuple[int, ...] = (1, 2, 4, 8), f16: bool = False) -> list[dict]:
     """Every tile of `tiles` (BT, BR, RR, BK, TT) at each k split of `splits` (8 and more only where K >= 2048) on
-    the models' prefill shapes (t tokens; types as ops_of takes them, None: the 270M's), in f32, and in f16 too
-    where matmul_ops.F16_TILES is on and the adapter has it."""
+    the models' prefill shapes (t tokens; types as ops_of takes them, None: the 270M's), in f32, and with f16 in
+    f16 too where the adapter has "shader-f16"."""
     rows = []
-    f16_options = [True, False] if bench.device.has("shader-f16") and matmul_ops.F16_TILES else [False]
+    f16_options = [True, False] if f16 and bench.device.has("shader-f16") else [False]
     shapes = [o for model in models for o in ops_of(model, types)]
     shapes += [("gate", k, n, qtype) for op, k, n, qtype in shapes if op == "gate_up"]  # the unfused linears
     for op, k, n, qtype in shapes:
@@ -271,62 +305,52 @@ def sweep(bench: Bench, models: list[str], only: set[str], t: int, out: Path | N
         w = bench.weights(op, qtype, k, 2 * n if glu else n, 1)[0]
         y = bench.ex.tensor("y", (t, n))
         for split in splits:
-            for tile in [matmul_ops.MatmulTile(*v[:4], split, *v[4:]) for v in tiles]:
+            for tile in [MatmulTile(*v[:4], split, *v[4:]) for v in tiles]:
                 if tile.problem(k, glu) or (split >= 8 and k < 2048):
                     continue
-                for f16 in f16_options:
-                    matmul_ops._matmul_config = lambda *a, _tile=tile, _f16=f16: (_tile, _f16)
+                for in_f16 in f16_options:
                     # the tile kernel at every step length, also at the few tokens the matvecs take by default
                     tiled = partial(linear_glu if glu else linear, weight=w, x=x, y=y, t_max=t,
                                     kernel=LinearKernel.MATMUL)
-                    program = bench.build(f"sweep.{op}", lambda b, c, run=tiled: run(b), 1)
+                    with tuned(bench.ex, tile=tile, f16_tile_types=frozenset({qtype} if in_f16 else ())):
+                        program = bench.build(f"sweep.{op}", lambda b, c, run=tiled: run(b), 1)
                     us, _ = bench.time(program, 1, t)
                     flops = 2 * t * k * w.n
-                    rows.append(dict(op=op, k=k, n=n, glu=glu, type=qtype.name, tile=list(tile), f16=f16, us=us))
+                    rows.append(dict(op=op, k=k, n=n, glu=glu, type=qtype.name, tile=list(tile), f16=in_f16, us=us))
                     print(f"sweep {op:8s} {k:5d}x{n:<6d} {qtype.name:5s} tile {'x'.join(map(str, tile)):14s} "
-                          f"{'f16' if f16 else 'f32'} {us:8.1f} us {flops / us * 1e-3:9.1f} GFLOP/s", flush=True)
+                          f"{'f16' if in_f16 else 'f32'} {us:8.1f} us {flops / us * 1e-3:9.1f} GFLOP/s", flush=True)
         if out:  # after each shape, so that a run cut short keeps what it measured
             out.write_text(json.dumps(rows, indent=1))
     return rows
 
 
-def use_sweep_picks(path: Path) -> None:
-    """Make linear and linear_glu run, for each shape a sweep measured, its fastest tile (and f16 or f32)."""
+def use_sweep_picks(bench: Bench, path: Path) -> None:
+    """Make the bench's linear and linear_glu run, for each shape a sweep measured, its fastest tile (and f16 or
+    f32)."""
     best: dict[tuple[int, int, bool], dict] = {}
     for row in json.loads(path.read_text()):
         key = (row["k"], row["n"], row["glu"])
         if key not in best or row["us"] < best[key]["us"]:
             best[key] = row
-    default = matmul_ops._matmul_config
-
-    def config(device, weight, n_rows, t_max, glu):
-        row = best.get((weight.k, n_rows, glu))
-        if row is None:
-            return default(device, weight, n_rows, t_max, glu)
-        return matmul_ops.MatmulTile(*row["tile"]), row["f16"]
-
-    matmul_ops._matmul_config = config
+    bench.picks = {key: dict(tile=MatmulTile(*row["tile"]),
+                             f16_tile_types=frozenset({Q[row["type"]]} if row["f16"] else ()))
+                   for key, row in best.items()}
     for (k, n, glu), row in sorted(best.items()):
         print(f"# pick {k}x{n}{' glu' if glu else ''}: {'x'.join(map(str, row['tile']))} "
               f"{'f16' if row['f16'] else 'f32'} {row['us']:.1f} us", flush=True)
 
 
-def with_split(split: str, run: Callable[[], list[dict]]) -> list[dict]:
-    """run() with every wide K-quant matvec at one split, "TPRxROWS" (rows of a workgroup; a trailing "p": each
-    thread on two rows, PAIRS), whatever wide_matvec_shape, row_pairs_shape and word_lanes_shape would pick (Q4_K
-    on word lanes, from Q4_WORD_LANES_MIN_TOKENS tokens, needs TPR a multiple of 32); its rows tagged."""
+def with_split(ex: Executor, split: str, run: Callable[[], list[dict]]) -> list[dict]:
+    """run() with every GPU matvec at one split (MatmulTuning.matvec_split), "TPRxROWS" (rows of a workgroup; a
+    trailing "p": each thread on two rows, PAIRS, wherever the kernel has them and the split has fewer than 64
+    threads a row at one token; Q4_K on word lanes, from q4_word_lanes_min_tokens tokens, needs TPR a multiple of
+    32); its rows tagged."""
     pairs = split.endswith("p")
     tpr, rows = map(int, split.rstrip("p").split("x"))
-    shape, pair, words = matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape, matmul_ops.word_lanes_shape
-    matmul_ops.wide_matvec_shape = lambda *_args, **_kwargs: matmul_ops.MatvecShape(tpr, rows)
-    matmul_ops.row_pairs_shape = lambda _weight, _t, chosen: chosen if pairs and matmul_ops.ROW_PAIRS else None
-    matmul_ops.word_lanes_shape = lambda _glu: matmul_ops.MatvecShape(tpr, rows)
     print(f"# split {split}: {tpr} threads a row, {rows} rows a workgroup{', rows in pairs' if pairs else ''}",
           flush=True)
-    try:
+    with tuned(ex, matvec_split=MatvecShape(tpr, rows), row_pairs=pairs, row_pairs_min_k=0):
         return [row | {"split": split} for row in run()]
-    finally:
-        matmul_ops.wide_matvec_shape, matmul_ops.row_pairs_shape, matmul_ops.word_lanes_shape = shape, pair, words
 
 
 def end_to_end(path: str, prompt_tokens: int) -> dict:
@@ -359,6 +383,7 @@ def main() -> None:
     parser.add_argument("--sweep-tiles", default="", help="--sweep these tiles, e.g. 64x128x8x32x4,128x128x8x16x8 "
                         "(BT x BR x RR x BK x TT) rather than SWEEP_TILES")
     parser.add_argument("--sweep-splits", default="1,2,4,8", help="--sweep these k splits")
+    parser.add_argument("--sweep-f16", action="store_true", help="--sweep f16 tiles too (adapters with shader-f16)")
     parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k threads per row instead")
     parser.add_argument("--splits", default="", help="time the wide K-quant matvecs at each of these splits, e.g. "
                         "8x32,8x40,16x8p (threads a row x rows a workgroup; p: rows in pairs)")
@@ -368,13 +393,15 @@ def main() -> None:
     parser.add_argument("--rotate-mib", type=int, default=ROTATE_BYTES >> 20, help="decode weight copies' total")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if args.tiles:
-        use_sweep_picks(args.tiles)
+    if args.model and args.tiles:
+        parser.error("--tiles picks tiles per shape for the kernel benchmark, not for --model")
     if args.model:
         rows = [end_to_end(args.model, args.prompt_tokens)]
     else:
         ex = Executor(default_device())
         bench = Bench(ex, args.rotate_mib << 20)
+        if args.tiles:
+            use_sweep_picks(bench, args.tiles)
         print(f"# {ex.device.name} ({ex.device.adapter_type}, {ex.device.backend}); features "
               f"{sorted(ex.device.features)}; timestamps: {bench.timestamps}", flush=True)
         only = set(filter(None, args.ops.split(",")))
@@ -386,7 +413,7 @@ def main() -> None:
             tiles = ([tuple(map(int, tile.split("x"))) for tile in args.sweep_tiles.split(",")] if args.sweep_tiles
                      else SWEEP_TILES)
             rows = sweep(bench, args.models.split(","), only, int(args.tokens.split(",")[-1]), args.json, types,
-                         tiles, tuple(map(int, args.sweep_splits.split(","))))
+                         tiles, tuple(map(int, args.sweep_splits.split(","))), args.sweep_f16)
         else:
             rows = []
             for model in args.models.split(","):
@@ -396,7 +423,7 @@ def main() -> None:
                             continue
                         for split in splits or [None]:
                             if split:
-                                rows += with_split(split, partial(measure_op, bench, op, k, n, qtype, t, args))
+                                rows += with_split(ex, split, partial(measure_op, bench, op, k, n, qtype, t, args))
                             else:
                                 rows += measure_op(bench, op, k, n, qtype, t, args)
     if args.json:
