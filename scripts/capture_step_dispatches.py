@@ -1,0 +1,126 @@
+"""Record the dispatches of text models' step programs, as (kernel, defines, workgroup grid) per dispatch.
+
+    python scripts/capture_step_dispatches.py tests/golden/step_dispatches.json
+
+The models are small synthetic GGUFs written on the fly: a Gemma 3 of seven layers (sliding and global, Q4_K_M's
+type mix) and the Gemma 4 fixtures of scripts/make_gemma4_fixtures.py (e2b: per-layer embeddings, KV sharing,
+double-wide MLP; moe: experts, attention_k_eq_v), Q4_K. Each records a prefill chunk and decode steps of 1 and 8
+rows, on the adapter as it is (lavapipe in CI: software kernels) and with the adapter described as a GPU (the
+fused, folded and int8 paths), with and without int8 activations. Only the recording runs: dispatches are noted
+as they are added and no pipeline is compiled, so the adapter need not run the GPU kernels.
+
+The golden (tests/models/test_step_dispatches.py compares against it) keeps, per program, the number of
+dispatches, the kernel sequence and a digest of the full (kernel, defines, grid) lines, to stay small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpu.device import Device, choose_adapter, default_device  # noqa: E402
+from gpu.program import Executor, ProgramBuilder  # noqa: E402
+from models.gemma3 import Gemma3  # noqa: E402
+from models.gemma4 import Gemma4  # noqa: E402
+from models.gguf_file import GGUFFile  # noqa: E402
+from models.step_io import StepIO  # noqa: E402
+from scripts import make_synthetic_gguf as synthetic  # noqa: E402
+from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf  # noqa: E402
+
+STEPS = ((64, 1), (1, 1), (8, 8))  # (t_max, r_max): a prompt chunk, one decode row, a batch of 8
+MODES = ("software", "gpu", "gpu_int8")
+N_CTX = 256
+GPU_SMS = 132  # an H200's, for the planners that size grids by streaming multiprocessors
+GEMMA3_TINY = dict(d=256, layers=7, heads=2, kv=1, ffn=512, vocab=len(VOCAB), window=32, scale=1.0)
+
+
+def write_models(folder: Path) -> dict[str, tuple[type, Path]]:
+    """The synthetic model files, by name, with the family class that runs each."""
+    tokenizer = write_gguf(FIXTURES["e2b"], folder / "tokenizer.gguf", "q8_0", "llamacpp")
+    synthetic.SHAPES["tiny"] = GEMMA3_TINY
+    gemma3 = folder / "gemma3.gguf"
+    synthetic.gemma3_shape(tokenizer, "tiny", gemma3, seed=0)
+    models = {"gemma3": (Gemma3, gemma3)}
+    for name in ("e2b", "moe"):
+        models[f"gemma4_{name}"] = (Gemma4, write_gguf(FIXTURES[name], folder / f"{name}.gguf", "q4_k", "llamacpp"))
+    return models
+
+
+@contextmanager
+def recording(calls: list[tuple[str, dict[str, Any], tuple[int, ...]]]) -> Iterator[None]:
+    """ProgramBuilder notes its dispatches in calls and builds nothing (no pipeline, no bind group)."""
+    dispatch, build = ProgramBuilder.dispatch, ProgramBuilder.build
+
+    def note(self: ProgramBuilder, kernel: str, constants: dict[str, Any], tensors: Any, workgroups: Any) -> None:
+        calls.append((kernel, dict(constants), tuple(int(g) for g in workgroups)))
+
+    ProgramBuilder.dispatch = note  # type: ignore[method-assign]
+    ProgramBuilder.build = lambda self: None  # type: ignore[method-assign, assignment, return-value]
+    try:
+        yield
+    finally:
+        ProgramBuilder.dispatch, ProgramBuilder.build = dispatch, build  # type: ignore[method-assign]
+
+
+def line(kernel: str, constants: dict[str, Any], grid: tuple[int, ...]) -> str:
+    defines = ",".join(f"{k}={v!r}" for k, v in sorted(constants.items()))
+    return f"{kernel} {defines} {'x'.join(str(g) for g in grid)}"
+
+
+def gpu_device() -> Device:
+    """A device of its own on the default adapter, described as a GPU: programs take the paths a GPU takes
+    (recording only; the process-wide device stays as it is)."""
+    device = Device(choose_adapter(os.environ.get("HEARTH_ADAPTER")))
+    device.adapter_type = "DiscreteGPU"
+    device.sms = GPU_SMS
+    return device
+
+
+def capture(models: dict[str, tuple[type, Path]]) -> dict[str, list[str]]:
+    """Every (model, mode, step)'s dispatch lines."""
+    out: dict[str, list[str]] = {}
+    gpu = gpu_device()
+    for mode in MODES:
+        device = default_device() if mode == "software" else gpu
+        for name, (family, path) in models.items():
+            executor = Executor(device, int8_matmuls=mode == "gpu_int8")
+            arch = family(executor, GGUFFile(path), N_CTX)
+            pool = arch.new_pool("f16", N_CTX, 4 * N_CTX, 10, 16)
+            io = StepIO(executor, "io", 64, 8, 10, arch.config.vocab_size)
+            for t_max, r_max in STEPS:
+                calls: list[tuple[str, dict[str, Any], tuple[int, ...]]] = []
+                with recording(calls):
+                    arch.build_step(pool, io, t_max, r_max)
+                out[f"{name}/{mode}/t{t_max}r{r_max}"] = [line(*c) for c in calls]
+    return out
+
+
+def summary(lines: list[str]) -> dict[str, Any]:
+    return {"dispatches": len(lines), "kernels": " ".join(entry.split(" ", 1)[0] for entry in lines),
+            "sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="the golden JSON to write")
+    parser.add_argument("--lines", type=Path, help="also write every dispatch line here (to diff by hand)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        programs = capture(write_models(Path(folder)))
+    args.out.write_text(json.dumps({key: summary(lines) for key, lines in programs.items()}, indent=1) + "\n")
+    if args.lines:
+        args.lines.write_text("\n".join(f"{key}: {entry}" for key, lines in programs.items() for entry in lines))
+
+
+if __name__ == "__main__":
+    main()
