@@ -220,3 +220,34 @@ def store_tokens(b: ProgramBuilder, sampled: Tensor, out_rows: Tensor, rows: Ten
     """slot_tokens[slot of out row r] = sampled[r] for r < n_out (kernels/store_tokens.wgsl): each
     sequence's sampled token becomes the input of its next decode step without leaving the GPU."""
     b.dispatch("store_tokens", {}, [b.step, sampled, out_rows, rows, slot_tokens], (1, 1, 1))
+
+
+def residual_scale_norm(
+    b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, scale: Tensor, next_weight: Tensor, h: Tensor,
+    eps: float, *, out_rows: Tensor | None = None,
+) -> None:
+    """x = (x + rms_norm(y) * post_weight) * scale[0], then h = rms_norm(x) * next_weight, per row
+    (kernels/residual_scale_norm.wgsl). out_rows (u32 [R]): only the step's first n_out rows listed there,
+    into h[0..n_out) (the last block, before the output head)."""
+    constants = residual_norm_split(b, post_weight.numel) | {"EPS": eps, "GATHER": out_rows is not None}
+    # without GATHER the out_rows binding is not read: scale stands in
+    tensors = [b.step, y, post_weight, x, scale, next_weight, h, out_rows or scale]
+    b.dispatch("residual_scale_norm", constants, tensors,
+               workgroup_grid(out_rows.numel if out_rows is not None else x.shape[0]))
+
+
+def softcap(b: ProgramBuilder, logits: Tensor, cap: float) -> None:
+    """In place: logits = cap * tanh(logits / cap) for the step's n_out rows (kernels/softcap.wgsl)."""
+    v = logits.shape[1]
+    b.dispatch("softcap", {"V": v, "CAP": cap}, [b.step, logits],
+               workgroup_grid(math.ceil(logits.shape[0] * v / ELEMENTWISE_GROUP)))
+
+
+def gather_rows(b: ProgramBuilder, src: Tensor, out_rows: Tensor, dst: Tensor) -> None:
+    """dst[r] = src[out_rows[r]] for the step's n_out output rows, src[r] for dst's other rows
+    (kernels/gather_rows.wgsl); rows of any 32-bit type."""
+    width = src.numel // src.shape[0]
+    if dst.numel // dst.shape[0] != width:
+        raise ValueError(f"gather_rows: rows of {src} and {dst} differ")
+    b.dispatch("gather_rows", {"WIDTH": width, "ROWS": dst.shape[0]}, [b.step, src, out_rows, dst],
+               workgroup_grid(math.ceil(dst.numel / ELEMENTWISE_GROUP)))

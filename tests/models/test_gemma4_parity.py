@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.gemma4 import Gemma4Config
+from models.gemma4 import read_config
 from models.gguf_file import GGUFFile
 from models.text_model import DecodeRow, TextModel, load_text_model
 from scripts.make_gemma4_fixtures import FIXTURES, file_sha256, write_gguf
@@ -141,7 +141,7 @@ def test_both_layouts_read_the_same(fixtures: Fixtures, fixture: str) -> None:
     from models.gemma4 import Gemma4
 
     files = [GGUFFile(fixtures.path(fixture, "q8_0", layout)) for layout in ("llamacpp", "ollama")]
-    configs = [Gemma4Config.from_gguf(f) for f in files]
+    configs = [read_config(f) for f in files]
     assert configs[0] == configs[1]
     c = configs[0]
     fx = FIXTURES[fixture]
