@@ -44,9 +44,8 @@ def residual_norm_split(b: ProgramBuilder, d: int, subgroups: bool | None = None
     """The work split of the residual norm kernels (common/residual_norm_row.wgsl) for rows of d values: WG
     invocations a row holding QUADS quads (4 values) each, and the REDUCE of their sums. One quad an invocation
     where the row's d / 4 fit a workgroup (two beyond); the workgroup reduction wants a power of two. threads:
-    the invocations asked for instead (at least d / 8). Against 256 invocations each walking a strided slice of
-    the row three times (H200, 512-token prompts, in-pass): the 4B's 67 quantising residual norms 2,171 -> 1,226
-    us, the 270M's 36 f32 ones 342 -> 253; int8 prefill of the 4B 6,880 / 6,866 -> 6,960 / 6,946 tok/s."""
+    the invocations asked for instead (at least d / 8). A row's values stay in registers between its passes,
+    where a fixed 256 invocations each walking a strided slice would read the row three times."""
     if d % 4:
         raise ValueError(f"the residual norms take rows of a multiple of 4 values, not {d}")
     reduce = b.device.reduction(subgroups)
