@@ -18,10 +18,18 @@ One step, for T token rows of any sequences in the KV pool (models/step_io.py):
     next = sample(logits)                                               # on the GPU: argmax or Gumbel-max
 
 A family is a config reader (GGUF metadata -> DecoderConfig) and a subclass overriding only the hooks where
-its network differs: load_layer (extra tensors), begin_step (per-step inputs such as per-layer embeddings),
-feed_forward (experts) and block_output (scaled residuals, per-layer inputs). How each part runs (fused
-products, folded norms, int8 activations) is gpu/ops/blocks.py's choice; families are found by GGUF
-architecture name in FAMILIES.
+its network differs: load_globals and load_layer (extra tensors), begin_step (per-step inputs such as per-layer
+embeddings), feed_forward (experts) and block_output (scaled residuals, per-layer inputs). How each part runs
+(fused products, folded norms, int8 activations) is gpu/ops/blocks.py's choice.
+
+Adding a family:
+1. models/<family>.py: read_config(f) -> DecoderConfig from the file's keys (gguf-py's Keys), and a Decoder
+   subclass with `architecture` (the GGUF general.architecture) and read_config.
+2. Override a hook only where the network differs from the diagram above; a difference every family may have
+   (per-layer head dims or KV heads, windows, rope bases and scaling, softcap) is a DecoderConfig field.
+   Networks without post-norms, with q/k/v biases or without q/k norms need a field here and the matching
+   kernel variant behind gpu/ops/blocks.py (the residual and attention functions), not code in the family.
+3. Register it in FAMILIES by its GGUF architecture name; models/text_model.py finds it there.
 """
 
 from __future__ import annotations
@@ -190,8 +198,13 @@ class Decoder:
             names.append(tensor_name(T.ATTN_K, i))
             if source.has(tensor_name(T.ATTN_V, i)):
                 names.append(tensor_name(T.ATTN_V, i))  # absent where V is K (attention_k_eq_v)
-        vector = lambda kind: self._vector(source, up, tensor_name(kind, i))  # noqa: E731
-        fused = lambda names: up.fused([(n, source.matrix(n)) for n in names])  # noqa: E731
+
+        def vector(kind: MODEL_TENSOR) -> Tensor:
+            return self._vector(source, up, tensor_name(kind, i))
+
+        def fused(names: list[str]) -> list[Fused]:
+            return up.fused([(n, source.matrix(n)) for n in names])
+
         return LayerWeights(
             attn_norm=vector(T.ATTN_NORM),
             qkv=fused(names),

@@ -164,8 +164,13 @@ class Gemma4(Decoder):
     def load_layer(self, source: GGUFSource, up: Uploader, i: int) -> Gemma4Layer:
         c = self.config
         base = super().load_layer(source, up, i)
-        matrix = lambda kind: self._matrix(source, up, tensor_name(kind, i))  # noqa: E731
-        vector = lambda kind: self._vector(source, up, tensor_name(kind, i))  # noqa: E731
+
+        def matrix(kind: MODEL_TENSOR) -> QuantWeight:
+            return self._matrix(source, up, tensor_name(kind, i))
+
+        def vector(kind: MODEL_TENSOR) -> Tensor:
+            return self._vector(source, up, tensor_name(kind, i))
+
         moe_weights = None
         if c.n_experts:
             f = source.f
