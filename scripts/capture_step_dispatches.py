@@ -47,9 +47,12 @@ GEMMA3_TINY = dict(d=256, layers=7, heads=2, kv=1, ffn=512, vocab=len(VOCAB), wi
 def write_models(folder: Path) -> dict[str, tuple[type, Path]]:
     """The synthetic model files, by name, with the family class that runs each."""
     tokenizer = write_gguf(FIXTURES["e2b"], folder / "tokenizer.gguf", "q8_0", "llamacpp")
-    synthetic.SHAPES["tiny"] = GEMMA3_TINY
     gemma3 = folder / "gemma3.gguf"
-    synthetic.gemma3_shape(tokenizer, "tiny", gemma3, seed=0)
+    synthetic.SHAPES["tiny"] = GEMMA3_TINY
+    try:
+        synthetic.gemma3_shape(tokenizer, "tiny", gemma3, seed=0)
+    finally:
+        del synthetic.SHAPES["tiny"]
     models = {"gemma3": (Gemma3, gemma3)}
     for name in ("e2b", "moe"):
         models[f"gemma4_{name}"] = (Gemma4, write_gguf(FIXTURES[name], folder / f"{name}.gguf", "q4_k", "llamacpp"))
