@@ -3,8 +3,9 @@
     python scripts/capture_step_dispatches.py tests/golden/step_dispatches.json
 
 The models are small synthetic GGUFs written on the fly: a Gemma 3 of seven layers (sliding and global, Q4_K_M's
-type mix) and the Gemma 4 fixtures of scripts/make_gemma4_fixtures.py (e2b: per-layer embeddings, KV sharing,
-double-wide MLP; moe: experts, attention_k_eq_v), Q4_K. Each records a prefill chunk and decode steps of 1 and 8
+type mix), the Gemma 4 fixtures of scripts/make_gemma4_fixtures.py (e2b: per-layer embeddings, KV sharing,
+double-wide MLP; moe: experts, attention_k_eq_v), Q4_K, and a Gemma 3 and a Gemma 4 E2B-shaped model with
+feed-forwards wide enough for int8 decode activations. Each records a prefill chunk and decode steps of 1 and 8
 rows, on the adapter as it is (lavapipe in CI: software kernels) and with the adapter described as a GPU (the
 fused, folded and int8 paths), with and without int8 activations. Only the recording runs: dispatches are noted
 as they are added and no pipeline is compiled, so the adapter need not run the GPU kernels.
@@ -42,20 +43,32 @@ MODES = ("software", "gpu", "gpu_int8")
 N_CTX = 256
 GPU_SMS = 132  # an H200's, for the planners that size grids by streaming multiprocessors
 GEMMA3_TINY = dict(d=256, layers=7, heads=2, kv=1, ffn=512, vocab=len(VOCAB), window=32, scale=1.0)
+# Feed-forwards large enough for int8 decode activations (gpu/ops/matmul.py's quantised_input_pays)
+GEMMA3_WIDE = dict(d=1024, layers=2, heads=4, kv=1, ffn=4096, vocab=len(VOCAB), window=32, scale=8.0)
+GEMMA4_WIDE = dict(d=1024, layers=6, heads=2, kv=1, head_dim=256, global_head_dim=512, ffn=2048, ple=256, shared=20,
+                   pattern=5, window=32, vocab=len(VOCAB))
 
 
 def write_models(folder: Path) -> dict[str, tuple[type, Path]]:
     """The synthetic model files, by name, with the family class that runs each."""
     tokenizer = write_gguf(FIXTURES["e2b"], folder / "tokenizer.gguf", "q8_0", "llamacpp")
-    gemma3 = folder / "gemma3.gguf"
-    synthetic.SHAPES["tiny"] = GEMMA3_TINY
-    try:
-        synthetic.gemma3_shape(tokenizer, "tiny", gemma3, seed=0)
-    finally:
-        del synthetic.SHAPES["tiny"]
-    models = {"gemma3": (Gemma3, gemma3)}
+    models: dict[str, tuple[type, Path]] = {}
+    for name, shape in (("gemma3", GEMMA3_TINY), ("gemma3_wide", GEMMA3_WIDE)):
+        synthetic.SHAPES[name] = shape
+        try:
+            synthetic.gemma3_shape(tokenizer, name, folder / f"{name}.gguf", seed=0)
+        finally:
+            del synthetic.SHAPES[name]
+        models[name] = (Gemma3, folder / f"{name}.gguf")
     for name in ("e2b", "moe"):
         models[f"gemma4_{name}"] = (Gemma4, write_gguf(FIXTURES[name], folder / f"{name}.gguf", "q4_k", "llamacpp"))
+    e2b_shape = synthetic.GEMMA4_E2B
+    synthetic.GEMMA4_E2B = GEMMA4_WIDE
+    try:
+        synthetic.gemma4_e2b_shape(tokenizer, folder / "gemma4_wide.gguf", seed=0, layers=GEMMA4_WIDE["layers"])
+    finally:
+        synthetic.GEMMA4_E2B = e2b_shape
+    models["gemma4_e2b_wide"] = (Gemma4, folder / "gemma4_wide.gguf")
     return models
 
 
