@@ -62,6 +62,8 @@ def write_models(folder: Path) -> dict[str, tuple[type, Path]]:
         models[name] = (Gemma3, folder / f"{name}.gguf")
     for name in ("e2b", "moe"):
         models[f"gemma4_{name}"] = (Gemma4, write_gguf(FIXTURES[name], folder / f"{name}.gguf", "q4_k", "llamacpp"))
+    # the experts' fallback where their tensors exceed a binding: every expert on every token, weighted
+    models["gemma4_moe_dense"] = (type("DenseExperts", (Gemma4,), {"sparse_moe": False}), models["gemma4_moe"][1])
     e2b_shape = synthetic.GEMMA4_E2B
     synthetic.GEMMA4_E2B = GEMMA4_WIDE
     try:
