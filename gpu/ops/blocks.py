@@ -7,10 +7,9 @@ steps, inputs written as int8 blocks where an int8 product reads them (Quantised
 of a prompt's matmul added by the residual norm that reads them (SplitSums), attention normalising and
 rotating its own q and k on decode steps (RawQKV). The predicates that decide live in gpu/ops/matmul.py.
 
-`fusable` (Residual): whether a family's block boundaries may take the fused forms at all. A family whose block
-output is more than a post-normed residual add (Gemma 4's layer scale and per-layer input) runs its blocks
-through plain dispatches: one product per fused matrix, linear outputs, f32 block inputs except an int8
-gate-up's.
+`fusable` (Residual): whether a network's block boundaries may take the fused forms at all. One whose block
+output is more than a post-normed residual add (a layer output scale, a per-layer input) runs its blocks through
+plain dispatches: one product per fused matrix, whole linear outputs, f32 block inputs except an int8 gate-up's.
 """
 
 from __future__ import annotations
