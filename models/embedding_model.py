@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -34,10 +34,6 @@ from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.weights import Progress
-
-if TYPE_CHECKING:
-    from models.gguf_file import GGUFFile
-    from models.safetensors_dir import ModelDir
 
 log = logging.getLogger("hearth.models")
 

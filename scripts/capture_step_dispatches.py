@@ -29,24 +29,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu.device import Device, choose_adapter, default_device  # noqa: E402
-from gpu.program import Executor, ProgramBuilder  # noqa: E402
-from models.gemma3 import Gemma3  # noqa: E402
-from models.gemma4 import Gemma4  # noqa: E402
-from models.gguf_file import GGUFFile  # noqa: E402
-from models.step_io import StepIO  # noqa: E402
-from scripts import make_synthetic_gguf as synthetic  # noqa: E402
-from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf  # noqa: E402
+from gpu.device import Device, choose_adapter, default_device
+from gpu.program import Executor, ProgramBuilder
+from models.gemma3 import Gemma3
+from models.gemma4 import Gemma4
+from models.gguf_file import GGUFFile
+from models.step_io import StepIO
+from scripts import make_synthetic_gguf as synthetic
+from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf
 
 STEPS = ((64, 1), (1, 1), (8, 8))  # (t_max, r_max): a prompt chunk, one decode row, a batch of 8
 MODES = ("software", "gpu", "gpu_int8")
 N_CTX = 256
 GPU_SMS = 132  # an H200's, for the planners that size grids by streaming multiprocessors
-GEMMA3_TINY = dict(d=256, layers=7, heads=2, kv=1, ffn=512, vocab=len(VOCAB), window=32, scale=1.0)
+GEMMA3_TINY = {"d": 256, "layers": 7, "heads": 2, "kv": 1, "ffn": 512, "vocab": len(VOCAB), "window": 32, "scale": 1.0}
 # Feed-forwards large enough for int8 decode activations (gpu/ops/matmul.py's quantised_input_pays)
-GEMMA3_WIDE = dict(d=1024, layers=2, heads=4, kv=1, ffn=4096, vocab=len(VOCAB), window=32, scale=8.0)
-GEMMA4_WIDE = dict(d=1024, layers=6, heads=2, kv=1, head_dim=256, global_head_dim=512, ffn=2048, ple=256, shared=20,
-                   pattern=5, window=32, vocab=len(VOCAB))
+GEMMA3_WIDE = {"d": 1024, "layers": 2, "heads": 4, "kv": 1, "ffn": 4096, "vocab": len(VOCAB), "window": 32,
+               "scale": 8.0}
+GEMMA4_WIDE = {"d": 1024, "layers": 6, "heads": 2, "kv": 1, "head_dim": 256, "global_head_dim": 512, "ffn": 2048,
+               "ple": 256, "shared": 20, "pattern": 5, "window": 32, "vocab": len(VOCAB)}
 
 
 def write_models(folder: Path) -> dict[str, tuple[type, Path]]:

@@ -131,7 +131,7 @@ def test_f16_cache(fixtures: Fixtures) -> None:
     """The default f16 KV cache rounds k and v to 11 bits: still within the F32 bound."""
     model = load_text_model(str(fixtures.path("moe", "f32")), context_length=256, max_batch=1)
     reference = np.load(GOLDEN / "moe_f32.npz")
-    tokens, logits = greedy_run(model, reference["prompt_1"].tolist(), 8, kv_dtype="f16")
+    _, logits = greedy_run(model, reference["prompt_1"].tolist(), 8, kv_dtype="f16")
     assert min(cosine(logits[k], reference["logits_1"][k]) for k in range(9)) >= 0.9999
 
 
