@@ -5,13 +5,14 @@
 The models are small synthetic GGUFs written on the fly: a Gemma 3 of seven layers (sliding and global, Q4_K_M's
 type mix), the Gemma 4 fixtures of scripts/make_gemma4_fixtures.py (e2b: per-layer embeddings, KV sharing,
 double-wide MLP; moe: experts, attention_k_eq_v), Q4_K, and a Gemma 3 and a Gemma 4 E2B-shaped model with
-feed-forwards wide enough for int8 decode activations. Each records a prefill chunk and decode steps of 1 and 8
-rows, on the adapter as it is (lavapipe in CI: software kernels) and with the adapter described as a GPU (the
-fused, folded and int8 paths), with and without int8 activations. Only the recording runs: dispatches are noted
+feed-forwards wide enough for int8 decode activations. Each records prefill chunks and decode steps (STEPS), on
+the adapter as it is (lavapipe in CI: software kernels) and with the adapter described as a GPU (the fused, folded
+and int8 paths), with and without int8 activations. Only the recording runs: dispatches are noted
 as they are added and no pipeline is compiled, so the adapter need not run the GPU kernels.
 
 The golden (tests/models/test_step_dispatches.py compares against it) keeps, per program, the number of
-dispatches, the kernel sequence and a digest of the full (kernel, defines, grid) lines, to stay small.
+dispatches, the kernels it uses and a digest of the full (kernel, defines, grid) lines in order, to stay small;
+--lines writes the lines themselves, to diff two trees' captures where the digests differ.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from models.step_io import StepIO
 from scripts import make_synthetic_gguf as synthetic
 from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf
 
-STEPS = ((64, 1), (1, 1), (8, 8))  # (t_max, r_max): a prompt chunk, one decode row, a batch of 8
+# (t_max, r_max): prompt chunks of 64 and 512 tokens, decode steps of 1, 8 (matvecs) and 32 rows (matmuls)
+STEPS = ((64, 1), (512, 1), (1, 1), (8, 8), (32, 32))
+SLOTS = 36
 MODES = ("software", "gpu", "gpu_int8")
 N_CTX = 256
 GPU_SMS = 132  # an H200's, for the planners that size grids by streaming multiprocessors
@@ -114,8 +117,9 @@ def capture(models: dict[str, tuple[type, Path]]) -> dict[str, list[str]]:
         for name, (family, path) in models.items():
             executor = Executor(device, int8_matmuls=mode == "gpu_int8")
             arch = family(executor, GGUFFile(path), N_CTX)
-            pool = arch.new_pool("f16", N_CTX, 4 * N_CTX, 10, 16)
-            io = StepIO(executor, "io", 64, 8, 10, arch.config.vocab_size)
+            pool = arch.new_pool("f16", N_CTX, 4 * N_CTX, SLOTS, 16)
+            io = StepIO(executor, "io", max(t for t, _ in STEPS), max(r for _, r in STEPS), SLOTS,
+                        arch.config.vocab_size)
             for t_max, r_max in STEPS:
                 calls: list[tuple[str, dict[str, Any], tuple[int, ...]]] = []
                 with recording(calls):
@@ -125,7 +129,7 @@ def capture(models: dict[str, tuple[type, Path]]) -> dict[str, list[str]]:
 
 
 def summary(lines: list[str]) -> dict[str, Any]:
-    return {"dispatches": len(lines), "kernels": " ".join(entry.split(" ", 1)[0] for entry in lines),
+    return {"dispatches": len(lines), "kernels": " ".join(sorted({entry.split(" ", 1)[0] for entry in lines})),
             "sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()}
 
 

@@ -2,7 +2,8 @@
 the same kernels, defines and workgroup grids, in the same order, on lavapipe's software paths and with the
 adapter described as a GPU (folded norms, stacked matvecs, int8 activations). The golden,
 tests/golden/step_dispatches.json, was captured at the tag `before-redesign` with
-scripts/capture_step_dispatches.py; kernels renamed since are mapped to their new names."""
+scripts/capture_step_dispatches.py; kernels renamed since are mapped to their new names. Where a digest differs,
+the script's --lines output at the base (`git worktree add /tmp/base before-redesign`) and here shows where."""
 
 from __future__ import annotations
 
@@ -39,6 +40,6 @@ def test_step_programs_record_the_dispatches_of_the_base(programs: dict[str, lis
     assert sorted(programs) == sorted(golden)
     for key, lines in programs.items():
         want, got = golden[key], capture.summary([_as_base(entry) for entry in lines])
-        assert got["kernels"] == want["kernels"], f"{key}: the kernel sequence differs"
+        assert got["kernels"] == want["kernels"], f"{key}: the kernels differ"
         assert got["dispatches"] == want["dispatches"], key
         assert got["sha256"] == want["sha256"], f"{key}: defines or grids differ"
