@@ -61,7 +61,6 @@ class Architecture(Protocol):
     def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program: ...
 
 
-
 class ModelNotFound(FileNotFoundError):
     """No model file by that name or path."""
 
