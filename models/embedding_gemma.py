@@ -21,107 +21,73 @@ which is llama.cpp's symmetric window (|i - j| <= window / 2): WINDOW = sliding_
 Sliding layers use RoPE base 10k, the others the file's base (1M). Scores are scaled by
 query_pre_attn_scalar^-0.5 (GGUF: head_dim^-0.5, as llama.cpp does). EmbeddingGemma was trained with
 Matryoshka truncation, so /v1/embeddings' `dimensions` may shorten its vectors.
+
+What it shares with the causal Gemma 3: the decoder config (models/decoder.py's DecoderConfig, read from a GGUF
+by models/gemma3.py), tensor names and the weight interface (models/weights.py). Its step stays its own: the
+decoder's step runs causal attention over a paged KV cache, while the encoder ops (gpu/ops/encoder.py) attend
+both ways within each packed sequence and keep no cache.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, Keys, PoolingType
+from gguf import MODEL_TENSOR, GGMLQuantizationType, Keys, PoolingType
 
 from gpu.ops import encoder as ops
 from gpu.ops.matmul import linear
 from gpu.program import Executor, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
-from models.embedding_model import (
-    DirSource,
-    EncoderInputs,
-    GGUFSource,
-    Head,
-    HFTextEncoder,
-    Matrix,
-    Progress,
-    Uploader,
-    dequantize_rows,
-    record_head,
-)
+from models import gemma3
+from models.decoder import DecoderConfig, tensor_name
+from models.embedding_model import EncoderInputs, Head, HFTextEncoder, record_head
 from models.gguf_file import GGUFFile, GGUFFormatError
 from models.safetensors_dir import ModelDir, ModelDirError
 from models.tokenizer import Tokenizer
+from models.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, dequantize_rows
 
-SWA_PATTERN = 6  # llama.cpp: every 6th layer attends to the whole sequence
-ROPE_BASE_LOCAL = 10_000.0
+SWA_PATTERN = 6  # HF's default: every 6th layer attends to the whole sequence
 _GGUF_POOLING = {PoolingType.MEAN: "mean", PoolingType.CLS: "cls", PoolingType.LAST: "last"}
 
 
-@dataclass(frozen=True)
-class EmbeddingGemmaConfig:
-    n_layers: int
-    d_model: int  # D
-    n_heads: int  # H
-    n_kv_heads: int  # Hkv
-    head_dim: int  # Dh
-    d_ffn: int
-    eps: float
-    window: int  # sliding window as configured (HF's and llama.cpp's `sliding_window`)
-    sliding: tuple[bool, ...]  # per layer
-    rope_base_global: float
-    rope_base_local: float
-    attn_scale: float
-    max_positions: int
-    vocab_size: int
+def config_from_hf(c: dict[str, Any]) -> DecoderConfig:
+    """The decoder config of a sentence-transformers EmbeddingGemma (transformers' Gemma3TextConfig)."""
+    if not c.get("use_bidirectional_attention"):
+        raise ModelDirError("a causal Gemma 3 is not an embedding model (use_bidirectional_attention is false)")
+    n_layers = c["num_hidden_layers"]
+    types = c.get("layer_types") or [
+        "full_attention" if (i + 1) % c.get("sliding_window_pattern", SWA_PATTERN) == 0 else "sliding_attention"
+        for i in range(n_layers)]
+    rope = c.get("rope_parameters") or {}
 
-    @classmethod
-    def from_hf(cls, c: dict[str, Any]) -> EmbeddingGemmaConfig:
-        if not c.get("use_bidirectional_attention"):
-            raise ModelDirError("a causal Gemma 3 is not an embedding model (use_bidirectional_attention is false)")
-        n_layers = c["num_hidden_layers"]
-        types = c.get("layer_types") or [
-            "full_attention" if (i + 1) % c.get("sliding_window_pattern", SWA_PATTERN) == 0 else "sliding_attention"
-            for i in range(n_layers)]
-        rope = c.get("rope_parameters") or {}
+    def theta(kind: str, legacy: str, default: float) -> float:
+        params = rope.get(kind, rope if "rope_theta" in rope else {})
+        if params.get("rope_type", "default") != "default":
+            raise ModelDirError(f"RoPE type {params['rope_type']!r} is not supported")
+        return float(params.get("rope_theta", c.get(legacy, default)))
 
-        def theta(kind: str, legacy: str, default: float) -> float:
-            params = rope.get(kind, rope if "rope_theta" in rope else {})
-            if params.get("rope_type", "default") != "default":
-                raise ModelDirError(f"RoPE type {params['rope_type']!r} is not supported")
-            return float(params.get("rope_theta", c.get(legacy, default)))
+    d_model, n_heads = c["hidden_size"], c["num_attention_heads"]
+    head_dim = c.get("head_dim", d_model // n_heads)
+    return DecoderConfig(
+        n_layers=n_layers, d_model=d_model, n_heads=n_heads, head_dims=(head_dim,) * n_layers,
+        kv_heads=(c.get("num_key_value_heads", n_heads),) * n_layers, d_ffn=(c["intermediate_size"],) * n_layers,
+        sliding=tuple(t == "sliding_attention" for t in types), eps=float(c.get("rms_norm_eps", 1e-6)),
+        window=int(c["sliding_window"]), rope_base_full=theta("full_attention", "rope_theta", 1_000_000.0),
+        rope_base_swa=theta("sliding_attention", "rope_local_base_freq", gemma3.ROPE_BASE_LOCAL),
+        rope_scale_full=1.0, query_scale=float(c.get("query_pre_attn_scalar", head_dim)) ** -0.5,
+        embed_scale=math.sqrt(d_model), n_ctx_train=c["max_position_embeddings"], vocab_size=c["vocab_size"],
+    )
 
-        head_dim = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
-        return cls(
-            n_layers=n_layers, d_model=c["hidden_size"], n_heads=c["num_attention_heads"],
-            n_kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]), head_dim=head_dim,
-            d_ffn=c["intermediate_size"], eps=float(c.get("rms_norm_eps", 1e-6)), window=int(c["sliding_window"]),
-            sliding=tuple(t == "sliding_attention" for t in types),
-            rope_base_global=theta("full_attention", "rope_theta", 1_000_000.0),
-            rope_base_local=theta("sliding_attention", "rope_local_base_freq", ROPE_BASE_LOCAL),
-            attn_scale=float(c.get("query_pre_attn_scalar", head_dim)) ** -0.5,
-            max_positions=c["max_position_embeddings"], vocab_size=c["vocab_size"],
-        )
 
-    @classmethod
-    def from_gguf(cls, f: GGUFFile) -> EmbeddingGemmaConfig:
-        _, shape, _ = f.raw(TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD] + ".weight")
-        n_layers = int(f.value(Keys.LLM.BLOCK_COUNT))
-        n_heads = int(f.value(Keys.Attention.HEAD_COUNT))
-        d_model = int(f.value(Keys.LLM.EMBEDDING_LENGTH))
-        head_dim = int(f.value(Keys.Attention.KEY_LENGTH, d_model // n_heads))
-        pattern = int(f.value(Keys.Attention.SLIDING_WINDOW_PATTERN, SWA_PATTERN))
-        return cls(
-            n_layers=n_layers, d_model=d_model, n_heads=n_heads,
-            n_kv_heads=int(f.value(Keys.Attention.HEAD_COUNT_KV, n_heads)), head_dim=head_dim,
-            d_ffn=int(f.value(Keys.LLM.FEED_FORWARD_LENGTH)),
-            eps=float(f.value(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6)),
-            window=int(f.value(Keys.Attention.SLIDING_WINDOW)),
-            sliding=tuple((i + 1) % pattern != 0 for i in range(n_layers)),
-            rope_base_global=float(f.value(Keys.Rope.FREQ_BASE, 1_000_000.0)),
-            rope_base_local=float(f.value(Keys.Rope.FREQ_BASE_SWA, ROPE_BASE_LOCAL)),
-            attn_scale=head_dim ** -0.5, max_positions=int(f.value(Keys.LLM.CONTEXT_LENGTH)), vocab_size=int(shape[1]),
-        )
+def config_from_gguf(f: GGUFFile) -> DecoderConfig:
+    """The decoder config of a `gemma-embedding` GGUF: Gemma 3's keys, scores scaled by head_dim^-0.5 as
+    llama.cpp does."""
+    c = gemma3.read_config(f)
+    return replace(c, query_scale=c.head_dims[0] ** -0.5)
 
 
 # Checkpoint names: (HF name under the model, gguf MODEL_TENSOR); ".weight" is added. Norms are marked.
@@ -162,15 +128,15 @@ class EmbeddingGemma:
 
     matryoshka = True
 
-    def __init__(self, executor: Executor, config: EmbeddingGemmaConfig, source: DirSource | GGUFSource, gguf: bool,
+    def __init__(self, executor: Executor, config: DecoderConfig, source: DirSource | GGUFSource, gguf: bool,
                  head: tuple[str, list[Matrix], bool], max_tokens: int, progress: Progress | None) -> None:
         self.config = c = config
         self.d_model = c.d_model
         self.vocab_size = c.vocab_size
-        self.max_tokens = min(max_tokens, c.max_positions)
+        self.max_tokens = min(max_tokens, c.n_ctx_train)
         self._gguf, self._source = gguf, source
         self._embed_scale = np.float32(math.sqrt(c.d_model))
-        total = 4 * c.d_model * (c.vocab_size + c.n_layers * (4 * c.d_model + 3 * c.d_ffn))
+        total = 4 * c.d_model * (c.vocab_size + c.n_layers * (4 * c.d_model + 3 * c.d_ffn[0]))
         up = Uploader(executor, total, progress)
         embed_name = self._name(("embed_tokens", MODEL_TENSOR.TOKEN_EMBD))
         if gguf:  # rows stay in their block format, memory-mapped; a step dequantises the ones it needs
@@ -184,18 +150,17 @@ class EmbeddingGemma:
         pooling, dense, normalize = head
         self.head = Head(pooling, tuple((up.matrix(f"dense{j}", m), None) for j, m in enumerate(dense)), normalize)
         self.d_out = dense[-1].n if dense else c.d_model
-        n_rope = self.max_tokens
-        self.rope_local = executor.tensor("rope_local", (n_rope, c.head_dim),
-                                          data=rope_table(c.head_dim, n_rope, c.rope_base_local))
-        self.rope_global = executor.tensor("rope_global", (n_rope, c.head_dim),
-                                           data=rope_table(c.head_dim, n_rope, c.rope_base_global))
+        n_rope, head_dim = self.max_tokens, c.head_dims[0]
+        self.rope_local = executor.tensor("rope_local", (n_rope, head_dim),
+                                          data=rope_table(head_dim, n_rope, c.rope_base_swa))
+        self.rope_global = executor.tensor("rope_global", (n_rope, head_dim),
+                                           data=rope_table(head_dim, n_rope, c.rope_base_full))
         self.weight_bytes = up.uploaded_bytes
 
     def _name(self, names: tuple[str, MODEL_TENSOR], i: int | None = None) -> str:
         hf, kind = names
         if self._gguf:
-            base = TENSOR_NAMES[kind]
-            return (base.format(bid=i) if i is not None else base) + ".weight"
+            return tensor_name(kind, i)
         return (hf.format(i=i) if i is not None else hf) + ".weight"
 
     def _norm(self, up: Uploader, name: str) -> Tensor:
@@ -216,7 +181,7 @@ class EmbeddingGemma:
 
     def record(self, b: ProgramBuilder, inputs: EncoderInputs) -> None:
         c, t = self.config, inputs.t_max
-        d, qw, kvw = c.d_model, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        d, qw, kvw, d_ffn = c.d_model, c.q_width(0), c.kv_width(0), c.d_ffn[0]
         x = inputs.x  # the residual stream, in place: the host writes the input rows again before every step
         for i, w in enumerate(self.layers):
             h = b.activation(f"h{i}", (t, d))
@@ -226,19 +191,19 @@ class EmbeddingGemma:
                 linear(b, w.mats[key], h, y, t)
             rope = self.rope_local if c.sliding[i] else self.rope_global
             ops.qk_norm_rope(b, q, k, w.norms["q_norm"], w.norms["k_norm"], inputs.positions, rope,
-                             heads=c.n_heads, kv_heads=c.n_kv_heads, eps=c.eps)
+                             heads=c.n_heads, kv_heads=c.kv_heads[i], eps=c.eps)
             a = b.activation(f"attn{i}", (t, qw))
-            ops.attention(b, q, k, v, inputs.spans, a, heads=c.n_heads, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                          scale=c.attn_scale, window=c.window // 2 if c.sliding[i] else 0)
+            ops.attention(b, q, k, v, inputs.spans, a, heads=c.n_heads, kv_heads=c.kv_heads[i],
+                          head_dim=c.head_dims[i], scale=c.query_scale, window=c.window // 2 if c.sliding[i] else 0)
             o = b.activation(f"o{i}", (t, d))
             linear(b, w.mats["o"], a, o, t)
             ops.layer_norm(b, o, w.norms["post_attention_norm"], x, c.eps, rms=True, accumulate=True)
             h2 = b.activation(f"h2_{i}", (t, d))
             ops.layer_norm(b, x, w.norms["ffn_norm"], h2, c.eps, rms=True)
-            gate, up = b.activation(f"gate{i}", (t, c.d_ffn)), b.activation(f"up{i}", (t, c.d_ffn))
+            gate, up = b.activation(f"gate{i}", (t, d_ffn)), b.activation(f"up{i}", (t, d_ffn))
             linear(b, w.mats["gate"], h2, gate, t)
             linear(b, w.mats["up"], h2, up, t)
-            act = b.activation(f"act{i}", (t, c.d_ffn))
+            act = b.activation(f"act{i}", (t, d_ffn))
             ops.gelu(b, gate, act, up=up, tanh=True)
             down = b.activation(f"down{i}", (t, d))
             linear(b, w.mats["down"], act, down, t)
@@ -269,25 +234,25 @@ class GGUFTextEncoder:
 def from_dir(d: ModelDir, executor: Executor, progress: Progress | None) -> tuple[EmbeddingGemma, HFTextEncoder]:
     """A sentence-transformers EmbeddingGemma directory (weights named as Gemma3TextModel's, `model.` optional)."""
     prefix = "model." if d.has("model.embed_tokens.weight") else ""
-    config = EmbeddingGemmaConfig.from_hf(d.config)
+    config = config_from_hf(d.config)
     p = d.pipeline
     if any(m.bias is not None for m in p.dense):
         raise ModelDirError(f"{d.path.name}: Dense modules with a bias are not supported for EmbeddingGemma")
     dense = [Matrix(GGMLQuantizationType.F32, m.weight.shape[1], m.weight.shape[0], m.weight) for m in p.dense]
     arch = EmbeddingGemma(executor, config, DirSource(d, prefix), False, (p.pooling, dense, p.normalize),
-                          p.max_seq_length or config.max_positions, progress)
+                          p.max_seq_length or config.n_ctx_train, progress)
     return arch, HFTextEncoder(d.tokenizer())
 
 
 def from_gguf(f: GGUFFile, executor: Executor, progress: Progress | None) -> tuple[EmbeddingGemma, GGUFTextEncoder]:
     """A GGUF `gemma-embedding` file: pooling from its pooling_type, dense_2 and dense_3, L2-normalised."""
-    config = EmbeddingGemmaConfig.from_gguf(f)
+    config = config_from_gguf(f)
     kind = PoolingType(int(f.value(Keys.LLM.POOLING_TYPE, PoolingType.MEAN)))
     if kind not in _GGUF_POOLING:
         raise GGUFFormatError(f"{f.path.name}: pooling type {kind.name} is not supported for embeddings")
     source = GGUFSource(f)
-    dense = [source.matrix(TENSOR_NAMES[t] + ".weight") for t in (MODEL_TENSOR.DENSE_2_OUT, MODEL_TENSOR.DENSE_3_OUT)
-             if TENSOR_NAMES[t] + ".weight" in f.tensors]
-    arch = EmbeddingGemma(executor, config, source, True, (_GGUF_POOLING[kind], dense, True), config.max_positions,
+    dense = [source.matrix(tensor_name(t)) for t in (MODEL_TENSOR.DENSE_2_OUT, MODEL_TENSOR.DENSE_3_OUT)
+             if source.has(tensor_name(t))]
+    arch = EmbeddingGemma(executor, config, source, True, (_GGUF_POOLING[kind], dense, True), config.n_ctx_train,
                           progress)
     return arch, GGUFTextEncoder(Tokenizer.from_gguf(f.reader))

@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
-from gguf import GGMLQuantizationType, quants
 from tokenizers import Tokenizer
 
 from gpu.device import Device, default_device
@@ -33,19 +32,14 @@ from gpu.ops import encoder as ops
 from gpu.ops.matmul import linear
 from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
-from gpu.weights import QuantWeight, upload_weight
-
-if TYPE_CHECKING:
-    from models.gguf_file import GGUFFile
-    from models.safetensors_dir import ModelDir
+from gpu.weights import QuantWeight
+from models.weights import Progress
 
 log = logging.getLogger("hearth.models")
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096)  # token rows a step program holds
 MAX_SEQUENCES = 256  # sequences per pass (rows of the pooled output)
-
-Progress = Callable[[int, int], None]
 
 
 class EmbeddingModelNotFound(FileNotFoundError):
@@ -205,105 +199,6 @@ class EmbeddingModel:
         ex.write(inputs.seqs, seqs)
         vectors, = ex.run(step.program, StepParams(n_tokens=total), read=[inputs.out])
         return vectors[:len(batch)]
-
-
-class Matrix(NamedTuple):
-    """A weight before upload: N rows of K values, as raw GGUF blocks or a float32 array."""
-
-    qtype: GGMLQuantizationType
-    k: int
-    n: int
-    data: np.ndarray  # uint8 GGUF bytes, or float32 [n, k]
-
-
-def fuse_rows(matrices: Sequence[Matrix]) -> Matrix | None:
-    """The matrices stacked row after row (a fused QKV), or None when their types or widths differ."""
-    first = matrices[0]
-    if any(m.qtype != first.qtype or m.k != first.k for m in matrices):
-        return None
-    data = np.concatenate([np.asarray(m.data).reshape(m.n, -1) for m in matrices], axis=0)
-    return Matrix(first.qtype, first.k, sum(m.n for m in matrices), data)
-
-
-class DirSource:
-    """Weights of a sentence-transformers directory by checkpoint name: matrices stay float32."""
-
-    def __init__(self, d: ModelDir, prefix: str = "") -> None:
-        self.d, self.prefix = d, prefix
-
-    def has(self, name: str) -> bool:
-        return self.d.has(self.prefix + name)
-
-    def matrix(self, name: str) -> Matrix:
-        w = self.d.tensor(self.prefix + name)
-        return Matrix(GGMLQuantizationType.F32, w.shape[1], w.shape[0], w)
-
-    def array(self, name: str) -> np.ndarray:
-        return self.d.tensor(self.prefix + name)
-
-
-class GGUFSource:
-    """Weights of a GGUF file by tensor name: matrices stay in their block format."""
-
-    def __init__(self, f: GGUFFile) -> None:
-        self.f = f
-
-    def has(self, name: str) -> bool:
-        return name in self.f.tensors
-
-    def matrix(self, name: str) -> Matrix:
-        qtype, shape, raw = self.f.raw(name)
-        return Matrix(qtype, shape[0], shape[1] if len(shape) > 1 else 1, raw)
-
-    def array(self, name: str) -> np.ndarray:
-        """The tensor as float32, dequantised on the host (embedding tables, norms)."""
-        qtype, shape, raw = self.f.raw(name)
-        rows = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        values = dequantize_rows(raw.reshape(rows, -1), qtype)
-        return values.reshape(tuple(reversed(shape))) if len(shape) > 1 else values.reshape(-1)
-
-
-def dequantize_rows(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
-    """float32 [rows, K] from rows of GGUF bytes (uint8 [rows, row bytes])."""
-    if qtype == GGMLQuantizationType.F32:
-        return raw.view(np.float32).copy()
-    if qtype == GGMLQuantizationType.F16:
-        return raw.view(np.float16).astype(np.float32)
-    if qtype == GGMLQuantizationType.BF16:
-        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return quants.dequantize(raw, qtype).astype(np.float32, copy=False)
-
-
-class Uploader:
-    """Puts weights on the GPU, counting bytes for the progress callback and the log."""
-
-    def __init__(self, executor: Executor, total_bytes: int, progress: Progress | None) -> None:
-        self.executor, self.total, self.progress = executor, max(1, total_bytes), progress
-        self.done = 0
-        self.uploaded_bytes = 0
-
-    def _count(self, nbytes: int) -> None:
-        self.done += nbytes
-        self.uploaded_bytes += nbytes
-        if self.progress:
-            self.progress(min(self.done, self.total), self.total)
-
-    def matrix(self, name: str, m: Matrix) -> QuantWeight:
-        weight = upload_weight(self.executor, name, m.qtype, m.k, m.n, m.data)
-        self._count(weight.nbytes)
-        return weight
-
-    def vector(self, name: str, data: np.ndarray) -> Tensor:
-        data = np.ascontiguousarray(data, np.float32).reshape(-1)
-        tensor = self.executor.tensor(name, data.shape, data=data)
-        self._count(tensor.nbytes)
-        return tensor
-
-    def host(self, nbytes: int) -> None:
-        """Count bytes kept on the host (embedding tables looked up there)."""
-        self.done += nbytes
-        if self.progress:
-            self.progress(min(self.done, self.total), self.total)
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from gpu.program import Executor
 from gpu.tensor import Tensor
 
-
 CANDIDATES = 64  # best logits read back per CPU-sampled row (a power of two, at most 256)
 
 
 @dataclass(frozen=True)
 class StepOutputs:
+    """The output tensors of the programs with one output width R (module docstring)."""
+
     logits: Tensor
     sampling: Tensor
     sampled: Tensor
@@ -40,6 +41,8 @@ class StepOutputs:
 
 
 class StepIO:
+    """A model's step inputs (shared by all its programs) and its outputs per output width (module docstring)."""
+
     def __init__(self, executor: Executor, name: str, max_tokens: int, max_out: int, n_slots: int,
                  vocab_size: int) -> None:
         self.executor = executor

@@ -28,8 +28,7 @@ from gpu.kv_cache import PAGE_TOKENS, KVPool
 from gpu.ops.sampling import top_candidates
 from gpu.program import Executor, PendingResult, Program, ProgramBuilder, StepParams, Submission
 from gpu.tensor import Tensor
-from models.gemma3 import Gemma3
-from models.gemma4 import Gemma4
+from models.decoder import FAMILIES, family
 from models.gguf_file import GGUFFile, GGUFFormatError
 from models.sampler import Candidates
 from models.step_io import CANDIDATES, StepIO
@@ -60,9 +59,6 @@ class Architecture(Protocol):
     def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool: ...
 
     def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program: ...
-
-
-ARCHITECTURES: dict[str, type] = {Gemma3.architecture: Gemma3, Gemma4.architecture: Gemma4}
 
 
 class ModelNotFound(FileNotFoundError):
@@ -422,15 +418,16 @@ def load_text_model(
     path = resolve_model_path(name_or_path)
     started = time.perf_counter()
     f = GGUFFile(path)
-    if f.arch not in ARCHITECTURES:
+    if f.arch not in FAMILIES:
         raise GGUFFormatError(f"{path.name}: architecture {f.arch!r} is not supported "
-                              f"(supported: {', '.join(sorted(ARCHITECTURES))})")
-    # an architecture may read its tokenizer its own way (Gemma 4: Ollama's blobs name a BPE vocabulary "llama")
-    tokenizer = getattr(ARCHITECTURES[f.arch], "load_tokenizer", Tokenizer.from_gguf)(f.reader)
+                              f"(supported: {', '.join(sorted(FAMILIES))})")
+    decoder = family(f.arch)
+    # a family may read its tokenizer its own way (Gemma 4: Ollama's blobs name a BPE vocabulary "llama")
+    tokenizer = getattr(decoder, "load_tokenizer", Tokenizer.from_gguf)(f.reader)
     executor = Executor(device or default_device(), int8_matmuls=int8_activations)
     n_ctx_train = int(f.value("{arch}.context_length"))
     n_ctx = min(context_length or DEFAULT_CONTEXT, n_ctx_train)
-    arch = ARCHITECTURES[f.arch](executor, f, n_ctx, progress)
+    arch = decoder(executor, f, n_ctx, progress)
     name = name_or_path if name_or_path == DEFAULT_MODEL else path.stem
     log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s%s) in %.1f s", name, f.arch,
              arch.weight_bytes / 1e6, n_ctx, kv_dtype, ", int8 activations" if int8_activations else "",

@@ -14,8 +14,7 @@ of two rows (TPR = head_dim / 16) so that every workgroup-memory read feeds twic
 (GPUs with wide enough subgroups); threads per workgroup (WG); keys per chunk (KC, bounded by workgroup
 memory and by four vec4 loads per thread); SPLITS, the parts a block's keys may be cut into (each at
 least MIN_PART keys), merged by attention/prompt_combine.wgsl. Head dims other than 32, 64, 128, 256
-or 512 fall back to attention.wgsl. Measured on an H100 (bench/attention.py): Gemma 3 270M, 512-token
-prompt, 56 us a layer against attention.wgsl's 539.
+or 512 fall back to attention.wgsl. bench/attention.py compares it with attention.wgsl.
 """
 
 from __future__ import annotations
@@ -31,10 +30,8 @@ from gpu.tensor import Tensor
 
 HEAD_DIMS = (32, 64, 128, 256, 512)  # D / 32 threads per row: a power of two
 DIMS_PER_THREAD = 32  # q and accumulator values per thread (8 named vec4 each)
-# GPU defaults from an H100 sweep (bench/attention.py, 2026-11-26: subgroup x pairs x 128/256 threads x
-# 8/16 keys x 1/2/4/8 splits on Gemma 3 270M and 4B shapes, 512 and 2048 tokens, sliding and global):
-# subgroup sums, pairs, 128 threads, 8 keys, 4 splits was within 1.0-1.3x of the best variant of every
-# case (geometric mean 1.06); one row per thread was 1.3-1.4x slower, workgroup-memory sums 1.6x.
+# GPU defaults: the variant closest to the best one across Gemma 3's prompt shapes in a sweep of bench/attention.py
+# (subgroup sums, pairs, threads, keys per chunk and splits).
 GPU_THREADS = 128
 GPU_KEYS = 8  # keys per chunk: 2 x 8 x 256 x 4 bytes = 16 KiB of workgroup memory at D = 256
 GPU_SPLITS = 4  # fixed: a part never has fewer than MIN_PART keys, so short ranges use fewer

@@ -44,9 +44,8 @@ def residual_norm_split(b: ProgramBuilder, d: int, subgroups: bool | None = None
     """The work split of the residual norm kernels (common/residual_norm_row.wgsl) for rows of d values: WG
     invocations a row holding QUADS quads (4 values) each, and the REDUCE of their sums. One quad an invocation
     where the row's d / 4 fit a workgroup (two beyond); the workgroup reduction wants a power of two. threads:
-    the invocations asked for instead (at least d / 8). Against 256 invocations each walking a strided slice of
-    the row three times (H200, 512-token prompts, in-pass): the 4B's 67 quantising residual norms 2,171 -> 1,226
-    us, the 270M's 36 f32 ones 342 -> 253; int8 prefill of the 4B 6,880 / 6,866 -> 6,960 / 6,946 tok/s."""
+    the invocations asked for instead (at least d / 8). A row's values stay in registers between its passes,
+    where a fixed 256 invocations each walking a strided slice would read the row three times."""
     if d % 4:
         raise ValueError(f"the residual norms take rows of a multiple of 4 values, not {d}")
     reduce = b.device.reduction(subgroups)
@@ -220,3 +219,34 @@ def store_tokens(b: ProgramBuilder, sampled: Tensor, out_rows: Tensor, rows: Ten
     """slot_tokens[slot of out row r] = sampled[r] for r < n_out (kernels/store_tokens.wgsl): each
     sequence's sampled token becomes the input of its next decode step without leaving the GPU."""
     b.dispatch("store_tokens", {}, [b.step, sampled, out_rows, rows, slot_tokens], (1, 1, 1))
+
+
+def residual_scale_norm(
+    b: ProgramBuilder, y: Tensor, post_weight: Tensor, x: Tensor, scale: Tensor, next_weight: Tensor, h: Tensor,
+    eps: float, *, out_rows: Tensor | None = None,
+) -> None:
+    """x = (x + rms_norm(y) * post_weight) * scale[0], then h = rms_norm(x) * next_weight, per row
+    (kernels/residual_scale_norm.wgsl). out_rows (u32 [R]): only the step's first n_out rows listed there,
+    into h[0..n_out) (the last block, before the output head)."""
+    constants = residual_norm_split(b, post_weight.numel) | {"EPS": eps, "GATHER": out_rows is not None}
+    # without GATHER the out_rows binding is not read: scale stands in
+    tensors = [b.step, y, post_weight, x, scale, next_weight, h, out_rows or scale]
+    b.dispatch("residual_scale_norm", constants, tensors,
+               workgroup_grid(out_rows.numel if out_rows is not None else x.shape[0]))
+
+
+def softcap(b: ProgramBuilder, logits: Tensor, cap: float) -> None:
+    """In place: logits = cap * tanh(logits / cap) for the step's n_out rows (kernels/softcap.wgsl)."""
+    v = logits.shape[1]
+    b.dispatch("softcap", {"V": v, "CAP": cap}, [b.step, logits],
+               workgroup_grid(math.ceil(logits.shape[0] * v / ELEMENTWISE_GROUP)))
+
+
+def gather_rows(b: ProgramBuilder, src: Tensor, out_rows: Tensor, dst: Tensor) -> None:
+    """dst[r] = src[out_rows[r]] for the step's n_out output rows, src[r] for dst's other rows
+    (kernels/gather_rows.wgsl); rows of any 32-bit type."""
+    width = src.numel // src.shape[0]
+    if dst.numel // dst.shape[0] != width:
+        raise ValueError(f"gather_rows: rows of {src} and {dst} differ")
+    b.dispatch("gather_rows", {"WIDTH": width, "ROWS": dst.shape[0]}, [b.step, src, out_rows, dst],
+               workgroup_grid(math.ceil(dst.numel / ELEMENTWISE_GROUP)))

@@ -1,6 +1,7 @@
 """Transformer kernels against numpy: rms_norm, norm_rope, qk_norm_rope_store, attention over the
 paged KV cache (tokens of several sequences in one step), decode attention doing qk_norm_rope_store's work
-(RawQKV: compared bit for bit with the two dispatches), residual_norm, gelu_mul, add, store_tokens.
+(RawQKV: compared bit for bit with the two dispatches), residual_norm, residual_scale_norm, gelu_mul, add,
+store_tokens, softcap, gather_rows.
 
 Tolerances: these kernels compute in f32 like the numpy reference but sum in another
 order, so results agree to a few f32 ulps of the values' magnitude (rtol 1e-5, atol 1e-5).
@@ -293,6 +294,49 @@ def test_store_tokens(ex: Executor) -> None:
                 [slot_tokens])
     # out row 0 is token row 2 (slot 2), row 1 is token row 4 (slot 1), row 2 is token row 3 (slot 0)
     assert got.tolist() == [33, 22, 11, 99]
+
+
+@pytest.mark.parametrize("gather", [False, True])
+def test_residual_scale_norm(ex: Executor, gather: bool) -> None:
+    """x = (x + rms_norm(y) * w_post) * scale, h = rms_norm(x) * w_next; gathered: the output rows only."""
+    rng = np.random.default_rng(17)
+    t_max, n, d, picked = 6, 5, 640, [4, 1]
+    y = rng.standard_normal((t_max, d)).astype(np.float32) * 5
+    x = rng.standard_normal((t_max, d)).astype(np.float32) * 20
+    w_post, w_next = (rng.standard_normal(d).astype(np.float32) for _ in range(2))
+    scale = np.array([0.75], np.float32)
+    yt, wpt, wnt, xt, st = (ex.tensor(name, a.shape, data=a) for name, a in
+                            (("y", y), ("wp", w_post), ("wn", w_next), ("x", x), ("s", scale)))
+    out_rows = ex.tensor("out_rows", (len(picked),), "u32", data=np.array(picked, np.uint32)) if gather else None
+    h = ex.tensor("h", (len(picked) if gather else t_max, d))
+    gx, gh = _run(ex, lambda b: ops.residual_scale_norm(b, yt, wpt, xt, st, wnt, h, 1e-6, out_rows=out_rows),
+                  StepParams(n, n_out=len(picked)), [xt, h])
+    rows = picked if gather else list(range(n))
+    want_x = ((x[rows].astype(np.float64) + _rms(y[rows], w_post, 1e-6)) * scale[0]).astype(np.float32)
+    np.testing.assert_allclose(gx[rows], want_x, rtol=RTOL, atol=ATOL * 20)  # |x| ~ 60: f32 ulps of it
+    np.testing.assert_allclose(gh[:len(rows)], _rms(want_x, w_next, 1e-6), rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(gx[n:], x[n:])  # rows past n_tokens untouched
+
+
+def test_softcap(ex: Executor) -> None:
+    """cap * tanh(logits / cap) on the step's n_out rows, in place."""
+    rng = np.random.default_rng(18)
+    logits = rng.standard_normal((3, 1000)).astype(np.float32) * 40
+    lt = ex.tensor("logits", logits.shape, data=logits)
+    got, = _run(ex, lambda b: ops.softcap(b, lt, 30.0), StepParams(3, n_out=2), [lt])
+    np.testing.assert_allclose(got[:2], 30.0 * np.tanh(logits[:2].astype(np.float64) / 30.0), rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(got[2:], logits[2:])
+
+
+def test_gather_rows(ex: Executor) -> None:
+    """dst[r] = src[out_rows[r]] for the step's n_out rows, src[r] for the others; u32 rows as well."""
+    rng = np.random.default_rng(19)
+    src = rng.integers(0, 1 << 31, (6, 8), dtype=np.uint32)
+    st = ex.tensor("src", src.shape, "u32", data=src)
+    out_rows = ex.tensor("out_rows", (3,), "u32", data=np.array([5, 2, 0], np.uint32))
+    dst = ex.tensor("dst", (3, 8), "u32")
+    got, = _run(ex, lambda b: ops.gather_rows(b, st, out_rows, dst), StepParams(6, n_out=2), [dst])
+    np.testing.assert_array_equal(got, src[[5, 2, 2]])
 
 
 @pytest.mark.parametrize("subgroups", REDUCES)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.gemma4 import Gemma4Config
+from models.gemma4 import read_config
 from models.gguf_file import GGUFFile
 from models.text_model import DecodeRow, TextModel, load_text_model
 from scripts.make_gemma4_fixtures import FIXTURES, file_sha256, write_gguf
@@ -131,7 +131,7 @@ def test_f16_cache(fixtures: Fixtures) -> None:
     """The default f16 KV cache rounds k and v to 11 bits: still within the F32 bound."""
     model = load_text_model(str(fixtures.path("moe", "f32")), context_length=256, max_batch=1)
     reference = np.load(GOLDEN / "moe_f32.npz")
-    tokens, logits = greedy_run(model, reference["prompt_1"].tolist(), 8, kv_dtype="f16")
+    _, logits = greedy_run(model, reference["prompt_1"].tolist(), 8, kv_dtype="f16")
     assert min(cosine(logits[k], reference["logits_1"][k]) for k in range(9)) >= 0.9999
 
 
@@ -141,7 +141,7 @@ def test_both_layouts_read_the_same(fixtures: Fixtures, fixture: str) -> None:
     from models.gemma4 import Gemma4
 
     files = [GGUFFile(fixtures.path(fixture, "q8_0", layout)) for layout in ("llamacpp", "ollama")]
-    configs = [Gemma4Config.from_gguf(f) for f in files]
+    configs = [read_config(f) for f in files]
     assert configs[0] == configs[1]
     c = configs[0]
     fx = FIXTURES[fixture]

@@ -1,4 +1,4 @@
-// moe_matvec: the chosen experts' products of a mixture-of-experts block, for each token t and each of its
+// expert_matvec: the chosen experts' products of a mixture-of-experts block, for each token t and each of its
 // TOP_K choices c (expert e = choice[t, c], router weight route[t, c]):
 //   gate-up (DOWN false): y[t, c, j] = gelu_tanh(W[e 2N + j] . x[t]) * (W[e 2N + N + j] . x[t])   j < N
 //                         x: [T_MAX, K], y: [T_MAX, TOP_K, N]; W = ffn_gate_up_exps (each expert's N gate rows,

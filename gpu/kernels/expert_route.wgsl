@@ -1,8 +1,8 @@
-// moe_route: Gemma 4's expert router from its scores, per token row:
+// expert_route: Gemma 4's expert router from its scores, per token row:
 //   p = softmax(scores[t, :]);  the TOP_K largest p (ties: the lower expert first, as torch.topk on CPU)
 //   weights[t, e] = p[e] / sum of the chosen p * expert_scale[e] for chosen e, else 0
-// so the experts' outputs can be summed densely with these weights (kernels/moe_gelu_mul.wgsl); and the same
-// choices as lists: choice[t, k] the k-th expert picked, route[t, k] its weight (kernels/moe_matvec.wgsl).
+// so the experts' outputs can be summed densely with these weights (kernels/expert_gelu_mul.wgsl); and the same
+// choices as lists: choice[t, k] the k-th expert picked, route[t, k] its weight (kernels/expert_matvec.wgsl).
 // Work split: one invocation per token row (EXPERTS is small: 128 in the largest Gemma 4).
 #include "common/step.wgsl"
 

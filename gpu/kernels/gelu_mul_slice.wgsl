@@ -1,5 +1,6 @@
-// ple_gelu_mul: a Gemma 4 block's per-layer input gate: out[t, j] = gelu_tanh(g[t, j]) * pli[t, OFFSET + j]
-// for j < P, where pli holds every layer's inputs side by side (row stride STRIDE, this layer's at OFFSET).
+// gelu_mul_slice: a gate times a slice of another tensor's columns: out[t, j] = gelu_tanh(g[t, j]) * pli[t, OFFSET + j]
+// for j < P (a per-layer input gate: pli holds every layer's inputs side by side, row stride STRIDE, this
+// layer's at OFFSET).
 // Work split: one invocation per element of the step's rows, 256 per workgroup.
 #include "common/step.wgsl"
 #include "common/gelu_tanh.wgsl"

@@ -1,4 +1,4 @@
-// moe_gelu_mul: every expert's gated feed-forward activation, weighted by the router:
+// expert_gelu_mul: every expert's gated feed-forward activation, weighted by the router:
 //   act[t, e * I + j] = gelu_tanh(gu[t, e * 2I + j]) * gu[t, e * 2I + I + j] * weights[t, e]
 // where gu = x W_gate_up_exps (each expert's I gate rows then its I up rows, as GGUF's ffn_gate_up_exps).
 // Experts the router did not choose have weight 0, so x W_down_cat (experts side by side) sums the chosen.

@@ -1,4 +1,4 @@
-// ple_combine: Gemma 4's per-layer inputs (PLE) from their two halves, per token and layer:
+// per_layer_inputs: per-layer inputs (PLE, Gemma 4) from their two halves, per token and layer:
 //   pli[t, l, :] = (proj[t, l, :] * PROJ_SCALE / rms(proj[t, l, :] * PROJ_SCALE) * w + tok[t, l, :]) * COMBINE
 // proj = x_embedded W_per_layer_model_proj (the context half), tok = the per-layer token embedding already
 // scaled by sqrt(P) (the identity half), rms over the P values of one layer's slice; in place on tok.

@@ -1,0 +1,321 @@
+"""The text decoder every family plugs into: its config, its layers' weights and one step builder.
+
+One step, for T token rows of any sequences in the KV pool (models/step_io.py):
+
+    x = embed(ids) * embed_scale                                        # x: [T, D]
+    for each layer i (sliding or full attention; head_dims[i], kv_heads[i], d_ffn[i]):
+        h = rms_norm(x) * attn_norm
+        q = rope(rms_norm(h Wq) * q_norm)                               # q: [T, H, Dh_i]
+        unless KV-shared: k = rope(rms_norm(h Wk) * k_norm), v = h Wv   # (v = k before norm and rope without Wv)
+            cache[pos] = k, v (v rms-normalised first where v_norm)
+        a = attention(q * query_scale, cache of layer i or the layer it shares, window on sliding layers)
+        x += rms_norm(a Wo) * post_attention_norm
+        h = rms_norm(x) * ffn_norm
+        y = feed_forward(h)                                             # hook: (gelu_tanh(h Wg) * h Wu) Wd
+        x = block_output(x, y)                                          # hook: x += rms_norm(y) * post_ffw_norm
+    logits = rms_norm(x[last]) * output_norm  Wout                     # tied to embed unless the file has output
+    logits = softcap(logits)                                            # where the config says so
+    next = sample(logits)                                               # on the GPU: argmax or Gumbel-max
+
+A family is a config reader (GGUF metadata -> DecoderConfig) and a subclass overriding only the hooks where
+its network differs: load_globals and load_layer (extra tensors), begin_step (per-step inputs such as per-layer
+embeddings), feed_forward (experts) and block_output (scaled residuals, per-layer inputs). How each part runs
+(fused products, folded norms, int8 activations) is gpu/ops/blocks.py's choice.
+
+Adding a family:
+1. models/<family>.py: read_config(f) -> DecoderConfig from the file's keys (gguf-py's Keys), and a Decoder
+   subclass with `architecture` (the GGUF general.architecture) and read_config.
+2. Override a hook only where the network differs from the diagram above; a difference every family may have
+   (per-layer head dims or KV heads, windows, rope bases and scaling, softcap) is a DecoderConfig field.
+   Networks without post-norms, with q/k/v biases or without q/k norms need a field here and the matching
+   kernel variant behind gpu/ops/blocks.py (the residual and attention functions), not code in the family.
+3. Register it in FAMILIES by its GGUF architecture name; models/text_model.py finds it there.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from gguf import MODEL_TENSOR, TENSOR_NAMES
+
+from gpu.kv_cache import KVPool, rope_table
+from gpu.ops import blocks
+from gpu.ops import transformer as ops
+from gpu.ops.blocks import BlockInput, Residual
+from gpu.ops.matmul import embedding, linear
+from gpu.ops.sampling import gumbel_sample as sample
+from gpu.ops.split_sums import SplitSums
+from gpu.program import Executor, Program, ProgramBuilder
+from gpu.tensor import Tensor
+from gpu.weights import QuantWeight
+from models.gguf_file import GGUFFile, GGUFFormatError
+from models.step_io import StepIO
+from models.weights import Fused, GGUFSource, Uploader
+
+Progress = Callable[[int, int], None]
+T = MODEL_TENSOR
+
+# Decoder families by GGUF architecture name, as `module:class` (imported on use: they import this module)
+FAMILIES = {"gemma3": "models.gemma3:Gemma3", "gemma4": "models.gemma4:Gemma4"}
+
+
+def family(architecture: str) -> type[Decoder]:
+    """The decoder class of a GGUF architecture (KeyError if none runs it)."""
+    module, _, name = FAMILIES[architecture].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def tensor_name(kind: MODEL_TENSOR, layer: int | None = None, suffix: str = "weight") -> str:
+    """A tensor's GGUF name: gguf-py's template for the kind, the layer filled in, and the suffix."""
+    name = TENSOR_NAMES[kind]
+    return (name.format(bid=layer) if layer is not None else name) + "." + suffix
+
+
+def per_layer(value: object, n: int) -> list:
+    """A per-layer metadata value: an array of n, or one scalar for every layer."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise GGUFFormatError(f"a per-layer array has {len(value)} values for {n} layers")
+        return list(value)
+    return [value] * n
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """What a decoder's step reads from its file, per layer where layers differ."""
+
+    n_layers: int
+    d_model: int  # D
+    n_heads: int  # H
+    head_dims: tuple[int, ...]  # Dh per layer
+    kv_heads: tuple[int, ...]  # per layer
+    d_ffn: tuple[int, ...]  # per layer
+    sliding: tuple[bool, ...]  # per layer: sliding-window attention, else full
+    eps: float  # of every RMS norm
+    window: int  # sliding window in tokens
+    rope_base_full: float
+    rope_base_swa: float
+    rope_scale_full: float  # linear RoPE scaling of full layers (positions divided by it), 1 = none
+    query_scale: float  # attention scores' scale
+    embed_scale: float  # the token embedding's
+    n_ctx_train: int
+    vocab_size: int
+    softcap: float = 0.0  # final logit softcap, 0 = none
+    v_norm: bool = False  # v rms-normalised (no weight) before it is cached
+    n_shared_kv: int = 0  # the last n_shared_kv layers reuse the cache of an earlier layer of their kind
+    d_ple: int = 0  # P: per-layer input width, 0 without per-layer embeddings
+    n_experts: int = 0
+    n_experts_used: int = 0
+
+    def q_width(self, i: int) -> int:
+        return self.n_heads * self.head_dims[i]
+
+    def kv_width(self, i: int) -> int:
+        return self.kv_heads[i] * self.head_dims[i]
+
+    def shared(self, i: int) -> bool:
+        """Whether layer i reads an earlier layer's cache rather than writing its own."""
+        return i >= self.n_layers - self.n_shared_kv
+
+    def cache_layer(self, i: int) -> int:
+        """The layer whose cache layer i attends over: its own, or (KV-shared) the last unshared one of its kind."""
+        if not self.shared(i):
+            return i
+        first = self.n_layers - self.n_shared_kv
+        return max(j for j in range(first) if self.sliding[j] == self.sliding[i])
+
+
+@dataclass
+class LayerWeights:
+    """A block's tensors on the GPU."""
+
+    attn_norm: Tensor
+    qkv: list[Fused]  # q|k|v as few matrices as their types allow; q alone in KV-shared layers
+    q_norm: Tensor
+    k_norm: Tensor | None  # None in KV-shared layers
+    o: QuantWeight
+    post_attention_norm: Tensor
+    ffn_norm: Tensor
+    gate_up: list[Fused]  # gate|up as one matrix (one GLU dispatch) where their types allow
+    down: QuantWeight
+    post_ffw_norm: Tensor
+
+
+PerRow = dict[str, Tensor]  # a family's per-step tensors with a row per token (gathered with the stream)
+
+
+class Decoder:
+    """A decoder's weights on the GPU and the programs that run its steps."""
+
+    architecture: ClassVar[str]
+    # Whether gpu/ops/blocks.py may run the block boundaries in their fused forms (see its docstring)
+    fusable: ClassVar[bool] = True
+
+    def __init__(self, executor: Executor, f: GGUFFile, n_ctx: int, progress: Progress | None = None) -> None:
+        self.executor = executor
+        self.config = c = self.read_config(f)
+        self.n_ctx = n_ctx
+        source = GGUFSource(f)
+        up = Uploader(executor, source.total_bytes, progress)
+        self.token_embd = self._matrix(source, up, tensor_name(T.TOKEN_EMBD))
+        self.output_norm = self._vector(source, up, tensor_name(T.OUTPUT_NORM))
+        output = tensor_name(T.OUTPUT)
+        self.output = self._matrix(source, up, output) if source.has(output) else self.token_embd
+        self.load_globals(source, up)
+        self.layers = [self.load_layer(source, up, i) for i in range(c.n_layers)]
+        self.weight_bytes = up.uploaded_bytes
+        # the KV pool holds a cache per layer that writes one, in layer order: layer -> its index there
+        self._pool_index = {layer: j for j, layer in enumerate(i for i in range(c.n_layers) if not c.shared(i))}
+        self.rope = {sliding: self._rope(source, sliding) for sliding in (True, False)}
+
+    @staticmethod
+    def read_config(f: GGUFFile) -> DecoderConfig:
+        """The family's config from the file's metadata."""
+        raise NotImplementedError
+
+    # -- loading ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _matrix(source: GGUFSource, up: Uploader, name: str) -> QuantWeight:
+        return up.matrix(name, source.matrix(name))
+
+    @staticmethod
+    def _vector(source: GGUFSource, up: Uploader, name: str) -> Tensor:
+        return up.vector(name, source.array(name))
+
+    def load_globals(self, source: GGUFSource, up: Uploader) -> None:
+        """Hook: tensors outside the layers beyond the embedding, output norm and head."""
+
+    def load_layer(self, source: GGUFSource, up: Uploader, i: int) -> LayerWeights:
+        """Layer i's block tensors (a family with more per layer extends them)."""
+        names = [tensor_name(T.ATTN_Q, i)]
+        shared = self.config.shared(i)
+        if not shared:
+            names.append(tensor_name(T.ATTN_K, i))
+            if source.has(tensor_name(T.ATTN_V, i)):
+                names.append(tensor_name(T.ATTN_V, i))  # absent where V is K (attention_k_eq_v)
+
+        def vector(kind: MODEL_TENSOR) -> Tensor:
+            return self._vector(source, up, tensor_name(kind, i))
+
+        def fused(names: list[str]) -> list[Fused]:
+            return up.fused([(n, source.matrix(n)) for n in names])
+
+        return LayerWeights(
+            attn_norm=vector(T.ATTN_NORM),
+            qkv=fused(names),
+            q_norm=vector(T.ATTN_Q_NORM),
+            k_norm=None if shared else vector(T.ATTN_K_NORM),
+            o=self._matrix(source, up, tensor_name(T.ATTN_OUT, i)),
+            post_attention_norm=vector(T.ATTN_POST_NORM),
+            ffn_norm=vector(T.FFN_NORM),
+            gate_up=fused([tensor_name(T.FFN_GATE, i), tensor_name(T.FFN_UP, i)]),
+            down=self._matrix(source, up, tensor_name(T.FFN_DOWN, i)),
+            post_ffw_norm=vector(T.FFN_POST_NORM),
+        )
+
+    def _rope(self, source: GGUFSource, sliding: bool) -> Tensor:
+        """The RoPE table of a layer kind: full layers with the file's frequency factors (rope_freqs), if any."""
+        c, n = self.config, self.n_ctx
+        dim = next((d for d, s in zip(c.head_dims, c.sliding) if s == sliding), c.head_dims[0])
+        factors_name = tensor_name(T.ROPE_FREQS)
+        if sliding:
+            table = rope_table(dim, n, c.rope_base_swa)
+        elif source.has(factors_name):
+            table = rope_table_factors(dim, n, c.rope_base_full, source.array(factors_name))
+        else:
+            table = rope_table(dim, n, c.rope_base_full, c.rope_scale_full)
+        return self.executor.tensor("rope_swa" if sliding else "rope_full", (n, dim), data=table)
+
+    def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool:
+        """Caches for the layers that write one (KV-shared layers read an earlier layer's)."""
+        widths = [self.config.kv_width(i) for i in self._pool_index]
+        return KVPool(self.executor, f"kv_{kv_dtype}", widths, min(n_ctx, self.n_ctx), pool_tokens, n_slots,
+                      kv_dtype, page_tokens)
+
+    # -- the step -----------------------------------------------------------------------------------------------
+
+    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program:
+        """Record the step program for up to t_max token rows (of any sequences in the pool), of
+        which up to r_max reach the output head and the sampler."""
+        c = self.config
+        b = ProgramBuilder(self.executor, f"{self.architecture}.t{t_max}r{r_max}")
+        rows = io.rows
+        x = b.activation("x", (t_max, c.d_model))  # residual stream
+        embedding(b, self.token_embd, io.ids, x, t_max, scale=c.embed_scale, rows=rows, slot_tokens=io.slot_tokens)
+        per_row = self.begin_step(b, io, x, t_max)
+        h: BlockInput = b.activation("h0", (t_max, c.d_model))  # the next block's normalised input
+        ops.rms_norm(b, x, self.layers[0].attn_norm, h, c.eps)
+        residual = Residual(b, x, c.eps, t_max, fusable=self.fusable)
+        for i, w in enumerate(self.layers):
+            t = residual.t_max
+            if c.shared(i) and t > r_max:  # KV-shared layers write no cache: only the output rows matter now
+                assert isinstance(h, Tensor)
+                x, h = (_gather(b, io, v, r_max, f"{name}_out") for v, name in ((residual.x, "x"), (h, "h")))
+                per_row = {name: _gather(b, io, v, r_max, f"{name}_out") for name, v in per_row.items()}
+                rows = _gather(b, io, rows, r_max, "rows_out")
+                residual.gather(x, r_max)
+                t = r_max
+            sliding = c.sliding[i]
+            a = blocks.attention(
+                b, w.qkv, h, w.q_norm, w.k_norm, self.rope[sliding], pool, self._pool_index[c.cache_layer(i)], rows,
+                t, str(i), prompt=t > r_max, heads=c.n_heads, kv_heads=c.kv_heads[i], head_dim=c.head_dims[i],
+                window=c.window if sliding else 0, scale=c.query_scale, eps=c.eps, v_norm=c.v_norm,
+                stack=self.fusable)
+            o = residual.output(w.o, a, f"o{i}")
+            h2 = residual.add_norm(o, w.post_attention_norm, w.ffn_norm, w.gate_up, f"h2_{i}", gated=True)
+            y = self.feed_forward(b, w, i, h2, residual)
+            h = self.block_output(b, io, w, i, y, residual, per_row, r_max)
+        out = io.outputs(r_max)
+        assert isinstance(h, Tensor)
+        linear(b, self.output, h, out.logits, r_max)
+        if c.softcap:
+            ops.softcap(b, out.logits, c.softcap)
+        sample(b, out.logits, out.sampling, out.sampled)
+        ops.store_tokens(b, out.sampled, io.out_rows, io.rows, io.slot_tokens)
+        return b.build()
+
+    def next_norm(self, i: int) -> Tensor:
+        """The norm after layer i: the next layer's attention norm, or the output norm after the last."""
+        return self.output_norm if i + 1 == self.config.n_layers else self.layers[i + 1].attn_norm
+
+    def begin_step(self, b: ProgramBuilder, io: StepIO, x: Tensor, t_max: int) -> PerRow:
+        """Hook: a family's per-step tensors, computed from the embedded tokens x before the first block."""
+        return {}
+
+    def feed_forward(self, b: ProgramBuilder, w: LayerWeights, i: int, h: BlockInput, residual: Residual,
+                     ) -> Tensor | SplitSums:
+        """Hook: the block's feed-forward output before its post-norm; the gated MLP by default."""
+        return blocks.gated_feed_forward(b, w.gate_up, w.down, h, residual, str(i))
+
+    def block_output(self, b: ProgramBuilder, io: StepIO, w: LayerWeights, i: int, y: Tensor | SplitSums,
+                     residual: Residual, per_row: PerRow, r_max: int) -> BlockInput:
+        """Hook: x += rms_norm(y) * post_ffw_norm, and the next block's input (after the last block: the output
+        rows' final norm, the head's input)."""
+        if i + 1 == self.config.n_layers:  # only each sequence's last token reaches the output head
+            return residual.add_norm_rows(y, w.post_ffw_norm, self.output_norm, io.out_rows, r_max, "last")
+        following = self.layers[i + 1]
+        return residual.add_norm(y, w.post_ffw_norm, following.attn_norm, following.qkv, f"h{i + 1}")
+
+
+def _gather(b: ProgramBuilder, io: StepIO, src: Tensor, r_max: int, name: str) -> Tensor:
+    """The output rows of src (each sequence's last token), as a tensor of r_max rows."""
+    dst = b.activation(name, (r_max, *src.shape[1:]), src.dtype)
+    ops.gather_rows(b, src, io.out_rows, dst)
+    return dst
+
+
+def rope_table_factors(head_dim: int, n_ctx: int, base: float, factors: np.ndarray) -> np.ndarray:
+    """rope_table with llama.cpp's frequency factors: pair i turns at base^(-2i/head_dim) / factors[i] (factors of
+    1e30 leave a pair unrotated: proportional RoPE)."""
+    if factors.size != head_dim // 2:
+        raise GGUFFormatError(f"rope_freqs has {factors.size} factors for a head of {head_dim}")
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = (np.float32(1.0) / np.power(np.float32(base), exponent, dtype=np.float32)).astype(np.float32)
+    inv_freq = (inv_freq / factors.astype(np.float32)).astype(np.float32)
+    angles = (np.arange(n_ctx, dtype=np.float32)[:, None] * inv_freq[None, :]).astype(np.float32)
+    return np.stack([np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))], -1).astype(np.float32)

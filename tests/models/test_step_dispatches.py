@@ -1,0 +1,45 @@
+"""The step programs of Gemma 3 and Gemma 4 record the same dispatches as the tree before the decoder redesign:
+the same kernels, defines and workgroup grids, in the same order, on lavapipe's software paths and with the
+adapter described as a GPU (folded norms, stacked matvecs, int8 activations). The golden,
+tests/golden/step_dispatches.json, was captured at the tag `before-redesign` with
+scripts/capture_step_dispatches.py; kernels renamed since are mapped to their new names. Where a digest differs,
+the script's --lines output at the base (`git worktree add /tmp/base before-redesign`) and here shows where."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from scripts import capture_step_dispatches as capture
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "step_dispatches.json"
+RENAMED = {  # kernel at the base -> its name now
+    "moe_route": "expert_route", "moe_matvec": "expert_matvec", "moe_gelu_mul": "expert_gelu_mul",
+    "ple_combine": "per_layer_inputs", "ple_gelu_mul": "gelu_mul_slice",
+}
+
+
+@pytest.fixture(scope="module")
+def programs() -> dict[str, list[str]]:
+    with tempfile.TemporaryDirectory() as folder:
+        return capture.capture(capture.write_models(Path(folder)))
+
+
+def _as_base(entry: str) -> str:
+    """A dispatch line with its kernel under the name the base gave it."""
+    kernel, rest = entry.split(" ", 1)
+    base = {new: old for old, new in RENAMED.items()}
+    return f"{base.get(kernel, kernel)} {rest}"
+
+
+def test_step_programs_record_the_dispatches_of_the_base(programs: dict[str, list[str]]) -> None:
+    golden = json.loads(GOLDEN.read_text())
+    assert sorted(programs) == sorted(golden)
+    for key, lines in programs.items():
+        want, got = golden[key], capture.summary([_as_base(entry) for entry in lines])
+        assert got["kernels"] == want["kernels"], f"{key}: the kernels differ"
+        assert got["dispatches"] == want["dispatches"], key
+        assert got["sha256"] == want["sha256"], f"{key}: defines or grids differ"
