@@ -109,17 +109,17 @@ def _git(*args: str) -> str:
 
 def run_info(benchmark: str, warmup: int, reps: int) -> dict[str, Any]:
     """Where, when, from which tree and by which command a benchmark ran."""
-    commit = _git("rev-parse", "HEAD")
-    # A tree copied without .git (as to the GPU machine) says its commit through HEARTH_COMMIT.
-    commit = commit or os.environ.get("HEARTH_COMMIT", "")
+    # A tree copied to another machine says its commit through HEARTH_COMMIT: the .git that travels with it may
+    # be missing or name another commit than the files measured.
+    commit = os.environ.get("HEARTH_COMMIT") or _git("rev-parse", "HEAD")
     return {
         "benchmark": benchmark,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"host": platform.node(), "arch": platform.machine(), "cpu": _cpu_name(),
                     "cores": os.cpu_count(), "gpus": _gpu_names(), "python": platform.python_version()},
         "commit": commit or None,
-        "tree_modified": bool(_git("status", "--porcelain", "--untracked-files=no")) if _git("rev-parse", "HEAD")
-        else None,
+        "tree_modified": None if os.environ.get("HEARTH_COMMIT") or not _git("rev-parse", "HEAD")
+        else bool(_git("status", "--porcelain", "--untracked-files=no")),
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "warmup": warmup, "reps": reps,
     }
