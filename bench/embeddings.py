@@ -36,8 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
-                          summary, write_json)
+from bench.timing import add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info, summary, write_json  # noqa: E402
 
 _WORDS = ("the a river town market winter light garden doctor teacher city music water stone book friend "
           "network model system energy slowly quickly often never always under over between across builds "
@@ -68,7 +67,7 @@ class HearthEngine:
 
     def __init__(self, model: str) -> None:
         from gpu.device import default_device
-        from models.embedding_model import load_embedding_model
+        from models.embeddings.engine import load_embedding_model
 
         device = default_device()
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
@@ -163,7 +162,7 @@ def main() -> None:
     workloads = {1: [[t] for t in texts[:args.single_texts]],
                  32: [texts[i * 32:(i + 1) * 32] for i in range(args.batches)]}
     results, vectors = [], []
-    from models.embedding_model import resolve_embedding_path
+    from models.embeddings.engine import resolve_embedding_path
 
     path = resolve_embedding_path(args.model)
     if "hearth" in engines:

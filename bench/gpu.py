@@ -46,8 +46,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.text import prompt_ids  # noqa: E402
-from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
-                          summary, timed, write_json)
+from bench.timing import (  # noqa: E402
+    add_timing_args,
+    cell,
+    check_timing_args,
+    markdown_table,
+    ratio,
+    run_info,
+    summary,
+    timed,
+    write_json,
+)
 
 # Peak memory bandwidth from the vendors' data sheets, bytes/s.
 PEAK_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12}
@@ -59,7 +68,7 @@ class HearthBench:
 
     def __init__(self, model_path: str, max_batch: int, int8_activations: bool = False) -> None:
         from gpu.device import default_device
-        from models.text_model import load_text_model
+        from models.text.engine import load_text_model
 
         device = default_device()
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
@@ -83,8 +92,8 @@ class HearthBench:
 
     def decode_s(self, ids: list[int], n: int) -> float:
         """Seconds for n greedy tokens after the prompt (the prompt's prefill not counted)."""
-        from models.generate import generate
-        from models.sampler import SamplingParams
+        from models.text.generate import generate
+        from models.text.sampler import SamplingParams
 
         session = self.model.new_session()
         try:
@@ -99,7 +108,7 @@ class HearthBench:
 
     def batched_decode_s(self, ids: list[int], batch: int, n: int, steps_per_submit: int = 8) -> float:
         """Seconds for n decode steps of `batch` sequences together (after their prefills)."""
-        from models.text_model import DecodeRow
+        from models.text.engine import DecodeRow
 
         sessions = [self.model.new_session() for _ in range(batch)]
         try:
@@ -241,7 +250,7 @@ def bench_transformers(path: str, warmup: int, reps: int) -> dict[str, Any]:
 
 def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float]:
     """(bytes a decode step reads, card name, tokens/s bound at the card's peak bandwidth)."""
-    from models.gguf_file import GGUFFile
+    from models.formats.gguf_file import GGUFFile
 
     f = GGUFFile(model_path)
     n_layers = int(f.value("{arch}.block_count"))

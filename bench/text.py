@@ -76,7 +76,7 @@ class HearthEngine:
 
     def __init__(self, model_path: str, n_ctx: int) -> None:
         from gpu.device import default_device
-        from models.text_model import load_text_model
+        from models.text.engine import load_text_model
 
         device = default_device()
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"

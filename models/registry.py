@@ -16,7 +16,7 @@ from pathlib import Path
 from config.settings import SHIPPED_MODEL, ModelConfig, Settings
 from models import ollama
 
-# GGUF architectures of the Ollama store's embedding models that Hearth runs (models/embedding_model.py's
+# GGUF architectures of the Ollama store's embedding models that Hearth runs (models/embeddings/engine.py's
 # GGUF_LOADERS; tests/server/test_embeddings.py checks that they agree).
 OLLAMA_EMBEDDING_ARCHITECTURES = ("bert", "gemma-embedding")
 # Listing time stands in for "created" of configured models; it is stable for the process.

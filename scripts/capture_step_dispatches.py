@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu.device import Device, choose_adapter, default_device
 from gpu.program import Executor, ProgramBuilder
-from models.gemma3 import Gemma3
-from models.gemma4 import Gemma4
-from models.gguf_file import GGUFFile
-from models.step_io import StepIO
+from models.formats.gguf_file import GGUFFile
+from models.gemma.gemma3 import Gemma3
+from models.gemma.gemma4 import Gemma4
+from models.text.step_io import StepIO
 from scripts import make_synthetic_gguf as synthetic
 from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf
 

@@ -4,7 +4,7 @@ The GPU machine takes 64 MiB per call and the shipped model.safetensors is 90 MB
 carries the model's small files (configs, tokenizer: under 1 MB) and makes the weights where it runs:
 transformers' BertModel initialisation of the same config (normal(0, initializer_range) matrices and
 tables, LayerNorm 1 and 0) under a fixed seed, saved as model.safetensors with BertModel's tensor names,
-which both sentence-transformers and Hearth's loader (models/bert.py) read. Speed depends on the shapes,
+which both sentence-transformers and Hearth's loader (models/bert/model.py) read. Speed depends on the shapes,
 not the values; both engines load the same file, so their vectors still agree.
 
     .venv/bin/python scripts/make_random_minilm.py .bench/minilm --files-only   # here: copy the small files

@@ -1,7 +1,7 @@
 """The chat model worker: a thread per loaded chat model that owns it (its wgpu device, weights, KV cache, executor).
 
 Requests (server/jobs.py) reach it through a bounded queue; their choices join the model's running batch
-(models.batch.BatchGenerator: continuous batching) as soon as it has room for them, and leave it
+(models.text.batch.BatchGenerator: continuous batching) as soon as it has room for them, and leave it
 when they end. Tokens travel back to the event loop as events put on an asyncio.Queue with
 loop.call_soon_threadsafe. Cancel flags are checked at every round of the batch: a client that goes
 away leaves the batch within one round, and its KV pages go back to the pool.
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import cast
 
 from config.settings import Settings
-from models.batch import EndEvent, Event
-from models.chat_template import ChatTemplate
 from models.registry import ModelEntry
-from models.sampler import SampledToken
+from models.text.batch import EndEvent, Event
+from models.text.chat_template import ChatTemplate
+from models.text.sampler import SampledToken
 from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
 from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer
@@ -33,7 +33,7 @@ log = logging.getLogger("hearth.worker")
 
 def load_on_own_device(source: str, **kwargs: object) -> ChatModel:
     """Load a text model on a wgpu device of its own, so workers never share a device or a queue."""
-    from models.text_model import load_text_model
+    from models.text.engine import load_text_model
 
     return _on_own_device(load_text_model, source, **kwargs)
 

@@ -96,9 +96,9 @@ def generate_text(args: argparse.Namespace) -> int:
     """Load the model with a progress bar on stderr, then stream the completion to stdout."""
     from tqdm import tqdm
 
-    from models.generate import generate
-    from models.sampler import SamplingParams
-    from models.text_model import load_text_model
+    from models.text.engine import load_text_model
+    from models.text.generate import generate
+    from models.text.sampler import SamplingParams
     from server.chat_worker import chat_template_of
     from server.text_stream import TextStream
 
@@ -147,7 +147,7 @@ def profile(args: argparse.Namespace) -> int:
     import numpy as np
 
     from gpu.profile import profile_report
-    from models.text_model import PREFILL_BUCKETS, load_text_model
+    from models.text.engine import PREFILL_BUCKETS, load_text_model
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     model = load_text_model(resolve_model(args.model), max_batch=max(args.batch, 1))
@@ -171,7 +171,7 @@ def profile(args: argparse.Namespace) -> int:
 
 
 def convert_kokoro(args: argparse.Namespace) -> int:
-    """`hearth convert`: Kokoro weights and voicepacks -> our GGUF (models/kokoro_convert.py)."""
+    """`hearth convert`: Kokoro weights and voicepacks -> our GGUF (models/kokoro/convert.py)."""
     import shutil
 
     from models.kokoro.convert import ConvertError, convert, converted_model_path

@@ -1,7 +1,7 @@
 """A worker per loaded embedding model: a thread that owns the model (its wgpu device, weights, programs).
 
 Requests queue their token sequences; the thread takes every request waiting when it comes round, up to
-one GPU pass of work (models.embedding_model.TOKEN_BUCKETS[-1] tokens or MAX_SEQUENCES sequences; a
+one GPU pass of work (models.embeddings.engine.TOKEN_BUCKETS[-1] tokens or MAX_SEQUENCES sequences; a
 request larger than that alone still runs whole, in several passes), and embeds them together: concurrent
 requests share one GPU pass. Results go back through concurrent futures wrapped for the event loop; a
 request whose client has gone is cancelled, and skipped if it has not started.
@@ -25,7 +25,7 @@ from server.thread_worker import load_on_own_device as _on_own_device
 
 def load_on_own_device(source: str, **kwargs: object) -> EmbeddingModel:
     """Load an embedding model on a wgpu device of its own, so workers never share a device or a queue."""
-    from models.embedding_model import load_embedding_model
+    from models.embeddings.engine import load_embedding_model
 
     return _on_own_device(load_embedding_model, source, **kwargs)
 
@@ -47,7 +47,7 @@ class EmbeddingWorker(ThreadWorker[EmbeddingModel]):
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, warm_up: bool = True,
                  max_batch_tokens: int | None = None, max_batch_sequences: int | None = None) -> None:
-        from models.embedding_model import MAX_SEQUENCES, TOKEN_BUCKETS
+        from models.embeddings.engine import MAX_SEQUENCES, TOKEN_BUCKETS
 
         super().__init__(name, source, loader, max_queue=max_queue, warm_up=warm_up)
         self.max_batch_tokens = max_batch_tokens or TOKEN_BUCKETS[-1]

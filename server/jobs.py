@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from models.sampler import SamplingParams
+from models.text.sampler import SamplingParams
 from server.errors import to_hearth_error
 
 if TYPE_CHECKING:

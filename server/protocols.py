@@ -15,10 +15,10 @@ import numpy as np
 
 if TYPE_CHECKING:
     from config.settings import Settings
-    from models.batch import Event
-    from models.chat_template import ChatTemplate
     from models.registry import ModelEntry
-    from models.sampler import SamplingParams
+    from models.text.batch import Event
+    from models.text.chat_template import ChatTemplate
+    from models.text.sampler import SamplingParams
     from server.jobs import Job, JobHandle
     from server.text_stream import StreamDecoder
     from server.transcription_worker import Language, TranscribeParams
@@ -31,7 +31,7 @@ WorkerState = Literal["loading", "ready", "failed", "stopped"]
 
 # -- models ------------------------------------------------------------------------------------------------
 class TextTokenizer(Protocol):
-    """Text <-> ids of a chat model (models/tokenizer.py's Tokenizer)."""
+    """Text <-> ids of a chat model (models/text/tokenizer.py's Tokenizer)."""
 
     @property
     def bos_id(self) -> int: ...  # -1 when the vocabulary has none
@@ -65,7 +65,7 @@ class TextSession(Protocol):
 
 
 class BatchGenerator(Protocol):
-    """Continuous batching over a model (models/batch.py's BatchGenerator), driven by the chat worker's thread."""
+    """Continuous batching over a model (models/text/batch.py's BatchGenerator), driven by the chat worker's thread."""
 
     @property
     def busy(self) -> bool: ...
@@ -81,7 +81,7 @@ class BatchGenerator(Protocol):
 
 
 class ChatModel(Protocol):
-    """A loaded text model (models/text_model.py's TextModel): chat, completions and `hearth generate`."""
+    """A loaded text model (models/text/engine.py's TextModel): chat, completions and `hearth generate`."""
 
     @property
     def tokenizer(self) -> TextTokenizer: ...
@@ -98,7 +98,7 @@ class ChatModel(Protocol):
 
 
 class EmbeddingModel(Protocol):
-    """A loaded embedding model (models/embedding_model.py)."""
+    """A loaded embedding model (models/embeddings/engine.py)."""
 
     @property
     def dimensions(self) -> int: ...
@@ -162,7 +162,7 @@ class TranscribedWord(Protocol):
 
 
 class TranscribedSegment(Protocol):
-    """A segment as the model gives it (models/whisper_decode.py's Segment)."""
+    """A segment as the model gives it (models/whisper/decode.py's Segment)."""
 
     @property
     def start(self) -> float: ...  # seconds

@@ -45,7 +45,7 @@ Columns = list[tuple[Tensor, int]]  # each projection's output tensor and first 
 
 
 class FusedWeight(Protocol):
-    """What the block functions need of a fused matrix (models/weights.py's Fused): the weight and each part's
+    """What the block functions need of a fused matrix (models/formats/weights.py's Fused): the weight and each part's
     first row."""
 
     @property

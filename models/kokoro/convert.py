@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.onnx_reader import ONNXGraph
-from models.pth_reader import load_checkpoint
+from models.formats.onnx_reader import ONNXGraph
+from models.formats.pth_reader import load_checkpoint
 
 ARCH = "kokoro"
 CONVERTER_VERSION = 1  # bump when the GGUF layout changes: cached conversions are redone

@@ -16,7 +16,7 @@ from gpu.device import Device, default_device
 from gpu.ops.dynamic import DynamicGraph
 from gpu.program import Executor, StepParams
 from gpu.tensor import Tensor
-from models.gguf_file import GGUFFile
+from models.formats.gguf_file import GGUFFile
 from models.kokoro.convert import ARCH
 
 H = 256  # LSTM hidden units per direction (hidden_dim / 2)

@@ -5,11 +5,20 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationInfo,
-                      field_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
 
 from config.settings import parse_keep_alive
-from models.sampler import SamplingParams
+from models.text.sampler import SamplingParams
 
 # Reusable constrained types: OpenAI's ranges, so a value OpenAI rejects is rejected here too.
 Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="0 is greedy")]

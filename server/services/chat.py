@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Request
 
 from config.settings import Settings
-from models.chat_template import ChatTemplateError
+from models.text.chat_template import ChatTemplateError
 from server.errors import InvalidRequest
 from server.jobs import ChoiceDone, TextDelta
 from server.model_manager import ModelManager

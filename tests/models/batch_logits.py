@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.text_model import DecodeRow, TextModel
+from models.text.engine import DecodeRow, TextModel
 
 
 def greedy_tokens(model: TextModel, prompt: list[int], n: int) -> list[int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.embedding_model import DEFAULT_EMBEDDING_MODEL, EmbeddingModel, load_embedding_model
+from models.embeddings.engine import DEFAULT_EMBEDDING_MODEL, EmbeddingModel, load_embedding_model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 MIN_COSINE = 0.9999

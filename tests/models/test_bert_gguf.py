@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.embedding_model import EmbeddingModel, load_embedding_model
+from models.embeddings.engine import EmbeddingModel, load_embedding_model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

@@ -1,11 +1,11 @@
-"""The shared decoder's registry and config helpers (models/decoder.py); the step it records is checked against
+"""The shared decoder's registry and config helpers (models/text/decoder.py); the step it records is checked against
 the tree before the redesign in test_step_dispatches.py and against transformers in the parity tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from models.decoder import FAMILIES, Decoder, DecoderConfig, family
+from models.text.decoder import FAMILIES, Decoder, DecoderConfig, family
 
 
 @pytest.mark.parametrize("architecture", sorted(FAMILIES))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.embedding_model import EmbeddingModel, load_embedding_model
+from models.embeddings.engine import EmbeddingModel, load_embedding_model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 TINY_DIR = GOLDEN / "embeddings_gemma_tiny"

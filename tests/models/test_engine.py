@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from gpu.kv_cache import PAGE_TOKENS
-from models.batch import BatchGenerator, EndEvent, TokenEvent
-from models.generate import generate
-from models.sampler import SamplingParams
-from models.text_model import DecodeRow, Engine, TextModel, load_text_model
+from models.text.batch import BatchGenerator, EndEvent, TokenEvent
+from models.text.engine import DecodeRow, Engine, TextModel, load_text_model
+from models.text.generate import generate
+from models.text.sampler import SamplingParams
 from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens
 
 pytestmark = pytest.mark.heavy

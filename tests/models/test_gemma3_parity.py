@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.text_model import DecodeRow, TextModel, load_text_model
+from models.text.engine import DecodeRow, TextModel, load_text_model
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 NEAR_TIE = 0.02  # top-two margin below which the exact reference itself is at the f32 noise level
@@ -139,7 +139,7 @@ def test_report_against_llamacpp(model: TextModel, golden, llamacpp) -> None:
 
 def test_weight_memory_within_budget(model: TextModel) -> None:
     """GPU memory held for weights <= 1.1x the GGUF's tensor bytes (they stay quantised)."""
-    from models.gguf_file import GGUFFile
+    from models.formats.gguf_file import GGUFFile
 
     tensor_bytes = GGUFFile(model.path).tensor_bytes
     assert model.arch.weight_bytes <= 1.1 * tensor_bytes

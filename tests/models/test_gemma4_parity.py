@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.gemma4 import read_config
-from models.gguf_file import GGUFFile
-from models.text_model import DecodeRow, TextModel, load_text_model
+from models.formats.gguf_file import GGUFFile
+from models.gemma.gemma4 import read_config
+from models.text.engine import DecodeRow, TextModel, load_text_model
 from scripts.make_gemma4_fixtures import FIXTURES, file_sha256, write_gguf
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "gemma4"
@@ -98,7 +98,7 @@ def test_logits_and_greedy_match_transformers(fixtures: Fixtures, fixture: str, 
 
 def test_dense_experts_match_transformers(fixtures: Fixtures, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fallback for expert tensors too big for one binding: every expert runs, weighted by the router."""
-    from models.gemma4 import Gemma4
+    from models.gemma.gemma4 import Gemma4
 
     monkeypatch.setattr(Gemma4, "sparse_moe", False)
     model = load_text_model(str(fixtures.path("moe", "q8_0")), context_length=256, max_batch=1)
@@ -138,7 +138,7 @@ def test_f16_cache(fixtures: Fixtures) -> None:
 @pytest.mark.parametrize("fixture", sorted(FIXTURES))
 def test_both_layouts_read_the_same(fixtures: Fixtures, fixture: str) -> None:
     """llama.cpp's and Ollama's files give one config (per-layer arrays or scalars) and one tokenizer."""
-    from models.gemma4 import Gemma4
+    from models.gemma.gemma4 import Gemma4
 
     files = [GGUFFile(fixtures.path(fixture, "q8_0", layout)) for layout in ("llamacpp", "ollama")]
     configs = [read_config(f) for f in files]

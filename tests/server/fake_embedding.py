@@ -1,4 +1,4 @@
-"""A stand-in for models.embedding_model.EmbeddingModel (its public API), for fast tests of whole servers.
+"""A stand-in for models.embeddings.engine.EmbeddingModel (its public API), for fast tests of whole servers.
 
 One token per UTF-8 byte (ids 1..256) after a [CLS]-like id 0; embed() gives each sequence a unit vector made
 from its ids, so equal inputs embed equally. Like the real model, embed() refuses sequences that are empty or

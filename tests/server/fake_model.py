@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from gpu.errors import GPUFailure
-from models.batch import EndEvent, Event, TokenEvent
-from models.sampler import Sampler, SamplingParams
-from models.text_model import ContextLengthExceeded
+from models.text.batch import EndEvent, Event, TokenEvent
+from models.text.engine import ContextLengthExceeded
+from models.text.sampler import Sampler, SamplingParams
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
 BYTE0 = len(SPECIALS)
@@ -104,7 +104,7 @@ class FakeSession:
 
 
 class FakeGenerator:
-    """The BatchGenerator protocol (models/batch.py) over fake sessions: each round gives every
+    """The BatchGenerator protocol (models/text/batch.py) over fake sessions: each round gives every
     running sequence one token, sampled on the CPU; at most model.max_batch run together."""
 
     def __init__(self, model: FakeModel) -> None:

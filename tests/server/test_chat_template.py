@@ -1,10 +1,10 @@
-"""Chat templates (models/chat_template.py): the built-in Gemma format and GGUF templates in the sandbox."""
+"""Chat templates (models/text/chat_template.py): the built-in Gemma format and GGUF templates in the sandbox."""
 
 from __future__ import annotations
 
 import pytest
 
-from models.chat_template import ChatTemplate, ChatTemplateError, render_chat
+from models.text.chat_template import ChatTemplate, ChatTemplateError, render_chat
 
 
 def test_builtin_gemma_format() -> None:

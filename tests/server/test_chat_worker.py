@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from models.sampler import SamplingParams
+from models.text.sampler import SamplingParams
 from server.chat_worker import ChatWorker
 from server.errors import QueueFull
 from server.jobs import ChoiceDone, ChoiceSpec, Job, TextDelta

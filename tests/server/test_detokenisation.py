@@ -1,6 +1,6 @@
 """Generated control and reserved ("<unusedN>") tokens reach the client as no text, streamed or not, while they
 still count as generated tokens, and Gemma 4's thinking markers (user-defined pieces) still split reasoning from
-content: the fake model (tests/server/fake_model.py) with a real models.tokenizer vocabulary, saying a script of
+content: the fake model (tests/server/fake_model.py) with a real models.text.tokenizer vocabulary, saying a script of
 token ids."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from gguf import TokenType
 
-from models.tokenizer import GGUFVocab, Tokenizer
+from models.text.tokenizer import GGUFVocab, Tokenizer
 
 PIECES = ["H", "i", "<start_of_turn>", "!", "<unused3936>"]
 MARKERS = ["<|channel>", "<channel|>"]
 TYPES = {"<start_of_turn>": TokenType.CONTROL, "<end_of_turn>": TokenType.CONTROL,
          "<unused3936>": TokenType.NORMAL,  # as a converter other than llama.cpp's may type them
-         "<|channel>": TokenType.USER_DEFINED, "<channel|>": TokenType.USER_DEFINED}  # as models/gemma4.py makes them
+         # as models/gemma/gemma4.py makes them
+         "<|channel>": TokenType.USER_DEFINED, "<channel|>": TokenType.USER_DEFINED}
 BYTE0 = 3  # the first byte piece, "<0x00>"
 
 

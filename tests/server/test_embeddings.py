@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from config.settings import load_settings
-from models.embedding_model import GGUF_LOADERS
+from models.embeddings.engine import GGUF_LOADERS
 from models.registry import OLLAMA_EMBEDDING_ARCHITECTURES
 from server.app import create_app
 from server.embedding_worker import EmbeddingWorker

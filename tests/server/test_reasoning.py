@@ -1,11 +1,11 @@
 """Thinking output apart from the answer (server/text_stream.py's ReasoningSplitter, split_reasoning) and
-Gemma 4's built-in turn format (models/chat_template.py)."""
+Gemma 4's built-in turn format (models/text/chat_template.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from models.chat_template import GEMMA4_TEMPLATE, ChatTemplate
+from models.text.chat_template import GEMMA4_TEMPLATE, ChatTemplate
 from server.text_stream import ReasoningSplitter, split_reasoning
 
 THOUGHT = "<|channel>thought\nFirst, 2 + 2 is 4.<channel|>The answer is 4."

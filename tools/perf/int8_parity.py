@@ -34,7 +34,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def pack(out: Path) -> None:
-    from models.text_model import resolve_model_path
+    from models.text.engine import resolve_model_path
 
     prompts = json.loads((GOLDEN / "gemma3_270m_prompts.json").read_text())
     prompts = prompts["prompts"] if isinstance(prompts, dict) else prompts
@@ -52,9 +52,9 @@ def pack(out: Path) -> None:
 
 
 def run(model_path: str, golden_path: str) -> None:
-    from models.generate import generate
-    from models.sampler import SamplingParams
-    from models.text_model import load_text_model
+    from models.text.engine import load_text_model
+    from models.text.generate import generate
+    from models.text.sampler import SamplingParams
 
     golden = np.load(golden_path)
     prompts = sorted(int(k.split("_")[1]) for k in golden if k.startswith("ids_"))

@@ -355,7 +355,7 @@ def with_split(ex: Executor, split: str, run: Callable[[], list[dict]]) -> list[
 
 def end_to_end(path: str, prompt_tokens: int) -> dict:
     """Prefill tok/s of a GGUF (median of 3 after a warm-up)."""
-    from models.text_model import load_text_model
+    from models.text.engine import load_text_model
 
     model = load_text_model(path, context_length=prompt_tokens + 128)
     session = model.new_session()

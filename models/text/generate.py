@@ -4,7 +4,7 @@ Two paths, the same tokens for the same choice of sampler:
 - on the GPU (greedy, or plain temperature sampling, no logprobs): the GPU samples each token and
   feeds it to the next step itself, several decode steps go in one submission, and the next
   submission is recorded while the GPU runs the current one; only token ids come back.
-- on the CPU (penalties, logit_bias, top_k / top_p / min_p, logprobs): models.sampler picks the
+- on the CPU (penalties, logit_bias, top_k / top_p / min_p, logprobs): models.text.sampler picks the
   token from what comes back each step: the row's 64 best logits and softmax statistics where those
   serve the sampler exactly (top_k / top_p / min_p / greedy logprobs without bias or penalties), the
   whole row of logits otherwise (and at the steps where a top_p or min_p reaches past the 64).
@@ -15,10 +15,13 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from models.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
-from models.step_io import CANDIDATES
-from models.text_model import PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, Session, TextModel
+from models.text.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
+from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
+
+if TYPE_CHECKING:  # annotations only: the engine builds on this module
+    from models.text.engine import Session, TextModel
 
 STEPS_PER_SUBMIT = 8  # decode steps per submission on the GPU path (tokens then stream in bursts of 8)
 

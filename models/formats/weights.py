@@ -25,8 +25,8 @@ from gpu.tensor import Tensor
 from gpu.weights import QuantWeight, concat_rows, upload_weight
 
 if TYPE_CHECKING:
-    from models.gguf_file import GGUFFile
-    from models.safetensors_dir import ModelDir
+    from models.formats.gguf_file import GGUFFile
+    from models.formats.safetensors_dir import ModelDir
 
 Progress = Callable[[int, int], None]
 

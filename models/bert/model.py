@@ -32,10 +32,10 @@ from gpu.ops.matmul import linear
 from gpu.program import Executor, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
-from models.embedding_model import EncoderInputs, Head, HFTextEncoder, record_head
-from models.gguf_file import GGUFFile, GGUFFormatError
-from models.safetensors_dir import ModelDir, ModelDirError
-from models.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, fuse_rows
+from models.embeddings.engine import EncoderInputs, Head, HFTextEncoder, record_head
+from models.formats.gguf_file import GGUFFile, GGUFFormatError
+from models.formats.safetensors_dir import ModelDir, ModelDirError
+from models.formats.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, fuse_rows
 
 _GGUF_POOLING = {PoolingType.MEAN: "mean", PoolingType.CLS: "cls", PoolingType.LAST: "last"}
 _PHANTOM = "\u2581"  # llama.cpp's mark of a word start in BERT vocabularies

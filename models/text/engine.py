@@ -5,7 +5,7 @@
     logits = session.prefill(model.tokenizer.encode("The capital of France is"))
     logits = session.decode(int(logits.argmax()))
 
-A session is one sequence in the model's paged KV pool. The engine (models.text_model.Engine)
+A session is one sequence in the model's paged KV pool. The engine (models.text.engine.Engine)
 runs steps for any sequences of the pool: prefill chunks (up to 16, 64, 256 or 512 tokens a
 step; a longer prompt goes in chunks of 512) and batched decode steps of up to MAX_BATCH
 sequences, several steps per submission, the next token sampled on the GPU and fed to the
@@ -17,31 +17,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from gpu.device import Device, default_device
 from gpu.kv_cache import PAGE_TOKENS, KVPool
 from gpu.ops.sampling import top_candidates
-from gpu.program import Executor, PendingResult, Program, ProgramBuilder, StepParams, Submission
+from gpu.program import Executor, Program, ProgramBuilder, StepParams, Submission
 from gpu.tensor import Tensor
-from models.decoder import FAMILIES, family
-from models.gguf_file import GGUFFile, GGUFFormatError
-from models.sampler import Candidates
-from models.step_io import CANDIDATES, StepIO
-from models.tokenizer import Tokenizer
-
-if TYPE_CHECKING:
-    from models.batch import BatchGenerator
+from models.formats.gguf_file import GGUFFile, GGUFFormatError
+from models.text.batch import BatchGenerator
+from models.text.decoder import FAMILIES, family
+from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO
+from models.text.tokenizer import Tokenizer
 
 log = logging.getLogger("hearth.models")
 
 DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_CONTEXT = 8192  # positions per session unless asked otherwise
-PREFILL_BUCKETS = (16, 64, 256, 512)  # token rows of the prefill programs; longer prompts go in chunks
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # sequences of the batched decode programs
 MAX_BATCH = 32  # most sequences decoding together
 SPARE_SLOTS = 4  # KV slots beyond the batch: sequences prefilling while the batch is full
@@ -80,62 +75,6 @@ def resolve_model_path(name_or_path: str) -> Path:
     if not path.is_file():
         raise ModelNotFound(f"no model named {name_or_path!r} (not {DEFAULT_MODEL!r} and not a GGUF file)")
     return path
-
-
-@dataclass(frozen=True)
-class GpuSampling:
-    """How the GPU picks a row's next token: the argmax (temperature 0) or an exact draw from
-    softmax(logits / temperature) by the Gumbel-max trick, its noise keyed by (seed, position)
-    so a seeded request gives the same tokens however the server batches it."""
-
-    temperature: float = 0.0
-    seed: int = 0
-
-    def words(self, position: int) -> tuple[int, int, int, int]:
-        inv_t = 0.0 if self.temperature == 0 else 1.0 / self.temperature
-        # (1/temperature bits, Philox key low word = seed, high word = the first sampled position);
-        # the step counts 0, 1, ... within a submission (gpu/kernels/sample/gumbel_partial.wgsl)
-        return (int(np.float32(inv_t).view(np.uint32)), self.seed & 0xFFFFFFFF, position, 0)
-
-
-@dataclass
-class DecodeRow:
-    """One sequence's row in a batched decode submission."""
-
-    session: Session
-    token: int | None = None  # the input token; None: the token the GPU sampled last for this sequence
-    sampling: GpuSampling = field(default_factory=GpuSampling)
-    read_logits: bool = False  # copy this row's logits back (single-step submissions only)
-    read_candidates: bool = False  # its CANDIDATES best logits and softmax statistics instead (idem)
-
-
-class PendingStep:
-    """A submitted step (or run of decode steps); wait() gives the sampled tokens and any logits,
-    `candidates` then holds the rows' candidates that were asked for."""
-
-    def __init__(self, pending: PendingResult, n_steps: int, n_rows: int, logit_rows: list[int],
-                 candidate_rows: list[int] | None = None) -> None:
-        self._pending, self.n_steps, self.n_rows, self.logit_rows = pending, n_steps, n_rows, logit_rows
-        self.candidate_rows = candidate_rows or []
-        self._result: tuple[np.ndarray, dict[int, np.ndarray]] | None = None
-        self.candidates: dict[int, Candidates] = {}
-
-    def wait(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-        """(tokens [n_steps, n_rows] the GPU sampled, {row: logits [V]} of the rows that asked)."""
-        if self._result is None:
-            arrays = self._pending.wait()
-            if not arrays:  # a submission that reads nothing back
-                self._result = (np.zeros((0, self.n_rows), np.int64), {})
-                return self._result
-            tokens = arrays[0].reshape(-1)[: self.n_steps * self.n_rows].reshape(self.n_steps, self.n_rows)
-            n_logits = len(self.logit_rows)
-            self._result = (tokens.astype(np.int64), dict(zip(self.logit_rows, arrays[1:1 + n_logits], strict=True)))
-            if self.candidate_rows:
-                ids, logits, stats = arrays[1 + n_logits:]
-                ids, logits, stats = ids.reshape(-1, CANDIDATES), logits.reshape(-1, CANDIDATES), stats.reshape(-1, 2)
-                self.candidates = {row: Candidates(ids[row].astype(np.int64), logits[row], float(stats[row, 0]),
-                                                   float(stats[row, 1])) for row in self.candidate_rows}
-        return self._result
 
 
 class Engine:
@@ -344,9 +283,7 @@ class TextModel:
         return Session(self, self.engine(kv_dtype))
 
     def generator(self, kv_dtype: str | None = None) -> BatchGenerator:
-        """A continuous-batching generator over this model (models/batch.py)."""
-        from models.batch import BatchGenerator  # models.batch builds on this module
-
+        """A continuous-batching generator over this model (models/text/batch.py)."""
         return BatchGenerator(self, kv_dtype)
 
 

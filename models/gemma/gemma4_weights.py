@@ -2,7 +2,7 @@
 
 The experts' tensors of a MoE block are rearranged as they go up: gate and up per expert in one matrix; the
 down projections as the file has them (the sparse expert matvec reads each expert's rows) or side by side (the
-dense fallback's one product sums the experts' outputs). Other tensors load through models/weights.py.
+dense fallback's one product sums the experts' outputs). Other tensors load through models/formats/weights.py.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 from gguf import MODEL_TENSOR
 
 from gpu.weights import QuantWeight, row_bytes
-from models.decoder import tensor_name
-from models.gguf_file import GGUFFile, GGUFFormatError
-from models.weights import Matrix, Uploader
+from models.formats.gguf_file import GGUFFile, GGUFFormatError
+from models.formats.weights import Matrix, Uploader
+from models.text.decoder import tensor_name
 
 T = MODEL_TENSOR
 

@@ -34,12 +34,15 @@ import math
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpu.kv_cache import PoolExhausted
-from models.generate import STEPS_PER_SUBMIT, gpu_sampling
-from models.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
-from models.step_io import CANDIDATES
-from models.text_model import PREFILL_BUCKETS, DecodeRow, Engine, GpuSampling, PendingStep, Session, TextModel
+from models.text.generate import STEPS_PER_SUBMIT, gpu_sampling
+from models.text.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
+from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
+
+if TYPE_CHECKING:  # annotations only: the engine builds on this module
+    from models.text.engine import Engine, Session, TextModel
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class _Sequence:
     gpu: GpuSampling | None  # None: the CPU samples from read-back logits
     sampler: Sampler | None
     history: list[int]  # prompt and tokens so far, for the CPU sampler's penalties
-    candidates: bool  # CPU path: the row's best logits come back rather than all (models/generate.py)
+    candidates: bool  # CPU path: the row's best logits come back rather than all (models/text/generate.py)
     request: list[int] = field(default_factory=list)  # the request's prompt
     emitted: list[int] = field(default_factory=list)  # tokens handed out
     prefilled: int = 0  # prompt tokens submitted

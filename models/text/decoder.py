@@ -1,6 +1,6 @@
 """The text decoder every family plugs into: its config, its layers' weights and one step builder.
 
-One step, for T token rows of any sequences in the KV pool (models/step_io.py):
+One step, for T token rows of any sequences in the KV pool (models/text/step_io.py):
 
     x = embed(ids) * embed_scale                                        # x: [T, D]
     for each layer i (sliding or full attention; head_dims[i], kv_heads[i], d_ffn[i]):
@@ -29,7 +29,7 @@ Adding a family:
    (per-layer head dims or KV heads, windows, rope bases and scaling, softcap) is a DecoderConfig field.
    Networks without post-norms, with q/k/v biases or without q/k norms need a field here and the matching
    kernel variant behind gpu/ops/blocks.py (the residual and attention functions), not code in the family.
-3. Register it in FAMILIES by its GGUF architecture name; models/text_model.py finds it there.
+3. Register it in FAMILIES by its GGUF architecture name; models/text/engine.py finds it there.
 """
 
 from __future__ import annotations
@@ -52,15 +52,15 @@ from gpu.ops.split_sums import SplitSums
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
-from models.gguf_file import GGUFFile, GGUFFormatError
-from models.step_io import StepIO
-from models.weights import Fused, GGUFSource, Uploader
+from models.formats.gguf_file import GGUFFile, GGUFFormatError
+from models.formats.weights import Fused, GGUFSource, Uploader
+from models.text.step_io import StepIO
 
 Progress = Callable[[int, int], None]
 T = MODEL_TENSOR
 
 # Decoder families by GGUF architecture name, as `module:class` (imported on use: they import this module)
-FAMILIES = {"gemma3": "models.gemma3:Gemma3", "gemma4": "models.gemma4:Gemma4"}
+FAMILIES = {"gemma3": "models.gemma.gemma3:Gemma3", "gemma4": "models.gemma.gemma4:Gemma4"}
 
 
 def family(architecture: str) -> type[Decoder]:

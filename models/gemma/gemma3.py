@@ -1,4 +1,4 @@
-"""Gemma 3 (text), from a GGUF file as llama.cpp's converter writes it: the shared decoder (models/decoder.py)
+"""Gemma 3 (text), from a GGUF file as llama.cpp's converter writes it: the shared decoder (models/text/decoder.py)
 as it is, with Gemma's embedding scale and post-norms.
 
     x = embed(ids) * sqrt(D)                                   # x: [T, D]
@@ -23,8 +23,8 @@ import math
 
 from gguf import MODEL_TENSOR, Keys
 
-from models.decoder import Decoder, DecoderConfig, tensor_name
-from models.gguf_file import GGUFFile
+from models.formats.gguf_file import GGUFFile
+from models.text.decoder import Decoder, DecoderConfig, tensor_name
 
 SWA_PATTERN = 6  # llama.cpp and HF: every 6th layer attends globally
 ROPE_BASE_LOCAL = 10_000.0  # sliding-window layers (not stored in Gemma 3 GGUFs)

@@ -1,7 +1,7 @@
-"""Gemma 4 (text), from a GGUF in llama.cpp's layout or Ollama's: the shared decoder (models/decoder.py) with
+"""Gemma 4 (text), from a GGUF in llama.cpp's layout or Ollama's: the shared decoder (models/text/decoder.py) with
 per-layer embeddings (PLE), KV sharing, experts, k = v on full layers, proportional RoPE and a final softcap.
 
-One step, for T tokens at positions pos..pos+T-1 (rows of any sequences, see models/step_io.py):
+One step, for T tokens at positions pos..pos+T-1 (rows of any sequences, see models/text/step_io.py):
 
     x = embed(ids) * sqrt(D)                                            # x: [T, D]
     pli = (rms_norm(x Wple * D^-0.5) * ple_norm + embed_pl(ids) * sqrt(P)) / sqrt(2)   # PLE: [T, L, P]
@@ -50,13 +50,13 @@ from gpu.ops.split_sums import SplitSums
 from gpu.program import ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
-from models.chat_template import GEMMA4_TEMPLATE
-from models.decoder import Decoder, DecoderConfig, LayerWeights, PerRow, per_layer, tensor_name
-from models.gemma4_weights import experts_down, experts_fit_one_binding, experts_gate_up
-from models.gguf_file import GGUFFile
-from models.step_io import StepIO
-from models.tokenizer import Tokenizer, read_gguf_vocab
-from models.weights import GGUFSource, Uploader
+from models.formats.gguf_file import GGUFFile
+from models.formats.weights import GGUFSource, Uploader
+from models.gemma.gemma4_weights import experts_down, experts_fit_one_binding, experts_gate_up
+from models.text.chat_template import GEMMA4_TEMPLATE
+from models.text.decoder import Decoder, DecoderConfig, LayerWeights, PerRow, per_layer, tensor_name
+from models.text.step_io import StepIO
+from models.text.tokenizer import Tokenizer, read_gguf_vocab
 
 T = MODEL_TENSOR
 SOFTCAP = 30.0  # final logit softcap of the Gemma 4 checkpoints (HF config final_logit_softcapping)

@@ -22,10 +22,10 @@ Sliding layers use RoPE base 10k, the others the file's base (1M). Scores are sc
 query_pre_attn_scalar^-0.5 (GGUF: head_dim^-0.5, as llama.cpp does). EmbeddingGemma was trained with
 Matryoshka truncation, so /v1/embeddings' `dimensions` may shorten its vectors.
 
-What it shares with the causal Gemma 3: the decoder config (models/decoder.py's DecoderConfig, read from a GGUF
-by models/gemma3.py), tensor names and the weight interface (models/weights.py). Its step stays its own: the
-decoder's step runs causal attention over a paged KV cache, while the encoder ops (gpu/ops/encoder.py) attend
-both ways within each packed sequence and keep no cache.
+What it shares with the causal Gemma 3: the decoder config (models/text/decoder.py's DecoderConfig, read from a
+GGUF by models/gemma/gemma3.py), tensor names and the weight interface (models/formats/weights.py). Its step
+stays its own: the decoder's step runs causal attention over a paged KV cache, while the encoder ops
+(gpu/ops/encoder.py) attend both ways within each packed sequence and keep no cache.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ from gpu.ops.matmul import linear
 from gpu.program import Executor, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
-from models import gemma3
-from models.decoder import DecoderConfig, tensor_name
-from models.embedding_model import EncoderInputs, Head, HFTextEncoder, record_head
-from models.gguf_file import GGUFFile, GGUFFormatError
-from models.safetensors_dir import ModelDir, ModelDirError
-from models.tokenizer import Tokenizer
-from models.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, dequantize_rows
+from models.embeddings.engine import EncoderInputs, Head, HFTextEncoder, record_head
+from models.formats.gguf_file import GGUFFile, GGUFFormatError
+from models.formats.safetensors_dir import ModelDir, ModelDirError
+from models.formats.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, dequantize_rows
+from models.gemma import gemma3
+from models.text.decoder import DecoderConfig, tensor_name
+from models.text.tokenizer import Tokenizer
 
 SWA_PATTERN = 6  # HF's default: every 6th layer attends to the whole sequence
 _GGUF_POOLING = {PoolingType.MEAN: "mean", PoolingType.CLS: "cls", PoolingType.LAST: "last"}
@@ -214,7 +214,7 @@ class EmbeddingGemma:
 
 
 class GGUFTextEncoder:
-    """A GGUF vocabulary (models/tokenizer.py) with BOS, and EOS where the file asks for it; truncation keeps
+    """A GGUF vocabulary (models/text/tokenizer.py) with BOS, and EOS where the file asks for it; truncation keeps
     the special tokens at both ends, as the HF tokenizer's post-processor does."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:

@@ -9,7 +9,7 @@ A batch of sequences of uneven lengths is packed row after row with no padding (
 its sequence's rows: the attention's padding mask), run through a step program recorded for the
 smallest bucket of TOKEN_BUCKETS rows that holds it, and pooled per sequence on the GPU. Batches
 larger than a pass (TOKEN_BUCKETS[-1] tokens or MAX_SEQUENCES sequences) take several passes.
-Architectures (models/bert.py, models/embedding_gemma.py) compute the input rows on the host (an
+Architectures (models/bert/model.py, models/gemma/embedding_gemma.py) compute the input rows on the host (an
 embedding lookup, in float32) and record the layers; loaders are found by architecture name.
 """
 
@@ -33,7 +33,9 @@ from gpu.ops.matmul import linear
 from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
-from models.weights import Progress
+from models.formats.gguf_file import GGUFFile, GGUFFormatError
+from models.formats.safetensors_dir import ModelDir, ModelDirError
+from models.formats.weights import Progress
 
 log = logging.getLogger("hearth.models")
 
@@ -246,8 +248,14 @@ def resolve_embedding_path(name_or_path: str) -> Path:
 
 
 # Loaders by architecture, as `module:function` (imported on use: they import this module).
-DIR_LOADERS = {"bert": "models.bert:from_dir", "gemma3_text": "models.embedding_gemma:from_dir"}  # config model_type
-GGUF_LOADERS = {"bert": "models.bert:from_gguf", "gemma-embedding": "models.embedding_gemma:from_gguf"}
+DIR_LOADERS = {  # by the config's model_type
+    "bert": "models.bert.model:from_dir",
+    "gemma3_text": "models.gemma.embedding_gemma:from_dir",
+}
+GGUF_LOADERS = {  # by general.architecture
+    "bert": "models.bert.model:from_gguf",
+    "gemma-embedding": "models.gemma.embedding_gemma:from_gguf",
+}
 
 
 def _loader(target: str) -> Callable[..., tuple[EncoderArchitecture, TextEncoder]]:
@@ -258,16 +266,12 @@ def _loader(target: str) -> Callable[..., tuple[EncoderArchitecture, TextEncoder
 def _open(path: Path, executor: Executor, progress: Progress | None) -> tuple[EncoderArchitecture, TextEncoder]:
     """The architecture and tokenizer of a model directory or GGUF file, found by architecture name."""
     if path.is_dir():
-        from models.safetensors_dir import ModelDir, ModelDirError
-
         d = ModelDir(path)
         model_type = d.config.get("model_type", "")
         if model_type not in DIR_LOADERS:
             raise ModelDirError(f"{path.name}: model_type {model_type!r} is not supported for embeddings "
                                 f"(supported: {', '.join(sorted(DIR_LOADERS))})")
         return _loader(DIR_LOADERS[model_type])(d, executor, progress)
-    from models.gguf_file import GGUFFile, GGUFFormatError
-
     f = GGUFFile(path)
     if f.arch not in GGUF_LOADERS:
         raise GGUFFormatError(f"{path.name}: architecture {f.arch!r} is not an embedding model Hearth runs "
