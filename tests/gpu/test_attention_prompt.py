@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.kv_cache import KVPool
 from gpu.ops.attention_prompt import PromptConfig, attention_prompt, choose_reduce, prompt_config, supports
 from gpu.program import Executor, ProgramBuilder, StepParams
@@ -23,10 +22,6 @@ PAGE = 16  # small pages: a sequence's keys cross many page edges
 # and 2e-5 absolute leave a margin of about 10x over what f32 rounding gives.
 RTOL, ATOL = 1e-4, 2e-5
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def _reference(q, k, v, p, heads, kv_heads, window, scale):

@@ -11,16 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.ops.conv import conv1d, conv1d_out_len, upload_conv1d
 from gpu.program import Executor, ProgramBuilder, StepParams
 
 TOL = 1e-5
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: int, padding: tuple[int, int],

@@ -9,17 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.ops.dynamic import DynamicGraph
 from gpu.program import Executor, StepParams
 from models.kokoro.noise import source_noise
 
 TOL = 2e-4
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def run(ex: Executor, build, *inputs: np.ndarray, out_shapes: list[tuple[int, ...]]) -> list[np.ndarray]:

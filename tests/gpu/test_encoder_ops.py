@@ -13,16 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.ops import encoder as ops
 from gpu.program import Executor, ProgramBuilder, StepParams
 
 RTOL = ATOL = 1e-5
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def _run(ex: Executor, build, n_tokens: int, read):

@@ -10,14 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.ops.full_attention import full_attention
 from gpu.program import Executor, ProgramBuilder, StepParams
-
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 @pytest.mark.parametrize("n", [200, 201])  # tiled scores + values (n % 4 == 0), one pass per row (else)

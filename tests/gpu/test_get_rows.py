@@ -15,7 +15,7 @@ from gguf.quants import dequantize
 from gpu.ops.matmul import block_values, embedding
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import row_bytes, upload_weight
-from tests.gpu.test_matmul import SENTINEL, TYPES, ex, random_weight_bytes  # noqa: F401 (ex is a fixture)
+from tests.gpu.test_matmul import SENTINEL, TYPES, random_weight_bytes
 
 RTOL = 1e-6
 

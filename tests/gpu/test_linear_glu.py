@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from gpu.device import default_device
 from gpu.ops.matmul import LinearKernel, block_values, linear_glu
 from gpu.ops.matmul_plan import MatmulTile, matmul_tile
 from gpu.ops.matmul_tuning import DEFAULT_TUNING
@@ -39,10 +38,6 @@ EPILOGUE_TOL = 1e-5  # of |y| and |g u|: the f32 epilogue
 def gelu_tanh(g: np.ndarray) -> np.ndarray:
     return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def run_glu(

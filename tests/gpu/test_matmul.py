@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from gpu.device import default_device
+from gpu.device import Device
 from gpu.ops import matmul as matmul_ops
 from gpu.ops import matmul_plan as plan
 from gpu.ops.matmul import LinearKernel, block_values, device_traits, linear, linear_glu
@@ -80,10 +81,6 @@ def uses_f16_tiles(ex: Executor, qtype: Q, t_max: int, kernel: LinearKernel | No
     matmul = (kernel or plan.default_kernel(t_max, not tiled, ex.tuning)) is LinearKernel.MATMUL
     return matmul and tiled and plan.tiles_in_f16(device_traits(ex.device), qtype, ex.tuning)
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def tuned(ex: Executor, **changes: Any) -> Executor:
@@ -473,14 +470,14 @@ def test_rejects_bad_shapes(ex: Executor) -> None:
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["f32", "int8"])
-def test_split_parts_added_by_the_residual_norm(int8: bool) -> None:
+def test_split_parts_added_by_the_residual_norm(device: Device, int8: bool) -> None:
     """A k-split matmul's parts left for the residual norm (linear_output -> SplitSums) give the x and h of
     matmul_reduce then the residual norm, bit for bit (the parts added in the same order), for f32 and int8 tiles
     (the 270M's o, 1024 x 640, at 64 tokens: k in 8 parts, 4 in int8), and the gathering norm of the last layer."""
     from gpu.ops import transformer as ops
     from gpu.ops.split_sums import SplitSums
 
-    ex = Executor(default_device())
+    ex = Executor(device)
     rng = np.random.default_rng(31)
     k, n, t_max, n_tokens = 1024, 640, 64, 50
     raw = random_weight_bytes(rng, Q.Q4_K, k, n)

@@ -21,7 +21,6 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from gpu.device import default_device
 from gpu.ops import matmul as matmul_ops
 from gpu.ops.matmul import LinearKernel, linear, linear_glu, quantize_input
 from gpu.ops.matmul_plan import INT8_MATVEC_KERNELS, INT8_TYPES, MatmulTile
@@ -34,10 +33,6 @@ from tests.gpu.test_matmul import REL_TOL, SENTINEL, random_normed_input, random
 TYPES = sorted(INT8_TYPES, key=lambda q: q.name)
 T = MatmulTile
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def quantized(ex: Executor, x: np.ndarray, n_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,17 +8,12 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 
-from gpu.device import default_device
 from gpu.ops import moe
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import upload_weight
 
 RTOL = ATOL = 1e-5
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def _run(ex: Executor, build, n_tokens: int, read):

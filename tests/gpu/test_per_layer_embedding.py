@@ -5,18 +5,12 @@ summed in another order (rtol, atol 1e-5)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from gpu.device import default_device
 from gpu.ops import per_layer_embedding as ple
 from gpu.program import Executor, ProgramBuilder, StepParams
 
 RTOL = ATOL = 1e-5
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def _run(ex: Executor, build, n_tokens: int, read):

@@ -7,17 +7,12 @@ import re
 import numpy as np
 import pytest
 
-from gpu.device import choose_adapter, default_device
+from gpu.device import Device, choose_adapter
 from gpu.errors import GPUFailure
 from gpu.ops import transformer as ops
 from gpu.program import Executor, ProgramBuilder, StepParams, workgroup_grid
 from gpu.shaders import KERNEL_DIR, ShaderSourceError, compile_source
 from gpu.tensor import Tensor
-
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def test_step_struct_matches_python_mirror() -> None:
@@ -123,8 +118,7 @@ def test_validation_error_names_stage_and_op(ex: Executor) -> None:
         b.build()
 
 
-def test_adapter_choice_by_name() -> None:
-    device = default_device()
+def test_adapter_choice_by_name(device: Device) -> None:
     assert choose_adapter(device.name.split()[0]).info["device"] == device.name
     with pytest.raises(GPUFailure, match="matches none"):
         choose_adapter("no adapter is called this")

@@ -6,16 +6,9 @@ Tolerance: the copies are exact and the add is exact up to one rounding (1e-6).
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from gpu.device import default_device
 from gpu.ops.rows import copy_rows, residual_add
 from gpu.program import Executor, ProgramBuilder, StepParams
-
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def test_residual_add_and_copy_rows(ex: Executor) -> None:

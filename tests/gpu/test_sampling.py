@@ -17,7 +17,6 @@ import re
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.ops import sampling
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.shaders import KERNEL_DIR
@@ -26,10 +25,6 @@ SUM_RTOL = 1e-5
 BIG_V = 262_144  # Gemma 3's vocabulary, the size the chunking is tuned for
 SCORE_MARGIN = 1e-4  # reference scores closer than this may order differently in f32
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 @pytest.fixture(params=[False, True], ids=["workgroup", "subgroup"])

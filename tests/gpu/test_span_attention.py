@@ -8,14 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.ops.span_attention import span_attention
 from gpu.program import Executor, ProgramBuilder, StepParams
-
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 @pytest.mark.parametrize("d, max_keys", [(16, 300), (64, 1500)])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.device import default_device
 from gpu.kv_cache import PAGE_TOKENS, KVPool, rope_table
 from gpu.ops import transformer as ops
 from gpu.ops.transformer import RawQKV
@@ -22,10 +21,6 @@ from gpu.tensor import Tensor
 
 RTOL = ATOL = 1e-5
 
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 def _run(ex: Executor, build, step: StepParams, read):

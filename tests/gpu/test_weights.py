@@ -12,16 +12,10 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from gpu.device import default_device
 from gpu.ops.matmul import LinearKernel, linear
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import as_q8_0, concat_rows, upload_weight
 from tests.gpu.test_matmul import random_weight_bytes
-
-
-@pytest.fixture(scope="module")
-def ex() -> Executor:
-    return Executor(default_device())
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q5_0, Q.Q8_0], ids=lambda q: q.name)
