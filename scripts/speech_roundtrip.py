@@ -3,8 +3,8 @@
 Speech comes from Hearth's Kokoro (`--tts hearth`, the default) or from onnxruntime on the same ONNX file with the
 same front end (`--tts onnxruntime`, to tell the network's share of the errors from the front end's); transcripts
 from Hearth's Whisper (`--asr hearth`, the shipped tiny.en, greedy) or faster-whisper in the reference venv
-(`--asr faster-whisper`). Reference and transcript are compared after the same normalisation (models/normalize.py
-spells numbers out, then lower case, punctuation dropped), so "$5" and "five dollars" agree.
+(`--asr faster-whisper`). Reference and transcript are compared after the same normalisation
+(models/kokoro/normalize.py spells numbers out, then lower case, punctuation dropped), so "$5" and "five dollars" agree.
 
     .venv/bin/python scripts/speech_roundtrip.py [--voice jf_alpha] [--tts hearth] [--asr hearth] [--json out.json]
 

@@ -14,7 +14,7 @@ of two rows (TPR = head_dim / 16) so that every workgroup-memory read feeds twic
 (GPUs with wide enough subgroups); threads per workgroup (WG); keys per chunk (KC, bounded by workgroup
 memory and by four vec4 loads per thread); SPLITS, the parts a block's keys may be cut into (each at
 least MIN_PART keys), merged by attention/prompt_combine.wgsl. Head dims other than 32, 64, 128, 256
-or 512 fall back to attention.wgsl. bench/attention.py compares it with attention.wgsl.
+or 512 fall back to attention.wgsl. tools/perf/attention.py compares it with attention.wgsl.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from gpu.tensor import Tensor
 
 HEAD_DIMS = (32, 64, 128, 256, 512)  # D / 32 threads per row: a power of two
 DIMS_PER_THREAD = 32  # q and accumulator values per thread (8 named vec4 each)
-# GPU defaults: the variant closest to the best one across Gemma 3's prompt shapes in a sweep of bench/attention.py
-# (subgroup sums, pairs, threads, keys per chunk and splits).
+# GPU defaults: the variant closest to the best one across Gemma 3's prompt shapes in a sweep of
+# tools/perf/attention.py (subgroup sums, pairs, threads, keys per chunk and splits).
 GPU_THREADS = 128
 GPU_KEYS = 8  # keys per chunk: 2 x 8 x 256 x 4 bytes = 16 KiB of workgroup memory at D = 256
 GPU_SPLITS = 4  # fixed: a part never has fewer than MIN_PART keys, so short ranges use fewer
