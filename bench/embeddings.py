@@ -36,7 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.timing import add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info, summary, write_json  # noqa: E402
+from bench.timing import (add_timing_args, cell, check_timing_args, markdown_table, ratio, run_info,  # noqa: E402
+                          summary, write_json)
 
 _WORDS = ("the a river town market winter light garden doctor teacher city music water stone book friend "
           "network model system energy slowly quickly often never always under over between across builds "

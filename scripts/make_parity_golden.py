@@ -23,9 +23,9 @@ Both npz files (compressed) hold, per prompt index i:
 - greedy_<i>: int32 [64], the greedy (argmax, no penalties) continuation g_1..g_64; g_1 = argmax(prefill logits).
 - margins_<i>: float32 [64], top1 - top2 of the logits that chose g_k (small margins say where a numerically
   correct implementation may legitimately pick another token).
-- decode_logits_<i> (transformers only): float32 [262144], logits after decoding all 64 tokens one at a time with the cache, i.e. at
-  position len(prompt) + 63 having fed g_64 (they predict token 65). Each file's decode logits follow its own
-  greedy tokens, so to compare against them feed that file's greedy_<i>.
+- decode_logits_<i> (transformers only): float32 [262144], logits after decoding all 64 tokens one at a time with
+  the cache, i.e. at position len(prompt) + 63 having fed g_64 (they predict token 65). They follow the file's
+  own greedy tokens, so to compare against them feed that file's greedy_<i>.
 - meta: a JSON string (model file, sha256, library versions, n_steps).
 
 The reusable entry points are `transformers_logits(model_path, ids)` and `llamacpp_logits(model_path, ids)`, which
