@@ -64,18 +64,23 @@ PROMPT, NEW, BATCH_PROMPT = 512, 128, 128
 
 
 class HearthBench:
-    """Hearth through its engine: prefill chunks, GPU-sampled decode, batched decode."""
+    """Hearth through its engine: prefill chunks, GPU-sampled decode, batched decode. It takes a loaded model and
+    that model's DecodeRow class, so tools/perf/tree_ab.py times trees of other layouts with the same code."""
 
-    def __init__(self, model_path: str, max_batch: int, int8_activations: bool = False) -> None:
-        from gpu.device import default_device
-        from models.text.engine import load_text_model
-
-        device = default_device()
+    def __init__(self, model: Any, decode_row: type) -> None:
+        device = model.executor.device
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
+        self.model, self.decode_row = model, decode_row
+        self.engine = model.engine()
+
+    @classmethod
+    def load(cls, model_path: str, max_batch: int, int8_activations: bool = False) -> HearthBench:
+        from models.text.engine import DecodeRow, load_text_model
+
         # KV pool: the single-stream runs' 640 positions, and every batched sequence's 256 (5 pages each)
-        self.model = load_text_model(model_path, context_length=2048, max_batch=max_batch,
-                                     pool_tokens=2048 + max_batch * 5 * 128, int8_activations=int8_activations)
-        self.engine = self.model.engine()
+        model = load_text_model(model_path, context_length=2048, max_batch=max_batch,
+                                pool_tokens=2048 + max_batch * 5 * 128, int8_activations=int8_activations)
+        return cls(model, DecodeRow)
 
     def prefill_s(self, ids: list[int]) -> float:
         session = self.model.new_session()
@@ -108,13 +113,11 @@ class HearthBench:
 
     def batched_decode_s(self, ids: list[int], batch: int, n: int, steps_per_submit: int = 8) -> float:
         """Seconds for n decode steps of `batch` sequences together (after their prefills)."""
-        from models.text.engine import DecodeRow
-
         sessions = [self.model.new_session() for _ in range(batch)]
         try:
             for s in sessions:
                 self.engine.submit_prefill(s, ids)
-            rows = [DecodeRow(s) for s in sessions]
+            rows = [self.decode_row(s) for s in sessions]
             self.engine.submit_decode(rows, 1).wait()  # prefills done, the batch program built
             started = time.perf_counter()
             left, pending = n, None
@@ -156,7 +159,7 @@ class HearthBench:
 
 def bench_hearth(path: str, warmup: int, reps: int, batches: list[int], profile: bool) -> dict[str, Any]:
     """Hearth's samples (tokens/s) per measurement, and its profiles when asked."""
-    hearth = HearthBench(path, max(batches, default=1))
+    hearth = HearthBench.load(path, max(batches, default=1))
     ids = prompt_ids(lambda text: hearth.model.tokenizer.encode(text, add_bos=True), PROMPT)
     short = ids[:BATCH_PROMPT]
     samples: dict[str, list[float]] = {}
@@ -165,7 +168,7 @@ def bench_hearth(path: str, warmup: int, reps: int, batches: list[int], profile:
     # bursts do not raise them. The warm-up runs, as many as every other engine gets, bring the clocks up.
     samples["prefill_tok_s"] = timed(lambda: PROMPT / hearth.prefill_s(ids), warmup, reps)
     out["prefill_split_ms"] = [round(1000 * t, 2) for t in hearth.prefill_split]
-    int8 = HearthBench(path, 1, int8_activations=True)  # a second copy of the model, its programs int8
+    int8 = HearthBench.load(path, 1, int8_activations=True)  # a second copy of the model, its programs int8
     samples["prefill_int8_tok_s"] = timed(lambda: PROMPT / int8.prefill_s(ids), warmup, reps)
     if profile:
         from gpu.profile import profile_report

@@ -1,5 +1,6 @@
 """Hearth alone, from a given source tree: exact (or int8) prefill and decode tok/s of one GGUF, for A/B runs of two
-trees (or two tunings) on one GPU machine in one call. The harness is this file's, whichever tree it imports.
+trees (or two tunings) on one GPU machine in one call. The harness is this checkout's bench/gpu.py and
+bench/timing.py, whichever tree it imports the model from.
 
     git worktree add /tmp/base before-redesign
     python tools/perf/tree_ab.py /tmp/base model.gguf --prefill 5 --batches 1,8 --label before
@@ -20,10 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +29,6 @@ ROOT = str(Path(__file__).resolve().parents[2])
 # Where a tree keeps its text engine, tried in turn, so that trees of both layouts import: models/ in sub-folders
 # per family with the shared engine in models/text/, and the flat models/ of the trees before it.
 ENGINE_MODULES = ("models.text.engine", "models.text_model")
-PROMPT, NEW, BATCH_PROMPT = 512, 128, 128  # bench/gpu.py's prompt, decode steps and batched prompts, in tokens
-STEPS_PER_SUBMIT = 8
 
 
 def engine_names(*names: str) -> list[Any]:
@@ -81,59 +77,6 @@ def parse_tunes(tunes: list[str], tree: str) -> dict[str, Any]:
     return changes
 
 
-def spread(rates: list[float]) -> str:
-    return f"{statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f})"
-
-
-def timed(run: Callable[[], float], warmup: int, reps: int) -> str:
-    """run()'s rate: warmup untimed runs, then reps timed ones."""
-    for _ in range(warmup):  # clocks up, programs built
-        run()
-    return spread([run() for _ in range(reps)])
-
-
-class Harness:
-    """One model's prefill and decode runs, through the engine's submissions (the same calls in every tree)."""
-
-    def __init__(self, model: Any, decode_row: type) -> None:
-        self.model, self.decode_row = model, decode_row
-        self.engine = model.engine()
-
-    def prefill_s(self, ids: list[int]) -> float:
-        session = self.model.new_session()
-        try:
-            started = time.perf_counter()
-            self.engine.submit_prefill(session, ids).wait()  # the sampled token comes back: the step has run
-            return time.perf_counter() - started
-        finally:
-            session.close()
-
-    def decode_s(self, ids: list[int], streams: int, n: int) -> float:
-        """Seconds for n greedy decode steps of `streams` sequences together, after their prompts' prefills and
-        one step (which builds the program)."""
-        sessions = [self.model.new_session() for _ in range(streams)]
-        try:
-            for session in sessions:
-                self.engine.submit_prefill(session, ids)
-            rows = [self.decode_row(session) for session in sessions]
-            self.engine.submit_decode(rows, 1).wait()
-            started = time.perf_counter()
-            left, pending = n, None
-            while left > 0 or pending is not None:
-                following = None
-                if left > 0:  # recorded and submitted while the GPU runs `pending`
-                    k = min(STEPS_PER_SUBMIT, left)
-                    following = self.engine.submit_decode(rows, k)
-                    left -= k
-                if pending is not None:
-                    pending.wait()
-                pending = following
-            return time.perf_counter() - started
-        finally:
-            for session in sessions:
-                session.close()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tree", help="the source tree to import gpu/ and models/ from")
@@ -148,10 +91,12 @@ def main() -> int:
     parser.add_argument("--label", default="")
     args = parser.parse_args()
 
-    # the prompt's text comes from this file's tree, the same for every tree measured; then the tree alone
+    # the harness and the prompt come from this checkout, the same for every tree measured; then the tree alone
     sys.path.insert(0, ROOT)
+    from bench.gpu import BATCH_PROMPT, NEW, PROMPT, HearthBench
     from bench.text import prompt_ids
-    sys.path.remove(ROOT)
+    from bench.timing import cell, timed
+    sys.path[:] = [p for p in sys.path if p != ROOT]
     tree = Path(args.tree).resolve()
     sys.path.insert(0, str(tree))
     # An editable install's finder serves its own checkout's modules where the tree lacks them (a base tree lacks
@@ -166,15 +111,16 @@ def main() -> int:
     if changes:  # the programs are built at their first step, with the executor's tuning of then
         model.executor.tuning = dataclasses.replace(model.executor.tuning, **changes)
     check_tree(tree)
-    hearth = Harness(model, decode_row)
+    hearth = HearthBench(model, decode_row)
     ids = prompt_ids(lambda text: model.tokenizer.encode(text, add_bos=True), PROMPT)
     figures = []
     if args.prefill:
-        figures.append("prefill " + timed(lambda: PROMPT / hearth.prefill_s(ids), args.warmup, args.prefill))
+        figures.append("prefill " + cell(timed(lambda: PROMPT / hearth.prefill_s(ids), args.warmup, args.prefill)))
     for b in batches:
         prompt = ids[:1] if b == 1 else ids[:BATCH_PROMPT]
-        figures.append(f"x{b} " + timed(lambda b=b, prompt=prompt: b * NEW / hearth.decode_s(prompt, b, NEW),
-                                        args.warmup, args.reps))
+        rates = timed(lambda b=b, prompt=prompt: b * NEW / hearth.batched_decode_s(prompt, b, NEW),
+                      args.warmup, args.reps)
+        figures.append(f"x{b} {cell(rates)}")
     print(f"AB {args.label or args.tree} {args.tune} {args.gguf}: " + ", ".join(figures), flush=True)
     return 0
 
