@@ -150,6 +150,7 @@ def _is_matrix(canonical: str) -> bool:
 
 
 def _read(source: WeightSource, canonical: str, name: str) -> np.ndarray:
+    """A checkpoint tensor as the canonical name needs it: a matrix's stored array, or float32."""
     return source.matrix(name).data if _is_matrix(canonical) else source.array(name)
 
 
@@ -180,6 +181,7 @@ def _canonical_ct2(source: CT2Source) -> dict[str, np.ndarray]:
 
 
 def load_ct2_dir(path: Path) -> tuple[dict[str, np.ndarray], Tokenizer, dict[str, Any]]:
+    """Canonical tensors (with the head counts), tokenizer and config.json of a CTranslate2 Whisper directory."""
     try:
         source = CT2Source(path / "model.bin")
     except CT2FormatError as error:
@@ -201,6 +203,7 @@ _HF_LAYER = {"self_attn_layer_norm": "attn_ln", "self_attn.out_proj": "o", "enco
 
 
 def load_hf_dir(path: Path) -> tuple[dict[str, np.ndarray], Tokenizer, dict[str, Any]]:
+    """Canonical tensors (q|k|v and cross k|v fused), tokenizer and alignment heads of a Hugging Face directory."""
     try:
         d = ModelDir(path)
     except ModelDirError as error:
