@@ -8,7 +8,8 @@ is shows in the node that consumes it: its op (MatMulInteger, ConvInteger, Dynam
 DequantizeLinear, Conv, ConvTranspose, MatMul) and its name, whose scope is the module path
 (`/encoder/F0.0/conv1/Conv_quant` -> scope `/encoder/F0.0/conv1`).
 
-`parameters(path)` walks the graph once and yields `Parameter(scope, role, array)` in float32 with the
+`ONNXSource(path)` gives the initializers by name (models/formats/weights.py's WeightSource);
+`ONNXGraph(path).parameters()` walks the graph once and yields `Parameter(scope, role, array)` in float32 with the
 layout PyTorch uses: Linear weights [out, in], conv weights [out, in/groups, k], LSTM weights per direction
 in PyTorch's gate order (i, f, g, o). Mapping scopes to a model's own names is the caller's business.
 """
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from models.formats.weights import Matrix, host_matrix
 
 
 class ONNXFormatError(ValueError):
@@ -148,3 +151,23 @@ class ONNXGraph:
             bias = b[d] if b is not None else np.zeros(8 * hidden, np.float32)
             yield Parameter(scope, f"bias_ih_l0{suffix}", torch_order(bias[: 4 * hidden]))
             yield Parameter(scope, f"bias_hh_l0{suffix}", torch_order(bias[4 * hidden:]))
+
+
+class ONNXSource:
+    """An ONNX model's initializers by name (a WeightSource): float16 matrices stay float16, everything else
+    becomes float32. Parameters known only through the node that consumes them come from `graph.parameters()`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.graph = ONNXGraph(path)
+
+    def names(self) -> list[str]:
+        return self.graph.names()
+
+    def has(self, name: str) -> bool:
+        return self.graph.has(name)
+
+    def matrix(self, name: str) -> Matrix:
+        return host_matrix(self.graph.array(name))
+
+    def array(self, name: str) -> np.ndarray:
+        return self.graph.array(name).astype(np.float32)

@@ -5,6 +5,7 @@ A `.pth`/`.pt` file is a zip holding `<name>/data.pkl` (a pickle of dicts and te
 names; here a restricted unpickler allows only the handful of globals a state dict needs
 (OrderedDict, the tensor and parameter rebuild functions, the typed storage classes) and refuses the
 rest, so a hostile file cannot run code. Tensors come back as numpy arrays (little-endian files only).
+`PthSource(path)` gives a state dict's tensors by name (models/formats/weights.py's WeightSource).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from models.formats.weights import Matrix, host_matrix
 
 
 class CheckpointError(ValueError):
@@ -103,3 +106,40 @@ def load_checkpoint(path: str | Path) -> Any:
                 raise
             except Exception as error:
                 raise CheckpointError(f"{path}: cannot unpickle ({error})") from error
+
+
+class PthSource:
+    """A state dict's tensors by name (a WeightSource); nested dicts ({submodule: state dict}) are named by their keys
+    joined with dots. float16 matrices stay float16, everything else becomes float32."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        checkpoint = load_checkpoint(self.path)
+        if not isinstance(checkpoint, dict):
+            raise CheckpointError(f"{self.path}: expected a state dict, found {type(checkpoint).__name__}")
+        self.tensors: dict[str, np.ndarray] = {}
+        self._flatten("", checkpoint)
+
+    def _flatten(self, prefix: str, d: dict) -> None:
+        for key, value in d.items():
+            if isinstance(value, dict):
+                self._flatten(f"{prefix}{key}.", value)
+            else:
+                self.tensors[f"{prefix}{key}"] = np.asarray(value)
+
+    def names(self) -> list[str]:
+        return list(self.tensors)
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def _get(self, name: str) -> np.ndarray:
+        if name not in self.tensors:
+            raise CheckpointError(f"{self.path}: tensor {name} is missing")
+        return self.tensors[name]
+
+    def matrix(self, name: str) -> Matrix:
+        return host_matrix(self._get(name))
+
+    def array(self, name: str) -> np.ndarray:
+        return self._get(name).astype(np.float32)

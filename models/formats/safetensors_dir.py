@@ -101,16 +101,19 @@ class ModelDir:
     def has(self, name: str) -> bool:
         return name in self._index
 
-    def tensor(self, name: str) -> np.ndarray:
-        """A weight as float32 (bf16 and f16 checkpoints are widened)."""
+    def stored(self, name: str) -> np.ndarray:
+        """A weight in the file's dtype (bf16, which numpy lacks, widened to float32)."""
         if name not in self._index:
             raise ModelDirError(f"{self.path.name}: tensor {name} is missing")
         with safe_open(self._index[name], "np") as f:
             try:
-                array = f.get_tensor(name)
+                return f.get_tensor(name)
             except TypeError:  # numpy has no bfloat16: read it through its bits
                 return _bf16_tensor(self._index[name], name)
-        return np.ascontiguousarray(array, dtype=np.float32)
+
+    def tensor(self, name: str) -> np.ndarray:
+        """A weight as float32 (bf16 and f16 checkpoints are widened)."""
+        return np.ascontiguousarray(self.stored(name), dtype=np.float32)
 
     def tokenizer(self) -> Tokenizer:
         """tokenizer.json as the HF fast tokenizer uses it, without its stored truncation and padding."""

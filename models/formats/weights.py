@@ -1,6 +1,6 @@
 """One way to read a checkpoint's tensors and put them on the GPU, whatever file they come from.
 
-    source = GGUFSource(GGUFFile(path))          # or DirSource(ModelDir(path), "model.")
+    source = GGUFSource(GGUFFile(path))          # or DirSource(ModelDir(path), "model."), CT2Source, ONNXSource, ...
     up = Uploader(executor, source.total_bytes, progress)
     wq = up.matrix("blk.0.attn_q.weight", source.matrix("blk.0.attn_q.weight"))
     qkv = up.fused([source.matrix(n) for n in names])          # one matrix where their types allow
@@ -82,20 +82,31 @@ class GGUFSource:
 
 class DirSource:
     """Weights of a safetensors model directory (transformers, sentence-transformers) by checkpoint name, under an
-    optional prefix: matrices stay float32."""
+    optional prefix: matrices become float32, or with keep_f16 stay float16 where the file stores them so."""
 
-    def __init__(self, d: ModelDir, prefix: str = "") -> None:
-        self.d, self.prefix = d, prefix
+    def __init__(self, d: ModelDir, prefix: str = "", *, keep_f16: bool = False) -> None:
+        self.d, self.prefix, self.keep_f16 = d, prefix, keep_f16
 
     def has(self, name: str) -> bool:
         return self.d.has(self.prefix + name)
 
     def matrix(self, name: str) -> Matrix:
+        if self.keep_f16:
+            return host_matrix(self.d.stored(self.prefix + name))
         w = self.d.tensor(self.prefix + name)
         return Matrix(GGMLQuantizationType.F32, w.shape[1], w.shape[0], w)
 
     def array(self, name: str) -> np.ndarray:
         return self.d.tensor(self.prefix + name)
+
+
+def host_matrix(array: np.ndarray) -> Matrix:
+    """A matrix held as a numpy array (rows flattened past the last axis): float16 stays float16 (F16 on the GPU),
+    any other dtype becomes float32."""
+    a = np.asarray(array)
+    a = np.ascontiguousarray(a) if a.dtype == np.float16 else np.ascontiguousarray(a, np.float32)
+    k = a.shape[-1]
+    return Matrix(GGMLQuantizationType.F16 if a.dtype == np.float16 else GGMLQuantizationType.F32, k, a.size // k, a)
 
 
 def dequantize_rows(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
@@ -159,6 +170,13 @@ class Uploader:
 
     def vector(self, name: str, data: np.ndarray) -> Tensor:
         data = np.ascontiguousarray(data, np.float32).reshape(-1)
+        tensor = self.executor.tensor(name, data.shape, data=data)
+        self._count(data.nbytes, tensor.nbytes)
+        return tensor
+
+    def tensor(self, name: str, data: np.ndarray) -> Tensor:
+        """A float32 tensor kept in its shape (conv kernels, tables in the model's own layout), counted as read."""
+        data = np.ascontiguousarray(data, np.float32)
         tensor = self.executor.tensor(name, data.shape, data=data)
         self._count(data.nbytes, tensor.nbytes)
         return tensor

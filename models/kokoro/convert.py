@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.formats.onnx_reader import ONNXGraph
-from models.formats.pth_reader import load_checkpoint
+from models.formats.onnx_reader import ONNXSource
+from models.formats.pth_reader import PthSource, load_checkpoint
 
 ARCH = "kokoro"
 CONVERTER_VERSION = 1  # bump when the GGUF layout changes: cached conversions are redone
@@ -77,14 +77,14 @@ def _canonical(name: str) -> str | None:
 
 def state_dict_from_onnx(path: str | Path) -> dict[str, np.ndarray]:
     """KModel's parameters (weight_norm folded) out of an fp32 or quantised Kokoro ONNX export."""
-    graph = ONNXGraph(path)
+    source = ONNXSource(path)
     state: dict[str, np.ndarray] = {}
-    for p in graph.parameters():
+    for p in source.graph.parameters():
         key = f"{_onnx_scope_to_path(p.scope)}.{p.role}"
         if key.startswith("decoder.generator.istft") or key.startswith("decoder.generator.stft"):
             continue  # the export's conv-based iSTFT basis; we compute the exact iSTFT
         state.setdefault(key, p.array)  # the shared ALBERT layer's weights appear 12 times
-    for name in graph.names():  # biases, norms, alphas: named by their PyTorch path
+    for name in source.names():  # biases, norms, alphas: named by their PyTorch path
         if name.startswith("decoder.decoder."):
             key = "decoder." + name[len("decoder.decoder."):]
         elif name.startswith("encoder."):
@@ -93,7 +93,7 @@ def state_dict_from_onnx(path: str | Path) -> dict[str, np.ndarray]:
             continue
         if re.search(r"_(quantized|scale|zero_point)", name) or "stft" in key:
             continue
-        state.setdefault(key, graph.array(name).astype(np.float32))
+        state.setdefault(key, source.array(name))
     if "bert.embeddings.word_embeddings.weight" not in state:
         raise ConvertError(f"{path}: no Kokoro parameters found (is this a Kokoro export?)")
     return state
@@ -118,16 +118,14 @@ def _fold_weight_norm(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def state_dict_from_pth(path: str | Path) -> dict[str, np.ndarray]:
     """KModel's parameters out of an upstream checkpoint ({submodule: state_dict}, `module.` prefixes
     from DataParallel allowed), read without torch."""
-    checkpoint = load_checkpoint(path)
-    if not isinstance(checkpoint, dict):
-        raise ConvertError(f"{path}: expected a dict of state dicts")
+    source = PthSource(path)
     state: dict[str, np.ndarray] = {}
-    for module, sub in checkpoint.items():
-        if not isinstance(sub, dict):
+    for name in source.names():
+        module, dot, key = name.partition(".")
+        if not dot:
             raise ConvertError(f"{path}: {module} is not a state dict")
-        for key, value in sub.items():
-            key = key[len("module."):] if key.startswith("module.") else key
-            state[f"{module}.{key}"] = np.asarray(value, dtype=np.float32)
+        key = key[len("module."):] if key.startswith("module.") else key
+        state[f"{module}.{key}"] = source.array(name)
     return _fold_weight_norm(state)
 
 

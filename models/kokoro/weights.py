@@ -1,5 +1,6 @@
-"""Kokoro-82M's weights on the executor: the config read from our GGUF, the weights in the layouts the network's
-ops read (models/kokoro/net.py), the vocabulary and the voicepacks. The network and the model both build on this.
+"""Kokoro-82M's weights on the executor: the config read from our GGUF, the weights (read through GGUFSource, put on
+the GPU by the Uploader) in the layouts the network's ops read (models/kokoro/net.py), the vocabulary and the
+voicepacks. The network and the model both build on this.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gpu.ops.dynamic import DynamicGraph
 from gpu.program import Executor, StepParams
 from gpu.tensor import Tensor
 from models.formats.gguf_file import GGUFFile
+from models.formats.weights import GGUFSource, Uploader
 from models.kokoro.convert import ARCH
 
 H = 256  # LSTM hidden units per direction (hidden_dim / 2)
@@ -76,8 +78,8 @@ class KokoroWeights:
         self.name = str(gguf.value("general.name", Path(path).stem))
         self.config = KokoroConfig.from_json(json.loads(gguf.value(f"{ARCH}.config")))
         self.vocab: dict[str, int] = json.loads(gguf.value(f"{ARCH}.vocab"))
-        arrays = {n[2:]: np.asarray(t.data).astype(np.float32).reshape([int(s) for s in reversed(t.shape)])
-                  for n, t in gguf.tensors.items() if n.startswith("k.")}
+        source = GGUFSource(gguf)
+        arrays = {n[2:]: source.array(n) for n in gguf.tensors if n.startswith("k.")}
         self.voices = {n[len("voice."):]: _f32(a) for n, a in arrays.items() if n.startswith("voice.")}
         for name, array in arrays.items():  # InstanceNorm affine: identity in Kokoro v1.0 (the ONNX drops it)
             if name.endswith(".norm.weight") and not np.allclose(array, 1.0) or \
@@ -87,10 +89,9 @@ class KokoroWeights:
         self.executor = Executor(self.device)
         self._weights: dict[str, Tensor] = {}
         prepared = self._prepare(arrays)
-        for i, (name, array) in enumerate(prepared.items()):
-            self._weights[name] = self.executor.tensor(f"k.{name}", array.shape, data=array)
-            if progress:
-                progress(i + 1, len(prepared))
+        up = Uploader(self.executor, sum(a.nbytes for a in prepared.values()), progress)
+        for name, array in prepared.items():
+            self._weights[name] = up.tensor(f"k.{name}", array)
         # Front outputs the back reads (persistent, sized for the longest input).
         t_max = self.max_phonemes + 2
         self._d = self.executor.tensor("kokoro.d", (t_max, self.config.hidden + self.config.style_dim))

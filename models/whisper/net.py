@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGMLQuantizationType
 
 from gpu.ops import encoder as ops
 from gpu.ops.conv import conv1d, upload_conv1d
@@ -36,7 +35,8 @@ from gpu.ops.rows import copy_rows, residual_add
 from gpu.ops.span_attention import span_attention
 from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
-from gpu.weights import QuantWeight, upload_weight
+from gpu.weights import QuantWeight
+from models.formats.weights import Uploader, host_matrix
 from models.whisper.weights import WhisperCheckpoint
 
 EPS = 1e-5  # Whisper's LayerNorm epsilon
@@ -92,26 +92,13 @@ class WhisperNet:
         self.tokenizer = ckpt.tokenizer
         self.alignment_heads = ckpt.alignment_heads
         t = ckpt.tensors
-        total = sum(v.nbytes for v in t.values())
-        done = 0
-
-        def count(nbytes: int) -> None:
-            nonlocal done
-            done += nbytes
-            if progress:
-                progress(min(done, total), total)
+        up = Uploader(ex, sum(v.nbytes for v in t.values()), progress)
 
         def matrix(name: str) -> QuantWeight:
-            w = np.ascontiguousarray(t[name])
-            qtype = GGMLQuantizationType.F16 if w.dtype == np.float16 else GGMLQuantizationType.F32
-            w = w if w.dtype == np.float16 else w.astype(np.float32)
-            count(w.nbytes)
-            return upload_weight(ex, name, qtype, w.shape[1], w.shape[0], w)
+            return up.matrix(name, host_matrix(t[name]))
 
         def vector(name: str) -> Tensor:
-            v = np.ascontiguousarray(t[name], np.float32).reshape(-1)
-            count(v.nbytes)
-            return ex.tensor(name, v.shape, data=v)
+            return up.vector(name, t[name])
 
         def norm(name: str) -> tuple[Tensor, Tensor]:
             return vector(f"{name}.g"), vector(f"{name}.b")
@@ -139,7 +126,7 @@ class WhisperNet:
         # The decoder's input rows are looked up on the host (float32, as the weights round to).
         self.embed = np.asarray(t["dec.embed"], np.float32)
         self.dec_pos = np.asarray(t["dec.pos"], np.float32)
-        self.weight_bytes = done
+        self.weight_bytes = up.done
 
         d, n_ctx = c.d_model, c.n_audio_ctx
         self.mel = ex.tensor("mel", (N_FRAMES, c.n_mels))

@@ -4,13 +4,10 @@ safetensors directories (openai/whisper-*), plus the tokenizer and the special t
     ckpt = load_checkpoint(path)            # a directory with model.bin (CTranslate2) or *.safetensors (HF)
     ckpt.config.d_model, ckpt.tensors["dec.embed"], ckpt.tokenizer.sot_sequence("fr", "translate")
 
-CTranslate2's model.bin (python/ctranslate2/specs/model_spec.py `_serialize`, binary version 6; versions 1 to 6
-are read): u32 version, a string (u16 length counting its NUL, the bytes, NUL) naming the spec, u32 spec revision,
-u32 variable count, then per variable: name string, u8 rank, u32 dims[rank], u8 dtype (float32, int8, int16, int32,
-float16, bfloat16 from version 4 on; earlier files have a u8 item size and are float32), u32 byte count, the bytes;
-finally u32 alias count and (alias, target) string pairs. Whisper's spec fuses the self-attention's q|k|v rows
-(k has no bias: CTranslate2 stores zeros) and the cross-attention's k|v rows. Large matrices stay in the file's
-dtype (float16 for the shipped model) for the GPU; everything else becomes float32.
+Both are read through WeightSource (models/formats/: CT2Source over model.bin's variables, DirSource over the
+safetensors directory). Whisper's CTranslate2 spec fuses the self-attention's q|k|v rows (k has no bias: CTranslate2
+stores zeros) and the cross-attention's k|v rows; the Hugging Face tensors are fused the same way here. Matrices
+stay in the file's dtype where it is float16 (the shipped model) for the GPU; everything else becomes float32.
 
 Canonical names (D = d_model): enc.conv{1,2}.{w,b}; enc.pos [1500, D]; enc.{i}.{attn_ln,mlp_ln}.{g,b};
 enc.{i}.qkv.{w [3D, D], b}; enc.{i}.o.{w,b}; enc.{i}.fc1.{w,b}; enc.{i}.fc2.{w,b}; enc.ln.{g,b}; dec.embed [V, D]
@@ -21,7 +18,6 @@ dec.{i}.o; dec.{i}.cross_q; dec.{i}.cross_kv [2D, D]; dec.{i}.cross_o; dec.{i}.f
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +25,10 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-_CT2_DTYPES = (np.float32, np.int8, np.int16, np.int32, np.float16, None)  # index = type id; None: bfloat16
+from models.formats.ct2_file import CT2FormatError, CT2Source
+from models.formats.safetensors_dir import ModelDir, ModelDirError
+from models.formats.weights import DirSource, WeightSource, fuse_rows
+
 # Name parts of CTranslate2's Whisper spec -> the canonical ones.
 _CT2_LAYER = {"self_attention/layer_norm": "attn_ln", "self_attention/linear_0": "qkv", "self_attention/linear_1": "o",
               "attention/layer_norm": "cross_ln", "attention/linear_0": "cross_q", "attention/linear_1": "cross_kv",
@@ -145,93 +144,52 @@ class WhisperTokenizer:
 
 
 # -- CTranslate2 -------------------------------------------------------------------------------------------------
-def read_ct2_model_bin(path: Path) -> dict[str, np.ndarray]:
-    """Every variable of a CTranslate2 model.bin (aliases resolved to their target's array)."""
-    data = memoryview(path.read_bytes())
-    offset = 0
-
-    def take(fmt: str) -> int:
-        nonlocal offset
-        (value,) = struct.unpack_from("<" + fmt, data, offset)
-        offset += struct.calcsize("<" + fmt)
-        return value
-
-    def string() -> str:
-        nonlocal offset
-        n = take("H")
-        text = bytes(data[offset:offset + n - 1]).decode("utf-8")
-        offset += n
-        return text
-
-    try:
-        version = take("I")
-        if not 1 <= version <= 6:
-            raise WhisperFormatError(f"{path}: CTranslate2 binary version {version} is not supported (1 to 6)")
-        if version >= 2:
-            string()  # spec name
-            take("I")  # spec revision
-        variables: dict[str, np.ndarray] = {}
-        for _ in range(take("I")):
-            name = string()
-            shape = tuple(take("I") for _ in range(take("B")))
-            if version >= 4:
-                type_id = take("B")
-                if type_id >= len(_CT2_DTYPES):
-                    raise WhisperFormatError(f"{path}: {name} has an unknown dtype id {type_id}")
-                dtype = _CT2_DTYPES[type_id]
-                nbytes = take("I")
-            else:
-                item_size = take("B")
-                nbytes = take("I")
-                dtype = {4: np.float32, 2: np.int16, 1: np.int8}[item_size]
-            raw = data[offset:offset + nbytes]
-            offset += nbytes
-            if dtype is None:  # bfloat16: widen to float32
-                array = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
-            else:
-                array = np.frombuffer(raw, dtype)
-            variables[name] = array.reshape(shape)
-        if offset < len(data):
-            for _ in range(take("I")):
-                alias, target = string(), string()
-                if target in variables:
-                    variables[alias] = variables[target]
-    except struct.error as error:
-        raise WhisperFormatError(f"{path}: truncated CTranslate2 model file ({error})") from error
-    return variables
+def _is_matrix(canonical: str) -> bool:
+    """Canonical names uploaded as matrices (kept in the file's float16); the rest are read as float32."""
+    return canonical == "dec.embed" or canonical.endswith(".w") and ".conv" not in canonical
 
 
-def _canonical_ct2(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for name, value in variables.items():
+def _read(source: WeightSource, canonical: str, name: str) -> np.ndarray:
+    """A checkpoint tensor as the canonical name needs it: a matrix's stored array, or float32."""
+    return source.matrix(name).data if _is_matrix(canonical) else source.array(name)
+
+
+def _canonical_ct2(source: CT2Source) -> dict[str, np.ndarray]:
+    """Canonical names of the spec's variables (its whole list is walked: the names say what each one is)."""
+    names: dict[str, str] = {}
+    for name in source.names():
         parts = name.split("/")
         side = {"encoder": "enc", "decoder": "dec"}.get(parts[0])
-        if side is None or parts[-1] not in _CT2_SUFFIX or value.ndim == 0:
+        if side is None or parts[-1] not in _CT2_SUFFIX or source.variables[name].ndim == 0:
             continue
         suffix = _CT2_SUFFIX[parts[-1]]
         if parts[1].startswith("layer_") and parts[1][6:].isdigit():
             key = _CT2_LAYER.get("/".join(parts[2:-1]))
             if key is not None:
-                out[f"{side}.{int(parts[1][6:])}.{key}.{suffix}"] = value
+                names[f"{side}.{int(parts[1][6:])}.{key}.{suffix}"] = name
         elif parts[1] in ("conv1", "conv2"):
-            out[f"{side}.{parts[1]}.{suffix}"] = value
+            names[f"{side}.{parts[1]}.{suffix}"] = name
         elif parts[1] == "layer_norm":
-            out[f"{side}.ln.{suffix}"] = value
+            names[f"{side}.ln.{suffix}"] = name
         elif parts[1] == "embeddings":
-            out["dec.embed"] = value
+            names["dec.embed"] = name
     for side in ("enc", "dec"):
         key = f"{'encoder' if side == 'enc' else 'decoder'}/position_encodings/encodings"
-        if key in variables:
-            out[f"{side}.pos"] = variables[key]
-    return out
+        if source.has(key):
+            names[f"{side}.pos"] = key
+    return {canonical: _read(source, canonical, name) for canonical, name in names.items()}
 
 
 def load_ct2_dir(path: Path) -> tuple[dict[str, np.ndarray], Tokenizer, dict[str, Any]]:
-    variables = read_ct2_model_bin(path / "model.bin")
-    spec_heads = {k: int(v) for k, v in variables.items() if k.endswith("num_heads") and v.ndim == 0}
-    tensors = _canonical_ct2(variables)
-    tensors["_heads.enc"] = np.int32(spec_heads.get("encoder/num_heads", 0))
-    tensors["_heads.dec"] = np.int32(spec_heads.get("decoder/num_heads", 0))
+    """Canonical tensors (with the head counts), tokenizer and config.json of a CTranslate2 Whisper directory."""
+    try:
+        source = CT2Source(path / "model.bin")
+    except CT2FormatError as error:
+        raise WhisperFormatError(str(error)) from error
+    tensors = _canonical_ct2(source)
+    for side, spec in (("enc", "encoder"), ("dec", "decoder")):
+        heads = f"{spec}/num_heads"
+        tensors[f"_heads.{side}"] = np.int32(source.array(heads) if source.has(heads) else 0)
     config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
     if not (path / "tokenizer.json").is_file():
         raise WhisperFormatError(f"{path}: no tokenizer.json (CTranslate2 Whisper directories ship one)")
@@ -245,15 +203,14 @@ _HF_LAYER = {"self_attn_layer_norm": "attn_ln", "self_attn.out_proj": "o", "enco
 
 
 def load_hf_dir(path: Path) -> tuple[dict[str, np.ndarray], Tokenizer, dict[str, Any]]:
-    from safetensors import safe_open
-
-    files = sorted(path.glob("*.safetensors"))
-    raw: dict[str, np.ndarray] = {}
-    for file in files:
-        with safe_open(str(file), framework="numpy") as f:
-            for name in f.keys():
-                raw[name.removeprefix("model.")] = f.get_tensor(name)
-    hf_config = json.loads((path / "config.json").read_text())
+    """Canonical tensors (q|k|v and cross k|v fused), tokenizer and alignment heads of a Hugging Face directory."""
+    try:
+        d = ModelDir(path)
+    except ModelDirError as error:
+        raise WhisperFormatError(str(error)) from error
+    # WhisperForConditionalGeneration names its tensors under model., a bare WhisperModel without it.
+    src = DirSource(d, "model." if d.has("model.encoder.conv1.weight") else "", keep_f16=True)
+    hf_config = d.config
     out: dict[str, np.ndarray] = {}
     for side, prefix in (("enc", "encoder"), ("dec", "decoder")):
         for i in range(hf_config[f"{prefix}_layers"]):
@@ -261,25 +218,30 @@ def load_hf_dir(path: Path) -> tuple[dict[str, np.ndarray], Tokenizer, dict[str,
             for hf, key in _HF_LAYER.items():
                 norm = key.endswith("_ln")
                 for hs, suffix in (("weight", "g" if norm else "w"), ("bias", "b")):
-                    if base + f"{hf}.{hs}" in raw:
-                        out[f"{side}.{i}.{key}.{suffix}"] = raw[base + f"{hf}.{hs}"]
-            q, k, v = (raw[base + f"self_attn.{p}_proj.weight"] for p in "qkv")
-            out[f"{side}.{i}.qkv.w"] = np.concatenate([q, k, v])
-            zeros = np.zeros(q.shape[0], np.float32)
-            out[f"{side}.{i}.qkv.b"] = np.concatenate([raw[base + "self_attn.q_proj.bias"], zeros,
-                                                       raw[base + "self_attn.v_proj.bias"]]).astype(np.float32)
+                    if src.has(base + f"{hf}.{hs}"):
+                        out[f"{side}.{i}.{key}.{suffix}"] = _read(src, f"{side}.{i}.{key}.{suffix}",
+                                                                  base + f"{hf}.{hs}")
+            # q|k|v rows fused, as CTranslate2 stores them (k has no bias: zeros)
+            qkv = fuse_rows([src.matrix(base + f"self_attn.{p}_proj.weight") for p in "qkv"])
+            if qkv is None:
+                raise WhisperFormatError(f"{path}: {base}self_attn's q, k and v differ in dtype or width")
+            out[f"{side}.{i}.qkv.w"] = qkv.data
+            zeros = np.zeros(qkv.n // 3, np.float32)
+            out[f"{side}.{i}.qkv.b"] = np.concatenate([src.array(base + "self_attn.q_proj.bias"), zeros,
+                                                       src.array(base + "self_attn.v_proj.bias")])
             if side == "dec":
-                out[f"dec.{i}.cross_kv.w"] = np.concatenate([raw[base + "encoder_attn.k_proj.weight"],
-                                                             raw[base + "encoder_attn.v_proj.weight"]])
-                out[f"dec.{i}.cross_kv.b"] = np.concatenate(
-                    [zeros, raw[base + "encoder_attn.v_proj.bias"]]).astype(np.float32)
-        out[f"{side}.ln.g"] = raw[f"{prefix}.layer_norm.weight"]
-        out[f"{side}.ln.b"] = raw[f"{prefix}.layer_norm.bias"]
-        out[f"{side}.pos"] = raw[f"{prefix}.embed_positions.weight"]
+                kv = fuse_rows([src.matrix(base + f"encoder_attn.{p}_proj.weight") for p in "kv"])
+                if kv is None:
+                    raise WhisperFormatError(f"{path}: {base}encoder_attn's k and v differ in dtype or width")
+                out[f"dec.{i}.cross_kv.w"] = kv.data
+                out[f"dec.{i}.cross_kv.b"] = np.concatenate([zeros, src.array(base + "encoder_attn.v_proj.bias")])
+        out[f"{side}.ln.g"] = src.array(f"{prefix}.layer_norm.weight")
+        out[f"{side}.ln.b"] = src.array(f"{prefix}.layer_norm.bias")
+        out[f"{side}.pos"] = src.array(f"{prefix}.embed_positions.weight")
     for conv in ("conv1", "conv2"):
-        out[f"enc.{conv}.w"] = raw[f"encoder.{conv}.weight"]
-        out[f"enc.{conv}.b"] = raw[f"encoder.{conv}.bias"]
-    out["dec.embed"] = raw["decoder.embed_tokens.weight"]
+        out[f"enc.{conv}.w"] = src.array(f"encoder.{conv}.weight")
+        out[f"enc.{conv}.b"] = src.array(f"encoder.{conv}.bias")
+    out["dec.embed"] = src.matrix("decoder.embed_tokens.weight").data
     out["_heads.enc"] = np.int32(hf_config["encoder_attention_heads"])
     out["_heads.dec"] = np.int32(hf_config["decoder_attention_heads"])
     generation = path / "generation_config.json"

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.whisper.weights import load_checkpoint, read_ct2_model_bin, shipped_model_dir
+from models.formats.ct2_file import read_ct2_model_bin
+from models.whisper.weights import load_checkpoint, shipped_model_dir
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "whisper"
 TINY_ML = GOLDEN / "tiny_multilingual"
