@@ -4,7 +4,7 @@ Each scenario (weight type, K, N, t_max, GLU, input and output kind, int8 matmul
 points (linear, linear_output, linear_glu, linear_stacked, the fusion predicates) on a builder that only records
 what it is asked to dispatch: kernel, profile label, defines, grid and bound tensors. tests/gpu/test_matmul_plan.py
 compares the records with tests/golden/matmul_dispatches.json.gz, which this module wrote at the tree before
-matmul.py was split into planning, tuning and dispatch (tag before-redesign), so every shape in the table keeps its
+matmul.py was split into planning, tuning and dispatch (commit 1e2d9c3), so every shape in the table keeps its
 kernels, defines and grids:
 
     python -m tests.gpu.matmul_scenarios tests/golden/matmul_dispatches.json.gz

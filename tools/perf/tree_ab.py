@@ -2,7 +2,7 @@
 trees (or two tunings) on one GPU machine in one call. The harness is this checkout's bench/gpu.py and
 bench/timing.py, whichever tree it imports the model from.
 
-    git worktree add /tmp/base before-redesign
+    git worktree add /tmp/base 1e2d9c3      # the tree before the redesign
     python tools/perf/tree_ab.py /tmp/base model.gguf --prefill 5 --batches 1,8 --label before
     python tools/perf/tree_ab.py . model.gguf --prefill 5 --batches 1,8 --label after
     python tools/perf/tree_ab.py . model.gguf --prefill 5 --tune row_pairs=False --tune "tile=MatmulTile(64, 64, 8, 8)"
