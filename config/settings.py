@@ -121,8 +121,18 @@ class Limits(_Frozen):
     # 600 s: a first request waits for its model to load, which took 3-5 minutes for Kokoro and Whisper on lavapipe
     # with the CPU shared (a GPU loads in seconds).
     request_timeout_s: float = Field(
-        600.0, ge=0, description="seconds until a response starts (a whole non-streamed answer, or a stream's "
-        "headers; a first request's model load included); then 504 and the work is cancelled. 0: no limit")
+        600.0, ge=0, description="seconds a request may take (a first request's model load included): a "
+        "non-streamed answer then gets a 504, a stream an error event; either way its work is cancelled. 0: no limit")
+    max_choices: int = Field(32, ge=1, description="most sequences one request asks for (prompts x n in "
+                             "/v1/completions, n in chat); then 400")
+    max_audio_seconds: float = Field(1800.0, gt=0, description="longest decoded audio an upload may hold, checked "
+                                     "while decoding; then 413")
+    max_speech_phonemes: int = Field(6000, ge=1, description="most phonemes one /v1/audio/speech input may expand "
+                                     "to (digits and symbols expand into many); then 400")
+    max_preparing: int = Field(4, ge=1, description="requests decoding audio or tokenising input at once, before "
+                               "their model's queue; more wait their turn")
+    shutdown_timeout_s: float = Field(10.0, ge=0, description="on SIGTERM, seconds running work may take to end "
+                                      "before it is cancelled and the server exits")
 
 
 class OllamaConfig(_Frozen):
@@ -290,6 +300,11 @@ _ENV_KEYS = {
     "HEARTH_REQUEST_TIMEOUT": "limits.request_timeout_s",
     "HEARTH_VOICES": "speech_voices",
     "HEARTH_MAX_SPEECH_INPUT": "limits.max_speech_input",
+    "HEARTH_MAX_CHOICES": "limits.max_choices",
+    "HEARTH_MAX_AUDIO_SECONDS": "limits.max_audio_seconds",
+    "HEARTH_MAX_SPEECH_PHONEMES": "limits.max_speech_phonemes",
+    "HEARTH_MAX_PREPARING": "limits.max_preparing",
+    "HEARTH_SHUTDOWN_TIMEOUT": "limits.shutdown_timeout_s",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",
 }
 

@@ -23,6 +23,7 @@ try:  # wgpu-native's C API under wgpu-py: submission indices (see Device.submit
 except ImportError:  # another backend: waits are wgpu-py's own
     _native = None  # type: ignore[assignment]
 from gpu.shaders import compile_source
+from gpu.turns import turns_for
 
 log = logging.getLogger("hearth.gpu")
 
@@ -89,6 +90,8 @@ class Device:
             min_offset_alignment=int(lim["min-storage-buffer-offset-alignment"]),
         )
         self.queue = self.device.queue
+        # Every device on this adapter shares one Turns: models take the adapter's work in turn (gpu/turns.py).
+        self.turns = turns_for(f"{self.backend}:{self.name}:{info.get('vendor_id', '')}:{info.get('device_id', '')}")
         self._pipelines: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         log.info(
