@@ -37,6 +37,7 @@ from server.protocols import (
     Worker,
     WorkerClass,
 )
+from server.preparation import Preparation
 from server.request_context import at_request_end
 
 
@@ -96,6 +97,8 @@ class ModelManager:
         # Lifecycle counts for /metrics: loads by model name, unloads by (name, reason).
         self.loads: Counter[str] = Counter()
         self.unloads: Counter[tuple[str, str]] = Counter()
+        # Decoding, tokenising and phonemising before a model's queue: bounded across all requests.
+        self.preparation = Preparation(settings.limits.max_preparing)
 
     def _start(self, entry: ModelEntry) -> Worker:
         config = self.registry.config_of(entry)

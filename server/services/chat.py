@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -57,7 +56,7 @@ class ChatService:
         entry, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
-        prompt_ids = await asyncio.to_thread(self._prompt_ids, worker, request)
+        prompt_ids = await self.manager.preparation.run(self._prompt_ids, worker, request)
         max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
                                 "messages")
         n = request.n or 1

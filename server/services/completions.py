@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -60,7 +59,7 @@ class CompletionService:
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
         prompts = request.prompts()
-        prompt_ids = await asyncio.to_thread(self._encode, worker, prompts)
+        prompt_ids = await self.manager.preparation.run(self._encode, worker, prompts)
         budgets = [gen.budget(len(ids), request.max_tokens, model.context_length, self.settings, "prompt")
                    for ids in prompt_ids]
         n = request.n or 1

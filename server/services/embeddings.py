@@ -3,7 +3,6 @@ then the vectors on the wire (Matryoshka truncation where the model supports it)
 
 from __future__ import annotations
 
-import asyncio
 
 import numpy as np
 
@@ -66,7 +65,7 @@ class EmbeddingService:
             if dimensions > model.dimensions:
                 raise InvalidRequest(f"dimensions is {dimensions}; the model `{entry.id}` gives at most "
                                      f"{model.dimensions}.", param="dimensions")
-        ids = await asyncio.to_thread(tokenize, model, request.inputs(), request.truncate)
+        ids = await self.manager.preparation.run(tokenize, model, request.inputs(), request.truncate)
         vectors = await worker.embed(ids, self.settings.limits.retry_after_s)
         if dimensions != model.dimensions:
             vectors = shorten(vectors, dimensions)

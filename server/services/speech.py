@@ -88,7 +88,7 @@ class SpeechService:
         except PhonemizerError as error:
             raise InvalidRequest(str(error), param="lang_code", code="invalid_value") from error
         try:
-            chunks = await asyncio.to_thread(chunk_text, request.input, lang, model.vocab,
+            chunks = await self.manager.preparation.run(chunk_text, request.input, lang, model.vocab,
                                              max_phonemes=model.max_phonemes)
         except PhonemizerError as error:
             raise InvalidRequest(f"input: {error}", param="input", code="invalid_value") from error

@@ -14,7 +14,6 @@ Decisions where OpenAI leaves room:
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import cast
@@ -154,7 +153,7 @@ class TranscriptionService:
         """The upload as float32 mono 16 kHz, decoded and resampled on a thread (PyAV holds no event loop)."""
         data = await form.file.read()
         try:
-            audio = await asyncio.to_thread(decode_audio, data, sample_rate=SAMPLE_RATE)
+            audio = await self.manager.preparation.run(decode_audio, data, sample_rate=SAMPLE_RATE)
         except AudioDecodeError as error:
             raise InvalidRequest(f"Could not read the audio file ({form.file.filename or 'unnamed'}): {error}. "
                                  f"Supported formats: {SUPPORTED_FORMATS}.", param="file",
