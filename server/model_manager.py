@@ -41,6 +41,16 @@ from server.preparation import Preparation
 from server.request_context import at_request_end
 
 
+def load_failure(name: str, error: BaseException | str) -> str:
+    """What a client is told about a model that failed to load: its name and the kind of failure, never the
+    exception's text (a misconfigured source puts a file-system path there); the server's log has the rest."""
+    kind = error.split(":", 1)[0] if isinstance(error, str) else type(error).__name__
+    if isinstance(error, OSError) or kind.endswith(("NotFound", "NotFoundError", "PermissionError", "DirectoryError")):
+        return (f"The model `{name}` could not be loaded: its file is missing or unreadable, so the server's "
+                "configuration of it is wrong. The server's log names the file.")
+    return f"The model `{name}` could not be loaded ({kind}); the server's log has the details."
+
+
 @dataclass(frozen=True)
 class WorkerKind:
     """One kind of model the server runs: the worker class that holds such a model, and its endpoint."""
@@ -214,7 +224,8 @@ class ModelManager:
         """
         entry = await asyncio.to_thread(self.registry.lookup, name)  # may read the Ollama store
         if entry is None:
-            raise ModelNotFound(name)
+            entries = await asyncio.to_thread(self.registry.list)
+            raise ModelNotFound(name, [e.id for e in entries if e.kind == kind])
         if entry.kind != kind:
             other = WORKER_KINDS[entry.kind]
             raise InvalidRequest(f"The model `{name}` is {other.label} model (use {other.endpoint}).", param="model",
@@ -239,7 +250,8 @@ class ModelManager:
         try:
             await worker.wait_ready()
         except Exception as error:
-            raise ModelUnavailable(f"The model `{name}` could not be loaded: {worker.error or error}") from error
+            # The worker logged the failure with its details; those may hold file-system paths, not for clients.
+            raise ModelUnavailable(load_failure(name, error)) from error
         return entry, worker
 
     # -- unloading idle models ---------------------------------------------------------------
