@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal, cast, overload
 
-from config.settings import Settings, parse_keep_alive
+from config.settings import SHIPPED_MODEL, Settings, parse_keep_alive
 from models.registry import ModelEntry, ModelRegistry
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
 from server.protocols import (
@@ -109,6 +109,7 @@ class ModelManager:
         self.unloads: Counter[tuple[str, str]] = Counter()
         # Decoding, tokenising and phonemising before a model's queue: bounded across all requests.
         self.preparation = Preparation(settings.limits.max_preparing)
+        self._aliases_told: set[str] = set()  # aliases whose target has been logged once
 
     def _start(self, entry: ModelEntry) -> Worker:
         config = self.registry.config_of(entry)
@@ -226,6 +227,12 @@ class ModelManager:
         if entry is None:
             entries = await asyncio.to_thread(self.registry.list)
             raise ModelNotFound(name, [e.id for e in entries if e.kind == kind])
+        if entry.alias_of is not None and name not in self._aliases_told:
+            self._aliases_told.add(name)
+            # OpenAI's names reach whatever model is configured, which may behave unlike OpenAI's: say which, once.
+            base = " (a base model: it continues text rather than follows instructions)" if (
+                entry.kind == "text" and entry.source == SHIPPED_MODEL) else ""
+            log.info("`%s` is an alias of `%s`%s", name, entry.alias_of, base)
         if entry.kind != kind:
             other = WORKER_KINDS[entry.kind]
             raise InvalidRequest(f"The model `{name}` is {other.label} model (use {other.endpoint}).", param="model",

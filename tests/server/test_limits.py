@@ -168,9 +168,28 @@ def test_an_unknown_model_suggests_the_closest_names_and_the_model_list(server: 
     assert error["code"] == "model_not_found" and "`gemma-3-270m`" in error["message"]
     assert "GET /v1/models" in error["message"]
     error = error_of(post(server, "/v1/embeddings", {"model": "nothing-like-it", "input": "x"}), 404)
+    assert "GET /v1/models" in error_of(httpx.get(f"{server.url}/v1/models/gemma-3-27m"), 404)["message"]
     assert "`all-minilm-l6-v2`" in error["message"] and "gemma" not in error["message"]  # its own kind's names
     huge = error_of(post(server, "/v1/chat/completions", {**CHAT, "model": "m" * 100_000}), 404)
     assert len(huge["message"]) < 1000
+
+
+def test_a_long_model_list_is_not_spelled_out() -> None:
+    from server.errors import ModelNotFound
+
+    names = [f"family-{i}:{size}b" for i in range(200) for size in (1, 4, 12)]
+    far = ModelNotFound("zzz", names).message
+    assert "family" not in far and "GET /v1/models" in far
+    near = ModelNotFound("family-7:4", names).message
+    assert "`family-7:4b`" in near and len(near) < 300
+    few = ModelNotFound("zzz", ["a-model", "b-model"]).message
+    assert "`a-model`, `b-model`" in few
+
+
+def test_the_model_list_says_what_each_alias_reaches(server: ThreadServer) -> None:
+    models = {m["id"]: m for m in httpx.get(f"{server.url}/v1/models").json()["data"]}
+    assert models["gpt-4o-mini"]["alias_of"] == "gemma-3-270m" and models["tts-1"]["alias_of"] == "kokoro"
+    assert models["gemma-3-270m"]["alias_of"] is None
 
 
 SECRET = "/srv/hearth-secret-dir/broken.gguf"
