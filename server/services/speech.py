@@ -119,14 +119,15 @@ class SpeechService:
         return SpeechResult(media_type, body=enc.whole(b"".join(streamed)))
 
     def _check_phonemes(self, chunks: list[Chunk]) -> None:
-        """The synthesis work is bounded by phonemes, not characters: digits, symbols and emoji are read out as
-        words, so a short input can expand tenfold."""
+        """The synthesis work is bounded by phonemes, not characters: digits and symbols are read out as words
+        (about 9 phonemes a digit) and Chinese takes about 5 a character, against about 1 for English prose."""
         limit = self.settings.limits.max_speech_phonemes
         count = sum(len(chunk.ids) for chunk in chunks)
         if count > limit:
-            raise InvalidRequest(f"input expands to {count} phonemes (numbers, symbols and emoji are read out as "
-                                 f"words); at most {limit} are allowed (setting limits.max_speech_phonemes, "
-                                 "HEARTH_MAX_SPEECH_PHONEMES). Send shorter input.", param="input",
+            raise InvalidRequest(f"input expands to {count} phonemes; at most {limit} are allowed (setting "
+                                 "limits.max_speech_phonemes, HEARTH_MAX_SPEECH_PHONEMES). Numbers and symbols are "
+                                 "read out as words, and a Chinese character is several phonemes, so such text "
+                                 "takes more than its length suggests: send shorter input.", param="input",
                                  code="string_above_max_length")
 
     @staticmethod
