@@ -223,3 +223,12 @@ def test_enumerating_adapters_without_xdg_runtime_dir_prints_nothing() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "XDG_RUNTIME_DIR" not in done.stderr, done.stderr
+
+
+def test_an_alias_is_logged_once_with_its_target(server: ThreadServer, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="hearth.server"):
+        for _ in range(2):
+            assert post(server, "/v1/chat/completions", {**CHAT, "model": "gpt-3.5-turbo"}).status_code == 200
+    told = [r.getMessage() for r in caplog.records if "is an alias of" in r.getMessage()]
+    assert told == ["`gpt-3.5-turbo` is an alias of `gemma-3-270m` (a base model: it continues text rather than "
+                    "follows instructions)"]
