@@ -132,3 +132,24 @@ def test_huge_finite_samples_decode_as_they_are() -> None:
     """Amplitude is the service's policy (server/services/transcription.py): decoding keeps 1e30 as 1e30."""
     samples = np.where(np.arange(RATE) % 2 == 0, 1e30, -1e30).astype(np.float32)
     assert np.abs(decode_audio(float_wav(samples))).max() == pytest.approx(1e30, rel=1e-3)
+
+
+def pcm_wav(rate: int, channels: int, frames: int) -> bytes:
+    """A 16-bit PCM WAV header with any rate and channel count (the wave module refuses odd ones), then silence."""
+    body = bytes(2 * channels * frames)
+    fmt = struct.pack("<HHIIHH", 1, channels, rate, min(2 * channels * rate, 2**32 - 1), 2 * channels, 16)
+    return (b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + len(body)) + b"WAVE" + b"fmt " +
+            struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(body)) + body)
+
+
+@pytest.mark.parametrize(("rate", "channels"), [(16000, 64), (16000, 1000), (2**31 - 1, 1)],
+                         ids=["64-channels", "1000-channels", "2^31-Hz"])
+def test_absurd_layouts_and_rates_are_decode_errors(rate: int, channels: int) -> None:
+    """What FFmpeg's resampler cannot take is an AudioDecodeError (a 400 at the server), not a crash or a hang."""
+    with pytest.raises(AudioDecodeError):
+        decode_audio(pcm_wav(rate, channels, 1600), max_seconds=1800)
+
+
+def test_a_high_input_rate_is_bounded_by_its_duration() -> None:
+    """100 MHz input: 2 M samples are 20 ms, resampled to 320 samples; the limit counts seconds, not samples."""
+    assert decode_audio(pcm_wav(100_000_000, 1, 2_000_000), max_seconds=1800).size == 320
