@@ -111,7 +111,7 @@ def read_audio(data: bytes, max_seconds: float) -> np.ndarray:
     audio = decode_audio(data, sample_rate=SAMPLE_RATE, max_seconds=max_seconds)
     peak = max(float(audio.max()), -float(audio.min()))  # finite: decode_audio refuses NaN and infinity
     if peak > MAX_PEAK:
-        audio *= np.float32(1.0 / peak)
+        audio /= np.float32(peak)  # a reciprocal of a peak near 3e38 would be subnormal and lose precision
     return audio
 
 

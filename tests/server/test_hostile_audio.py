@@ -167,6 +167,12 @@ def test_absurd_amplitudes_are_scaled_to_full_scale(server: ThreadServer, heard:
     np.testing.assert_allclose(heard[1], int_units / np.abs(int_units).max(), atol=1e-6)
 
 
+def test_the_largest_float32_peak_scales_to_one() -> None:
+    samples = tone(1.0, 3e38)
+    audio = read_audio(float_wav(samples), 1800.0)
+    np.testing.assert_allclose(audio, samples / np.abs(samples).max(), atol=1e-6)
+
+
 def test_ordinary_loud_audio_is_not_touched() -> None:
     """What decoders make from real audio stays as decoded: a full-scale mono tone, the sqrt(2) of a stereo file
     with identical full-scale channels, and a lossy overshoot past 1."""
