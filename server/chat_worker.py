@@ -5,11 +5,19 @@ Requests (server/jobs.py) reach it through a bounded queue; their choices join t
 when they end. Tokens travel back to the event loop as events put on an asyncio.Queue with
 loop.call_soon_threadsafe. Cancel flags are checked at every round of the batch: a client that goes
 away leaves the batch within one round, and its KV pages go back to the pool.
+
+Fairness. Places in the batch go to the jobs in turn (round-robin), one choice per job per turn: a job that
+waits gets a place before any other job gets a second one since it began waiting, so a request of many
+choices cannot hold every place against later ones. A new job's first choice waits for at most one place per
+job ahead of it in turn (however many choices those have), and the batch then shares its prefill in turn too
+(models/text/batch.py). Each round (one generator.step()) holds the adapter's turn (gpu/turns.py) and lets it
+go, so models loaded on the same GPU alternate round by round instead of one starving the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -23,7 +31,8 @@ from models.text.chat_template import ChatTemplate
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
-from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer
+from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer, adapter_turns
+from server.request_context import logging_as
 from server.text_stream import TextStream
 from server.thread_worker import load_on_own_device as _on_own_device
 from server.worker_base import WorkerBase
@@ -63,6 +72,7 @@ class ChatWorker(WorkerBase[ChatModel]):
         self._queue = JobQueue(max_queue)
         self.chat_template: ChatTemplate | None = None
         self._current: Job | None = None
+        self._places = 0  # places in the batch given so far: the clock of the admission rotation
 
     # -- event-loop side -----------------------------------------------------------------
     @property
@@ -113,7 +123,8 @@ class ChatWorker(WorkerBase[ChatModel]):
     def _serve(self) -> None:
         """The batch loop: admit choices while the batch has room, run a round, route its events."""
         generator = self.model.generator()
-        admitting: deque[tuple[Job, deque[ChoiceSpec]]] = deque()  # jobs taken from the queue, choices left
+        turns = adapter_turns(self.model)
+        admitting: list[tuple[Job, deque[ChoiceSpec]]] = []  # jobs taken from the queue, choices left
         runs: dict[tuple[int, int], _ChoiceRun] = {}  # by (id(job), choice index)
         while True:
             if not generator.busy and not admitting and not self._queue.wait():
@@ -122,9 +133,12 @@ class ChatWorker(WorkerBase[ChatModel]):
                 break
             self._admit(generator, admitting, runs)
             try:
-                events = generator.step()
+                # One round per turn of the adapter, never more: other models on it get theirs in between.
+                with turns.turn() if turns is not None else contextlib.nullcontext():
+                    events = generator.step()
             except BaseException as error:  # noqa: BLE001 - a bug in the batch loop: fail its jobs, go on
-                log.exception("%s: batch step failed", self.name)
+                ids = sorted({run.job.request_id for run in runs.values()})
+                log.exception("%s: batch step failed; it fails requests %s", self.name, ", ".join(ids) or "-")
                 events = [EndEvent(key, "error", error) for key in runs]
             for event in events:
                 run = runs.get(cast(tuple[int, int], event.key))  # the keys this worker gave generator.add
@@ -144,31 +158,49 @@ class ChatWorker(WorkerBase[ChatModel]):
             job.cancelled.set()
         self.running, self._current = 0, None
 
-    def _admit(self, generator: BatchGenerator, admitting: deque[tuple[Job, deque[ChoiceSpec]]],
+    def _admit(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
                runs: dict[tuple[int, int], _ChoiceRun]) -> None:
-        """Move choices into the batch, in order of arrival, while it has room. A job stays in the queue (counted
-        as queued, its place held against max_queue, cancellable) until its first choice fits the batch."""
+        """Give the batch's free places to the jobs in turn, one choice each per turn (the module docstring).
+
+        A job's turn is the clock (places given) when the worker first saw it, then one past the place it was
+        last given; the lowest turn goes next, the earlier arrival on a tie. The choice whose turn it is waits
+        for room rather than let a smaller one pass (a large prompt is never starved). A job stays in the queue
+        (counted as queued, its place held against max_queue, cancellable) until its first choice is admitted.
+        """
         while True:
-            if not admitting:
-                job = self._queue.peek()
-                if job is None:
-                    return
-                first = job.choices[0] if job.choices else None
-                if (not job.cancelled.is_set() and first is not None
-                        and not generator.can_admit(len(first.prompt_ids), first.max_tokens)):
-                    return
-                if not self._queue.take(job):  # cancelled and removed meanwhile
+            admitting[:] = [(job, specs) for job, specs in admitting if specs and not job.cancelled.is_set()]
+            queued = self._queue.waiting()
+            for job in queued:
+                if job.turn < 0:
+                    job.turn = self._places
+            candidates = [(job, specs) for job, specs in admitting]
+            candidates += [(job, None) for job in queued]
+            if not candidates:
+                return
+            job, specs = min(candidates, key=lambda c: (c[0].turn, c[0].arrival))
+            if specs is None:  # its first choice
+                if job.cancelled.is_set() or not job.choices:
+                    if self._queue.take(job) and not job.choices and not job.finished_sent:
+                        job.finished_sent = True
+                        job.emit(_JOB_DONE)
                     continue
-                admitting.append((job, deque(job.choices)))
-                job.remaining = len(job.choices)
-            job, specs = admitting[0]
-            if job.cancelled.is_set() or not specs:
-                admitting.popleft()
-                continue
-            spec = specs[0]
+                spec = job.choices[0]
+            else:
+                spec = specs[0]
             if not generator.can_admit(len(spec.prompt_ids), spec.max_tokens):
                 return
+            if specs is None:
+                if not self._queue.take(job):  # cancelled and removed meanwhile
+                    continue
+                specs = deque(job.choices)
+                admitting.append((job, specs))
+                job.remaining = len(job.choices)
+                with logging_as(job.request_id):
+                    log.debug("%s: the request's first choice joins the batch (%d choices)", self.name,
+                              len(job.choices))
             specs.popleft()
+            self._places += 1
+            job.turn = self._places
             key = (id(job), spec.index)
             stream: TextStream[TokenInfo] = TextStream(self.model.tokenizer.stream_decoder(), job.stop)
             runs[key] = _ChoiceRun(job, spec, stream)
@@ -184,11 +216,16 @@ class ChatWorker(WorkerBase[ChatModel]):
             if event.reason == "error":
                 self._end_run(run, runs, event.error or RuntimeError("generation failed"))
                 return
+            if run.first_at is None:  # the first token it sampled ended it (an end-of-sequence id)
+                run.first_at = run.last_at = event.at
             self._flush(run)
-            job.emit(ChoiceDone(spec.index, event.reason, len(spec.prompt_ids), run.count))
+            job.emit(run.done(event.reason))
             self._end_run(run, runs, None)
             return
         run.count += 1
+        if run.first_at is None:
+            run.first_at = event.at
+        run.last_at = event.at
         token = event.token
         piece = run.stream.push(token.id, self._token_info(token) if job.logprobs else None)
         if piece:
@@ -196,7 +233,7 @@ class ChatWorker(WorkerBase[ChatModel]):
         if run.stream.stopped:
             generator.cancel((id(job), spec.index))
             self._flush(run)
-            job.emit(ChoiceDone(spec.index, "stop", len(spec.prompt_ids), run.count))
+            job.emit(run.done("stop"))
             self._end_run(run, runs, None)
 
     def _flush(self, run: _ChoiceRun) -> None:
@@ -213,6 +250,9 @@ class ChatWorker(WorkerBase[ChatModel]):
         if error is not None and not job.finished_sent:
             job.finished_sent = True
             job.cancelled.set()  # its other choices leave the batch too
+            with logging_as(job.request_id):
+                log.warning("%s: the request failed in the batch (choice %d): %s: %s", self.name, run.spec.index,
+                            type(error).__name__, error)
             job.emit(_JobFailed(error))
             return
         job.remaining -= 1
@@ -227,12 +267,17 @@ class ChatWorker(WorkerBase[ChatModel]):
 
 @dataclass
 class _ChoiceRun:
-    """A choice in the batch: its job, its spec, its text stream and the tokens it has had."""
+    """A choice in the batch: its job, its spec, its text stream, the tokens it has had and when."""
 
     job: Job
     spec: ChoiceSpec
     stream: TextStream[TokenInfo]
     count: int = 0
+    first_at: float | None = None  # when the worker had its first and last sampled tokens (perf_counter)
+    last_at: float | None = None
+
+    def done(self, reason: str) -> ChoiceDone:
+        return ChoiceDone(self.spec.index, reason, len(self.spec.prompt_ids), self.count, self.first_at, self.last_at)
 
 
 def chat_template_of(tokenizer: TextTokenizer) -> ChatTemplate:
