@@ -110,10 +110,12 @@ class ChatWorker(WorkerBase[ChatModel]):
         tokenizer = self.model.tokenizer
         self.chat_template = chat_template_of(tokenizer)
         if self._warm_up:  # compile the prefill and decode pipelines now, not on the first request
+            turns = adapter_turns(self.model)
             session = self.model.new_session()
             try:
-                logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
-                session.decode(int(logits.argmax()))
+                with turns.turn() if turns is not None else contextlib.nullcontext():
+                    logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
+                    session.decode(int(logits.argmax()))
             finally:
                 session.close()
         self.progress = 1.0
