@@ -7,11 +7,13 @@ loop.call_soon_threadsafe. Cancel flags are checked at every round of the batch:
 away leaves the batch within one round, and its KV pages go back to the pool.
 
 Fairness. Places in the batch go to the jobs in turn (round-robin), one choice per job per turn: a job that
-waits gets a place before any other job gets a second one since it began waiting, so a request of many
-choices cannot hold every place against later ones. A new job's first choice waits for at most one place per
-job ahead of it in turn (however many choices those have), and the batch then shares its prefill in turn too
-(models/text/batch.py). Each round (one generator.step()) holds the adapter's turn (gpu/turns.py) and lets it
-go, so models loaded on the same GPU alternate round by round instead of one starving the others.
+waits gets a place before any other job gets a second one since it began waiting. A job with choices in the
+batch never takes its last free place (it runs at most max_batch - 1 at once): a request that arrives while
+one of many choices fills the batch is admitted at once, and otherwise within one place per job ahead of it
+in turn, however many choices those jobs have. The batch then prefills it within a round or so, whatever the
+prompts of the others (models/text/batch.py shares its prefill). Each round (one generator.step()) holds the
+adapter's turn (gpu/turns.py) and lets it go, so models loaded on the same GPU alternate round by round
+instead of one starving the others.
 """
 
 from __future__ import annotations
@@ -162,36 +164,17 @@ class ChatWorker(WorkerBase[ChatModel]):
 
     def _admit(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
                runs: dict[tuple[int, int], _ChoiceRun]) -> None:
-        """Give the batch's free places to the jobs in turn, one choice each per turn (the module docstring).
+        """Give the batch's free places to the jobs in turn (the module docstring) while they fit.
 
-        A job's turn is the clock (places given) when the worker first saw it, then one past the place it was
-        last given; the lowest turn goes next, the earlier arrival on a tie. The choice whose turn it is waits
-        for room rather than let a smaller one pass (a large prompt is never starved). A job stays in the queue
-        (counted as queued, its place held against max_queue, cancellable) until its first choice is admitted.
+        A job stays in the queue (counted as queued, its place held against max_queue, cancellable) until its
+        first choice is admitted.
         """
         while True:
-            admitting[:] = [(job, specs) for job, specs in admitting if specs and not job.cancelled.is_set()]
-            queued = self._queue.waiting()
-            for job in queued:
-                if job.turn < 0:
-                    job.turn = self._places
-            candidates = [(job, specs) for job, specs in admitting]
-            candidates += [(job, None) for job in queued]
-            if not candidates:
+            chosen = self._next_choice(generator, admitting)
+            if chosen is None:
                 return
-            job, specs = min(candidates, key=lambda c: (c[0].turn, c[0].arrival))
+            job, specs, spec = chosen
             if specs is None:  # its first choice
-                if job.cancelled.is_set() or not job.choices:
-                    if self._queue.take(job) and not job.choices and not job.finished_sent:
-                        job.finished_sent = True
-                        job.emit(_JOB_DONE)
-                    continue
-                spec = job.choices[0]
-            else:
-                spec = specs[0]
-            if not generator.can_admit(len(spec.prompt_ids), spec.max_tokens):
-                return
-            if specs is None:
                 if not self._queue.take(job):  # cancelled and removed meanwhile
                     continue
                 specs = deque(job.choices)
@@ -210,6 +193,37 @@ class ChatWorker(WorkerBase[ChatModel]):
                 generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs)
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
+
+    def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
+                     ) -> tuple[Job, deque[ChoiceSpec] | None, ChoiceSpec] | None:
+        """The choice that gets the next place (with its job and the job's choices left, None for a queued job),
+        or None when it must wait for room.
+
+        A job's turn is the clock (places given) when the worker first saw it, then one past the place it was
+        last given; the lowest turn goes first, the earlier arrival on a tie. A job with a choice in the batch
+        does not take its last free place but passes it on, so a new job finds a place at once however many
+        choices others have waiting. A job with none in the batch waits for room when it is its turn rather
+        than let a smaller one pass (a large prompt is never starved).
+        """
+        admitting[:] = [(job, specs) for job, specs in admitting if specs and not job.cancelled.is_set()]
+        queued = self._queue.waiting()
+        for job in queued:
+            if job.turn < 0:
+                job.turn = self._places
+            if (job.cancelled.is_set() or not job.choices) and self._queue.take(job):
+                if not job.choices and not job.finished_sent:  # nothing to do: it ends at once
+                    job.finished_sent = True
+                    job.emit(_JOB_DONE)
+        candidates: list[tuple[Job, deque[ChoiceSpec] | None]] = [(job, specs) for job, specs in admitting]
+        candidates += [(job, None) for job in queued if job.choices and not job.cancelled.is_set()]
+        for job, specs in sorted(candidates, key=lambda c: (c[0].turn, c[0].arrival)):
+            spec = job.choices[0] if specs is None else specs[0]
+            in_batch = specs is not None and job.remaining > len(specs)  # some of its choices are running
+            if generator.can_admit(len(spec.prompt_ids), spec.max_tokens, 2 if in_batch else 1):
+                return job, specs, spec
+            if not in_batch:
+                return None
+        return None
 
     def _route(self, generator: BatchGenerator, run: _ChoiceRun, event: Event,
                runs: dict[tuple[int, int], _ChoiceRun]) -> None:

@@ -49,10 +49,10 @@ def steps_at_choice_ends(job: Job, model: object) -> list[int]:
     return ends
 
 
-def test_a_small_request_gets_a_place_before_a_big_one_gets_its_next() -> None:
-    """40 choices of 8 tokens fill the 4 places; a 1-choice request of 4 tokens that arrives in the first round
-    gets one of the first places to free, so it ends by round 8 + 4. Admitted in order of arrival, it waited for
-    all 40 (ending near round 84)."""
+def test_a_small_request_is_admitted_at_once_behind_a_request_of_many_choices() -> None:
+    """40 choices of 8 tokens on a batch of 4 places: the big request takes 3 and leaves the last free, so a
+    1-choice request of 4 tokens that arrives during the first round joins the batch in the second and ends with
+    round 5. Admitted in order of arrival, it waited for all 40 (ending near round 84)."""
     started, arrived = threading.Event(), threading.Event()
 
     def on_step(n: int) -> None:
@@ -74,10 +74,43 @@ def test_a_small_request_gets_a_place_before_a_big_one_gets_its_next() -> None:
         await asyncio.gather(drain(big_handle), drain(small_handle))
         worker.stop()
         assert len(big_ends) == 40 and len(small_ends) == 1
-        assert small_ends[0] <= 8 + 4, small_ends
-        assert max(big_ends) >= 80  # the big one still ran all its choices, 4 at a time
+        assert small_ends == [1 + 4], small_ends
+        assert max(big_ends) >= 80  # the big one still ran all its choices, 3 at a time
 
     asyncio.run(main())
+
+
+def test_places_go_round_robin_between_requests_of_many_choices() -> None:
+    """Two requests of 12 choices each, the second arriving while the first fills the batch (3 of 4 places, the
+    last kept free): the second takes the free place, and from then on each place that frees goes to the
+    requests in turn, so their choices end interleaved rather than the first's 12 before the second's."""
+    started, arrived = threading.Event(), threading.Event()
+
+    def on_step(n: int) -> None:
+        if n == 1:
+            started.set()
+            assert arrived.wait(10)
+
+    async def main() -> tuple[list[int], list[int]]:
+        worker = ChatWorker("fake", "fake", fake_loader(max_batch=4, on_step=on_step), max_queue=4)
+        worker.start()
+        await worker.wait_ready()
+        first = Job([ChoiceSpec(i, PROMPT, GREEDY, 4) for i in range(12)])
+        second = Job([ChoiceSpec(i, PROMPT, GREEDY, 4) for i in range(12)])
+        first_ends, second_ends = steps_at_choice_ends(first, worker.model), steps_at_choice_ends(second, worker.model)
+        first_handle = worker.submit(first, 1)
+        assert await asyncio.to_thread(started.wait, 10)
+        second_handle = worker.submit(second, 1)
+        arrived.set()
+        await asyncio.gather(drain(first_handle), drain(second_handle))
+        worker.stop()
+        return first_ends, second_ends
+
+    first_ends, second_ends = asyncio.run(main())
+    assert len(first_ends) == len(second_ends) == 12
+    # In order of arrival the second's first choice ended after all 12 of the first's, with round 16.
+    assert min(second_ends) <= 5
+    assert abs(max(first_ends) - max(second_ends)) <= 4 + 1  # they finish within a generation of each other
 
 
 def test_each_round_holds_the_adapter_turn_and_gives_it_back() -> None:
