@@ -5,11 +5,21 @@ Requests (server/jobs.py) reach it through a bounded queue; their choices join t
 when they end. Tokens travel back to the event loop as events put on an asyncio.Queue with
 loop.call_soon_threadsafe. Cancel flags are checked at every round of the batch: a client that goes
 away leaves the batch within one round, and its KV pages go back to the pool.
+
+Fairness. Places in the batch go to the jobs in turn (round-robin), one choice per job per turn: a job that
+waits gets a place before any other job gets a second one since it began waiting. A job with choices in the
+batch never takes its last free place (it runs at most max_batch - 1 at once): a request that arrives while
+one of many choices fills the batch is admitted at once, and otherwise within one place per job ahead of it
+in turn, however many choices those jobs have. The batch then prefills it within a round or so, whatever the
+prompts of the others (models/text/batch.py shares its prefill). Each round (one generator.step()) holds the
+adapter's turn (gpu/turns.py) and lets it go, so models loaded on the same GPU alternate round by round
+instead of one starving the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -23,7 +33,8 @@ from models.text.chat_template import ChatTemplate
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
-from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer
+from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer, adapter_turns
+from server.request_context import logging_as
 from server.text_stream import TextStream
 from server.thread_worker import load_on_own_device as _on_own_device
 from server.worker_base import WorkerBase
@@ -63,6 +74,7 @@ class ChatWorker(WorkerBase[ChatModel]):
         self._queue = JobQueue(max_queue)
         self.chat_template: ChatTemplate | None = None
         self._current: Job | None = None
+        self._places = 0  # places in the batch given so far: the clock of the admission rotation
 
     # -- event-loop side -----------------------------------------------------------------
     @property
@@ -100,10 +112,12 @@ class ChatWorker(WorkerBase[ChatModel]):
         tokenizer = self.model.tokenizer
         self.chat_template = chat_template_of(tokenizer)
         if self._warm_up:  # compile the prefill and decode pipelines now, not on the first request
+            turns = adapter_turns(self.model)
             session = self.model.new_session()
             try:
-                logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
-                session.decode(int(logits.argmax()))
+                with turns.turn() if turns is not None else contextlib.nullcontext():
+                    logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
+                    session.decode(int(logits.argmax()))
             finally:
                 session.close()
         self.progress = 1.0
@@ -113,7 +127,8 @@ class ChatWorker(WorkerBase[ChatModel]):
     def _serve(self) -> None:
         """The batch loop: admit choices while the batch has room, run a round, route its events."""
         generator = self.model.generator()
-        admitting: deque[tuple[Job, deque[ChoiceSpec]]] = deque()  # jobs taken from the queue, choices left
+        turns = adapter_turns(self.model)
+        admitting: list[tuple[Job, deque[ChoiceSpec]]] = []  # jobs taken from the queue, choices left
         runs: dict[tuple[int, int], _ChoiceRun] = {}  # by (id(job), choice index)
         while True:
             if not generator.busy and not admitting and not self._queue.wait():
@@ -122,9 +137,12 @@ class ChatWorker(WorkerBase[ChatModel]):
                 break
             self._admit(generator, admitting, runs)
             try:
-                events = generator.step()
+                # One round per turn of the adapter, never more: other models on it get theirs in between.
+                with turns.turn() if turns is not None else contextlib.nullcontext():
+                    events = generator.step()
             except BaseException as error:  # noqa: BLE001 - a bug in the batch loop: fail its jobs, go on
-                log.exception("%s: batch step failed", self.name)
+                ids = sorted({run.job.request_id for run in runs.values()})
+                log.exception("%s: batch step failed; it fails requests %s", self.name, ", ".join(ids) or "-")
                 events = [EndEvent(key, "error", error) for key in runs]
             for event in events:
                 run = runs.get(cast(tuple[int, int], event.key))  # the keys this worker gave generator.add
@@ -144,31 +162,30 @@ class ChatWorker(WorkerBase[ChatModel]):
             job.cancelled.set()
         self.running, self._current = 0, None
 
-    def _admit(self, generator: BatchGenerator, admitting: deque[tuple[Job, deque[ChoiceSpec]]],
+    def _admit(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
                runs: dict[tuple[int, int], _ChoiceRun]) -> None:
-        """Move choices into the batch, in order of arrival, while it has room. A job stays in the queue (counted
-        as queued, its place held against max_queue, cancellable) until its first choice fits the batch."""
+        """Give the batch's free places to the jobs in turn (the module docstring) while they fit.
+
+        A job stays in the queue (counted as queued, its place held against max_queue, cancellable) until its
+        first choice is admitted.
+        """
         while True:
-            if not admitting:
-                job = self._queue.peek()
-                if job is None:
-                    return
-                first = job.choices[0] if job.choices else None
-                if (not job.cancelled.is_set() and first is not None
-                        and not generator.can_admit(len(first.prompt_ids), first.max_tokens)):
-                    return
+            chosen = self._next_choice(generator, admitting)
+            if chosen is None:
+                return
+            job, specs, spec = chosen
+            if specs is None:  # its first choice
                 if not self._queue.take(job):  # cancelled and removed meanwhile
                     continue
-                admitting.append((job, deque(job.choices)))
+                specs = deque(job.choices)
+                admitting.append((job, specs))
                 job.remaining = len(job.choices)
-            job, specs = admitting[0]
-            if job.cancelled.is_set() or not specs:
-                admitting.popleft()
-                continue
-            spec = specs[0]
-            if not generator.can_admit(len(spec.prompt_ids), spec.max_tokens):
-                return
+                with logging_as(job.request_id):
+                    log.debug("%s: the request's first choice joins the batch (%d choices)", self.name,
+                              len(job.choices))
             specs.popleft()
+            self._places += 1
+            job.turn = self._places
             key = (id(job), spec.index)
             stream: TextStream[TokenInfo] = TextStream(self.model.tokenizer.stream_decoder(), job.stop)
             runs[key] = _ChoiceRun(job, spec, stream)
@@ -177,6 +194,37 @@ class ChatWorker(WorkerBase[ChatModel]):
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
 
+    def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
+                     ) -> tuple[Job, deque[ChoiceSpec] | None, ChoiceSpec] | None:
+        """The choice that gets the next place (with its job and the job's choices left, None for a queued job),
+        or None when it must wait for room.
+
+        A job's turn is the clock (places given) when the worker first saw it, then one past the place it was
+        last given; the lowest turn goes first, the earlier arrival on a tie. A job with a choice in the batch
+        does not take its last free place but passes it on, so a new job finds a place at once however many
+        choices others have waiting. A job with none in the batch waits for room when it is its turn rather
+        than let a smaller one pass (a large prompt is never starved).
+        """
+        admitting[:] = [(job, specs) for job, specs in admitting if specs and not job.cancelled.is_set()]
+        queued = self._queue.waiting()
+        for job in queued:
+            if job.turn < 0:
+                job.turn = self._places
+            if (job.cancelled.is_set() or not job.choices) and self._queue.take(job):
+                if not job.choices and not job.finished_sent:  # nothing to do: it ends at once
+                    job.finished_sent = True
+                    job.emit(_JOB_DONE)
+        candidates: list[tuple[Job, deque[ChoiceSpec] | None]] = [(job, specs) for job, specs in admitting]
+        candidates += [(job, None) for job in queued if job.choices and not job.cancelled.is_set()]
+        for job, specs in sorted(candidates, key=lambda c: (c[0].turn, c[0].arrival)):
+            spec = job.choices[0] if specs is None else specs[0]
+            in_batch = specs is not None and job.remaining > len(specs)  # some of its choices are running
+            if generator.can_admit(len(spec.prompt_ids), spec.max_tokens, 2 if in_batch else 1):
+                return job, specs, spec
+            if not in_batch:
+                return None
+        return None
+
     def _route(self, generator: BatchGenerator, run: _ChoiceRun, event: Event,
                runs: dict[tuple[int, int], _ChoiceRun]) -> None:
         job, spec = run.job, run.spec
@@ -184,11 +232,16 @@ class ChatWorker(WorkerBase[ChatModel]):
             if event.reason == "error":
                 self._end_run(run, runs, event.error or RuntimeError("generation failed"))
                 return
+            if run.first_at is None:  # the first token it sampled ended it (an end-of-sequence id)
+                run.first_at = run.last_at = event.at
             self._flush(run)
-            job.emit(ChoiceDone(spec.index, event.reason, len(spec.prompt_ids), run.count))
+            job.emit(run.done(event.reason))
             self._end_run(run, runs, None)
             return
         run.count += 1
+        if run.first_at is None:
+            run.first_at = event.at
+        run.last_at = event.at
         token = event.token
         piece = run.stream.push(token.id, self._token_info(token) if job.logprobs else None)
         if piece:
@@ -196,7 +249,7 @@ class ChatWorker(WorkerBase[ChatModel]):
         if run.stream.stopped:
             generator.cancel((id(job), spec.index))
             self._flush(run)
-            job.emit(ChoiceDone(spec.index, "stop", len(spec.prompt_ids), run.count))
+            job.emit(run.done("stop"))
             self._end_run(run, runs, None)
 
     def _flush(self, run: _ChoiceRun) -> None:
@@ -213,6 +266,9 @@ class ChatWorker(WorkerBase[ChatModel]):
         if error is not None and not job.finished_sent:
             job.finished_sent = True
             job.cancelled.set()  # its other choices leave the batch too
+            with logging_as(job.request_id):
+                log.warning("%s: the request failed in the batch (choice %d): %s: %s", self.name, run.spec.index,
+                            type(error).__name__, error)
             job.emit(_JobFailed(error))
             return
         job.remaining -= 1
@@ -227,12 +283,17 @@ class ChatWorker(WorkerBase[ChatModel]):
 
 @dataclass
 class _ChoiceRun:
-    """A choice in the batch: its job, its spec, its text stream and the tokens it has had."""
+    """A choice in the batch: its job, its spec, its text stream, the tokens it has had and when."""
 
     job: Job
     spec: ChoiceSpec
     stream: TextStream[TokenInfo]
     count: int = 0
+    first_at: float | None = None  # when the worker had its first and last sampled tokens (perf_counter)
+    last_at: float | None = None
+
+    def done(self, reason: str) -> ChoiceDone:
+        return ChoiceDone(self.spec.index, reason, len(self.spec.prompt_ids), self.count, self.first_at, self.last_at)
 
 
 def chat_template_of(tokenizer: TextTokenizer) -> ChatTemplate:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from models.text.sampler import SamplingParams
 from server.errors import to_hearth_error
+from server.request_context import current_request_id
 
 if TYPE_CHECKING:
     from server.protocols import ChatHandler
@@ -55,6 +56,10 @@ class ChoiceDone:
     finish_reason: str  # "stop" (end of sequence or a stop string) or "length"
     prompt_tokens: int
     completion_tokens: int  # every sampled token, those inside a stop string too
+    # When the worker had the choice's first and last sampled tokens (time.perf_counter(), seconds): the model's
+    # own times, not when text reached the client. None when it sampled none (cancelled before its prefill ended).
+    first_token_at: float | None = None
+    last_token_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -73,15 +78,21 @@ JobEvent = TextDelta | ChoiceDone | _JobFailed | _JobDone
 
 @dataclass
 class Job:
-    """A request's work: its choices, stop strings and whether per-token logprobs are wanted."""
+    """A request's work: its choices, stop strings and whether per-token logprobs are wanted.
+
+    It keeps the id of the request it was made in, so the worker thread's log lines about it carry that id.
+    """
 
     choices: list[ChoiceSpec]
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)
+    request_id: str = field(default_factory=current_request_id)
     finished: bool = False  # the event loop has seen its end
     remaining: int = 0  # worker side: choices not yet ended
     finished_sent: bool = False  # worker side: its end (done or failed) has been emitted
+    arrival: int = 0  # its place in the order of arrival (JobQueue.put)
+    turn: int = -1  # worker side: its place in the admission rotation (-1 until the worker has seen it)
     _loop: asyncio.AbstractEventLoop | None = None
     _events: asyncio.Queue[JobEvent] | None = None
 
@@ -96,28 +107,24 @@ class Job:
 
 
 class JobQueue:
-    """A bounded FIFO that lets a cancelled job leave before its turn (freeing its place at once)."""
+    """A bounded wait, in order of arrival, that lets a job leave before its turn (freeing its place at once)."""
 
     def __init__(self, max_waiting: int) -> None:
         self.max_waiting = max_waiting
         self._jobs: deque[Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._arrivals = 0
 
     def put(self, job: Job) -> bool:
         with self._cond:
             if self._closed or len(self._jobs) >= self.max_waiting:
                 return False
+            self._arrivals += 1
+            job.arrival = self._arrivals
             self._jobs.append(job)
             self._cond.notify()
             return True
-
-    def get(self) -> Job | None:
-        """The next job, waiting for one; None once closed."""
-        with self._cond:
-            while not self._jobs and not self._closed:
-                self._cond.wait()
-            return None if self._closed else self._jobs.popleft()
 
     def wait(self) -> bool:
         """Block until a job waits (True) or the queue is closed (False)."""
@@ -126,17 +133,18 @@ class JobQueue:
                 self._cond.wait()
             return not self._closed
 
-    def peek(self) -> Job | None:
-        """The next job, left in the queue (None when none waits or the queue is closed)."""
+    def waiting(self) -> list[Job]:
+        """The jobs waiting, oldest first, left in the queue (none once it is closed)."""
         with self._cond:
-            return None if self._closed or not self._jobs else self._jobs[0]
+            return [] if self._closed else list(self._jobs)
 
     def take(self, job: Job) -> bool:
-        """Remove `job` if it is still the next one (it may have been cancelled since it was peeked at)."""
+        """Remove `job` if it still waits (it may have been cancelled since it was seen)."""
         with self._cond:
-            if self._jobs and self._jobs[0] is job:
-                self._jobs.popleft()
-                return True
+            for i, waiting in enumerate(self._jobs):
+                if waiting is job:  # by identity: jobs are dataclasses, equal when their fields are
+                    del self._jobs[i]
+                    return True
             return False
 
     @property
@@ -144,9 +152,7 @@ class JobQueue:
         return self._closed
 
     def remove(self, job: Job) -> None:
-        with self._cond:
-            if job in self._jobs:
-                self._jobs.remove(job)
+        self.take(job)
 
     def close(self) -> list[Job]:
         """Stop the queue; the jobs still waiting are returned."""

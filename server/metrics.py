@@ -4,7 +4,8 @@ What is measured where:
 - every HTTP request (route template, method, status, latency): server/middleware.py's RequestContext, so a
   new router is counted without doing anything;
 - chat and completions (tokens, time to first token, tokens/s): `meter_job`, called once where services
-  submit a job (server/services/generation.py), on the worker thread as the events are made;
+  submit a job (server/services/generation.py), on the worker thread as the events are made, from the times
+  the worker had each choice's tokens (ChoiceDone), not from when text was emitted;
 - speech and transcription: `meter_audio` around a worker job, or `observe_audio("generated" | "transcribed",
   model, seconds)`, from their services;
 - queue depth, running requests, state, loads and unloads per model, GPU memory held by wgpu buffers and
@@ -25,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from server.jobs import ChoiceDone, Job, JobEvent, TextDelta, _JobDone, _JobFailed
+from server.jobs import ChoiceDone, Job, JobEvent, _JobDone, _JobFailed
 
 if TYPE_CHECKING:
     from server.model_manager import ModelManager
@@ -111,11 +112,12 @@ class Metrics:
         self.prompt_tokens = Counter("hearth_prompt_tokens", "Prompt tokens of chat and completion choices",
                                      ["model"], registry=r)
         self.generated_tokens = Counter("hearth_generated_tokens", "Tokens generated", ["model"], registry=r)
-        self.ttft = Histogram("hearth_time_to_first_token_seconds", "From queueing a generation to its first text",
-                              ["model"], buckets=TTFT_BUCKETS, registry=r)
-        self.tokens_per_second = Histogram("hearth_generation_tokens_per_second", "A generation's tokens over the "
-                                           "time from its first token to its end", ["model"], buckets=RATE_BUCKETS,
-                                           registry=r)
+        self.ttft = Histogram("hearth_time_to_first_token_seconds", "From queueing a generation to the first token "
+                              "the model sampled for it (the end of a choice's prefill)", ["model"],
+                              buckets=TTFT_BUCKETS, registry=r)
+        self.tokens_per_second = Histogram("hearth_generation_tokens_per_second", "A choice's decoding rate: its "
+                                           "tokens after the first over the time from its first to its last, as "
+                                           "the model made them", ["model"], buckets=RATE_BUCKETS, registry=r)
         self.generations = Counter("hearth_generations", "Generation jobs by how they ended", ["model", "outcome"],
                                    registry=r)
         self.audio_seconds = Counter("hearth_audio_seconds", "Seconds of audio generated (speech) or transcribed",
@@ -174,37 +176,40 @@ def meter_audio(job: Callable[[M], Iterator[T]], direction: Literal["generated",
 
 
 def meter_job(job: Job, model: str) -> None:
-    """Record a generation job's tokens, time to first token and tokens/s as its events are emitted.
+    """Record a generation job's tokens, time to first token and decoding rate as its events are emitted.
 
-    Wraps the job's `emit`, which the worker thread calls for each event, so the times are when tokens were
-    made, not when the client read them; the event loop's side of the job is untouched.
+    Wraps the job's `emit`, which the worker thread calls for each event. The times are the worker's: when each
+    choice's first and last tokens were sampled (ChoiceDone carries them), so neither the rounds a token waits in
+    before the host reads it nor text held back by a stop string count. Time to first token is the job's (its
+    earliest choice's), observed when the job ends; the rate is each choice's, over the tokens after its first
+    (a choice of one token has none).
     """
     metrics = Metrics.current()
     if metrics is None:
         return
     queued = time.perf_counter()
     first: float | None = None
-    generated = 0
     emit = job.emit
 
     def metered_emit(event: JobEvent) -> None:
-        nonlocal first, generated
+        nonlocal first
         try:
-            if isinstance(event, TextDelta) and first is None:
-                first = time.perf_counter()
-                metrics.ttft.labels(model).observe(first - queued)
-            elif isinstance(event, ChoiceDone):
-                generated += event.completion_tokens
+            if isinstance(event, ChoiceDone):
                 metrics.prompt_tokens.labels(model).inc(event.prompt_tokens)
                 metrics.generated_tokens.labels(model).inc(event.completion_tokens)
+                if event.first_token_at is not None:
+                    first = event.first_token_at if first is None else min(first, event.first_token_at)
+                if (event.completion_tokens > 1 and event.first_token_at is not None
+                        and event.last_token_at is not None and event.last_token_at > event.first_token_at):
+                    rate = (event.completion_tokens - 1) / (event.last_token_at - event.first_token_at)
+                    metrics.tokens_per_second.labels(model).observe(rate)
             elif isinstance(event, _JobDone | _JobFailed):
                 outcome = "completed" if isinstance(event, _JobDone) else "failed"
                 if job.cancelled.is_set() and isinstance(event, _JobDone):
                     outcome = "cancelled"
                 metrics.generations.labels(model, outcome).inc()
-                spent = time.perf_counter() - (first or queued)
-                if first is not None and generated > 1 and spent > 0:
-                    metrics.tokens_per_second.labels(model).observe(generated / spent)
+                if first is not None:
+                    metrics.ttft.labels(model).observe(max(0.0, first - queued))
         finally:
             emit(event)
 

@@ -103,7 +103,9 @@ class RequestContext:
     """Give each request an id (X-Request-Id in and out), count it in the metrics and write its access line.
 
     The id and the app's metrics are context variables for the request's lifetime, so log lines and metric
-    calls made anywhere while serving it find them.
+    calls made anywhere while serving it find them. An exception that no handler inside took (a bug) is
+    answered here, with the 500 error object and the id, and logged with the id: left to Starlette's outermost
+    handler, it would be answered and logged outside this class, without either.
     """
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
@@ -134,17 +136,23 @@ class RequestContext:
         id_token, metrics_token, end_token = set_request_id(request_id), self.metrics.activate(), begin_request()
         status = 500  # what the client gets if the app fails before answering (Starlette's error handler)
         started = time.perf_counter()
+        response_started = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, response_started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, response_started = message["status"], True
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
             await send(message)
 
         self.metrics.in_flight.inc()
         try:
-            await self.app(scope, receive, send_with_id)
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception as error:
+                if response_started:  # too late for an error object: the server drops the connection
+                    raise
+                await error_response(error)(scope, receive, send_with_id)  # logs it, with its traceback
         finally:
             self.metrics.in_flight.dec()
             elapsed = time.perf_counter() - started

@@ -38,7 +38,7 @@ from server.protocols import (
     WorkerClass,
 )
 from server.preparation import Preparation
-from server.request_context import at_request_end
+from server.request_context import at_request_end, outside_requests
 
 
 def load_failure(name: str, error: BaseException | str) -> str:
@@ -263,8 +263,10 @@ class ModelManager:
 
     # -- unloading idle models ---------------------------------------------------------------
     def _start_reaper(self) -> None:
+        # The first request starts it; it runs outside that request, so its log lines do not carry the request's id.
         if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever(), name="hearth-idle-unload")
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever(), name="hearth-idle-unload",
+                                                                  context=outside_requests())
 
     def _next_look_s(self) -> float:
         """Half the shortest keep_alive of a loaded model (so it unloads at most 50% late), within bounds."""

@@ -15,6 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from config.settings import Settings
+    from gpu.turns import Turns
     from models.registry import ModelEntry
     from models.text.batch import Event
     from models.text.chat_template import ChatTemplate
@@ -70,7 +71,7 @@ class BatchGenerator(Protocol):
     @property
     def busy(self) -> bool: ...
 
-    def can_admit(self, n_prompt: int, max_tokens: int) -> bool: ...
+    def can_admit(self, n_prompt: int, max_tokens: int, n_sequences: int = 1) -> bool: ...
 
     def add(self, key: tuple[int, int], prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
             logprobs: bool = False) -> None: ...
@@ -215,6 +216,13 @@ class TranscriptionModel(Protocol):
         """Segments as their windows finish. options: the model package's own TranscribeOptions, a type the
         server reaches only at run time (transcription_worker.model_type), so it stays untyped here."""
         ...
+
+
+def adapter_turns(model: object) -> Turns | None:
+    """The turns of the adapter a loaded model runs on (gpu/turns.py), through its executor's device as the models
+    of models/ hold it; None for a model without one (the tests' fakes), which then takes no turn."""
+    device = getattr(getattr(model, "executor", None), "device", None)
+    return getattr(device, "turns", None)
 
 
 # -- workers -----------------------------------------------------------------------------------------------

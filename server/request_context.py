@@ -3,7 +3,9 @@
 The request middleware gives each request an id (the client's `X-Request-Id` when it is a sane token, else a
 new one) and puts it in a context variable; every log record made while that request is served, in the
 event loop or in a thread started with its context (asyncio.to_thread), gets it as `request_id` ("-" outside
-a request). Records made on a model's worker thread serve many requests at once and carry "-".
+a request). A model's worker thread serves many requests at once: its lines about one request's job carry that
+request's id (`logging_as`, with the id the job kept), its other lines "-". Background tasks that outlive the
+request that started them (the idle-unload reaper) run in `outside_requests()`, so their lines carry "-" too.
 
 `configure_logging` sets the format: text (`... [req-id] logger: message`) or one JSON object a line.
 """
@@ -16,7 +18,8 @@ import logging
 import re
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("hearth_request_id", default="-")
@@ -53,6 +56,22 @@ def set_request_id(request_id: str) -> contextvars.Token[str]:
 
 def reset_request_id(token: contextvars.Token[str]) -> None:
     _request_id.reset(token)
+
+
+@contextmanager
+def logging_as(request_id: str) -> Iterator[None]:
+    """Records made in the block carry this request id (a worker thread logging about one request's job)."""
+    token = _request_id.set(request_id)
+    try:
+        yield
+    finally:
+        _request_id.reset(token)
+
+
+def outside_requests() -> contextvars.Context:
+    """A context belonging to no request (id "-", no metrics, no end callbacks), for a task that a request starts
+    but that serves the whole server; a task otherwise inherits the context of the request it was started in."""
+    return contextvars.Context()
 
 
 def begin_request() -> contextvars.Token[list[Callable[[], None]] | None]:

@@ -11,8 +11,8 @@ the running batch at any step.
 
 Each call of step() submits one round of GPU work and then handles the round before it, so the
 host records round N+1 while the GPU runs round N. A round holds at most:
-- one prompt chunk (up to 512 tokens) of the oldest sequence still prefilling: a long prompt
-  goes in over several rounds while the others keep decoding;
+- prompt chunks of the sequences still prefilling (below): a long prompt goes in over several
+  rounds, 512 tokens at a time, while the others keep decoding;
 - one batched decode submission of every sequence the GPU samples for (greedy or plain
   temperature), STEPS_PER_SUBMIT steps long, each step's tokens fed to the next on the GPU;
 - one single-step decode submission of the sequences the CPU samples for (penalties, top-k/p,
@@ -24,6 +24,20 @@ sequences need next, so requests that ask for "up to the context end" still shar
 When a round would not fit, the newest sequences are preempted (vLLM's recompute preemption):
 their pages go back, and they rejoin later by prefilling their prompt and the tokens they have
 produced so far, then go on exactly where they were.
+
+Prefill is shared, so that a long prompt cannot hold a short one back. A round's prompt chunks are the
+next chunk of the sequence first in turn (round-robin: one just served goes behind every sequence waiting
+then, a new one behind those already waiting), and then, within prefill_chunk more prompt rows, the
+smallest of the other waiting chunks (the earlier in turn on a tie), each chunk counted at the rows its
+program runs (16, 64, 256 or 512). So a round prefills at most 2 * prefill_chunk rows, and with k other
+sequences waiting to prefill (fewer than max_batch):
+- every waiting sequence's next chunk goes in within k + 1 rounds (as the first in turn, if not sooner):
+  nobody starves, however many small prompts keep coming;
+- a chunk of c rows goes in the next round when the waiting chunks of at most c rows ahead of it fill
+  no more than prefill_chunk rows, which k * c <= prefill_chunk ensures: a prompt of up to 16 tokens
+  behind fewer than 32 others is prefilled in the next round, however long their prompts.
+Where KV pages are short a round holds one chunk or none. Chunk boundaries are those of a sequence
+prefilling alone (every prefill_chunk tokens), so the arithmetic does not depend on who else prefills.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +64,7 @@ if TYPE_CHECKING:  # annotations only: the engine builds on this module
 class TokenEvent:
     key: Hashable
     token: SampledToken  # logprob is NaN where the GPU sampled it
+    at: float = field(default_factory=time.perf_counter)  # when the host had the token (its submission waited for)
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,7 @@ class EndEvent:
     key: Hashable
     reason: str  # "stop" (an end-of-sequence or stop id), "length" (max_tokens) or "error"
     error: BaseException | None = None
+    at: float = field(default_factory=time.perf_counter)  # when the host knew the sequence had ended
 
 
 Event = TokenEvent | EndEvent
@@ -66,6 +83,7 @@ ADMIT_LOOKAHEAD = 256  # generated tokens a new sequence must find KV pages for 
 class _Sequence:
     key: Hashable
     order: int  # admission order: the newest are preempted first
+    turn: int  # its place in the prefill rotation: the lowest (then the oldest) gets the next chunk
     session: Session | None  # None while preempted (no slot, no pages)
     prompt: list[int]  # to prefill: the request's prompt, and after a preemption the tokens produced too
     max_tokens: int
@@ -106,7 +124,7 @@ class _Round:
     submissions: list[_Submission] = field(default_factory=list)
 
 
-_Plan = tuple[_Sequence | None, list[_Sequence], list[_Sequence]]  # prompt chunk, GPU rows, CPU rows
+_Plan = tuple[list[_Sequence], list[_Sequence], list[_Sequence]]  # prompt chunks, GPU rows, CPU rows
 
 
 class BatchGenerator:
@@ -126,6 +144,7 @@ class BatchGenerator:
         self._sequences: dict[Hashable, _Sequence] = {}
         self._rounds: deque[_Round] = deque()
         self._order = itertools.count()
+        self._chunks = 0  # prompt chunks submitted so far: the clock of the prefill rotation
         self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
 
     # -- admission ----------------------------------------------------------------------
@@ -178,7 +197,7 @@ class BatchGenerator:
             raise
         on_gpu = gpu_sampling(sampling, logprobs)
         self._sequences[key] = _Sequence(
-            key, next(self._order), session, prompt, max_tokens,
+            key, next(self._order), self._chunks, session, prompt, max_tokens,
             self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
             on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(),
             on_gpu is None and candidates_can_serve(sampling, CANDIDATES), prompt.copy())
@@ -208,20 +227,47 @@ class BatchGenerator:
             events += self._fail_all(error)
         return events
 
-    def _plan(self, prefill: bool = True) -> _Plan:
-        """What the next round holds: a prompt chunk of the oldest sequence still prefilling (one
-        that can get a slot), the GPU-sampled decode rows, the CPU-sampled rows whose token is known."""
+    def _plan(self, max_chunks: int | None = None) -> _Plan:
+        """What the next round holds: prompt chunks of the sequences waiting to prefill (in turn, see
+        _prefills), the GPU-sampled decode rows, the CPU-sampled rows whose token is known."""
         live = sorted((s for s in self._sequences.values() if not s.finished), key=lambda s: s.order)
-        prefilling = next((s for s in live if s.prefilling and (s.session is not None or self.pool.free_slots)),
-                          None) if prefill else None
         on_gpu = [s for s in live if s.decoding and s.gpu is not None]
         on_cpu = [s for s in live if s.decoding and s.gpu is None and s.next_token is not None]
-        return prefilling, on_gpu, on_cpu
+        return self._prefills(live, max_chunks), on_gpu, on_cpu
+
+    def _prefills(self, live: list[_Sequence], max_chunks: int | None) -> list[_Sequence]:
+        """The sequences that send a prompt chunk this round (the module docstring): the first in turn, then
+        the smallest other chunks within prefill_chunk rows; a preempted one only while slots are free; at
+        most max_chunks of them (None: no limit)."""
+        waiting = sorted((s for s in live if s.prefilling), key=lambda s: (s.turn, s.order))
+        free_slots = self.pool.free_slots
+        waiting = [s for s in waiting if s.session is not None or free_slots]
+        if not waiting or max_chunks == 0:
+            return []
+        first, others = waiting[0], sorted(waiting[1:], key=lambda s: self._chunk_rows(s))
+        chosen, rows = [first], 0
+        free_slots -= first.session is None
+        for seq in others:
+            cost = self._chunk_rows(seq)
+            if (max_chunks is not None and len(chosen) >= max_chunks) or rows + cost > self.prefill_chunk:
+                break  # the rest are no smaller
+            if seq.session is None:
+                if not free_slots:
+                    continue
+                free_slots -= 1
+            chosen.append(seq)
+            rows += cost
+        return chosen
+
+    def _chunk_rows(self, seq: _Sequence) -> int:
+        """The token rows a sequence's next chunk runs at (models/text/engine.py's prefill_program): its cost."""
+        n = min(self.prefill_chunk, len(seq.prompt) - seq.prefilled)
+        return 1 if n == 1 else next((b for b in PREFILL_BUCKETS if b >= n), n)
 
     def _pages_wanted(self, plan: _Plan) -> int:
-        prefilling, on_gpu, on_cpu = plan
+        prefills, on_gpu, on_cpu = plan
         wanted = 0
-        if prefilling is not None:  # its chunk, and its first decode steps if the chunk is its last
+        for prefilling in prefills:  # its chunk, and its first decode steps if the chunk is its last
             held = prefilling.session.n_past if prefilling.session is not None else 0
             chunk = min(self.prefill_chunk, len(prefilling.prompt) - prefilling.prefilled)
             last = prefilling.prefilled + chunk == len(prefilling.prompt)
@@ -237,8 +283,8 @@ class BatchGenerator:
 
     def _make_room(self) -> tuple[_Plan, list[Event]]:
         """The next round's plan, made to fit the free KV pages: if it does not, finish the rounds in
-        flight (ended sequences give pages back); then leave the prompt chunk out; then preempt the
-        newest decoding sequences until the rest fits."""
+        flight (ended sequences give pages back); then keep only the first prompt chunk, then none;
+        then preempt the newest decoding sequences until the rest fits."""
         plan = self._plan()
         if self._fits(plan):
             return plan, []
@@ -247,14 +293,16 @@ class BatchGenerator:
             events += self._handle_round(self._rounds.popleft())
         plan = self._plan()
         if not self._fits(plan):
-            plan = self._plan(prefill=False)
+            plan = self._plan(max_chunks=1)
+        if not self._fits(plan):
+            plan = self._plan(max_chunks=0)
         while not self._fits(plan):
             holders = [s for s in self._sequences.values() if not s.finished and s.session is not None]
             if len(holders) <= 1:
                 raise PoolExhausted(f"the KV cache ({self.pool.n_pages} pages) cannot hold the next step "
                                     "of even one sequence")
             self._preempt(max(holders, key=lambda s: s.order))
-            plan = self._plan(prefill=False)
+            plan = self._plan(max_chunks=0)
         return plan, events
 
     def _preempt(self, seq: _Sequence) -> None:
@@ -264,6 +312,7 @@ class BatchGenerator:
         seq.session = None
         seq.prompt = seq.request + seq.emitted
         seq.prefilled = 0
+        seq.turn = self._chunks  # it prefills again, behind the sequences waiting now
         seq.submitted = seq.produced
         seq.next_token = None
         self.preemptions += 1
@@ -275,8 +324,8 @@ class BatchGenerator:
 
     def _submit_round(self, plan: _Plan) -> _Round:
         round_ = _Round()
-        prefilling, on_gpu, on_cpu = plan
-        if prefilling is not None:
+        prefills, on_gpu, on_cpu = plan
+        for prefilling in prefills:
             round_.submissions.append(self._submit_prefill(prefilling))
             if prefilling.decoding and prefilling.gpu is not None:  # its last chunk: it decodes this round
                 on_gpu = sorted([*on_gpu, prefilling], key=lambda s: s.order)
@@ -302,6 +351,8 @@ class BatchGenerator:
                                              read_logits=on_cpu and not seq.candidates,
                                              read_candidates=on_cpu and seq.candidates)
         seq.prefilled += len(chunk)
+        self._chunks += 1
+        seq.turn = self._chunks  # behind every sequence waiting now
         if last:
             seq.submitted += 1  # the token after the prompt is sampled in this submission
         seq.in_flight += 1

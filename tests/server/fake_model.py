@@ -2,7 +2,9 @@
 
 Its tokenizer has five special pieces and one token per byte; its "network" puts a large logit on the
 next character of SCRIPT, so greedy output is SCRIPT repeated, and each step can be slowed down to
-exercise queueing and cancellation. It counts open sessions, so tests can see KV caches being released.
+exercise queueing and cancellation. It counts open sessions, so tests can see KV caches being released,
+and batch rounds (`steps`, with an optional `on_step` hook), so tests can count rounds rather than seconds.
+Given `turns`, it sits on a fake device of that adapter (model.executor.device.turns, as real models do).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gpu.errors import GPUFailure
+from gpu.turns import Turns
 from models.text.batch import EndEvent, Event, TokenEvent
 from models.text.engine import ContextLengthExceeded
 from models.text.sampler import Sampler, SamplingParams
@@ -132,6 +136,9 @@ class FakeGenerator:
             seq["session"].close()
 
     def step(self) -> list[Event]:
+        self.model.steps += 1
+        if self.model.on_step is not None:
+            self.model.on_step(self.model.steps)
         events: list[Event] = []
         for key, seq in list(self._seqs.items()):
             session = seq["session"]
@@ -157,11 +164,22 @@ class FakeGenerator:
         return events
 
 
+@dataclass(frozen=True)
+class FakeDevice:
+    turns: Turns
+
+
+@dataclass(frozen=True)
+class FakeExecutor:
+    device: FakeDevice
+
+
 class FakeModel:
     """A model that says SCRIPT over and over, step_s seconds a token."""
 
     def __init__(self, name: str = "fake", step_s: float = 0.0, context_length: int = 256,
-                 eos_after: int | None = None, fail_after: int | None = None, max_batch: int = 4) -> None:
+                 eos_after: int | None = None, fail_after: int | None = None, max_batch: int = 4,
+                 turns: Turns | None = None, on_step: Callable[[int], None] | None = None) -> None:
         self.name = name
         self.tokenizer = FakeTokenizer()
         self.context_length = context_length
@@ -172,6 +190,10 @@ class FakeModel:
         self.max_batch = max_batch
         self.open_sessions = 0
         self.lock = threading.Lock()
+        self.steps = 0  # batch rounds run so far
+        self.on_step = on_step  # called on the worker thread with the round's number, before it runs
+        if turns is not None:
+            self.executor = FakeExecutor(FakeDevice(turns))
 
     def new_session(self) -> FakeSession:
         return FakeSession(self)
