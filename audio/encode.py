@@ -7,7 +7,9 @@ same encoder run over the whole clip. The streamed bytes of a format and the who
 - wav: 16-bit PCM in RIFF at the model's rate. A whole file has exact sizes; a stream cannot know them in
   advance and writes 0xFFFFFFFF, which decoders read as "until the end" (as OpenAI's streamed wav does).
 - pcm: raw signed 16-bit little-endian samples, no header (OpenAI's pcm is 24 kHz s16le, as Kokoro's is).
-- flac: pyflac (libFLAC), 16-bit, lossless.
+- flac: pyflac (libFLAC), 16-bit, lossless. libFLAC writes STREAMINFO first and learns the total samples, frame
+  sizes and MD5 of the samples only at the end; a whole file gets them (the final STREAMINFO libFLAC reports is
+  written over the first), a stream cannot seek back, so its STREAMINFO says "unknown" (0) for them.
 - mp3: LAME through PyAV (libmp3lame in FFmpeg's mp3 muxer), not the lameenc package: lameenc writes no LAME tag,
   so decoders keep the encoder's delay and padding and a clip comes back 62 ms long (measured on a 1.234 s clip at
   24 kHz); the muxer's tag carries them and the whole file decodes to the exact length. A stream gets the tag's
@@ -99,16 +101,39 @@ class WavEncoder(AudioEncoder):
         return wav_header(self.sample_rate, self.samples) + streamed[44:]
 
 
+def pack_streaminfo(min_block: int, max_block: int, min_frame: int, max_frame: int, sample_rate: int, channels: int,
+                    bits_per_sample: int, total_samples: int, md5: bytes) -> bytes:
+    """The 34 bytes of a FLAC STREAMINFO block's body (FLAC spec, RFC 9639 8.2): block sizes in samples (16 bits
+    each), frame sizes in bytes (24 bits each, 0: unknown), then rate (20), channels - 1 (3), bits per sample - 1 (5)
+    and total samples per channel (36, 0: unknown) in one 64-bit field, and the MD5 of the unencoded samples."""
+    packed = (sample_rate << 44) | ((channels - 1) << 41) | ((bits_per_sample - 1) << 36) | total_samples
+    return (struct.pack(">HH", min_block, max_block) + min_frame.to_bytes(3, "big") + max_frame.to_bytes(3, "big")
+            + struct.pack(">Q", packed) + md5)
+
+
 class FlacEncoder(AudioEncoder):
+    """FLAC through libFLAC's stream encoder. The streamed bytes start with the STREAMINFO libFLAC knows before any
+    audio (total samples and MD5 unknown: a stream cannot seek back to fill them in); ``whole()`` writes the final
+    one, with the total samples, frame sizes and the MD5 of the signed 16-bit little-endian samples."""
+
     format = "flac"
+    _STREAMINFO = slice(8, 42)  # after "fLaC" and the 4-byte metadata block header; STREAMINFO is always first
 
     def __init__(self, sample_rate: int) -> None:
         import pyflac
 
         super().__init__(sample_rate)
         self._out: list[bytes] = []
+        self._streaminfo: bytes | None = None  # the final one, once finish() has run
         self._encoder = pyflac.StreamEncoder(write_callback=self._collect, sample_rate=sample_rate,
-                                             compression_level=5)
+                                             compression_level=5, metadata_callback=self._final_metadata)
+
+    def _final_metadata(self, metadata: Any) -> None:
+        """libFLAC's STREAMINFO at the end of encoding (a C struct valid only during this call)."""
+        info = metadata.data.stream_info
+        self._streaminfo = pack_streaminfo(info.min_blocksize, info.max_blocksize, info.min_framesize,
+                                           info.max_framesize, info.sample_rate, info.channels, info.bits_per_sample,
+                                           info.total_samples, bytes(info.md5sum))
 
     def _collect(self, buffer: bytes, num_bytes: int, num_samples: int, current_frame: int) -> None:
         self._out.append(bytes(buffer))
@@ -125,6 +150,11 @@ class FlacEncoder(AudioEncoder):
     def finish(self) -> bytes:
         self._encoder.finish()
         return self._take()
+
+    def whole(self, streamed: bytes) -> bytes:
+        if self._streaminfo is None or streamed[:4] != b"fLaC":
+            return streamed
+        return streamed[:self._STREAMINFO.start] + self._streaminfo + streamed[self._STREAMINFO.stop:]
 
 
 class _Sink(io.RawIOBase):

@@ -21,6 +21,8 @@ CHUNK_LENGTH = 30  # seconds in one Whisper window
 N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in a window
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a window
 
+_BLOCK_FRAMES = 3000  # STFT frames computed at once (30 s): bounds the float64 temporaries to ~30 MB
+
 
 def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
     """Slaney's mel scale (librosa's default, htk=False): linear below 1 kHz, logarithmic above."""
@@ -108,14 +110,21 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -
         # torch.stft's reflect padding needs more than n_fft // 2 samples, so whisper fails here too.
         raise ValueError(f"audio too short for a log-mel spectrogram: {audio.shape[0]} samples, need > {half}")
 
-    # The STFT in float64: rounding then sits well below torch's float32 FFT, whose error is what the test bounds.
-    padded = np.pad(audio.astype(np.float64), (half, half), mode="reflect")
+    # The STFT in float64 (rounding then sits well below torch's float32 FFT, whose error is what the test bounds),
+    # a block of frames at a time: whole, a 30-minute clip's float64 frames, spectrum and power took 1.3 GB at once.
     n_frames = audio.shape[0] // HOP_LENGTH  # torch gives 1 + len // hop frames; whisper drops the last one
+    padded = np.pad(audio, (half, half), mode="reflect")
+    del audio  # the zero-padded copy, when there is one, is not needed past here
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:n_frames]  # [frames, n_fft]
-    spectrum = np.fft.rfft(frames * _hann_window(N_FFT), axis=-1)  # [frames, n_fft // 2 + 1]
-    power = spectrum.real**2 + spectrum.imag**2
-
-    mel = mel_filters(n_mels).astype(np.float64) @ power.T  # [n_mels, frames]
-    log_spec = np.log10(np.maximum(mel, 1e-10))
-    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-    return ((log_spec + 4.0) / 4.0).astype(np.float32)
+    filters = mel_filters(n_mels).astype(np.float64)
+    log_spec = np.empty((n_mels, n_frames), dtype=np.float64)
+    for start in range(0, n_frames, _BLOCK_FRAMES):
+        block = frames[start:start + _BLOCK_FRAMES].astype(np.float64)
+        spectrum = np.fft.rfft(block * _hann_window(N_FFT), axis=-1)  # [block, n_fft // 2 + 1]
+        power = spectrum.real**2 + spectrum.imag**2
+        np.log10(np.maximum(filters @ power.T, 1e-10), out=log_spec[:, start:start + len(block)])  # [n_mels, block]
+    del frames, padded
+    np.maximum(log_spec, log_spec.max() - 8.0, out=log_spec)
+    log_spec += 4.0
+    log_spec /= 4.0
+    return log_spec.astype(np.float32)

@@ -125,6 +125,9 @@ class Limits(_Frozen):
         "non-streamed answer then gets a 504, a stream an error event; either way its work is cancelled. 0: no limit")
     max_choices: int = Field(32, ge=1, description="most sequences one request asks for (prompts x n in "
                              "/v1/completions, n in chat); then 400")
+    # 300,000: OpenAI's limit on the tokens of all inputs of one embeddings request together.
+    max_embedding_tokens: int = Field(300_000, ge=1, description="most tokens of all inputs of one /v1/embeddings "
+                                      "request together; then 400")
     max_audio_seconds: float = Field(1800.0, gt=0, description="longest decoded audio an upload may hold, checked "
                                      "while decoding; then 413")
     max_speech_phonemes: int = Field(6000, ge=1, description="most phonemes one /v1/audio/speech input may expand "
@@ -301,6 +304,7 @@ _ENV_KEYS = {
     "HEARTH_VOICES": "speech_voices",
     "HEARTH_MAX_SPEECH_INPUT": "limits.max_speech_input",
     "HEARTH_MAX_CHOICES": "limits.max_choices",
+    "HEARTH_MAX_EMBEDDING_TOKENS": "limits.max_embedding_tokens",
     "HEARTH_MAX_AUDIO_SECONDS": "limits.max_audio_seconds",
     "HEARTH_MAX_SPEECH_PHONEMES": "limits.max_speech_phonemes",
     "HEARTH_MAX_PREPARING": "limits.max_preparing",

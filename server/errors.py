@@ -8,8 +8,10 @@ anything unexpected go through `error_body` too.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -60,10 +62,23 @@ class NotFound(HearthError):
 
 
 class ModelNotFound(NotFound):
-    code = "model_not_found"
+    """An unknown model name; the message suggests the closest names the server has, or lists them when few."""
 
-    def __init__(self, model: str) -> None:
-        super().__init__(f"The model `{model}` does not exist or you do not have access to it.", param="model")
+    code = "model_not_found"
+    LISTED = 8  # at most this many names in a message; past it only the closest are suggested
+    _ECHOED = 200  # characters of the requested name repeated back (it comes from the client)
+
+    def __init__(self, model: str, available: Sequence[str] = ()) -> None:
+        shown = model if len(model) <= self._ECHOED else model[:self._ECHOED] + "..."
+        message = f"The model `{shown}` does not exist or you do not have access to it."
+        names = list(dict.fromkeys(available))
+        close = difflib.get_close_matches(model, names, n=3) if len(model) <= self._ECHOED else []
+        if close:
+            message += " Did you mean " + " or ".join(f"`{name}`" for name in close) + "?"
+        elif names and len(names) <= self.LISTED:
+            message += " This server has " + ", ".join(f"`{name}`" for name in names) + "."
+        message += " GET /v1/models lists every model this server offers."
+        super().__init__(message, param="model")
 
 
 class MethodNotAllowed(HearthError):

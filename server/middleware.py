@@ -1,5 +1,6 @@
 """ASGI middleware, outermost first: request ids, metrics and access log; CORS; API keys; a timeout until the
-response starts; the request body size limit. `install_middleware` adds them to an app in that order.
+response starts; the request body size limit; lenient content types and HEAD. `install_middleware` adds them to an
+app in that order.
 
 They are plain ASGI classes (not BaseHTTPMiddleware) so streamed responses pass through untouched, and they
 key on paths, never on routers: a new endpoint is counted, authenticated and limited without any change here.
@@ -244,9 +245,57 @@ class TimeoutUntilResponse:
         await error_response(error)(scope, receive, send)
 
 
+class LenientRequests:
+    """Accept what clients commonly send that the app's routes would otherwise refuse.
+
+    - A body on a JSON route is read as JSON whatever its Content-Type says: `curl -d` sends
+      x-www-form-urlencoded and some clients send text/plain, and OpenAI's API reads them as JSON too (FastAPI
+      would hand the route raw bytes, which then fail validation as "not a JSON object"). A body that is not
+      JSON then gets the JSON parse error, which says what is wrong. The multipart upload routes keep theirs.
+    - HEAD is answered as GET without the body (probes and `curl -I` use it; FastAPI's routes list GET only).
+    """
+
+    def __init__(self, app: ASGIApp, multipart_paths: tuple[str, ...] = UPLOAD_PATHS) -> None:
+        self.app = app
+        self.multipart_paths = frozenset(multipart_paths)
+
+    @staticmethod
+    def _is_json(content_type: bytes) -> bool:
+        media = content_type.split(b";", 1)[0].strip().lower()
+        return media == b"application/json" or media.endswith(b"+json")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method = scope.get("method", "")
+        if method == "HEAD":
+            await self._head(scope, receive, send)
+            return
+        if method in ("POST", "PUT", "PATCH") and scope.get("path", "") not in self.multipart_paths:
+            headers = list(scope.get("headers") or [])
+            content_type = next((value for name, value in headers if name == b"content-type"), None)
+            if content_type is not None and not self._is_json(content_type):
+                headers = [(n, v) for n, v in headers if n != b"content-type"] + [(b"content-type",
+                                                                                   b"application/json")]
+                scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)
+
+    async def _head(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return  # the rest of the body is dropped; its end goes out once
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
 def install_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     """Add the middleware in order; the last added runs first, so RequestContext sees every answer."""
     limits = settings.limits
+    app.add_middleware(LenientRequests)
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes,
                        path_limits={path: limits.max_upload_bytes for path in UPLOAD_PATHS})
     app.add_middleware(TimeoutUntilResponse, seconds=limits.request_timeout_s)

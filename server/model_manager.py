@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal, cast, overload
 
-from config.settings import Settings, parse_keep_alive
+from config.settings import SHIPPED_MODEL, Settings, parse_keep_alive
 from models.registry import ModelEntry, ModelRegistry
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
 from server.protocols import (
@@ -39,6 +39,16 @@ from server.protocols import (
 )
 from server.preparation import Preparation
 from server.request_context import at_request_end
+
+
+def load_failure(name: str, error: BaseException | str) -> str:
+    """What a client is told about a model that failed to load: its name and the kind of failure, never the
+    exception's text (a misconfigured source puts a file-system path there); the server's log has the rest."""
+    kind = error.split(":", 1)[0] if isinstance(error, str) else type(error).__name__
+    if isinstance(error, OSError) or kind.endswith(("NotFound", "NotFoundError", "PermissionError", "DirectoryError")):
+        return (f"The model `{name}` could not be loaded: its file is missing or unreadable, so the server's "
+                "configuration of it is wrong. The server's log names the file.")
+    return f"The model `{name}` could not be loaded ({kind}); the server's log has the details."
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,7 @@ class ModelManager:
         self.unloads: Counter[tuple[str, str]] = Counter()
         # Decoding, tokenising and phonemising before a model's queue: bounded across all requests.
         self.preparation = Preparation(settings.limits.max_preparing)
+        self._aliases_told: set[str] = set()  # aliases whose target has been logged once
 
     def _start(self, entry: ModelEntry) -> Worker:
         config = self.registry.config_of(entry)
@@ -214,7 +225,14 @@ class ModelManager:
         """
         entry = await asyncio.to_thread(self.registry.lookup, name)  # may read the Ollama store
         if entry is None:
-            raise ModelNotFound(name)
+            entries = await asyncio.to_thread(self.registry.list)
+            raise ModelNotFound(name, [e.id for e in entries if e.kind == kind])
+        if entry.alias_of is not None and name not in self._aliases_told:
+            self._aliases_told.add(name)
+            # OpenAI's names reach whatever model is configured, which may behave unlike OpenAI's: say which, once.
+            base = " (a base model: it continues text rather than follows instructions)" if (
+                entry.kind == "text" and entry.source == SHIPPED_MODEL) else ""
+            log.info("`%s` is an alias of `%s`%s", name, entry.alias_of, base)
         if entry.kind != kind:
             other = WORKER_KINDS[entry.kind]
             raise InvalidRequest(f"The model `{name}` is {other.label} model (use {other.endpoint}).", param="model",
@@ -239,7 +257,8 @@ class ModelManager:
         try:
             await worker.wait_ready()
         except Exception as error:
-            raise ModelUnavailable(f"The model `{name}` could not be loaded: {worker.error or error}") from error
+            # The worker logged the failure with its details; those may hold file-system paths, not for clients.
+            raise ModelUnavailable(load_failure(name, error)) from error
         return entry, worker
 
     # -- unloading idle models ---------------------------------------------------------------

@@ -233,6 +233,8 @@ def _choose(stats: np.ndarray, generated: list[int], rules: _Rules) -> tuple[int
         if stats[3, 2] > max(others, default=-np.inf):
             allowed = {3}
     live = [g for g in sorted(allowed) if stats[g, 2] > -3e38]
+    if not live:  # no group has a number (NaN logits): end the window, which falls back or is dropped, not a crash
+        return rules.eot, float("-inf")
     best = max(live, key=lambda g: (stats[g, 0], -g))
     total = np.logaddexp.reduce([stats[g, 2] for g in live])
     return int(stats[best, 1]), float(stats[best, 0] - total)
@@ -365,7 +367,10 @@ def _language_probs(net: WhisperNet) -> list[tuple[str, float]]:
 
 def _features(audio: np.ndarray, n_mels: int) -> np.ndarray:
     """faster-whisper's log-mel (160 zero samples appended); audio too short for one STFT frame (under 25 ms) is
-    padded with zeros first, which leaves it no content frames."""
+    padded with zeros first, which leaves it no content frames. NaN or infinite samples count as silence: one of
+    them would make every feature, and so every logit, NaN."""
+    if not np.isfinite(audio).all():
+        audio = np.nan_to_num(audio, nan=0.0, posinf=0.0, neginf=0.0)
     if audio.shape[0] + 160 <= 200:
         audio = np.pad(audio, (0, 201 - audio.shape[0]))
     return log_mel_spectrogram(audio, n_mels, padding=160)

@@ -1,4 +1,4 @@
-"""GET /health (alive), /ready (default models loaded) and / (a pointer to the docs)."""
+"""GET /health (alive), /ready (default models loaded) and / (a pointer to the docs); HEAD too (server.middleware)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from server import __version__
 from server.dependencies import get_manager
-from server.model_manager import ModelManager
+from server.model_manager import ModelManager, load_failure
 from server.schemas.health import HealthStatus, RootInfo, WorkerStatus
 
 router = APIRouter(tags=["health"])
@@ -18,7 +18,7 @@ router = APIRouter(tags=["health"])
 def _status(manager: ModelManager) -> HealthStatus:
     models = {
         name: WorkerStatus(state=w.state, queued=w.queued, running=w.running, load_progress=w.progress,
-                           error=w.error)
+                           error=w.error and load_failure(name, w.error))
         for name, w in manager.workers().items()
     }
     failed = any(w.state == "failed" for w in models.values())

@@ -12,6 +12,8 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    # Hearth's extension: the model an alias (OpenAI's `gpt-4o-mini`, say) reaches; None for a model itself.
+    alias_of: str | None = None
 
 
 class ModelList(BaseModel):

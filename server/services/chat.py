@@ -53,6 +53,7 @@ class ChatService:
 
     async def create(self, request: ChatCompletionRequest, http: Request) -> ChatCompletion | AsyncIterator[dict]:
         """The whole completion, or (with stream) an iterator of chunk payloads for the SSE helper."""
+        gen.check_choices(1, request.n or 1, self.settings)
         entry, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)

@@ -55,10 +55,11 @@ class CompletionService:
 
     async def create(self, request: CompletionRequest, http: Request) -> Completion | AsyncIterator[dict]:
         """The whole completion, or (with stream) an iterator of chunk payloads for the SSE helper."""
+        prompts = request.prompts()
+        gen.check_choices(len(prompts), request.n or 1, self.settings)
         entry, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
-        prompts = request.prompts()
         prompt_ids = await self.manager.preparation.run(self._encode, worker, prompts)
         budgets = [gen.budget(len(ids), request.max_tokens, model.context_length, self.settings, "prompt")
                    for ids in prompt_ids]

@@ -3,7 +3,6 @@ then the vectors on the wire (Matryoshka truncation where the model supports it)
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from config.settings import Settings
@@ -17,10 +16,13 @@ def _param(index: int, count: int) -> str:
     return "input" if count == 1 else f"input[{index}]"
 
 
-def tokenize(model: EmbeddingModel, inputs: list[str | list[int]], truncate: bool) -> list[list[int]]:
-    """Token ids of every input; 400s name the input that is too long or holds a bad token id."""
+def tokenize(model: EmbeddingModel, inputs: list[str | list[int]], truncate: bool,
+             max_total: int | None = None) -> list[list[int]]:
+    """Token ids of every input; 400s name the input that is too long or holds a bad token id, or where the
+    inputs together pass max_total tokens (limits.max_embedding_tokens: tokenising stops there)."""
     max_tokens, vocab = model.max_tokens, model.vocab_size
     out = []
+    total = 0
     for i, item in enumerate(inputs):
         if isinstance(item, str):
             ids = model.tokenize(item, truncate=truncate)
@@ -35,6 +37,12 @@ def tokenize(model: EmbeddingModel, inputs: list[str | list[int]], truncate: boo
                 f"This model's maximum context length is {max_tokens} tokens, however you requested {len(ids)} "
                 f"tokens in {_param(i, len(inputs))}. Please reduce the length of the input, or send "
                 f"\"truncate\": true to cut it to {max_tokens} tokens.", param=_param(i, len(inputs)))
+        total += len(ids)
+        if max_total is not None and total > max_total:
+            raise InvalidRequest(
+                f"The inputs hold more than this server's limit of {max_total} tokens per request (passed at "
+                f"{_param(i, len(inputs))}; setting limits.max_embedding_tokens, HEARTH_MAX_EMBEDDING_TOKENS). "
+                "Send the inputs in several requests.", param="input")
         out.append(ids)
     return out
 
@@ -65,7 +73,8 @@ class EmbeddingService:
             if dimensions > model.dimensions:
                 raise InvalidRequest(f"dimensions is {dimensions}; the model `{entry.id}` gives at most "
                                      f"{model.dimensions}.", param="dimensions")
-        ids = await self.manager.preparation.run(tokenize, model, request.inputs(), request.truncate)
+        ids = await self.manager.preparation.run(tokenize, model, request.inputs(), request.truncate,
+                                                 self.settings.limits.max_embedding_tokens)
         vectors = await worker.embed(ids, self.settings.limits.retry_after_s)
         if dimensions != model.dimensions:
             vectors = shorten(vectors, dimensions)

@@ -45,9 +45,6 @@ def now() -> int:
 def check_limits(request: SamplingRequest, settings: Settings, vocab_size: int) -> None:
     """Checks that depend on settings or the model, each naming its parameter."""
     limits = settings.limits
-    n = getattr(request, "n", 1) or 1
-    if n > limits.max_n:
-        raise InvalidRequest(f"n is {n}, more than this server's limit of {limits.max_n}.", param="n")
     stops = getattr(request, "stop", [])
     if len(stops) > limits.max_stop:
         raise InvalidRequest(f"stop has {len(stops)} strings; at most {limits.max_stop} are allowed.", param="stop")
@@ -59,6 +56,23 @@ def check_limits(request: SamplingRequest, settings: Settings, vocab_size: int) 
         if not 0 <= int(key) < vocab_size:
             raise InvalidRequest(f"logit_bias names token {key}, outside this model's vocabulary [0, {vocab_size}).",
                                  param="logit_bias")
+
+
+def check_choices(prompts: int, n: int, settings: Settings) -> None:
+    """n up to limits.max_n, and prompts x n sequences up to limits.max_choices: checked from the body's counts
+    alone, before any model loads or prompt is tokenised, so a request of many prompts costs nothing to refuse."""
+    if n > settings.limits.max_n:
+        raise InvalidRequest(f"n is {n}, more than this server's limit of {settings.limits.max_n} (setting "
+                             "limits.max_n, HEARTH_MAX_N).", param="n")
+    limit = settings.limits.max_choices
+    if prompts * n <= limit:
+        return
+    if prompts == 1:
+        raise InvalidRequest(f"n is {n}, more than this server's limit of {limit} choices per request "
+                             "(setting limits.max_choices, HEARTH_MAX_CHOICES).", param="n")
+    raise InvalidRequest(f"prompt holds {prompts} prompts and n is {n}: {prompts * n} choices, more than this "
+                         f"server's limit of {limit} per request (setting limits.max_choices, HEARTH_MAX_CHOICES). "
+                         "Send fewer prompts per request.", param="prompt")
 
 
 def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:

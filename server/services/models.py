@@ -10,7 +10,7 @@ from server.schemas.models import Model, ModelList
 
 
 def _model(entry: ModelEntry) -> Model:
-    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by)
+    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by, alias_of=entry.alias_of)
 
 
 class ModelService:
@@ -28,5 +28,5 @@ class ModelService:
     async def get(self, model_id: str) -> Model:
         entry = await asyncio.to_thread(self.registry.lookup, model_id)
         if entry is None:
-            raise ModelNotFound(model_id)
+            raise ModelNotFound(model_id, [e.id for e in await asyncio.to_thread(self.registry.list)])
         return _model(entry)

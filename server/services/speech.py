@@ -92,6 +92,7 @@ class SpeechService:
                                              max_phonemes=model.max_phonemes)
         except PhonemizerError as error:
             raise InvalidRequest(f"input: {error}", param="input", code="invalid_value") from error
+        self._check_phonemes(chunks)
         if request.instructions:
             log.info("speech request for %s: instructions ignored (Kokoro takes none)", entry.id)
         job = synthesis_job(chunks, voice.pack, request.speed, request.seed)
@@ -116,6 +117,18 @@ class SpeechService:
                 streamed.append(await asyncio.to_thread(enc.write, piece.audio))
         streamed.append(await asyncio.to_thread(enc.finish))
         return SpeechResult(media_type, body=enc.whole(b"".join(streamed)))
+
+    def _check_phonemes(self, chunks: list[Chunk]) -> None:
+        """The synthesis work is bounded by phonemes, not characters: digits and symbols are read out as words
+        (about 9 phonemes a digit) and Chinese takes about 5 a character, against about 1 for English prose."""
+        limit = self.settings.limits.max_speech_phonemes
+        count = sum(len(chunk.ids) for chunk in chunks)
+        if count > limit:
+            raise InvalidRequest(f"input expands to {count} phonemes; at most {limit} are allowed (setting "
+                                 "limits.max_speech_phonemes, HEARTH_MAX_SPEECH_PHONEMES). Numbers and symbols are "
+                                 "read out as words, and a Chinese character is several phonemes, so such text "
+                                 "takes more than its length suggests: send shorter input.", param="input",
+                                 code="string_above_max_length")
 
     @staticmethod
     async def _encoded(pieces: AsyncIterator[Synthesised], enc: AudioEncoder,

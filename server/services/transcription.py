@@ -10,6 +10,17 @@ Decisions where OpenAI leaves room:
 - `timestamp_granularities[]` with `word` needs verbose_json (a 400 otherwise); `segment` alone changes nothing.
   With only `word`, verbose_json has words and no segments, as OpenAI's does.
 - `stream=true` sends `transcript.text.delta` per segment and `transcript.text.done`; it needs json or text.
+- Audio longer than `limits.max_audio_seconds` (HEARTH_MAX_AUDIO_SECONDS) is a 413 (`audio_too_long`), found while
+  decoding (audio/decode.py), before the samples past the limit exist.
+- Samples must be finite: NaN or infinity (a float file holding them, or values past float32's range) is a 400
+  (`invalid_audio`) naming the time of the first one.
+- Amplitude: audio whose peak exceeds MAX_PEAK (16, 24 dB over full scale) is scaled to a peak of 1 before the model
+  hears it; nothing quieter is touched. No decoder makes such a peak from real audio (FFmpeg's downmix of
+  full-scale channels stays under 6.3, lossy codecs overshoot by a little), while float files written in integer
+  units (peaks near 32768) do occur, and Whisper's log-mel of a peak far above 1 lies off its training range
+  (samples of 1e30 turned a one-second clip into 42 s of fallback decoding). Scaling keeps such files usable.
+- Segment and word times are clamped to the decoded audio's duration in every format: Whisper's last timestamp
+  token can point past the end of the audio (a 1.175 s clip's cue ended at 2.000 s).
 """
 
 from __future__ import annotations
@@ -22,10 +33,10 @@ import numpy as np
 from fastapi import Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from audio.decode import AudioDecodeError, decode_audio
+from audio.decode import AudioDecodeError, AudioTooLong, NonFiniteAudio, decode_audio
 from audio.subtitles import write_srt, write_vtt
 from config.settings import Settings
-from server.errors import InvalidRequest
+from server.errors import InvalidRequest, RequestTooLarge
 from server.metrics import observe_audio
 from server.model_manager import ModelManager
 from server.protocols import TranscribedSegment, TranscribedWord
@@ -46,6 +57,9 @@ from server.transcription_worker import SAMPLE_RATE, Language, TranscribeParams
 MIN_DURATION_S = 0.1  # OpenAI refuses shorter audio
 FRAMES_PER_SECOND = 100  # mel frames (hop 160 at 16 kHz): the unit of a segment's seek
 TEMPERATURE_STEP = 0.2  # Whisper's fallback increment
+# A peak no decoder makes from real audio: FFmpeg's downmix adds full-scale channels with coefficients up to 1
+# (sqrt(2) for stereo, at most 6.3 for its 16- and 24-channel layouts) and lossy codecs overshoot by a little.
+MAX_PEAK = 16.0
 SUPPORTED_FORMATS = "flac, m4a, mp3, mp4, mpeg, mpga, oga, ogg, wav, webm"
 
 # Whisper's languages, code and name (openai-whisper's tokenizer.LANGUAGES, in its order), and other names for them.
@@ -89,6 +103,16 @@ def temperatures(temperature: float) -> tuple[float, ...]:
     """Whisper's fallback schedule from `temperature` up to 1.0 in steps of 0.2 (0 -> 0, 0.2, ..., 1.0)."""
     steps = int(math.floor((1.0 - temperature) / TEMPERATURE_STEP + 1e-6))
     return tuple(round(temperature + i * TEMPERATURE_STEP, 6) for i in range(steps + 1))
+
+
+def read_audio(data: bytes, max_seconds: float) -> np.ndarray:
+    """decode_audio at Whisper's rate within `max_seconds`, then the amplitude rule of the module docstring: a peak
+    above MAX_PEAK is scaled to 1, anything quieter is left as decoded. Runs on a preparation thread."""
+    audio = decode_audio(data, sample_rate=SAMPLE_RATE, max_seconds=max_seconds)
+    peak = max(float(audio.max()), -float(audio.min()))  # finite: decode_audio refuses NaN and infinity
+    if peak > MAX_PEAK:
+        audio /= np.float32(peak)  # a reciprocal of a peak near 3e38 would be subnormal and lose precision
+    return audio
 
 
 def _joined(deltas: list[str], text: str) -> str:
@@ -150,12 +174,24 @@ class TranscriptionService:
         return self._respond(fmt, task, first.code, duration, segments, granularities or {"segment"})
 
     async def _decode(self, form: TranscriptionForm | TranslationForm) -> np.ndarray:
-        """The upload as float32 mono 16 kHz, decoded and resampled on a thread (PyAV holds no event loop)."""
+        """The upload as float32 mono 16 kHz, decoded, resampled and checked on a preparation thread (PyAV holds
+        no event loop): a 413 past limits.max_audio_seconds, a 400 for undecodable or non-finite audio."""
         data = await form.file.read()
+        limit = self.settings.limits.max_audio_seconds
+        name = form.file.filename or "unnamed"
         try:
-            audio = await self.manager.preparation.run(decode_audio, data, sample_rate=SAMPLE_RATE)
+            audio = await self.manager.preparation.run(read_audio, data, limit)
+        except AudioTooLong as error:
+            raise RequestTooLarge(f"The audio file ({name}) is too long: {error}. This server takes at most "
+                                  f"{limit:g} s of audio per request (limits.max_audio_seconds, "
+                                  "HEARTH_MAX_AUDIO_SECONDS); split the audio into shorter files.",
+                                  param="file", code="audio_too_long") from error
+        except NonFiniteAudio as error:
+            raise InvalidRequest(f"The audio file ({name}) cannot be transcribed: {error}. Send audio whose samples "
+                                 "are finite numbers (integer PCM, or floats in [-1, 1]).", param="file",
+                                 code="invalid_audio") from error
         except AudioDecodeError as error:
-            raise InvalidRequest(f"Could not read the audio file ({form.file.filename or 'unnamed'}): {error}. "
+            raise InvalidRequest(f"Could not read the audio file ({name}): {error}. "
                                  f"Supported formats: {SUPPORTED_FORMATS}.", param="file",
                                  code="invalid_file_format") from error
         if audio.size < MIN_DURATION_S * SAMPLE_RATE:
@@ -187,30 +223,39 @@ class TranscriptionService:
         usage = UsageDuration(seconds=math.ceil(duration))
         if fmt == "text":
             return PlainTextResponse(text + "\n")
+        cues = [(_clamp(s.start, duration), _clamp(s.end, duration), s.text) for s in segments]
         if fmt == "srt":
-            return PlainTextResponse(write_srt((s.start, s.end, s.text) for s in segments))
+            return PlainTextResponse(write_srt(cues))
         if fmt == "vtt":
-            return PlainTextResponse(write_vtt((s.start, s.end, s.text) for s in segments), media_type="text/vtt")
+            return PlainTextResponse(write_vtt(cues), media_type="text/vtt")
         if fmt == "json":
             return JSONResponse(dump(Transcription(text=text, usage=usage)))
         verbose = TranscriptionVerbose(
             task=task, language="english" if task == "translate" else LANGUAGES.get(language, language),
             duration=round(duration, 3), text=text, usage=usage,
-            segments=[_segment(i, s) for i, s in enumerate(segments)] if "segment" in granularities else None,
-            words=[_word(w) for s in segments for w in s.words or ()] if "word" in granularities else None)
+            segments=[_segment(i, s, duration) for i, s in enumerate(segments)] if "segment" in granularities else None,
+            words=[_word(w, duration) for s in segments for w in s.words or ()] if "word" in granularities else None)
         return JSONResponse(dump(verbose, exclude_none=True))
 
 
-def _segment(index: int, segment: TranscribedSegment) -> TranscriptionSegment:
-    """OpenAI's segment from the model's: ids count from 0 as OpenAI's do (faster-whisper's from 1); seek is the
-    model's window start where it gives one, else the segment's own start (both in mel frames)."""
+def _clamp(seconds: float, duration: float) -> float:
+    """A model's time placed inside the audio: Whisper's timestamp tokens can point past its end."""
+    return min(max(seconds, 0.0), duration)
+
+
+def _segment(index: int, segment: TranscribedSegment, duration: float) -> TranscriptionSegment:
+    """OpenAI's segment from the model's, its times clamped to the audio's `duration`: ids count from 0 as OpenAI's
+    do (faster-whisper's from 1); seek is the model's window start where it gives one, else the segment's own start
+    (both in mel frames)."""
     seek = getattr(segment, "seek", None)
     return TranscriptionSegment(
         id=index, seek=int(seek if seek is not None else round(segment.start * FRAMES_PER_SECOND)),
-        start=round(segment.start, 3), end=round(segment.end, 3), text=segment.text, tokens=list(segment.tokens),
+        start=round(_clamp(segment.start, duration), 3), end=round(_clamp(segment.end, duration), 3),
+        text=segment.text, tokens=list(segment.tokens),
         temperature=segment.temperature, avg_logprob=segment.avg_logprob,
         compression_ratio=segment.compression_ratio, no_speech_prob=segment.no_speech_prob)
 
 
-def _word(word: TranscribedWord) -> TranscriptionWord:
-    return TranscriptionWord(word=word.word.strip(), start=round(word.start, 3), end=round(word.end, 3))
+def _word(word: TranscribedWord, duration: float) -> TranscriptionWord:
+    return TranscriptionWord(word=word.word.strip(), start=round(_clamp(word.start, duration), 3),
+                             end=round(_clamp(word.end, duration), 3))

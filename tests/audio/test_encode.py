@@ -3,14 +3,17 @@ decodes to the same audio as the whole file."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import shutil
 import struct
+import subprocess
 
 import av
 import numpy as np
 import pytest
 
-from audio.encode import FORMATS, encode, encoder, wav_header
+from audio.encode import FORMATS, encode, encoder, to_int16, wav_header
 
 RATE = 24000
 # The issue's bound on a decoded clip's length. Measured worst cases over six lengths: wav, pcm, flac and opus
@@ -106,3 +109,47 @@ def test_streams_emit_bytes_before_the_end() -> None:
 def test_unknown_format() -> None:
     with pytest.raises(ValueError, match="unknown audio format"):
         encoder("ogg-vorbis", RATE)
+
+
+def streaminfo(flac: bytes) -> dict[str, object]:
+    """The fields of a FLAC file's STREAMINFO, parsed from its bits (FLAC spec, RFC 9639 8.2)."""
+    assert flac[:4] == b"fLaC" and flac[4] & 0x7F == 0 and int.from_bytes(flac[5:8], "big") == 34
+    body = flac[8:42]
+    packed = struct.unpack(">Q", body[10:18])[0]
+    return {"min_block": struct.unpack(">H", body[0:2])[0], "max_block": struct.unpack(">H", body[2:4])[0],
+            "min_frame": int.from_bytes(body[4:7], "big"), "max_frame": int.from_bytes(body[7:10], "big"),
+            "sample_rate": packed >> 44, "channels": ((packed >> 41) & 0x7) + 1,
+            "bits_per_sample": ((packed >> 36) & 0x1F) + 1, "total_samples": packed & ((1 << 36) - 1),
+            "md5": body[18:34]}
+
+
+@pytest.mark.parametrize("seconds", [0.731, 2.5])
+def test_whole_flac_states_its_length_and_md5(seconds: float) -> None:
+    """A whole FLAC's STREAMINFO has the total samples and the MD5 of the signed 16-bit little-endian samples, so
+    readers know its length (soundfile read 3.8e14 s when total_samples was 0) and can verify it."""
+    audio = tone(seconds)
+    flac = encode(audio, RATE, "flac")
+    info = streaminfo(flac)
+    assert info["total_samples"] == len(audio)
+    assert info["md5"] == hashlib.md5(to_int16(audio).tobytes()).digest()
+    assert (info["sample_rate"], info["channels"], info["bits_per_sample"]) == (RATE, 1, 16)
+    assert 0 < info["min_frame"] <= info["max_frame"] and 0 < info["min_block"] <= info["max_block"]
+    with av.open(io.BytesIO(flac)) as container:
+        assert container.duration / av.time_base == pytest.approx(len(audio) / RATE, abs=1e-5)
+        decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
+    assert hashlib.md5(decoded.astype("<i2").tobytes()).digest() == info["md5"]  # what a verifier computes
+    soundfile = pytest.importorskip("soundfile")
+    assert soundfile.info(io.BytesIO(flac)).frames == len(audio)
+    if shutil.which("flac"):
+        subprocess.run(["flac", "-t", "-s", "-"], input=flac, check=True)
+
+
+def test_streamed_flac_leaves_length_and_md5_unknown() -> None:
+    """A stream cannot seek back to its STREAMINFO: 0 (unknown) samples and an all-zero MD5, which decoders accept;
+    only the header differs from the whole file."""
+    audio = tone(1.0)
+    stream = streamed(audio, "flac", 4321)
+    info = streaminfo(stream)
+    assert info["total_samples"] == 0 and info["md5"] == bytes(16)
+    whole = encode(audio, RATE, "flac")
+    assert stream[42:] == whole[42:]
