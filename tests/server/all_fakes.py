@@ -63,12 +63,12 @@ class SoakWhisper(FakeWhisper):
     not finite or whose square overflows float32, as the real model's log-mel features turn them into NaN and Inf:
     the server must refuse or clean such audio before a model sees it."""
 
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions, *args: Any, **kwargs: Any) -> Iterator[Segment]:
         with np.errstate(over="ignore"):
             if not np.isfinite(np.square(audio, dtype=np.float32)).all():
                 raise ValueError("audio with non-finite samples or samples whose power overflows float32 reached "
                                  "the model")
-        return super().transcribe(audio, options)
+        return super().transcribe(audio, options, *args, **kwargs)
 
 
 class SoakKokoro(FakeKokoro):
@@ -76,10 +76,10 @@ class SoakKokoro(FakeKokoro):
 
     PHONEME_S = 0.001
 
-    def synthesize(self, phoneme_ids: list[int], style: np.ndarray, speed: float = 1.0,
-                   seed: int | None = 0) -> SpeechOutput:
+    def synthesize(self, phoneme_ids: list[int], style: np.ndarray, speed: float = 1.0, seed: int | None = 0,
+                   **kwargs: Any) -> SpeechOutput:
         time.sleep(len(phoneme_ids) * self.PHONEME_S)
-        return super().synthesize(phoneme_ids, style, speed, seed)
+        return super().synthesize(phoneme_ids, style, speed, seed, **kwargs)
 
 
 class SoakEmbedding(FakeEmbeddingModel):
@@ -87,9 +87,9 @@ class SoakEmbedding(FakeEmbeddingModel):
 
     TOKEN_S = 1e-5
 
-    def embed(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+    def embed(self, batch: Sequence[Sequence[int]], *args: Any, **kwargs: Any) -> np.ndarray:
         time.sleep(sum(len(ids) for ids in batch) * self.TOKEN_S)
-        return super().embed(batch)
+        return super().embed(batch, *args, **kwargs)
 
 
 def load_soak_whisper(source: str, *, progress: Any = None, **_: Any) -> SoakWhisper:
