@@ -10,7 +10,8 @@ Three phases:
    prompts, n past the limits, 4,000 digits to speak, JSON sent as a form). Each hostile input must get a 4xx,
    or a 2xx where it is legitimately servable (NaN audio cleaned, a JSON body without its content type read).
 2. Tail: long requests to every endpoint at once, left by their clients while running or queued, sized so that a
-   server that kept working for nobody would stay busy for well over DRAIN_S.
+   server that kept working for nobody would stay busy for well over DRAIN_S. The first quarter of the mixed phase
+   and one tail are the warm-up: memory is measured with the server idle after them and again at the end.
 3. Checks, all reported together: no failure seen by a client (a 5xx, a stream's error event, a wrong status
    for a hostile input), no 5xx in the server's own count (/metrics, which sees the requests whose clients left),
    every model's queue empty and nothing running within DRAIN_S of the last client (/health), RSS at the end
@@ -495,6 +496,17 @@ def mixed(url: str, seeds: range, deadline: float, tally: Tally, server: Subproc
         thread.join()
 
 
+def tail(url: str) -> str | None:
+    """Long work on every endpoint, streamed and not, left by its clients while running or queued (four requests
+    a family at once): the first failure seen, if any."""
+    try:
+        run_all([functools.partial(leave, url, family, 1.0, streamed) for family in FAMILIES
+                 for streamed in (False, True, False, True)])
+    except Exception as error:  # noqa: BLE001 - reported with the others
+        return f"{type(error).__name__}: {error}"[:400]
+    return None
+
+
 def drain(url: str) -> tuple[dict[str, dict[str, int]], float]:
     """Wait up to DRAIN_S for every model's queue to empty and its work to end: what is still busy then, and the
     seconds waited."""
@@ -546,24 +558,19 @@ def test_soak_mixed_endpoints_with_disconnects_and_hostile_inputs(server: Subpro
     tally = TALLY
     samples: list[tuple[float, int, float]] = []  # (seconds, RSS bytes, wgpu bytes)
     start = time.monotonic()
-    # Warm-up quarter of the mixed phase, then the warm value once the server is quiet again: quiet against quiet at
-    # the end, so neither side counts the uploads and responses of requests in flight.
+    # Warm-up: the first quarter of the mixed phase and a tail, then the warm value once the server is idle again;
+    # the end is measured the same way after the rest and a second tail, so like is compared with like (every path
+    # run, nothing in flight).
     mixed(url, range(CLIENTS), start + SECONDS * WARM_UP_FRACTION, tally, server, samples, start)
+    tail_failures = [tail(url)]
     drain(url)
     warm_rss, warm_gpu = quiet_rss(server), gpu_bytes(url)
     server.reset_peak_rss()  # the peak from here on is the soak's, not the warm-up's
     mixed(url, range(CLIENTS, 2 * CLIENTS), start + SECONDS, tally, server, samples, start)
     mixed_s = time.monotonic() - start
-
-    # Tail: long work on every endpoint, streamed and not, left by its clients while running or queued.
-    tail = [functools.partial(leave, url, family, 1.0, streamed) for family in FAMILIES
-            for streamed in (False, True, False, True)]
-    tail_failure = None
-    try:
-        run_all(tail)
-    except Exception as error:  # noqa: BLE001 - reported with the others
-        tail_failure = f"{type(error).__name__}: {error}"[:400]
+    tail_failures.append(tail(url))
     busy, drain_s = drain(url)
+    tail_failure = next((failure for failure in tail_failures if failure), None)
 
     end_rss, peak_rss, end_gpu = quiet_rss(server), server.peak_rss_bytes(), gpu_bytes(url)
     errors_5xx = server_errors(url)
@@ -571,7 +578,7 @@ def test_soak_mixed_endpoints_with_disconnects_and_hostile_inputs(server: Subpro
     real = ", ".join(sorted(REAL_FAMILIES)) or "none"
     print(f"\nsoak (real models: {real}; the rest on fakes): {mixed_s:.0f} s mixed, {CLIENTS} clients, {sent} requests "
           f"({sent / mixed_s:.1f}/s): {done} completed, {cancelled} left by the client, {len(tally.failures)} "
-          f"failures; then {len(tail)} long requests left at once")
+          f"failures; and after each of two tails, {4 * len(FAMILIES)} long requests left at once")
     print("  by kind: " + ", ".join(f"{kind} {tally.sent[kind]}" for kind in ACTIVE))
     print("  hostile: " + ", ".join(f"{name} {ANSWERS.get(status, status)} x{count}"
                                     for (name, status), count in sorted(tally.hostile.items())))
