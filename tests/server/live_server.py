@@ -81,13 +81,26 @@ class SubprocessServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def rss_bytes(self) -> int:
-        """Resident memory of the server process (Linux /proc)."""
+    def _status_bytes(self, key: str) -> int:
         assert self.process is not None
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
+        raise RuntimeError(f"no {key}")
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process (Linux /proc)."""
+        return self._status_bytes("VmRSS")
+
+    def peak_rss_bytes(self) -> int:
+        """The most resident memory the server process has held since it started or since reset_peak_rss: the
+        kernel's high-water mark, so a spike between two samples of rss_bytes is not missed."""
+        return self._status_bytes("VmHWM")
+
+    def reset_peak_rss(self) -> None:
+        """Start peak_rss_bytes afresh from the current RSS (clear_refs 5, Linux 4.0 on)."""
+        assert self.process is not None
+        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
