@@ -256,8 +256,8 @@ class TimeoutUntilResponse:
 class LenientRequests:
     """Accept what clients commonly send that the app's routes would otherwise refuse.
 
-    - A body on a JSON route is read as JSON whatever its Content-Type says: `curl -d` sends
-      x-www-form-urlencoded and some clients send text/plain, and OpenAI's API reads them as JSON too (FastAPI
+    - A body on a JSON route is read as JSON whatever its Content-Type says, or without one: `curl -d` sends
+      x-www-form-urlencoded and some clients send text/plain or nothing, and OpenAI's API reads them as JSON too (FastAPI
       would hand the route raw bytes, which then fail validation as "not a JSON object"). A body that is not
       JSON then gets the JSON parse error, which says what is wrong. The multipart upload routes keep theirs.
     - HEAD is answered as GET without the body (probes and `curl -I` use it; FastAPI's routes list GET only).
@@ -283,7 +283,7 @@ class LenientRequests:
         if method in ("POST", "PUT", "PATCH") and scope.get("path", "") not in self.multipart_paths:
             headers = list(scope.get("headers") or [])
             content_type = next((value for name, value in headers if name == b"content-type"), None)
-            if content_type is not None and not self._is_json(content_type):
+            if content_type is None or not self._is_json(content_type):
                 headers = [(n, v) for n, v in headers if n != b"content-type"] + [(b"content-type",
                                                                                    b"application/json")]
                 scope = {**scope, "headers": headers}

@@ -133,6 +133,12 @@ def test_a_json_body_is_read_as_json_whatever_its_content_type(server: ThreadSer
     assert response.json()["object"] == "chat.completion"
 
 
+def test_a_json_body_without_a_content_type_is_read_as_json(server: ThreadServer) -> None:
+    response = httpx.post(f"{server.url}/v1/chat/completions", content=json.dumps(CHAT).encode(), timeout=60)
+    assert "content-type" not in response.request.headers
+    assert response.status_code == 200, response.text
+
+
 def test_a_body_that_is_not_json_says_so(server: ThreadServer) -> None:
     response = httpx.post(f"{server.url}/v1/chat/completions", content=b"model=gemma&messages=hi",
                           headers={"content-type": "application/x-www-form-urlencoded"}, timeout=60)
