@@ -21,6 +21,7 @@ import numpy as np
 SAMPLES_PER_FRAME = 600  # Kokoro: 24 kHz audio, 40 duration frames a second
 STEP_S = 0.05  # one step of a "long" fake's chunk
 LONG_STEPS = 2400  # a "long" fake's chunk: 2 minutes unless stopped
+WARM_UP_PHONEMES = 8  # chunks this short are quick even for a "long" fake
 VOICE_IDS = ("af_bella", "af_sky", "am_adam", "bf_emma", "jf_alpha", "jm_kumo")
 
 
@@ -53,7 +54,9 @@ class FakeKokoro:
         if not phoneme_ids or len(phoneme_ids) > self.max_phonemes:
             raise ValueError(f"{len(phoneme_ids)} phonemes; 1 to {self.max_phonemes} are allowed")
         time.sleep(self.delay_s)
-        for _ in range(self.steps):  # a long chunk in STEP_S steps, stopping between them as the real model does
+        # A long chunk in STEP_S steps, stopping between them as the real model does; a server's warm-up (a few
+        # phonemes) is not held up.
+        for _ in range(self.steps if len(phoneme_ids) > WARM_UP_PHONEMES else 0):
             if should_stop is not None and should_stop():
                 self.stopped += 1
                 raise concurrent.futures.CancelledError("synthesis stopped")
