@@ -20,8 +20,10 @@ timing) lives in models/whisper/decode.py; loading and the model's API in models
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +90,8 @@ class WhisperNet:
 
     def __init__(self, executor: Executor, ckpt: WhisperCheckpoint, progress: Progress | None = None) -> None:
         self.executor = ex = executor
+        # Asked before every GPU step (an encoder pass, a decoder step); set for the length of a transcription.
+        self.should_stop: Callable[[], bool] | None = None
         self.config = c = ckpt.config
         self.tokenizer = ckpt.tokenizer
         self.alignment_heads = ckpt.alignment_heads
@@ -193,16 +197,27 @@ class WhisperNet:
         linear(b, w.fc2, g, down, t)
         residual_add(b, x, down, w.fc2_b)
 
+    @contextmanager
+    def _gpu_step(self) -> Iterator[None]:
+        """One GPU step: refused (concurrent.futures.CancelledError) once should_stop says so, and run while
+        holding the adapter's turn (gpu/turns.py), so models on the same GPU take turns between steps."""
+        if self.should_stop is not None and self.should_stop():
+            raise concurrent.futures.CancelledError("transcription stopped")
+        with self.executor.device.turns.turn():
+            yield
+
     def encode(self, mel: np.ndarray) -> None:
         """Run the encoder on one window's log-mel [n_mels, 3000]; its cross-attention keys/values stay on the GPU."""
         if mel.shape != (self.config.n_mels, N_FRAMES):
             raise ValueError(f"a window's log-mel must be [{self.config.n_mels}, {N_FRAMES}], not {mel.shape}")
         ex = self.executor
-        ex.write(self.mel, np.ascontiguousarray(mel.T, np.float32))
-        submission = ex.submission()
-        submission.step(self._front_program, StepParams(n_tokens=N_FRAMES))
-        submission.step(self._encoder_program, StepParams(n_tokens=self.config.n_audio_ctx))
-        submission.submit().wait()
+        with self._gpu_step():
+            ex.write(self.mel, np.ascontiguousarray(mel.T, np.float32))
+            submission = ex.submission()
+            submission.step(self._front_program, StepParams(n_tokens=N_FRAMES))
+            submission.step(self._encoder_program, StepParams(n_tokens=self.config.n_audio_ctx))
+            submission.read(self.enc_out, nbytes=4)  # only to wait until it has run: the turn covers the pass
+            submission.submit().wait()
 
     def encoder_output(self) -> np.ndarray:
         """The last window's encoder output [1500, D] (tests)."""
@@ -299,11 +314,12 @@ class WhisperNet:
         if len(unique) > n:
             raise ValueError(f"{len(unique)} distinct output rows for {n} token rows")
         step = self._step(TOKEN_BUCKETS[-1] if keep else next(t for t in TOKEN_BUCKETS if t >= n))
-        self._write_inputs(step, tokens, positions, slots, unique)
-        submission = ex.submission()
-        submission.step(step.program, StepParams(n_tokens=n, n_out=len(unique)))
-        submission.read(step.logits, nbytes=len(unique) * c.vocab_size * 4)  # only the rows asked for
-        logits, = submission.submit().wait()
+        with self._gpu_step():
+            self._write_inputs(step, tokens, positions, slots, unique)
+            submission = ex.submission()
+            submission.step(step.program, StepParams(n_tokens=n, n_out=len(unique)))
+            submission.read(step.logits, nbytes=len(unique) * c.vocab_size * 4)  # only the rows asked for
+            logits, = submission.submit().wait()
         return logits.reshape(len(unique), c.vocab_size)[where.reshape(-1)]
 
     def _write_inputs(self, step: _DecoderStep, tokens: Sequence[int], positions: np.ndarray, slots: Sequence[int],
@@ -333,8 +349,9 @@ class WhisperNet:
         """One decoder row, then per token group (text, <|endoftext|>, other specials, timestamps [ts_lo, ts_hi])
         the (max logit, its token, log-sum-exp) over the allowed tokens: float64 [4, 3] (48 bytes come back)."""
         step = self._step(1)
-        self._write_inputs(step, [token], np.array([position]), [slot], np.zeros(1, np.int64), (ts_lo, ts_hi))
-        out, = self.executor.run(step.program, StepParams(n_tokens=1, n_out=1), read=[self._summary])
+        with self._gpu_step():
+            self._write_inputs(step, [token], np.array([position]), [slot], np.zeros(1, np.int64), (ts_lo, ts_hi))
+            out, = self.executor.run(step.program, StepParams(n_tokens=1, n_out=1), read=[self._summary])
         stats = out.astype(np.float64).reshape(4, 3)
         stats[:, 1] = out.reshape(4, 3)[:, 1].view(np.uint32)
         return stats

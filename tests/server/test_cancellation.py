@@ -234,3 +234,41 @@ def test_a_non_streamed_request_past_the_timeout_is_a_504_and_stops(timed: Threa
     assert response.status_code == 504 and "request_timeout_s" in response.json()["error"]["message"]
     whisper = worker(timed, "whisper-long")
     assert wait_for(lambda: whisper.idle), "the transcription ran on"
+
+
+class StopAfter:
+    """A should_stop that says stop once it has been asked `n` times."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.asked > self.n
+
+
+@pytest.mark.heavy
+def test_real_models_stop_between_steps() -> None:
+    """The shipped Kokoro and Whisper ask should_stop before every step (a Kokoro stage, a Whisper encoder pass or
+    decoded token) and end with CancelledError when it says so, holding no adapter turn afterwards."""
+    import concurrent.futures
+
+    from models.kokoro.model import load_kokoro
+    from models.whisper.decode import TranscribeOptions
+    from models.whisper.model import load_whisper
+
+    kokoro = load_kokoro("kokoro")
+    ids = [kokoro.vocab[s] for s in "həlˈO wˈɜɹld"]
+    stop = StopAfter(3)  # the front's first steps (ALBERT's layers)
+    with pytest.raises(concurrent.futures.CancelledError):
+        kokoro.synthesize(ids, kokoro.style(next(iter(kokoro.voices.values())), len(ids)), 1.0, 0, should_stop=stop)
+    assert stop.asked == 4
+    assert kokoro.device.turns.waiting == 0
+
+    whisper = load_whisper()
+    stop = StopAfter(5)  # the encoder pass, the prompt, then three tokens
+    with pytest.raises(concurrent.futures.CancelledError):
+        list(whisper.transcribe(tone(2.0).astype(np.float32), TranscribeOptions(temperature=0.0), should_stop=stop))
+    assert stop.asked == 6
+    assert whisper.net.should_stop is None  # not left behind for the next transcription
