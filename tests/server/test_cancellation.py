@@ -126,17 +126,18 @@ def test_a_cancelled_waiting_request_frees_its_place_at_once() -> None:
         await worker.wait_ready()
         gate = threading.Event()
         busy = asyncio.ensure_future(worker.call(lambda model: gate.wait(30), 1))
-        while worker.running != 1:
-            await asyncio.sleep(0.01)
-        waiting = asyncio.ensure_future(worker.call(lambda model: "never", 1))
-        await asyncio.sleep(0.05)
-        assert worker.queued == 1
-        waiting.cancel()
-        await asyncio.sleep(0.05)
-        assert worker.queued == 0
-        gate.set()
-        await busy
-        worker.stop()
+        try:
+            assert await asyncio.to_thread(wait_for, lambda: worker.running == 1)
+            waiting = asyncio.ensure_future(worker.call(lambda model: "never", 1))
+            await asyncio.sleep(0.05)
+            assert worker.queued == 1
+            waiting.cancel()
+            await asyncio.sleep(0.05)
+            assert worker.queued == 0
+        finally:
+            gate.set()
+            await busy
+            worker.stop()
 
     asyncio.run(run())
 
@@ -159,11 +160,12 @@ def test_a_cancelled_running_call_is_asked_to_stop() -> None:
             return "ran to its end"
 
         task = asyncio.ensure_future(worker.call(job, 1))
-        while worker.running != 1:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        assert await asyncio.to_thread(seen.wait, STOP_BOUND_S)
-        worker.stop()
+        try:
+            assert await asyncio.to_thread(wait_for, lambda: worker.running == 1)
+            task.cancel()
+            assert await asyncio.to_thread(seen.wait, STOP_BOUND_S)
+        finally:
+            worker.stop()
 
     asyncio.run(run())
 
