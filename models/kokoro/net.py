@@ -163,9 +163,11 @@ def _adain_resblk(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Te
 
 
 def _snake_resblock(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Tensor, *, ch: int, t: int, k: int,
-                    dilations: tuple[int, ...]) -> Tensor:
-    """AdaINResBlock1: x += conv2(snake(adain2(conv1_dil(snake(adain1(x)))))) for each dilation; [C, T]."""
+                    dilations: tuple[int, ...], cuts: list[int]) -> Tensor:
+    """AdaINResBlock1: x += conv2(snake(adain2(conv1_dil(snake(adain1(x)))))) for each dilation; [C, T]. A step
+    per dilation: at the generator's last rate one block is the longest work of a synthesis."""
     for j, d in enumerate(dilations):
+        _cut(g, cuts)
         a = g.act((ch, t))
         g.norm(x, a, groups=ch, n=t, elem_stride=1, group_stride=t, by_group=True, channels=ch,
                style_h=_style_h(g, m, s, f"{name}.adain1.{j}.fc", ch), snake_alpha=m.w(f"{name}.alpha1.{j}"))
@@ -281,9 +283,8 @@ def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.nda
             g.conv1d(har, nw, m.w(f"decoder.generator.noise_convs.{i}.bias"), xs, c_in=22, c_out=ch_out,
                      t_in=n_har, k=2 * stride_f0, stride=stride_f0, pad=(stride_f0 + 1) // 2)
             nk = 7
-        _cut(g, cuts)
         xs = _snake_resblock(g, m, xs, f"decoder.generator.noise_res.{i}", s_dec, ch=ch_out, t=cols_out, k=nk,
-                             dilations=(1, 3, 5))
+                             dilations=(1, 3, 5), cuts=cuts)
         _cut(g, cuts)
         up = g.act((ch_out, cols_out))
         g.conv_transpose1d(x, m.w(f"decoder.generator.ups.{i}.weight"), m.w(f"decoder.generator.ups.{i}.bias"), up,
@@ -291,9 +292,8 @@ def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.nda
                            pre_slope=0.1, residual=xs, reflect_left=last)
         outs = []
         for j, (kk, dd) in enumerate(zip(c.resblock_kernels, c.resblock_dilations)):
-            _cut(g, cuts)
             outs.append(_snake_resblock(g, m, up, f"decoder.generator.resblocks.{i * n_k + j}", s_dec, ch=ch_out,
-                                        t=cols_out, k=kk, dilations=dd))
+                                        t=cols_out, k=kk, dilations=dd, cuts=cuts))
         acc = outs[0]
         for j, o in enumerate(outs[1:], start=2):
             nxt = g.act((ch_out, cols_out))
