@@ -44,7 +44,7 @@ def _bilstm(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, y: Tensor, 
 def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float,
           should_stop: Callable[[], bool] | None = None) -> np.ndarray:
     """Durations (frames per token, int64) for the wrapped ids; leaves d and t_en in m's persistent tensors. Runs
-    in steps (ALBERT's layers in fours, the prosody encoder, the durations, the text encoder), asking should_stop
+    in steps (each of ALBERT's layers, the prosody encoder, the durations, the text encoder), asking should_stop
     before each."""
     c = m.config
     t = len(ids)
@@ -69,9 +69,8 @@ def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float,
     g.linear(en, m.w("bert.encoder.embedding_hidden_mapping_in.weight"),
              m.w("bert.encoder.embedding_hidden_mapping_in.bias"), h, rows=t, k=e_dim, n=d_b)
     L = "bert.layer."
-    for layer in range(c.bert_layers):
-        if layer % 4 == 0:
-            _cut(g, cuts)
+    for _ in range(c.bert_layers):
+        _cut(g, cuts)
         qkv, att = g.act((t, 3 * d_b)), g.act((t, d_b))
         g.linear(h, m.w("bert.qkv.weight"), m.w("bert.qkv.bias"), qkv, rows=t, k=d_b, n=3 * d_b)
         g.attention(qkv, att, rows=t, heads=c.bert_heads)

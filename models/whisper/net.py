@@ -146,6 +146,8 @@ class WhisperNet:
         self._summary_mask = ex.tensor("summary_mask", (-(-c.vocab_size // 32),), "u32",
                                        data=np.full(-(-c.vocab_size // 32), 0xFFFFFFFF, np.uint32))
         self._summary = ex.tensor("summary", (12,))
+        # The encoder runs as a step for the convolutional front and one per layer (cut at _encoder_cuts).
+        self._encoder_cuts: list[int] = []
         self._front_program, self._encoder_program = self._record_encoder()
         self._steps: dict[int, _DecoderStep] = {}
 
@@ -167,6 +169,7 @@ class WhisperNet:
         residual_add(b, x, self.enc_pos, None)
         scale = 1.0 / math.sqrt(d // c.n_audio_heads)
         for i, w in enumerate(self.enc_layers):
+            self._encoder_cuts.append(len(b._dispatches))
             h = b.activation(f"h{i}", (n, d))
             ops.layer_norm(b, x, w.attn_ln[0], h, EPS, beta=w.attn_ln[1])
             qkv = b.activation(f"qkv{i}", (n, 3 * d))
@@ -213,11 +216,24 @@ class WhisperNet:
         ex = self.executor
         with self._gpu_step():
             ex.write(self.mel, np.ascontiguousarray(mel.T, np.float32))
-            submission = ex.submission()
-            submission.step(self._front_program, StepParams(n_tokens=N_FRAMES))
-            submission.step(self._encoder_program, StepParams(n_tokens=self.config.n_audio_ctx))
-            submission.read(self.enc_out, nbytes=4)  # only to wait until it has run: the turn covers the pass
-            submission.submit().wait()
+            self._run_part(self._front_program, StepParams(n_tokens=N_FRAMES), 0, len(self._front_program.dispatches))
+        program = self._encoder_program
+        bounds = [*self._encoder_cuts, len(program.dispatches)]
+        for start, stop in zip([0, *bounds], bounds):
+            if start < stop:
+                with self._gpu_step():
+                    self._run_part(program, StepParams(n_tokens=self.config.n_audio_ctx), start, stop)
+
+    def _run_part(self, program: Program, params: StepParams, start: int, stop: int) -> None:
+        """Dispatches [start, stop) of program, waited for (the turn covers the work, not only its submission)."""
+        ex = self.executor
+        ex.device.queue.write_buffer(ex.step_tensor.buffer, 0, params.pack())  # ordered before the submit below
+        submission = ex.submission()
+        compute_pass = submission.encoder.begin_compute_pass()
+        program.encode(compute_pass, start, stop)
+        compute_pass.end()
+        submission.read(self.enc_out, nbytes=4)  # only to wait until it has run
+        submission.submit().wait()
 
     def encoder_output(self) -> np.ndarray:
         """The last window's encoder output [1500, D] (tests)."""
