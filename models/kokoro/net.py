@@ -164,7 +164,7 @@ def _adain_resblk(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Te
 def _snake_resblock(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Tensor, *, ch: int, t: int, k: int,
                     dilations: tuple[int, ...], cuts: list[int]) -> Tensor:
     """AdaINResBlock1: x += conv2(snake(adain2(conv1_dil(snake(adain1(x)))))) for each dilation; [C, T]. A step
-    per dilation: at the generator's last rate one block is the longest work of a synthesis."""
+    per convolution: at the generator's last rate these blocks are the longest work of a synthesis."""
     for j, d in enumerate(dilations):
         _cut(g, cuts)
         a = g.act((ch, t))
@@ -173,6 +173,7 @@ def _snake_resblock(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: 
         b = g.act((ch, t))
         g.conv1d(a, m.w(f"{name}.convs1.{j}.weight"), m.w(f"{name}.convs1.{j}.bias"), b, c_in=ch, c_out=ch, t_in=t,
                  k=k, dilation=d, pad=d * (k - 1) // 2)
+        _cut(g, cuts)
         a2 = g.act((ch, t))
         g.norm(b, a2, groups=ch, n=t, elem_stride=1, group_stride=t, by_group=True, channels=ch,
                style_h=_style_h(g, m, s, f"{name}.adain2.{j}.fc", ch), snake_alpha=m.w(f"{name}.alpha2.{j}"))
