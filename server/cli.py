@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 
 from config.settings import SHIPPED_MODEL, SettingsError, load_settings
 
@@ -74,10 +76,19 @@ def serve(args: argparse.Namespace) -> int:
         print(f"hearth: {error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)  # every line carries its request id
-    # log_config=None keeps that setup; the request middleware writes the access lines (with ids and times).
+    # SIGTERM (docker stop, Kubernetes) is how this server is asked to stop, not a failure: exit with status 0.
+    # uvicorn handles it while it runs and raises it again once it has shut down, which lands here.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    # On SIGTERM uvicorn stops accepting, gives running requests shutdown_timeout_s to end, then cancels them
+    # (their jobs stop at the model's next step) and the lifespan stops the workers (server/model_manager.py).
+    # log_config=None keeps the logging setup; the request middleware writes the access lines (ids and times).
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                log_config=None, access_log=False)
+                log_config=None, access_log=False, timeout_graceful_shutdown=settings.limits.shutdown_timeout_s)
     return 0
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def resolve_model(name: str) -> str:

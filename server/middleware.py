@@ -1,6 +1,6 @@
-"""ASGI middleware, outermost first: request ids, metrics and access log; CORS; API keys; a timeout until the
-response starts; the request body size limit; lenient content types and HEAD. `install_middleware` adds them to an
-app in that order.
+"""ASGI middleware, outermost first: request ids, metrics and access log; CORS; API keys; a timeout on the whole
+response (streams included); the request body size limit; lenient content types and HEAD. `install_middleware` adds
+them to an app in that order.
 
 They are plain ASGI classes (not BaseHTTPMiddleware) so streamed responses pass through untouched, and they
 key on paths, never on routers: a new endpoint is counted, authenticated and limited without any change here.
@@ -20,9 +20,10 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import Settings
-from server.errors import AuthenticationFailed, HearthError, RequestTooLarge, error_response
+from server.errors import AuthenticationFailed, HearthError, RequestTooLarge, error_body, error_response
 from server.metrics import Metrics
 from server.request_context import begin_request, end_request, request_id_from, reset_request_id, set_request_id
+from server.sse import DONE, sse_event
 
 access_log = logging.getLogger("hearth.access")
 # Paths that never need an API key: liveness and readiness probes (Docker's HEALTHCHECK, Kubernetes), and the
@@ -34,7 +35,7 @@ UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 
 
 class RequestTimeout(HearthError):
-    """The response did not start within limits.request_timeout_s; the work was cancelled."""
+    """The request (its stream included) took longer than limits.request_timeout_s; the work was cancelled."""
 
     status = 504
     type = "server_error"
@@ -207,11 +208,12 @@ class ApiKeyAuth:
 
 
 class TimeoutUntilResponse:
-    """Cancel a request whose response has not started after `seconds` and answer 504.
+    """Bound a request to `seconds` from its arrival, streams included, cancelling its work when they pass.
 
-    Only the wait for the response's start is bounded: a non-streamed answer as a whole, a stream until its
-    headers (its length is bounded by max_tokens). Cancelling the request's task cancels its job in the
-    model's worker, as a client that goes away does.
+    A response that has not started by then is a 504. A stream that has started ends there: Server-Sent Events
+    with an error event in the stream's own format (`data: {"error": ...}`, then `data: [DONE]`), any other body
+    (raw audio) by simply ending. Cancelling the request's task cancels its job in the model's worker, as a
+    client that goes away does.
     """
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
@@ -223,34 +225,42 @@ class TimeoutUntilResponse:
             await self.app(scope, receive, send)
             return
         started = asyncio.Event()
+        event_stream = False  # the response is text/event-stream
+        finished = False  # the response's last body message went out
 
         async def send_marking_start(message: Message) -> None:
+            nonlocal event_stream, finished
             if message["type"] == "http.response.start":
+                content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+                event_stream = content_type.startswith(b"text/event-stream")
                 started.set()
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
             await send(message)
 
         task = asyncio.ensure_future(self.app(scope, receive, send_marking_start))
-        waiter = asyncio.ensure_future(started.wait())
         timed_out = False
         try:
-            await asyncio.wait({task, waiter}, timeout=self.seconds, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({task}, timeout=self.seconds)
+            timed_out = not done
         finally:
-            waiter.cancel()
-            if not task.done() and not started.is_set():  # also when this request itself is cancelled
+            if not task.done():  # past the limit, or this request itself was cancelled (shutdown)
                 task.cancel()
-                timed_out = True
         if not timed_out:
-            await task  # finished, failed (its exception goes on) or streaming: let it run to its end
+            await task  # finished within the limit, or failed: its exception goes on
             return
         try:
             await task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - whatever it raised on its way out: 504
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - whatever it raised on its way out: the timeout
             pass
-        if started.is_set():  # it began answering while being cancelled: the client has its response
-            return
-        error = RequestTimeout(f"The request took longer than this server's limit of {self.seconds:g} s to "
-                               "answer and was cancelled.")
-        await error_response(error)(scope, receive, send)
+        message = (f"The request took longer than this server's limit of {self.seconds:g} s (request_timeout_s) "
+                   "and was cancelled.")
+        if not started.is_set():
+            await error_response(RequestTimeout(message))(scope, receive, send)
+        elif not finished:
+            # The headers are sent: a stream ends with an error event in its format, other bodies just end.
+            tail = sse_event(error_body(RequestTimeout(message))[1]) + DONE if event_stream else b""
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 class LenientRequests:

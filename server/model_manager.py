@@ -72,6 +72,9 @@ WORKER_KINDS = {
 log = logging.getLogger("hearth.server")
 # How often the idle reaper looks at most (it looks sooner for short keep_alives, and when woken).
 REAP_INTERVAL_S = 5.0
+# How long shutdown waits for each worker's thread once its jobs are cancelled: a step ends well within it on a GPU
+# (lavapipe's longest Kokoro stage is a few seconds), and a thread still busy past it is left to die with the process.
+STOP_JOIN_S = 5.0
 
 
 def import_object(target: str) -> object:
@@ -299,8 +302,9 @@ class ModelManager:
         return unloaded
 
     async def shutdown(self) -> None:
-        """Stop every worker (waiting jobs are cancelled, threads joined)."""
+        """Stop every worker: waiting jobs fail with a 503, running ones stop at their model's next step, and each
+        thread gets at most STOP_JOIN_S to end (a daemon thread still inside a step does not hold up the exit)."""
         if self._reaper is not None:
             self._reaper.cancel()
         workers, self._workers = list(self._workers.values()), {}
-        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers))
+        await asyncio.gather(*(asyncio.to_thread(w.stop, STOP_JOIN_S) for w in workers))

@@ -135,8 +135,11 @@ class SpeechModel(Protocol):
 
     def style(self, pack: np.ndarray, n_phonemes: int) -> np.ndarray: ...
 
-    def synthesize(self, ids: list[int], style: np.ndarray, speed: float,
-                   seed: int | None = None) -> SynthesisOutput: ...
+    def synthesize(self, ids: list[int], style: np.ndarray, speed: float, seed: int | None = None, *,
+                   should_stop: Callable[[], bool] | None = None) -> SynthesisOutput:
+        """One chunk's audio; asks should_stop between its steps and raises concurrent.futures.CancelledError
+        when it says so."""
+        ...
 
 
 class SynthesisOutput(Protocol):
@@ -212,9 +215,11 @@ class TranscriptionModel(Protocol):
         """(code, probability) of the language spoken in float32 mono 16 kHz audio."""
         ...
 
-    def transcribe(self, audio: np.ndarray, options: Any) -> Iterator[TranscribedSegment]:
+    def transcribe(self, audio: np.ndarray, options: Any,
+                   should_stop: Callable[[], bool] | None = None) -> Iterator[TranscribedSegment]:
         """Segments as their windows finish. options: the model package's own TranscribeOptions, a type the
-        server reaches only at run time (transcription_worker.model_type), so it stays untyped here."""
+        server reaches only at run time (transcription_worker.model_type), so it stays untyped here. should_stop is
+        asked between steps; when it says so the model raises concurrent.futures.CancelledError."""
         ...
 
 
@@ -285,6 +290,8 @@ class SpeechHandler(Worker, Protocol):
     def voices(self, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]: ...
 
     def stream(self, fn: Callable[[SpeechModel], Iterator[T]], retry_after_s: int) -> AsyncGenerator[T, None]: ...
+
+    def should_stop(self) -> bool: ...  # on the worker thread: the running job's request has gone
 
 
 class TranscriptionHandler(Worker, Protocol):

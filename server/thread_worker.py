@@ -6,6 +6,11 @@ function of the model, run on the thread because the model's device, buffers and
 makes it, so audio can go out while the rest is synthesised. Subclasses change how jobs are taken (the
 embedding worker merges waiting requests into one GPU pass) and what warms a model up after loading.
 
+A request that goes away (its client left, its timeout passed, the server stops) takes its job with it: a
+waiting job leaves the queue at once, and a running one is asked to stop. Models end a job at their next step
+boundary when the `should_stop` they were given (the worker's `should_stop`) says so, by raising
+concurrent.futures.CancelledError; nobody hears of it.
+
     event loop                      worker thread
     call(fn) / stream(fn) --queue-->  fn(model)  --future / items--> back to the awaiting request
 """
@@ -24,7 +29,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 from config.settings import Settings
 from models.registry import ModelEntry
-from server.errors import QueueFull
+from server.errors import ModelUnavailable, QueueFull
 from server.protocols import Loader
 from server.worker_base import M, WorkerBase
 
@@ -39,6 +44,7 @@ class Job(Generic[M]):
 
     run: Callable[[M], object]
     future: concurrent.futures.Future[object] = field(default_factory=concurrent.futures.Future)
+    stop: threading.Event = field(default_factory=threading.Event)  # set when nobody wants the result any more
 
 
 class Pending(Protocol):
@@ -64,6 +70,7 @@ class ThreadWorker(WorkerBase[M]):
         self._pending: deque[Pending] = deque()  # Jobs, or a subclass's requests
         self._cond = threading.Condition()
         self._closed = False
+        self._running_stop: threading.Event | None = None  # the running job's stop flag (worker thread)
 
     @classmethod
     def for_entry(cls, entry: ModelEntry, loader: Loader, settings: Settings, *, max_queue: int,
@@ -78,31 +85,53 @@ class ThreadWorker(WorkerBase[M]):
             return len(self._pending)
 
     def _enqueue(self, item: Pending, retry_after_s: int) -> None:
-        """Queue a job (or a subclass's request); QueueFull when max_queue wait already."""
+        """Queue a job (or a subclass's request); QueueFull when max_queue wait already.
+
+        Cancelling the item's future (its request went away) takes it out of the queue at once, freeing its place.
+        """
         with self._cond:
             if self._closed or len(self._pending) >= self.max_queue:
                 raise QueueFull(self.name, retry_after_s)
             self._pending.append(item)
             self._cond.notify()
+        item.future.add_done_callback(lambda future: self._withdraw(item) if future.cancelled() else None)
         self.last_used = time.monotonic()
+
+    def _withdraw(self, item: Pending) -> None:
+        with self._cond:
+            try:
+                self._pending.remove(item)
+            except ValueError:  # taken by the worker thread already, or by stop()
+                pass
+
+    def should_stop(self) -> bool:
+        """On the worker thread, during a job: whether the job's request has gone or the worker is stopping, so
+        the model should end the job at its next step boundary."""
+        stop = self._running_stop
+        return self._closed or (stop is not None and stop.is_set())
 
     async def call(self, fn: Callable[[M], T], retry_after_s: int) -> T:
         """fn(model), run on the worker thread after the jobs queued before it.
 
-        Cancelling the awaiting task drops the job if it has not started (a started one runs to its end).
+        Cancelling the awaiting task drops the job if it has not started, and asks a started one to stop (the
+        model ends it at its next step boundary).
         """
         job = Job(fn)
         self._enqueue(job, retry_after_s)
-        return cast(T, await asyncio.wrap_future(job.future))
+        try:
+            return cast(T, await asyncio.wrap_future(job.future))
+        finally:
+            if not job.future.done():
+                job.stop.set()
 
     async def stream(self, fn: Callable[[M], Iterator[T]], retry_after_s: int) -> AsyncGenerator[T, None]:
         """What the generator fn(model) yields, each item as soon as the worker thread has made it.
 
-        Leaving the `async for` early (the client went away) closes the generator before its next item.
+        Leaving the `async for` early (the client went away) closes the generator before its next item, or the
+        model ends its current item at its next step boundary.
         """
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[T | _Finished] = asyncio.Queue()
-        stop = threading.Event()
 
         def produce(model: M) -> None:
             generator = fn(model)
@@ -116,8 +145,10 @@ class ThreadWorker(WorkerBase[M]):
             loop.call_soon_threadsafe(items.put_nowait, _FINISHED)
 
         job: Job[M] = Job(produce)
+        stop = job.stop
         self._enqueue(job, retry_after_s)
         finished = asyncio.ensure_future(asyncio.wrap_future(job.future))
+        getter: asyncio.Future[T | _Finished] | None = None
         try:
             while True:
                 getter = asyncio.ensure_future(items.get())
@@ -138,19 +169,22 @@ class ThreadWorker(WorkerBase[M]):
                 return
         finally:
             stop.set()
+            if getter is not None:
+                getter.cancel()
             job.future.cancel()  # drops the job if it never started
             if not finished.done():
                 finished.cancel()
 
     def stop(self, timeout: float | None = 10.0) -> None:
-        """Stop serving: fail waiting jobs, let the running one finish, join the thread."""
+        """Stop serving: fail waiting jobs (503), ask the running one to stop at its next step, join the thread
+        (for at most `timeout` seconds: a daemon thread still inside a step does not hold up the process's exit)."""
         with self._cond:
             self._closed = True
             left, self._pending = list(self._pending), deque()
             self._cond.notify_all()
         for item in left:
             if item.future.set_running_or_notify_cancel():
-                item.future.set_exception(RuntimeError("the server is shutting down"))
+                item.future.set_exception(_shutting_down())
         self._join(timeout)
 
     # -- worker thread -------------------------------------------------------------------
@@ -189,13 +223,21 @@ class ThreadWorker(WorkerBase[M]):
         """Run jobs in order until stopped; a job's error goes to its caller and the worker goes on."""
         while (job := self._next_job()) is not None:
             self.running = 1
+            self._running_stop = job.stop
             try:
                 job.future.set_result(job.run(self.model))
             except BaseException as error:  # noqa: BLE001 - the caller gets the error; the worker goes on
+                if isinstance(error, concurrent.futures.CancelledError) and self._closed:
+                    error = _shutting_down()  # stopped for the shutdown: a caller still waiting gets a 503
                 job.future.set_exception(error)
             finally:
+                self._running_stop = None
                 self.running = 0
                 self.last_used = time.monotonic()
+
+
+def _shutting_down() -> ModelUnavailable:
+    return ModelUnavailable("The server is shutting down; the request was cancelled. Retry on another instance.")
 
 
 def load_on_own_device(load: Callable[..., M], source: str, **kwargs: object) -> M:

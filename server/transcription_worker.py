@@ -3,13 +3,13 @@ transcription at a time, handing back each segment as its 30 s window finishes.
 
 A job first settles the language (the request's, "en" on an English-only model, or the multilingual model's
 detection) and yields it as a `Language`, then yields the model's `Segment`s. Leaving the stream early (the client
-went away) closes the model's generator before its next window, so the worker moves on to the next request.
+went away) stops the model at its next step (an encoder pass or a decoded token), so the worker moves on.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -67,9 +67,11 @@ def model_type(model: TranscriptionModel, name: str) -> type:
     raise ImportError(f"no {name} next to {type(model).__name__} or in {', '.join(_MODEL_MODULES)}")
 
 
-def transcribe_job(model: TranscriptionModel, audio: np.ndarray,
-                   params: TranscribeParams) -> Iterator[Language | TranscribedSegment]:
-    """Run on the worker thread: the job's Language, then each Segment as its window finishes.
+def transcribe_job(model: TranscriptionModel, audio: np.ndarray, params: TranscribeParams,
+                   should_stop: Callable[[], bool] | None = None) -> Iterator[Language | TranscribedSegment]:
+    """Run on the worker thread: the job's Language, then each Segment as its window finishes. should_stop (the
+    worker's) is asked between the model's steps (the encoder pass, each decoded token), so a request that went
+    away ends within one step.
 
     An UnknownLanguage from the model (the service checks the language first, so this is a model that knows fewer
     languages than it lists) becomes a 400 naming `language`.
@@ -86,7 +88,7 @@ def transcribe_job(model: TranscriptionModel, audio: np.ndarray,
         options = model_type(model, "TranscribeOptions")(
             task=params.task, language=language.code, prompt=params.prompt, temperature=params.temperature,
             beam_size=params.beam_size, word_timestamps=params.word_timestamps, seed=params.seed)
-        yield from model.transcribe(audio, options)
+        yield from model.transcribe(audio, options, should_stop=should_stop)
     except unknown_language as error:
         raise InvalidRequest(f"The model `{model.name}` does not know this language: {error}",
                              param="language", code="unsupported_language") from error
@@ -100,8 +102,8 @@ class TranscriptionWorker(ThreadWorker[TranscriptionModel]):
     def transcribe(self, audio: np.ndarray, params: TranscribeParams,
                    retry_after_s: int) -> AsyncGenerator[Language | TranscribedSegment, None]:
         """The job's Language, then its Segments, each as the worker thread makes it (QueueFull when max_queue
-        requests wait already; leaving the `async for` early stops the job before its next window)."""
-        return self.stream(lambda model: transcribe_job(model, audio, params), retry_after_s)
+        requests wait already; leaving the `async for` early stops the job at the model's next step)."""
+        return self.stream(lambda model: transcribe_job(model, audio, params, self.should_stop), retry_after_s)
 
     # -- worker thread -------------------------------------------------------------------
     def warm_up(self, model: TranscriptionModel) -> None:

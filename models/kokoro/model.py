@@ -47,10 +47,12 @@ class KokoroModel(KokoroWeights):
         return voice[min(max(n_phonemes, 1), voice.shape[0]) - 1].copy()
 
     def synthesize(self, phoneme_ids: list[int], style: np.ndarray, speed: float = 1.0, seed: int | None = 0,
-                   *, noise: bool = True) -> SpeechOutput:
+                   *, noise: bool = True, should_stop: Callable[[], bool] | None = None) -> SpeechOutput:
         """Speech for phoneme ids (wrapped [0, *ids, 0] here) in the voice of `style` ([256]).
 
-        seed: the harmonic source's noise (None: a fresh one); noise=False turns that noise off (parity)."""
+        seed: the harmonic source's noise (None: a fresh one); noise=False turns that noise off (parity).
+        should_stop: asked before each step (a stage of the network, see net.py); when it says so the synthesis
+        ends with concurrent.futures.CancelledError. Each step holds the adapter's turn (gpu/turns.py)."""
         if not phoneme_ids or len(phoneme_ids) > self.max_phonemes:
             raise ValueError(f"need 1..{self.max_phonemes} phoneme ids, got {len(phoneme_ids)}")
         if not speed > 0:
@@ -59,8 +61,8 @@ class KokoroModel(KokoroWeights):
             seed = int(np.random.default_rng().integers(0, 2**32))
         ids = np.array([0, *phoneme_ids, 0], np.uint32)
         style = np.ascontiguousarray(np.asarray(style).reshape(-1), dtype=np.float32)
-        durations = net.front(self, ids, style, float(speed))
-        audio = net.back(self, ids, durations, style, seed=seed, noise=noise)
+        durations = net.front(self, ids, style, float(speed), should_stop)
+        audio = net.back(self, ids, durations, style, seed=seed, noise=noise, should_stop=should_stop)
         return SpeechOutput(audio=audio, durations=durations)
 
 

@@ -4,10 +4,13 @@ front(): ALBERT -> bert_encoder -> DurationEncoder (3 x BiLSTM + AdaLayerNorm) -
 durations (rounded on the host); the text encoder (3 x conv + LayerNorm + LeakyReLU, BiLSTM) runs alongside.
 back(): alignment -> shared BiLSTM -> F0 / N AdainResBlk1d stacks -> decoder (encode, 4 decode blocks) ->
 generator (harmonic source, STFT, 2 x (ConvTranspose + noise branch + 3 Snake resblocks), conv_post, iSTFT).
-Shape comments: rows [T, C], channel-major [C, T].
+Shape comments: rows [T, C], channel-major [C, T]. Each program runs in steps cut between its stages (_cut), with
+the adapter's turn held per step and a stop check before each (KokoroWeights.run).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,6 +20,11 @@ from models.kokoro.weights import KokoroWeights
 
 LN_EPS_BERT = 1e-12  # ALBERT's layer_norm_eps
 LEAKY = 0.2  # acoustic blocks' LeakyReLU
+
+
+def _cut(g: DynamicGraph, cuts: list[int]) -> None:
+    """End a step here: the dispatches recorded so far run before the next step's (KokoroWeights.run)."""
+    cuts.append(len(g._params))  # one params block per dispatch
 
 
 def _style_h(g: DynamicGraph, m: KokoroWeights, s: Tensor, fc: str, channels: int) -> Tensor:
@@ -33,11 +41,15 @@ def _bilstm(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, y: Tensor, 
     g.lstm(gx, m.w(name + ".whh"), y, steps=steps, y_strides=y_strides)
 
 
-def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float) -> np.ndarray:
-    """Durations (frames per token, int64) for the wrapped ids; leaves d and t_en in m's persistent tensors."""
+def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float,
+          should_stop: Callable[[], bool] | None = None) -> np.ndarray:
+    """Durations (frames per token, int64) for the wrapped ids; leaves d and t_en in m's persistent tensors. Runs
+    in steps (each of ALBERT's layers, the prosody encoder, the durations, the text encoder), asking should_stop
+    before each."""
     c = m.config
     t = len(ids)
     g = DynamicGraph(m.executor, "kokoro.front")
+    cuts: list[int] = []
     ex = m.executor
     ids_t = ex.tensor("kokoro.ids", (t,), "u32", data=ids)
     pos_t = ex.tensor("kokoro.pos", (t,), "u32", data=np.arange(t, dtype=np.uint32))
@@ -58,6 +70,7 @@ def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float) ->
              m.w("bert.encoder.embedding_hidden_mapping_in.bias"), h, rows=t, k=e_dim, n=d_b)
     L = "bert.layer."
     for _ in range(c.bert_layers):
+        _cut(g, cuts)
         qkv, att = g.act((t, 3 * d_b)), g.act((t, d_b))
         g.linear(h, m.w("bert.qkv.weight"), m.w("bert.qkv.bias"), qkv, rows=t, k=d_b, n=3 * d_b)
         g.attention(qkv, att, rows=t, heads=c.bert_heads)
@@ -75,6 +88,7 @@ def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float) ->
         g.norm(f2, h, groups=t, n=d_b, elem_stride=1, group_stride=d_b, eps=LN_EPS_BERT, by_group=False,
                gamma=m.w(L + "full_layer_layer_norm.weight"), beta=m.w(L + "full_layer_layer_norm.bias"))
 
+    _cut(g, cuts)
     # Prosody text encoder: x = [bert_encoder(h) | s] [T, 640]; 3 x (BiLSTM -> AdaLayerNorm, then | s again).
     width = c.hidden + c.style_dim
     x = g.act((t, width))
@@ -91,6 +105,7 @@ def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float) ->
         g.norm(y, x, groups=t, n=c.hidden, elem_stride=1, group_stride=width, by_group=False, style_h=hs,
                channels=c.hidden)
         g.gather(zero_ids, s_pred, x, rows=t, channels=c.style_dim, out_strides=(width, 1), out_offset=c.hidden)
+    _cut(g, cuts)
     # Durations: BiLSTM -> duration_proj -> sum of sigmoids / speed.
     lo = g.act((t, c.hidden))
     _bilstm(g, m, m._d, "predictor.lstm", lo, steps=t, k=width, x_strides=(width, 1), y_strides=(c.hidden, 1))
@@ -99,6 +114,7 @@ def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float) ->
              m.w("predictor.duration_proj.linear_layer.bias"), proj, rows=t, k=c.hidden, n=c.max_dur)
     g.duration(proj, dur, rows=t, bins=c.max_dur, speed=speed)
 
+    _cut(g, cuts)
     # Text encoder: embedding -> 3 x (conv k5 -> LayerNorm over channels -> LeakyReLU) -> BiLSTM = t_en [T, 512].
     xc = g.act((c.hidden, t))
     g.gather(ids_t, m.w("text_encoder.embedding.weight"), xc, rows=t, channels=c.hidden, out_strides=(1, t))
@@ -113,7 +129,7 @@ def front(m: KokoroWeights, ids: np.ndarray, style: np.ndarray, speed: float) ->
                gamma=m.w(f"text_encoder.cnn.{i}.1.gamma"), beta=m.w(f"text_encoder.cnn.{i}.1.beta"), leaky=LEAKY)
         xc = zc
     _bilstm(g, m, xc, "text_encoder.lstm", m._t_en, steps=t, k=c.hidden, x_strides=(1, t), y_strides=(c.hidden, 1))
-    (raw,) = m.run(g, [dur])
+    (raw,) = m.run(g, [dur], cuts, should_stop)
     return np.maximum(np.round(raw.astype(np.float32)), 1).astype(np.int64)  # torch.round: half to even
 
 
@@ -146,15 +162,18 @@ def _adain_resblk(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Te
 
 
 def _snake_resblock(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: Tensor, *, ch: int, t: int, k: int,
-                    dilations: tuple[int, ...]) -> Tensor:
-    """AdaINResBlock1: x += conv2(snake(adain2(conv1_dil(snake(adain1(x)))))) for each dilation; [C, T]."""
+                    dilations: tuple[int, ...], cuts: list[int]) -> Tensor:
+    """AdaINResBlock1: x += conv2(snake(adain2(conv1_dil(snake(adain1(x)))))) for each dilation; [C, T]. A step
+    per convolution: at the generator's last rate these blocks are the longest work of a synthesis."""
     for j, d in enumerate(dilations):
+        _cut(g, cuts)
         a = g.act((ch, t))
         g.norm(x, a, groups=ch, n=t, elem_stride=1, group_stride=t, by_group=True, channels=ch,
                style_h=_style_h(g, m, s, f"{name}.adain1.{j}.fc", ch), snake_alpha=m.w(f"{name}.alpha1.{j}"))
         b = g.act((ch, t))
         g.conv1d(a, m.w(f"{name}.convs1.{j}.weight"), m.w(f"{name}.convs1.{j}.bias"), b, c_in=ch, c_out=ch, t_in=t,
                  k=k, dilation=d, pad=d * (k - 1) // 2)
+        _cut(g, cuts)
         a2 = g.act((ch, t))
         g.norm(b, a2, groups=ch, n=t, elem_stride=1, group_stride=t, by_group=True, channels=ch,
                style_h=_style_h(g, m, s, f"{name}.adain2.{j}.fc", ch), snake_alpha=m.w(f"{name}.alpha2.{j}"))
@@ -166,14 +185,18 @@ def _snake_resblock(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: 
 
 
 def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.ndarray, *, seed: int,
-         noise: bool, taps: dict[str, np.ndarray] | None = None) -> np.ndarray:
+         noise: bool, taps: dict[str, np.ndarray] | None = None,
+         should_stop: Callable[[], bool] | None = None) -> np.ndarray:
     """Audio (float32, 24 kHz) for the front's d and t_en aligned by durations. taps: a dict to fill with
-    named intermediates (tests and debugging: the F0 curve, decoder output, source, STFT, conv_post)."""
+    named intermediates (tests and debugging: the F0 curve, decoder output, source, STFT, conv_post). Runs in
+    steps (the shared LSTM, each residual block of the predictor, decoder and generator), asking should_stop
+    before each."""
     c = m.config
     ex = m.executor
     t = len(ids)
     frames = int(durations.sum())
     g = DynamicGraph(ex, "kokoro.back")
+    cuts: list[int] = []
     kept: dict[str, Tensor] = {}
 
     def tap(name: str, tensor: Tensor) -> None:
@@ -196,9 +219,12 @@ def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.nda
     _bilstm(g, m, en, "predictor.shared", sh, steps=frames, k=width, x_strides=(1, frames), y_strides=(1, frames))
     curves = {}
     for branch in ("F0", "N"):
+        _cut(g, cuts)
         x = _adain_resblk(g, m, sh, f"predictor.{branch}.0", s_pred, c_in=hid, c_out=hid, t=frames)
+        _cut(g, cuts)
         x = _adain_resblk(g, m, x, f"predictor.{branch}.1", s_pred, c_in=hid, c_out=hid // 2, t=frames,
                           upsample=True)
+        _cut(g, cuts)
         x = _adain_resblk(g, m, x, f"predictor.{branch}.2", s_pred, c_in=hid // 2, c_out=hid // 2, t=2 * frames)
         curve = g.act((2 * frames,))
         g.conv1d(x, m.w(f"predictor.{branch}_proj.weight"), m.w(f"predictor.{branch}_proj.bias"), curve,
@@ -217,15 +243,19 @@ def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.nda
         g.conv1d(cat0, m.w("decoder.asr_res.0.weight"), m.w("decoder.asr_res.0.bias"), cat, c_in=hid, c_out=64,
                  t_in=frames, k=1, y_offset=1024 * frames)
         g.axpby(cat0, cat0, cat, n=2 * frames, b=0.0, x_offset=hid * frames, out_offset=1088 * frames)
+    _cut(g, cuts)
     _adain_resblk(g, m, cat0, "decoder.encode", s_dec, c_in=hid + 2, c_out=1024, t=frames, out=cats[0])
     for i in range(3):
+        _cut(g, cuts)
         _adain_resblk(g, m, cats[i % 2], f"decoder.decode.{i}", s_dec, c_in=dec_in, c_out=1024, t=frames,
                       out=cats[(i + 1) % 2])
+    _cut(g, cuts)
     x = _adain_resblk(g, m, cats[1], "decoder.decode.3", s_dec, c_in=dec_in, c_out=hid, t=frames, upsample=True)
     tap("shared", sh)
     tap("encode_in", cat0)
     tap("decoder", x)
 
+    _cut(g, cuts)
     # Generator: harmonic source from the F0 curve, its STFT (22 rows), two upsampling stages, conv_post, iSTFT.
     f0_frames = 2 * frames
     phase = g.act((f0_frames, 9))
@@ -254,14 +284,16 @@ def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.nda
                      t_in=n_har, k=2 * stride_f0, stride=stride_f0, pad=(stride_f0 + 1) // 2)
             nk = 7
         xs = _snake_resblock(g, m, xs, f"decoder.generator.noise_res.{i}", s_dec, ch=ch_out, t=cols_out, k=nk,
-                             dilations=(1, 3, 5))
+                             dilations=(1, 3, 5), cuts=cuts)
+        _cut(g, cuts)
         up = g.act((ch_out, cols_out))
         g.conv_transpose1d(x, m.w(f"decoder.generator.ups.{i}.weight"), m.w(f"decoder.generator.ups.{i}.bias"), up,
                            c_in=ch, c_out=ch_out, t_in=cols, k=kernel, stride=rate, pad=(kernel - rate) // 2,
                            pre_slope=0.1, residual=xs, reflect_left=last)
-        outs = [_snake_resblock(g, m, up, f"decoder.generator.resblocks.{i * n_k + j}", s_dec, ch=ch_out,
-                                t=cols_out, k=kk, dilations=dd)
-                for j, (kk, dd) in enumerate(zip(c.resblock_kernels, c.resblock_dilations))]
+        outs = []
+        for j, (kk, dd) in enumerate(zip(c.resblock_kernels, c.resblock_dilations)):
+            outs.append(_snake_resblock(g, m, up, f"decoder.generator.resblocks.{i * n_k + j}", s_dec, ch=ch_out,
+                                        t=cols_out, k=kk, dilations=dd, cuts=cuts))
         acc = outs[0]
         for j, o in enumerate(outs[1:], start=2):
             nxt = g.act((ch_out, cols_out))
@@ -270,6 +302,7 @@ def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.nda
         tap(f"noise_res{i}", xs)
         tap(f"up{i}", up)
         x, ch, cols = acc, ch_out, cols_out
+    _cut(g, cuts)
     post = g.act((22, cols))
     g.conv1d(x, m.w("decoder.generator.conv_post.weight"), m.w("decoder.generator.conv_post.bias"), post, c_in=ch,
              c_out=22, t_in=cols, k=7, pad=3, pre_slope=0.01)
@@ -277,7 +310,7 @@ def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.nda
     g.istft(post, audio, frames=cols, hop=c.hop)
     tap("post", post)
     names = list(kept)
-    out, *tapped = m.run(g, [audio, *[kept[n] for n in names]])
+    out, *tapped = m.run(g, [audio, *[kept[n] for n in names]], cuts, should_stop)
     if taps is not None:
         taps.update(zip(names, tapped))
     return out.astype(np.float32)

@@ -5,9 +5,10 @@ voicepacks. The network and the model both build on this.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from gpu.device import Device, default_device
 from gpu.ops.dynamic import DynamicGraph
-from gpu.program import Executor, StepParams
+from gpu.program import Executor
 from gpu.tensor import Tensor
 from models.formats.gguf_file import GGUFFile
 from models.formats.weights import GGUFSource, Uploader
@@ -137,10 +138,32 @@ class KokoroWeights:
             self._zero[n] = self.executor.tensor(f"kokoro.zero{n}", (n,))
         return self._zero[n]
 
-    def run(self, graph: DynamicGraph, read: list[Tensor]) -> list[np.ndarray]:
-        """Build graph's program, run it once and read back the tensors in read."""
+    def run(self, graph: DynamicGraph, read: list[Tensor], cuts: Sequence[int] = (),
+            should_stop: Callable[[], bool] | None = None) -> list[np.ndarray]:
+        """Build graph's program, run it once and read back the tensors in read.
+
+        cuts: dispatch indices where the program is split into steps. Each step runs and finishes while holding
+        the adapter's turn (gpu/turns.py), so models on the same GPU get theirs in between; before each step
+        should_stop is asked, and concurrent.futures.CancelledError raised when it says so. The steps share the
+        program's buffers, so they compute exactly what one submission would."""
         program = graph.build()
-        return self.executor.run(program, StepParams(n_tokens=1), read=read)
+        n = len(program.dispatches)
+        bounds = [0, *sorted({c for c in cuts if 0 < c < n}), n]
+        out: list[np.ndarray] = []
+        for start, stop in zip(bounds, bounds[1:]):
+            if should_stop is not None and should_stop():
+                raise concurrent.futures.CancelledError("synthesis stopped")
+            last = stop == n
+            with self.device.turns.turn():
+                submission = self.executor.submission()
+                compute_pass = submission.encoder.begin_compute_pass()
+                program.encode(compute_pass, start, stop)
+                compute_pass.end()
+                # An intermediate step reads a few bytes back only to wait until it has run: the turn covers it.
+                for tensor in read if last else [graph.dummy]:
+                    submission.read(tensor)
+                out = submission.submit().wait()
+        return out
 
 
 def re_alpha(name: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +42,24 @@ class WhisperModel:
         self.n_mels: int = net.config.n_mels
         self.languages: tuple[str, ...] = net.tokenizer.languages
 
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions | None = None) -> Iterator[Segment]:
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions | None = None,
+                   should_stop: Callable[[], bool] | None = None) -> Iterator[Segment]:
         """Segments of float32 mono 16 kHz audio, yielded as each 30 s window finishes. Raises UnknownLanguage
-        (before any work) for a language the model does not know."""
+        (before any work) for a language the model does not know.
+
+        should_stop: asked before every GPU step (an encoder pass, a decoded token); when it says so the
+        transcription ends with concurrent.futures.CancelledError. Each step holds the adapter's turn."""
         options = options or TranscribeOptions()
         check_language(self.net, options.language)
-        return transcribe(self.net, audio, options)
+        return self._stoppable(transcribe(self.net, audio, options), should_stop)
+
+    def _stoppable(self, segments: Iterator[Segment], should_stop: Callable[[], bool] | None) -> Iterator[Segment]:
+        """segments, with the network asking should_stop while they are being made."""
+        self.net.should_stop = should_stop
+        try:
+            yield from segments
+        finally:
+            self.net.should_stop = None
 
     def detect_language(self, audio: np.ndarray) -> tuple[str, float]:
         """(language code, probability) of the first 30 s."""

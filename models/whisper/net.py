@@ -20,8 +20,10 @@ timing) lives in models/whisper/decode.py; loading and the model's API in models
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +90,8 @@ class WhisperNet:
 
     def __init__(self, executor: Executor, ckpt: WhisperCheckpoint, progress: Progress | None = None) -> None:
         self.executor = ex = executor
+        # Asked before every GPU step (an encoder pass, a decoder step); set for the length of a transcription.
+        self.should_stop: Callable[[], bool] | None = None
         self.config = c = ckpt.config
         self.tokenizer = ckpt.tokenizer
         self.alignment_heads = ckpt.alignment_heads
@@ -142,6 +146,8 @@ class WhisperNet:
         self._summary_mask = ex.tensor("summary_mask", (-(-c.vocab_size // 32),), "u32",
                                        data=np.full(-(-c.vocab_size // 32), 0xFFFFFFFF, np.uint32))
         self._summary = ex.tensor("summary", (12,))
+        # The encoder runs as a step for the convolutional front and one per layer (cut at _encoder_cuts).
+        self._encoder_cuts: list[int] = []
         self._front_program, self._encoder_program = self._record_encoder()
         self._steps: dict[int, _DecoderStep] = {}
 
@@ -163,6 +169,7 @@ class WhisperNet:
         residual_add(b, x, self.enc_pos, None)
         scale = 1.0 / math.sqrt(d // c.n_audio_heads)
         for i, w in enumerate(self.enc_layers):
+            self._encoder_cuts.append(len(b._dispatches))
             h = b.activation(f"h{i}", (n, d))
             ops.layer_norm(b, x, w.attn_ln[0], h, EPS, beta=w.attn_ln[1])
             qkv = b.activation(f"qkv{i}", (n, 3 * d))
@@ -193,15 +200,39 @@ class WhisperNet:
         linear(b, w.fc2, g, down, t)
         residual_add(b, x, down, w.fc2_b)
 
+    @contextmanager
+    def _gpu_step(self) -> Iterator[None]:
+        """One GPU step: refused (concurrent.futures.CancelledError) once should_stop says so, and run while
+        holding the adapter's turn (gpu/turns.py), so models on the same GPU take turns between steps."""
+        if self.should_stop is not None and self.should_stop():
+            raise concurrent.futures.CancelledError("transcription stopped")
+        with self.executor.device.turns.turn():
+            yield
+
     def encode(self, mel: np.ndarray) -> None:
         """Run the encoder on one window's log-mel [n_mels, 3000]; its cross-attention keys/values stay on the GPU."""
         if mel.shape != (self.config.n_mels, N_FRAMES):
             raise ValueError(f"a window's log-mel must be [{self.config.n_mels}, {N_FRAMES}], not {mel.shape}")
         ex = self.executor
-        ex.write(self.mel, np.ascontiguousarray(mel.T, np.float32))
+        with self._gpu_step():
+            ex.write(self.mel, np.ascontiguousarray(mel.T, np.float32))
+            self._run_part(self._front_program, StepParams(n_tokens=N_FRAMES), 0, len(self._front_program.dispatches))
+        program = self._encoder_program
+        bounds = [*self._encoder_cuts, len(program.dispatches)]
+        for start, stop in zip([0, *bounds], bounds):
+            if start < stop:
+                with self._gpu_step():
+                    self._run_part(program, StepParams(n_tokens=self.config.n_audio_ctx), start, stop)
+
+    def _run_part(self, program: Program, params: StepParams, start: int, stop: int) -> None:
+        """Dispatches [start, stop) of program, waited for (the turn covers the work, not only its submission)."""
+        ex = self.executor
+        ex.device.queue.write_buffer(ex.step_tensor.buffer, 0, params.pack())  # ordered before the submit below
         submission = ex.submission()
-        submission.step(self._front_program, StepParams(n_tokens=N_FRAMES))
-        submission.step(self._encoder_program, StepParams(n_tokens=self.config.n_audio_ctx))
+        compute_pass = submission.encoder.begin_compute_pass()
+        program.encode(compute_pass, start, stop)
+        compute_pass.end()
+        submission.read(self.enc_out, nbytes=4)  # only to wait until it has run
         submission.submit().wait()
 
     def encoder_output(self) -> np.ndarray:
@@ -299,11 +330,12 @@ class WhisperNet:
         if len(unique) > n:
             raise ValueError(f"{len(unique)} distinct output rows for {n} token rows")
         step = self._step(TOKEN_BUCKETS[-1] if keep else next(t for t in TOKEN_BUCKETS if t >= n))
-        self._write_inputs(step, tokens, positions, slots, unique)
-        submission = ex.submission()
-        submission.step(step.program, StepParams(n_tokens=n, n_out=len(unique)))
-        submission.read(step.logits, nbytes=len(unique) * c.vocab_size * 4)  # only the rows asked for
-        logits, = submission.submit().wait()
+        with self._gpu_step():
+            self._write_inputs(step, tokens, positions, slots, unique)
+            submission = ex.submission()
+            submission.step(step.program, StepParams(n_tokens=n, n_out=len(unique)))
+            submission.read(step.logits, nbytes=len(unique) * c.vocab_size * 4)  # only the rows asked for
+            logits, = submission.submit().wait()
         return logits.reshape(len(unique), c.vocab_size)[where.reshape(-1)]
 
     def _write_inputs(self, step: _DecoderStep, tokens: Sequence[int], positions: np.ndarray, slots: Sequence[int],
@@ -333,8 +365,9 @@ class WhisperNet:
         """One decoder row, then per token group (text, <|endoftext|>, other specials, timestamps [ts_lo, ts_hi])
         the (max logit, its token, log-sum-exp) over the allowed tokens: float64 [4, 3] (48 bytes come back)."""
         step = self._step(1)
-        self._write_inputs(step, [token], np.array([position]), [slot], np.zeros(1, np.int64), (ts_lo, ts_hi))
-        out, = self.executor.run(step.program, StepParams(n_tokens=1, n_out=1), read=[self._summary])
+        with self._gpu_step():
+            self._write_inputs(step, [token], np.array([position]), [slot], np.zeros(1, np.int64), (ts_lo, ts_hi))
+            out, = self.executor.run(step.program, StepParams(n_tokens=1, n_out=1), read=[self._summary])
         stats = out.astype(np.float64).reshape(4, 3)
         stats[:, 1] = out.reshape(4, 3)[:, 1].view(np.uint32)
         return stats

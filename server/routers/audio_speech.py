@@ -10,6 +10,7 @@ from fastapi.responses import Response, StreamingResponse
 from server.dependencies import get_manager, get_settings, require_api_key
 from server.schemas.common import ErrorResponse
 from server.schemas.speech import SpeechRequest, VoiceList
+from server.services.generation import until_disconnected
 from server.services.speech import SpeechService
 from server.sse import sse_response
 
@@ -30,7 +31,8 @@ async def create_speech(
     body: SpeechRequest, request: Request, service: Annotated[SpeechService, Depends(get_speech_service)]
 ) -> Response:
     """Speech from text: one audio file, or with `stream_format` chunked audio or SSE events as it is made."""
-    result = await service.create(body, request)
+    # A client that leaves before the audio is ready cancels its synthesis, queued or mid-chunk.
+    result = await until_disconnected(request, service.create(body, request))
     if result.events is not None:
         return sse_response(request, result.events)
     if result.stream is not None:

@@ -11,6 +11,7 @@ from fastapi.responses import StreamingResponse
 from server.dependencies import get_manager, get_settings, require_api_key
 from server.schemas.common import ErrorResponse
 from server.schemas.transcription import Transcription, TranscriptionForm, TranscriptionVerbose, TranslationForm
+from server.services.generation import until_disconnected
 from server.services.transcription import TranscriptionService
 from server.sse import sse_response
 
@@ -31,7 +32,9 @@ async def create_transcription(
 ) -> Response | StreamingResponse:
     """Speech to text in its language: json, text, srt, verbose_json or vtt; with `stream`, Server-Sent Events of
     transcript.text.delta (a segment's text each) and transcript.text.done."""
-    result = await service.create(form, task="transcribe")
+    # Until the answer (or the stream's first event) is ready, a client that leaves cancels the work, queued or
+    # running; a stream's own events check for it after that (server/sse.py).
+    result = await until_disconnected(request, service.create(form, task="transcribe"))
     if isinstance(result, Response):
         return result
     return sse_response(request, result)
@@ -39,10 +42,10 @@ async def create_transcription(
 
 @router.post("/translations", responses=_FORMATS, response_model=None)
 async def create_translation(
-    form: Annotated[TranslationForm, Form(media_type="multipart/form-data")],
+    form: Annotated[TranslationForm, Form(media_type="multipart/form-data")], request: Request,
     service: Annotated[TranscriptionService, Depends(get_transcription_service)],
 ) -> Response:
     """Speech in any language the (multilingual) model knows, to English text."""
-    result = await service.create(form, task="translate")
+    result = await until_disconnected(request, service.create(form, task="translate"))
     assert isinstance(result, Response)  # translations do not stream
     return result

@@ -10,6 +10,7 @@ from server.dependencies import get_manager, get_settings, require_api_key
 from server.schemas.common import ErrorResponse
 from server.schemas.embeddings import EmbeddingRequest, EmbeddingResponse
 from server.services.embeddings import EmbeddingService
+from server.services.generation import until_disconnected
 
 router = APIRouter(prefix="/v1", tags=["embeddings"], dependencies=[Depends(require_api_key)],
                    responses={code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 500, 503)})
@@ -21,7 +22,8 @@ def get_embedding_service(request: Request) -> EmbeddingService:
 
 @router.post("/embeddings", response_model=EmbeddingResponse)
 async def create_embeddings(
-    body: EmbeddingRequest, service: Annotated[EmbeddingService, Depends(get_embedding_service)]
+    body: EmbeddingRequest, request: Request, service: Annotated[EmbeddingService, Depends(get_embedding_service)]
 ) -> EmbeddingResponse:
     """Embeddings of text or token ids; concurrent requests to one model share GPU passes."""
-    return await service.create(body)
+    # A client that leaves while its request waits for the worker takes it out of the queue.
+    return await until_disconnected(request, service.create(body))

@@ -9,7 +9,7 @@ import asyncio
 import base64
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,13 +36,15 @@ class Synthesised:
     frames: int
 
 
-def synthesis_job(chunks: list[Chunk], pack: np.ndarray, speed: float, seed: int | None):
-    """The worker job: fn(model) yields each chunk's audio as soon as it is made."""
+def synthesis_job(chunks: list[Chunk], pack: np.ndarray, speed: float, seed: int | None,
+                  should_stop: Callable[[], bool] | None = None):
+    """The worker job: fn(model) yields each chunk's audio as soon as it is made. should_stop (the worker's) is
+    asked between the model's steps inside a chunk, so a request that went away ends within one step."""
 
     def run(model: SpeechModel) -> Iterator[Synthesised]:
         for i, chunk in enumerate(chunks):
             out = model.synthesize(list(chunk.ids), model.style(pack, len(chunk.ids)), speed,
-                                   None if seed is None else seed + i)
+                                   None if seed is None else seed + i, should_stop=should_stop)
             yield Synthesised(np.asarray(out.audio, np.float32).reshape(-1), int(np.sum(out.durations)))
 
     return run
@@ -95,7 +97,7 @@ class SpeechService:
         self._check_phonemes(chunks)
         if request.instructions:
             log.info("speech request for %s: instructions ignored (Kokoro takes none)", entry.id)
-        job = synthesis_job(chunks, voice.pack, request.speed, request.seed)
+        job = synthesis_job(chunks, voice.pack, request.speed, request.seed, worker.should_stop)
         # /metrics: seconds of audio made, counted per chunk on the worker thread, whichever way it is sent.
         job = meter_audio(job, "generated", worker.name, lambda piece: piece.audio.size / model.sample_rate)
         retry = self.settings.limits.retry_after_s

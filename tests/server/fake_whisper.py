@@ -7,6 +7,7 @@ detects German. It records the options of every call so tests can see what the s
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,21 +33,29 @@ class FakeWhisper:
     step_s: float = 0.0  # time each segment takes
     calls: list[TranscribeOptions] = field(default_factory=list)
     produced: int = 0  # segments made, over all calls
+    steps_per_segment: int = 1  # should_stop is asked before each
+    stopped: int = 0  # calls that ended early because should_stop said so
 
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions,
+                   should_stop: Callable[[], bool] | None = None) -> Iterator[Segment]:
         if options.language is not None and options.language not in self.languages:
             raise UnknownLanguage(options.language)
         self.calls.append(options)
-        return self._segments(audio, options)
+        return self._segments(audio, options, should_stop)
 
-    def _segments(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
+    def _segments(self, audio: np.ndarray, options: TranscribeOptions,
+                  should_stop: Callable[[], bool] | None = None) -> Iterator[Segment]:
         duration = audio.size / SAMPLE_RATE
         word = "Translated" if options.task == "translate" else "Second"
         for i in range(int(np.ceil(duration))):
             chunk = audio[i * SAMPLE_RATE:(i + 1) * SAMPLE_RATE]
             if float(np.sqrt(np.mean(chunk.astype(np.float64) ** 2))) < SILENCE_RMS:
                 continue
-            time.sleep(self.step_s)
+            for _ in range(self.steps_per_segment):  # the real model's steps (tokens) inside a window
+                if should_stop is not None and should_stop():
+                    self.stopped += 1
+                    raise concurrent.futures.CancelledError("transcription stopped")
+                time.sleep(self.step_s / self.steps_per_segment)
             self.produced += 1
             end = min(i + 0.9, duration)
             words = [Word(i, i + (end - i) / 2, f" {word}", 0.9), Word(i + (end - i) / 2, end, f" {i}.", 0.8)]
@@ -60,11 +69,13 @@ class FakeWhisper:
 
 def load_fake_whisper(source: str, *, progress: Callable[[int, int], None] | None = None, **_: Any) -> FakeWhisper:
     """Settings' transcription loader for tests: source "multilingual" gives a model that knows en, de and fr;
-    "slow" one that takes 0.2 s a segment."""
+    "slow" one that takes 0.2 s a segment, "long" a minute a segment (in steps that ask should_stop)."""
     if progress is not None:
         progress(1, 1)
     if source == "slow":
         return FakeWhisper(name=source, step_s=0.2)
+    if source == "long":  # a minute a segment, in 50 ms steps
+        return FakeWhisper(name=source, step_s=60.0, steps_per_segment=1200)
     if source == "multilingual":
         return FakeWhisper(name=source, multilingual=True, languages=("en", "de", "fr"))
     return FakeWhisper(name=source)
