@@ -62,8 +62,29 @@ class KokoroModel(KokoroWeights):
         ids = np.array([0, *phoneme_ids, 0], np.uint32)
         style = np.ascontiguousarray(np.asarray(style).reshape(-1), dtype=np.float32)
         durations = net.front(self, ids, style, float(speed), should_stop)
+        if len(phoneme_ids) > 1 and not self._back_fits(int(durations.sum())):
+            # Speech too long for the device's buffers in one piece (slow speech, a small binding limit): two
+            # halves, cut at the space nearest the middle, each spoken on its own.
+            cut = self._split_point(phoneme_ids)
+            first = self.synthesize(phoneme_ids[:cut], style, speed, seed, noise=noise, should_stop=should_stop)
+            second = self.synthesize(phoneme_ids[cut:], style, speed, seed + 1, noise=noise, should_stop=should_stop)
+            # Frames per input token: the pads between the halves are spoken; count them to their neighbours.
+            left, right = first.durations[:-1].copy(), second.durations[1:].copy()
+            left[-1] += first.durations[-1]
+            right[0] += second.durations[0]
+            return SpeechOutput(np.concatenate([first.audio, second.audio]), np.concatenate([left, right]))
         audio = net.back(self, ids, durations, style, seed=seed, noise=noise, should_stop=should_stop)
         return SpeechOutput(audio=audio, durations=durations)
+
+    def _back_fits(self, frames: int) -> bool:
+        return net.largest_back_bytes(self.config, frames) <= self.device.limits.max_binding_bytes
+
+    def _split_point(self, phoneme_ids: list[int]) -> int:
+        """Where to cut phoneme_ids in two: after the space nearest the middle, else at the middle."""
+        middle = len(phoneme_ids) // 2
+        space = self.vocab.get(" ")
+        spaces = [i + 1 for i, token in enumerate(phoneme_ids[:-1]) if token == space]
+        return min(spaces, key=lambda i: abs(i - middle)) if spaces else middle
 
 
 def load_kokoro(source: str = "kokoro", *, device: Device | None = None,

@@ -16,7 +16,7 @@ import numpy as np
 
 from gpu.ops.dynamic import DynamicGraph
 from gpu.tensor import Tensor
-from models.kokoro.weights import KokoroWeights
+from models.kokoro.weights import KokoroConfig, KokoroWeights
 
 LN_EPS_BERT = 1e-12  # ALBERT's layer_norm_eps
 LEAKY = 0.2  # acoustic blocks' LeakyReLU
@@ -182,6 +182,20 @@ def _snake_resblock(g: DynamicGraph, m: KokoroWeights, x: Tensor, name: str, s: 
                  k=k, pad=(k - 1) // 2, residual=x)
         x = y
     return x
+
+
+def largest_back_bytes(c: KokoroConfig, frames: int) -> int:
+    """The largest activation `back` makes for `frames` frames, in bytes (its shapes, mirrored): a device binds
+    buffers up to a limit, so a chunk whose speech is too long for it must be split before `back` runs."""
+    f0_frames = 2 * frames
+    largest = max((1024 + 64 + 2) * frames, f0_frames * c.upsample)
+    ch, cols = c.hidden, f0_frames
+    for i, (rate, kernel) in enumerate(zip(c.upsample_rates, c.upsample_kernels)):
+        last = i == len(c.upsample_rates) - 1
+        ch //= 2
+        cols = (cols - 1) * rate - 2 * ((kernel - rate) // 2) + kernel + (1 if last else 0)
+        largest = max(largest, ch * cols)
+    return 4 * largest
 
 
 def back(m: KokoroWeights, ids: np.ndarray, durations: np.ndarray, style: np.ndarray, *, seed: int,

@@ -193,7 +193,7 @@ def normalize_english(text: str, british: bool = False) -> str:
     text = re.sub(rf"({_NUM})\s?({_UNIT_RE})(?![\w])",
                   lambda m: f"{_number(m[1], british)} {_singular(_UNITS[m[2]], m[1])}", text)
     # Ranges 10-20 and negatives -5.
-    text = re.sub(rf"(?<=\d)\s?[-–]\s?(?=\d)", " to ", text)
+    text = re.sub(r"(?<=\d)\s?[-–]\s?(?=\d)", " to ", text)
     text = re.sub(rf"(?<![\w-])-({_NUM})\b", lambda m: "minus " + _number(m[1], british), text)
     text = re.sub(rf"\b({_NUM})\b", lambda m: _number(m[1], british), text)
     text = text.replace("&", " and ").replace("+", " plus ").replace("@", " at ")

@@ -481,7 +481,6 @@ def transcribe(net: WhisperNet, audio: np.ndarray, options: TranscribeOptions) -
             if skip:
                 seek += segment_size
                 continue
-        previous_seek = seek
         current, seek, single_ending = _split_by_timestamps(tok, result.tokens, time_offset, segment_size,
                                                             segment_duration, seek)
         if options.word_timestamps:
