@@ -36,16 +36,18 @@ HEARD: list[np.ndarray] = []  # the audio each fake model was given, in order
 class RecordingWhisper(FakeWhisper):
     """The stand-in, keeping a copy of each audio it transcribes."""
 
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions,
+                   should_stop: Callable[[], bool] | None = None) -> Iterator[Segment]:
         HEARD.append(np.array(audio, copy=True))
-        return super().transcribe(audio, options)
+        return super().transcribe(audio, options, should_stop)
 
 
 class OverrunWhisper(RecordingWhisper):
     """Whisper as it behaves at the end of a clip: one segment to the next whole second past the audio, and one
     that starts after the audio has ended; words likewise."""
 
-    def _segments(self, audio: np.ndarray, options: TranscribeOptions) -> Iterator[Segment]:
+    def _segments(self, audio: np.ndarray, options: TranscribeOptions,
+                  should_stop: Callable[[], bool] | None = None) -> Iterator[Segment]:
         end = float(np.ceil(audio.size / RATE)) + 1.0
         for i, (start, stop) in enumerate([(0.0, end), (end - 0.5, end)]):
             words = [Word(start, (start + stop) / 2, " Past", 0.9), Word((start + stop) / 2, stop, " end.", 0.9)]
