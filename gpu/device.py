@@ -107,6 +107,12 @@ class Device:
         """True on a CPU rasteriser (lavapipe, llvmpipe)."""
         return self.adapter_type == "CPU"
 
+    def pauses_between_steps(self) -> bool:
+        """Whether a long run of work (a synthesis, an encoder pass) should wait for each of its steps and give the
+        adapter's turn back in between: always on a CPU rasteriser, where a step runs for seconds and a cancel or
+        another model must get in; on a GPU only while another model waits for its turn (waits cost idle time)."""
+        return self.is_software or self.turns.waiting > 0
+
     def has(self, feature: str) -> bool:
         return feature in self.features
 

@@ -142,10 +142,11 @@ class KokoroWeights:
             should_stop: Callable[[], bool] | None = None) -> list[np.ndarray]:
         """Build graph's program, run it once and read back the tensors in read.
 
-        cuts: dispatch indices where the program is split into steps. Each step runs and finishes while holding
-        the adapter's turn (gpu/turns.py), so models on the same GPU get theirs in between; before each step
-        should_stop is asked, and concurrent.futures.CancelledError raised when it says so. The steps share the
-        program's buffers, so they compute exactly what one submission would."""
+        cuts: dispatch indices where the program is split into steps. Before each step should_stop is asked, and
+        concurrent.futures.CancelledError raised when it says so. A step is submitted while holding the adapter's
+        turn (gpu/turns.py) and, when the device pauses between steps, waited for before the turn goes, so
+        models on the same GPU get theirs in between. The steps share the program's buffers, so they compute
+        exactly what one submission would."""
         program = graph.build()
         n = len(program.dispatches)
         bounds = [0, *sorted({c for c in cuts if 0 < c < n}), n]
@@ -159,10 +160,13 @@ class KokoroWeights:
                 compute_pass = submission.encoder.begin_compute_pass()
                 program.encode(compute_pass, start, stop)
                 compute_pass.end()
-                # An intermediate step reads a few bytes back only to wait until it has run: the turn covers it.
-                for tensor in read if last else [graph.dummy]:
-                    submission.read(tensor)
-                out = submission.submit().wait()
+                if last or self.device.pauses_between_steps():
+                    # An intermediate step reads a few bytes back only to wait until it has run: the turn covers it.
+                    for tensor in read if last else [graph.dummy]:
+                        submission.read(tensor)
+                    out = submission.submit().wait()
+                else:  # runs while the next step is recorded
+                    submission.submit()
         return out
 
 

@@ -225,13 +225,17 @@ class WhisperNet:
                     self._run_part(program, StepParams(n_tokens=self.config.n_audio_ctx), start, stop)
 
     def _run_part(self, program: Program, params: StepParams, start: int, stop: int) -> None:
-        """Dispatches [start, stop) of program, waited for (the turn covers the work, not only its submission)."""
+        """Dispatches [start, stop) of program; waited for when the device pauses between steps (the turn then
+        covers the work, not only its submission), else left running while the next part is recorded."""
         ex = self.executor
         ex.device.queue.write_buffer(ex.step_tensor.buffer, 0, params.pack())  # ordered before the submit below
         submission = ex.submission()
         compute_pass = submission.encoder.begin_compute_pass()
         program.encode(compute_pass, start, stop)
         compute_pass.end()
+        if stop < len(program.dispatches) and not ex.device.pauses_between_steps():
+            submission.submit()
+            return
         submission.read(self.enc_out, nbytes=4)  # only to wait until it has run
         submission.submit().wait()
 

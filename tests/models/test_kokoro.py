@@ -63,3 +63,17 @@ def test_speech_too_long_for_the_devices_buffers_is_spoken_in_two_halves(model, 
     # Every piece is spoken (no words lost), each with its own pauses at its ends, none longer than the whole.
     assert 0.8 < halves.audio.size / whole.audio.size < len(backs)
     assert np.isfinite(halves.audio).all() and np.abs(halves.audio).max() > 0.01
+
+
+@pytest.mark.heavy
+def test_steps_waited_or_not_give_the_same_speech(model, monkeypatch):
+    """Synthesis runs in steps that either wait for each other (a CPU adapter, or another model waiting for the
+    adapter) or run back to back while the next is recorded (a GPU nobody else waits for): the same dispatches on
+    the same buffers, so the same audio."""
+    ids = [model.vocab[s] for s in "həlˈO" if s in model.vocab]
+    style = model.style(model.voices["jf_alpha"], len(ids))
+    outputs = []
+    for pauses in (True, False):
+        monkeypatch.setattr(model.device, "pauses_between_steps", lambda pauses=pauses: pauses)
+        outputs.append(model.synthesize(ids, style, seed=0, noise=False).audio)
+    np.testing.assert_array_equal(outputs[0], outputs[1])

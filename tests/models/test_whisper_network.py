@@ -158,3 +158,17 @@ def test_logit_summary_replays_the_rules(tiny_en_window) -> None:
         token, logprob = _choose(stats, history, rules)
         assert token == int(np.argmax(logprobs)), history
         assert logprob == pytest.approx(float(logprobs[token]), abs=1e-4), history
+
+
+def test_encoder_in_steps_waited_or_not_gives_the_same_output(tiny_en, monkeypatch) -> None:
+    """The encoder's steps either wait for each other (a CPU adapter, or another model waiting for the adapter) or
+    run back to back while the next is recorded (a GPU nobody else waits for): the same dispatches on the same
+    buffers, so the output is identical."""
+    window = np.load(GOLDEN / "reference_tiny_en.npz")["window"].astype(np.float32)
+    device = tiny_en.net.executor.device
+    outputs = []
+    for pauses in (True, False):
+        monkeypatch.setattr(device, "pauses_between_steps", lambda pauses=pauses: pauses)
+        tiny_en.net.encode(window)
+        outputs.append(tiny_en.net.encoder_output())
+    np.testing.assert_array_equal(outputs[0], outputs[1])
