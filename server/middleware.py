@@ -267,9 +267,10 @@ class LenientRequests:
     """Accept what clients commonly send that the app's routes would otherwise refuse.
 
     - A body on a JSON route is read as JSON whatever its Content-Type says, or without one: `curl -d` sends
-      x-www-form-urlencoded and some clients send text/plain or nothing, and OpenAI's API reads them as JSON too (FastAPI
-      would hand the route raw bytes, which then fail validation as "not a JSON object"). A body that is not
-      JSON then gets the JSON parse error, which says what is wrong. The multipart upload routes keep theirs.
+      x-www-form-urlencoded and some clients send text/plain or nothing, and OpenAI's API reads them as JSON
+      too (FastAPI would hand the route raw bytes, which then fail validation as "not a JSON object"). A body
+      that is not JSON then gets the JSON parse error, which says what is wrong. The multipart upload routes
+      keep theirs.
     - HEAD is answered as GET without the body (probes and `curl -I` use it; FastAPI's routes list GET only).
     """
 
