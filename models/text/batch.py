@@ -10,7 +10,10 @@ the running batch at any step.
             generator.add("b", other_prompt, ...)
 
 Each call of step() submits one round of GPU work and then handles the round before it, so the
-host records round N+1 while the GPU runs round N. A round holds at most:
+host records round N+1 while the GPU runs round N. On a CPU adapter (lavapipe) there is no GPU to keep
+busy, and round N+1's submission would only wait behind round N: there step() submits a round and
+handles that same round, so a round is done when step() returns (the chat worker's turn on the adapter
+then covers its work). A round holds at most:
 - prompt chunks of the sequences still prefilling (below): a long prompt goes in over several
   rounds, 512 tokens at a time, while the others keep decoding;
 - one batched decode submission of every sequence the GPU samples for (greedy or plain
@@ -131,8 +134,10 @@ class BatchGenerator:
     """Runs many sequences of one model together (see the module docstring)."""
 
     def __init__(self, model: TextModel, kv_dtype: str | None = None, steps_per_submit: int = STEPS_PER_SUBMIT,
-                 prefill_chunk: int = PREFILL_BUCKETS[-1], engine: Engine | None = None) -> None:
-        """engine: the KV pool and programs to run in (the model's, of kv_dtype, by default)."""
+                 prefill_chunk: int = PREFILL_BUCKETS[-1], engine: Engine | None = None,
+                 overlap_rounds: bool | None = None) -> None:
+        """engine: the KV pool and programs to run in (the model's, of kv_dtype, by default). overlap_rounds:
+        whether round N+1 is recorded while round N runs (None: on a GPU, not on a CPU adapter)."""
         if not 1 <= prefill_chunk <= PREFILL_BUCKETS[-1]:
             raise ValueError(f"prefill_chunk must be in [1, {PREFILL_BUCKETS[-1]}], not {prefill_chunk}")
         self.model = model
@@ -146,6 +151,7 @@ class BatchGenerator:
         self._order = itertools.count()
         self._chunks = 0  # prompt chunks submitted so far: the clock of the prefill rotation
         self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
+        self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
 
     # -- admission ----------------------------------------------------------------------
     @property
@@ -221,7 +227,7 @@ class BatchGenerator:
             current = self._submit_round(plan)
             if current.submissions:
                 self._rounds.append(current)
-            while self._rounds and (len(self._rounds) > 1 or not current.submissions):
+            while self._rounds and (len(self._rounds) > 1 or not current.submissions or not self.overlap_rounds):
                 events += self._handle_round(self._rounds.popleft())
         except BaseException as error:  # noqa: BLE001 - every running sequence ends with the error
             events += self._fail_all(error)

@@ -82,11 +82,12 @@ def test_seeded_sampling_is_reproducible(model: TextModel) -> None:
     assert draw(8) != first  # 10 draws at temperature 1.5 agreeing by chance: vanishingly unlikely
 
 
-def test_continuous_batching_matches_single_sequences(model: TextModel) -> None:
+@pytest.mark.parametrize("overlap_rounds", [True, False], ids=["overlapped", "one-at-a-time"])
+def test_continuous_batching_matches_single_sequences(model: TextModel, overlap_rounds: bool) -> None:
     """A greedy GPU sequence, a CPU-sampled one (penalty: logits come back) and a prompt of three
     prefill chunks (chunks of 16 here, 512 in service: the arithmetic per token is the same) that
     joins while the others decode; each gets its single-sequence tokens, and every slot and page
-    is back in the pool at the end."""
+    is back in the pool at the end; whether rounds overlap (a GPU) or run one at a time (a CPU adapter)."""
     pool = model.engine().pool
     free_slots, free_tokens = pool.free_slots, pool.free_tokens
     short = [encode(model, p) for p in PROMPTS[:2]]
@@ -102,7 +103,7 @@ def test_continuous_batching_matches_single_sequences(model: TextModel) -> None:
         want["cpu"] = [t.id for t in generate(model, session, short[1], penalised, 12, stop_ids=frozenset())]
     finally:
         session.close()
-    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16)
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16, overlap_rounds=overlap_rounds)
     generator.add("gpu", short[0], GREEDY, 12, stop_ids=frozenset())
     generator.add("cpu", short[1], penalised, 12, stop_ids=frozenset())
     got: dict[str, list[int]] = {"gpu": [], "cpu": [], "long": []}
@@ -124,7 +125,8 @@ def test_continuous_batching_matches_single_sequences(model: TextModel) -> None:
     assert (pool.free_slots, pool.free_tokens) == (free_slots, free_tokens)
 
 
-def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel) -> None:
+@pytest.mark.parametrize("overlap_rounds", [True, False], ids=["overlapped", "one-at-a-time"])
+def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel, overlap_rounds: bool) -> None:
     """Three sequences in a pool of five 16-position pages that all of them would outgrow: the
     newest are preempted (pages back to the pool) and prefill their tokens so far again later,
     each still giving its single-sequence greedy tokens."""
@@ -132,7 +134,8 @@ def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel) -> No
     assert engine.pool.n_pages == 5
     prompts = [encode(model, p) for p in PROMPTS]
     want = {i: greedy_tokens(model, p, 20) for i, p in enumerate(prompts)}
-    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16, engine=engine)
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16, engine=engine,
+                               overlap_rounds=overlap_rounds)
     for i, p in enumerate(prompts):
         generator.add(i, p, GREEDY, 20, stop_ids=frozenset())
     got: dict[int, list[int]] = {i: [] for i in want}

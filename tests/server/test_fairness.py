@@ -239,7 +239,7 @@ class FakeTextModel:
 def generator(max_batch: int = 32) -> tuple[BatchGenerator, FakeEngine]:
     engine = FakeEngine(FakePool(max_batch + 4))
     model = FakeTextModel(max_batch)
-    return BatchGenerator(model, engine=engine), engine  # type: ignore[arg-type]
+    return BatchGenerator(model, engine=engine, overlap_rounds=True), engine  # type: ignore[arg-type]
 
 
 def run_round(gen: BatchGenerator, engine: FakeEngine) -> list[Event]:
