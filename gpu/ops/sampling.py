@@ -34,6 +34,7 @@ TOPK_MAX_CHUNKS = 256  # top_candidates pass 1: at most this many workgroups per
 MAX_TOP_K = 256  # top_candidates' k: a power of two up to this (one radix bin per invocation)
 # Fields of `struct SampleParams` in kernels/sample/gumbel_partial.wgsl, one u32 each.
 SAMPLE_PARAMS_FIELDS = ("inv_temperature", "seed_lo", "seed_hi", "reserved")
+MASK_FLAG_WORD = 3  # the word of a row's sampling params that says whether its token mask applies (mask_logits)
 
 
 def _rows_vocab(logits: Tensor) -> tuple[int, int]:
@@ -156,3 +157,26 @@ def top_candidates(
                                        "REDUCE": reduce}, [logits, partials], workgroup_grid(rows * chunks))
     b.dispatch("sample/topk_combine", {"ROWS": rows, "K": k, "CHUNKS": chunks, "REDUCE": reduce},
                [partials, out_ids, out_values, out_stats], workgroup_grid(rows))
+
+
+def mask_words(v: int) -> int:
+    """u32 words of one row's token mask for a vocabulary of v (one bit per token)."""
+    return -(-v // 32)
+
+
+def mask_logits(b: ProgramBuilder, logits: Tensor, params: Tensor, mask: Tensor) -> None:
+    """In place: logits[r, i] = -inf where row r is constrained (params[r, 3] != 0) and bit i % 32 of
+    mask[r, i // 32] is 0, for the step's n_out rows (kernels/mask_logits.wgsl; 1 dispatch). Rows that are not
+    constrained keep their logits, so constrained and free sequences share a batch.
+
+    logits: f32 [R, V]; params: u32 [R, 4] (the rows' sampling params; word 3 is the flag); mask: u32 [R, W]
+    with W = ceil(V / 32). Reads the step uniform (binds b.step).
+    """
+    rows, v = _rows_vocab(logits)
+    words = mask_words(v)
+    if mask.dtype != "u32" or mask.numel < rows * words:
+        raise ValueError(f"mask_logits mask must be u32 [{rows}, {words}], not {mask}")
+    if params.dtype != "u32" or params.numel < rows * len(SAMPLE_PARAMS_FIELDS):
+        raise ValueError(f"mask_logits params must be u32 [{rows}, 4], not {params}")
+    b.dispatch("mask_logits", {"V": v, "WORDS": words}, [b.step, params, mask, logits],
+               workgroup_grid(-(-rows * words // 256)))

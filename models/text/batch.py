@@ -18,8 +18,12 @@ then covers its work). A round holds at most:
   rounds, 512 tokens at a time, while the others keep decoding;
 - one batched decode submission of every sequence the GPU samples for (greedy or plain
   temperature), STEPS_PER_SUBMIT steps long, each step's tokens fed to the next on the GPU;
-- one single-step decode submission of the sequences the CPU samples for (penalties, top-k/p,
-  logprobs), whose logits come back; they rejoin once their token is known.
+- one single-step decode submission of the sequences decided step by step on the host: those the CPU
+  samples for (penalties, top-k/p, logprobs), whose logits come back, and those under a grammar
+  (constrained decoding: each step's token mask comes from the tokens so far, models/text/grammar.py).
+  It is recorded with the round, while the GPU still runs the round before, and sent once that round is
+  handled, with its inputs (the tokens the CPU sampled, the grammars' masks) written then: so these
+  sequences also advance a token a round, and the host's recording overlaps the GPU's work.
 A sequence's slot and KV pages go back to the pool once it has ended and no submission in flight
 still writes to them. Admission looks ahead, not to the end: a sequence is admitted when the
 pool's free pages cover its prompt and its next ADMIT_LOOKAHEAD tokens beside what the running
@@ -54,13 +58,16 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from gpu.kv_cache import PoolExhausted
 from models.text.generate import STEPS_PER_SUBMIT, gpu_sampling
 from models.text.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
 
 if TYPE_CHECKING:  # annotations only: the engine builds on this module
-    from models.text.engine import Engine, Session, TextModel
+    from models.text.engine import Engine, RecordedDecode, Session, TextModel
+    from models.text.grammar import TokenConstraint
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,12 @@ class _Sequence:
     next_token: int | None = None  # CPU path: the sampled token not yet fed back
     finished: bool = False
     in_flight: int = 0  # submissions not yet handled that hold this sequence
+    constraint: TokenConstraint | None = None  # the grammar its tokens must follow
+
+    @property
+    def stepwise(self) -> bool:
+        """Whether the host decides each token before the next step (CPU sampling, a grammar's mask)."""
+        return self.gpu is None or self.constraint is not None
 
     @property
     def decoding(self) -> bool:
@@ -127,7 +140,7 @@ class _Round:
     submissions: list[_Submission] = field(default_factory=list)
 
 
-_Plan = tuple[list[_Sequence], list[_Sequence], list[_Sequence]]  # prompt chunks, GPU rows, CPU rows
+_Plan = tuple[list[_Sequence], list[_Sequence], list[_Sequence]]  # prompt chunks, GPU rows, stepwise rows
 
 
 class BatchGenerator:
@@ -186,8 +199,10 @@ class BatchGenerator:
         return wanted + self._near_pages() <= free_pages or not self.running
 
     def add(self, key: Hashable, prompt_ids: Sequence[int], sampling: SamplingParams, max_tokens: int,
-            logprobs: bool = False, stop_ids: frozenset[int] | None = None) -> None:
-        """Start a sequence (it prefills over the next rounds, then decodes with the batch)."""
+            logprobs: bool = False, stop_ids: frozenset[int] | None = None,
+            constraint: TokenConstraint | None = None) -> None:
+        """Start a sequence (it prefills over the next rounds, then decodes with the batch); constraint: a
+        grammar every token must keep to (the sequence ends with "stop" once the grammar is complete)."""
         if key in self._sequences:
             raise ValueError(f"a sequence {key!r} is already running")
         prompt = list(prompt_ids)
@@ -206,7 +221,7 @@ class BatchGenerator:
             key, next(self._order), self._chunks, session, prompt, max_tokens,
             self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
             on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(),
-            on_gpu is None and candidates_can_serve(sampling, CANDIDATES), prompt.copy())
+            on_gpu is None and candidates_can_serve(sampling, CANDIDATES), prompt.copy(), constraint=constraint)
 
     def cancel(self, key: Hashable) -> None:
         """End a sequence without an event (its client left, or a stop string matched)."""
@@ -224,7 +239,13 @@ class BatchGenerator:
                 events += self._finish(seq, "length")
             plan, made_room = self._make_room()
             events += made_room
-            current = self._submit_round(plan)
+            current, stepwise = self._submit_round(plan)
+            if stepwise is not None:  # its inputs come from the rounds in flight: handle them, then send it
+                while self._rounds:
+                    events += self._handle_round(self._rounds.popleft())
+                sent, failed = self._send_stepwise(*stepwise)
+                current.submissions.append(sent)
+                events += failed
             if current.submissions:
                 self._rounds.append(current)
             while self._rounds and (len(self._rounds) > 1 or not current.submissions or not self.overlap_rounds):
@@ -235,11 +256,12 @@ class BatchGenerator:
 
     def _plan(self, max_chunks: int | None = None) -> _Plan:
         """What the next round holds: prompt chunks of the sequences waiting to prefill (in turn, see
-        _prefills), the GPU-sampled decode rows, the CPU-sampled rows whose token is known."""
+        _prefills), the GPU-sampled decode rows, the stepwise rows whose token is known or comes back with the
+        round in flight (handled before their submission goes, see step)."""
         live = sorted((s for s in self._sequences.values() if not s.finished), key=lambda s: s.order)
-        on_gpu = [s for s in live if s.decoding and s.gpu is not None]
-        on_cpu = [s for s in live if s.decoding and s.gpu is None and s.next_token is not None]
-        return self._prefills(live, max_chunks), on_gpu, on_cpu
+        on_gpu = [s for s in live if s.decoding and not s.stepwise]
+        stepwise = [s for s in live if s.decoding and s.stepwise and (s.next_token is not None or s.in_flight)]
+        return self._prefills(live, max_chunks), on_gpu, stepwise
 
     def _prefills(self, live: list[_Sequence], max_chunks: int | None) -> list[_Sequence]:
         """The sequences that send a prompt chunk this round (the module docstring): the first in turn, then
@@ -271,7 +293,7 @@ class BatchGenerator:
         return 1 if n == 1 else next((b for b in PREFILL_BUCKETS if b >= n), n)
 
     def _pages_wanted(self, plan: _Plan) -> int:
-        prefills, on_gpu, on_cpu = plan
+        prefills, on_gpu, stepwise = plan
         wanted = 0
         for prefilling in prefills:  # its chunk, and its first decode steps if the chunk is its last
             held = prefilling.session.n_past if prefilling.session is not None else 0
@@ -279,7 +301,7 @@ class BatchGenerator:
             last = prefilling.prefilled + chunk == len(prefilling.prompt)
             upto = held + chunk + (self.steps_per_submit if last else 0)
             wanted += self.pool.pages_for(upto) - self.pool.pages_for(held)
-        for s, steps in [(s, self._gpu_steps(on_gpu)) for s in on_gpu] + [(s, 1) for s in on_cpu]:
+        for s, steps in [(s, self._gpu_steps(on_gpu)) for s in on_gpu] + [(s, 1) for s in stepwise]:
             assert s.session is not None
             wanted += self.pool.pages_needed(s.session.slot, s.session.n_past + steps)
         return wanted
@@ -328,18 +350,17 @@ class BatchGenerator:
                    default=1)
         return max(1, min(self.steps_per_submit, room))
 
-    def _submit_round(self, plan: _Plan) -> _Round:
+    def _submit_round(self, plan: _Plan) -> tuple[_Round, tuple[RecordedDecode, list[_Sequence]] | None]:
+        """Send the round's prompt chunks and GPU decode; record its stepwise decode (sent by step)."""
         round_ = _Round()
-        prefills, on_gpu, on_cpu = plan
+        prefills, on_gpu, stepwise = plan
         for prefilling in prefills:
             round_.submissions.append(self._submit_prefill(prefilling))
-            if prefilling.decoding and prefilling.gpu is not None:  # its last chunk: it decodes this round
+            if prefilling.decoding and not prefilling.stepwise:  # its last chunk: it decodes this round
                 on_gpu = sorted([*on_gpu, prefilling], key=lambda s: s.order)
         if on_gpu:
             round_.submissions.append(self._submit_gpu_decode(on_gpu))
-        if on_cpu:
-            round_.submissions.append(self._submit_cpu_decode(on_cpu))
-        return round_
+        return round_, self._record_stepwise(stepwise) if stepwise else None
 
     def _handle_round(self, round_: _Round) -> list[Event]:
         events: list[Event] = []
@@ -353,9 +374,10 @@ class BatchGenerator:
         chunk = seq.prompt[seq.prefilled:seq.prefilled + self.prefill_chunk]
         last = seq.prefilled + len(chunk) == len(seq.prompt)
         on_cpu = last and seq.gpu is None
+        mask = self._mask(seq) if last and seq.constraint is not None else None
         pending = self.engine.submit_prefill(seq.session, chunk, sampling=seq.gpu, last=last,
                                              read_logits=on_cpu and not seq.candidates,
-                                             read_candidates=on_cpu and seq.candidates)
+                                             read_candidates=on_cpu and seq.candidates, mask=mask)
         seq.prefilled += len(chunk)
         self._chunks += 1
         seq.turn = self._chunks  # behind every sequence waiting now
@@ -372,14 +394,41 @@ class BatchGenerator:
             s.in_flight += 1
         return _Submission(pending, rows, self._handle_gpu_decode, n_steps)
 
-    def _submit_cpu_decode(self, rows: list[_Sequence]) -> _Submission:
-        pending = self.engine.submit_decode([DecodeRow(s.session, s.next_token, read_logits=not s.candidates,
-                                                       read_candidates=s.candidates) for s in rows])
+    def _record_stepwise(self, rows: list[_Sequence]) -> tuple[RecordedDecode, list[_Sequence]]:
+        """Record one decode step of the stepwise rows; _send_stepwise gives it their tokens and masks."""
+        on_cpu = [s.gpu is None for s in rows]
+        recorded = self.engine.record_decode([
+            DecodeRow(s.session, sampling=s.gpu or GpuSampling(), read_logits=cpu and not s.candidates,
+                      read_candidates=cpu and s.candidates, constrained=s.constraint is not None)
+            for s, cpu in zip(rows, on_cpu, strict=True)])
         for s in rows:
-            s.next_token = None
             s.submitted += 1
             s.in_flight += 1
-        return _Submission(pending, rows, self._handle_cpu_decode)
+        return recorded, rows
+
+    def _send_stepwise(self, recorded: RecordedDecode, rows: list[_Sequence]) -> tuple[_Submission, list[Event]]:
+        """Send a recorded stepwise step, its rows' tokens and masks known now (a row that ended meanwhile runs
+        with token 0 and no mask; its result is dropped)."""
+        events: list[Event] = []
+        for row, seq in zip(recorded.rows, rows, strict=True):
+            if not seq.finished:
+                assert seq.next_token is not None, "a stepwise row was sent before its token was known"
+                row.token, seq.next_token = seq.next_token, None
+                if seq.constraint is not None:
+                    try:
+                        row.mask = self._mask(seq)
+                    except Exception as error:  # noqa: BLE001 - the grammar failed: this sequence ends with it
+                        events += self._finish(seq, "error", error)
+            if seq.finished:
+                row.token, row.mask = 0, None
+        return _Submission(recorded.submit(), rows, self._handle_stepwise), events
+
+    def _mask(self, seq: _Sequence) -> np.ndarray:
+        """The tokens a constrained sequence may take next (u32 bits)."""
+        assert seq.constraint is not None
+        mask = np.empty(seq.constraint.vocabulary.mask_words, np.uint32)
+        seq.constraint.fill_mask(mask)
+        return mask
 
     # -- results ------------------------------------------------------------------------
     def _handle(self, submission: _Submission) -> list[Event]:
@@ -410,11 +459,14 @@ class BatchGenerator:
                 events += self._accept(seq, SampledToken(token, math.nan))
         return events
 
-    def _handle_cpu_decode(self, submission: _Submission) -> list[Event]:
-        submission.pending.wait()
+    def _handle_stepwise(self, submission: _Submission) -> list[Event]:
+        tokens, _ = submission.pending.wait()
         events: list[Event] = []
         for row, seq in enumerate(submission.sequences):
-            events += self._accept_cpu(seq, submission.pending, row)
+            if seq.gpu is not None:
+                events += self._accept(seq, SampledToken(int(tokens[0, row]), math.nan))
+            else:
+                events += self._accept_cpu(seq, submission.pending, row)
         return events
 
     def _accept_cpu(self, seq: _Sequence, pending: PendingStep, row: int) -> list[Event]:
@@ -431,11 +483,11 @@ class BatchGenerator:
         events = self._accept(seq, token)
         if not seq.finished:
             seq.history.append(token.id)
-            seq.next_token = token.id
         return events
 
     def _accept(self, seq: _Sequence, token: SampledToken) -> list[Event]:
-        """A sampled token of a running sequence: the end of it, or one more token out."""
+        """A sampled token of a running sequence: the end of it, or one more token out (for a stepwise
+        sequence, the input of its next step); a grammar takes the token and may end the sequence."""
         if seq.finished:
             return []
         if token.id in seq.stops:
@@ -443,8 +495,17 @@ class BatchGenerator:
         seq.produced += 1
         seq.emitted.append(token.id)
         events: list[Event] = [TokenEvent(seq.key, token)]
+        if seq.constraint is not None:
+            try:
+                seq.constraint.advance(token.id)
+            except Exception as error:  # noqa: BLE001 - the grammar failed: this sequence ends with it
+                return events + self._finish(seq, "error", error)
+            if seq.constraint.finished:  # the grammar is complete and allows nothing more
+                return events + self._finish(seq, "stop")
         if seq.produced >= seq.max_tokens:
             events += self._finish(seq, "length")
+        elif seq.stepwise:
+            seq.next_token = token.id
         return events
 
     def _finish(self, seq: _Sequence, reason: str, error: BaseException | None = None) -> list[Event]:

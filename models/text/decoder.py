@@ -15,6 +15,7 @@ One step, for T token rows of any sequences in the KV pool (models/text/step_io.
         x = block_output(x, y)                                          # hook: x += rms_norm(y) * post_ffw_norm
     logits = rms_norm(x[last]) * output_norm  Wout                     # tied to embed unless the file has output
     logits = softcap(logits)                                            # where the config says so
+    logits = mask(logits)                                               # constrained rows: grammar's tokens only
     next = sample(logits)                                               # on the GPU: argmax or Gumbel-max
 
 A family is a config reader (GGUF metadata -> DecoderConfig) and a subclass overriding only the hooks where
@@ -48,6 +49,7 @@ from gpu.ops import transformer as ops
 from gpu.ops.blocks import BlockInput, Residual
 from gpu.ops.matmul import embedding, linear
 from gpu.ops.sampling import gumbel_sample as sample
+from gpu.ops.sampling import mask_logits
 from gpu.ops.split_sums import SplitSums
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
@@ -239,11 +241,12 @@ class Decoder:
 
     # -- the step -----------------------------------------------------------------------------------------------
 
-    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program:
+    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int, masked: bool = False) -> Program:
         """Record the step program for up to t_max token rows (of any sequences in the pool), of
-        which up to r_max reach the output head and the sampler."""
+        which up to r_max reach the output head and the sampler. masked: the rows flagged constrained in
+        their sampling params have their logits masked by their token mask first (constrained decoding)."""
         c = self.config
-        b = ProgramBuilder(self.executor, f"{self.architecture}.t{t_max}r{r_max}")
+        b = ProgramBuilder(self.executor, f"{self.architecture}.t{t_max}r{r_max}{'m' if masked else ''}")
         rows = io.rows
         x = b.activation("x", (t_max, c.d_model))  # residual stream
         embedding(b, self.token_embd, io.ids, x, t_max, scale=c.embed_scale, rows=rows, slot_tokens=io.slot_tokens)
@@ -275,6 +278,8 @@ class Decoder:
         linear(b, self.output, h, out.logits, r_max)
         if c.softcap:
             ops.softcap(b, out.logits, c.softcap)
+        if masked:
+            mask_logits(b, out.logits, out.sampling, out.token_mask)
         sample(b, out.logits, out.sampling, out.sampled)
         ops.store_tokens(b, out.sampled, io.out_rows, io.rows, io.slot_tokens)
         return b.build()

@@ -53,7 +53,7 @@ class Architecture(Protocol):
 
     def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool: ...
 
-    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int) -> Program: ...
+    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int, masked: bool = False) -> Program: ...
 
 
 class ModelNotFound(FileNotFoundError):
@@ -96,7 +96,7 @@ class Engine:
         self.max_steps = MAX_STEPS_PER_SUBMIT
         self.history = executor.tensor(f"history_{kv_dtype}", (self.max_steps, model.max_batch), "u32")
         self.rows_ring = executor.tensor(f"rows_ring_{kv_dtype}", (self.max_steps, model.max_batch, 4), "u32")
-        self._programs: dict[tuple[int, int], Program] = {}
+        self._programs: dict[tuple[int, int, bool], Program] = {}
         self._candidate_programs: dict[int, Program] = {}
         self._row_logits: Tensor | None = None  # [slots, V]: the logits of each slot's last candidates step
         log.info("KV cache %s: %d positions in pages of %d, %d sequences, %.0f MB", kv_dtype,
@@ -106,11 +106,13 @@ class Engine:
         """A new sequence in this engine's pool."""
         return Session(self.model, self)
 
-    def program(self, t_max: int, r_max: int) -> Program:
-        """The step program for up to t_max token rows and r_max output rows (built on first use)."""
-        if (t_max, r_max) not in self._programs:
-            self._programs[(t_max, r_max)] = self.model.arch.build_step(self.pool, self.io, t_max, r_max)
-        return self._programs[(t_max, r_max)]
+    def program(self, t_max: int, r_max: int, masked: bool = False) -> Program:
+        """The step program for up to t_max token rows and r_max output rows (built on first use); masked: the
+        variant that applies constrained rows' token masks before sampling (built only once one is asked for)."""
+        key = (t_max, r_max, masked)
+        if key not in self._programs:
+            self._programs[key] = self.model.arch.build_step(self.pool, self.io, t_max, r_max, masked)
+        return self._programs[key]
 
     def candidates_program(self, r_max: int) -> Program:
         """The program that finds each output row's CANDIDATES best logits and softmax statistics, and keeps
@@ -149,17 +151,18 @@ class Engine:
         submission.read(out.candidate_logits)
         submission.read(out.candidate_stats)
 
-    def prefill_program(self, n_tokens: int) -> tuple[Program, int]:
+    def prefill_program(self, n_tokens: int, masked: bool = False) -> tuple[Program, int]:
         """The program for a prompt chunk of n_tokens (at most the largest bucket) and its t_max."""
         t_max = 1 if n_tokens == 1 else next(b for b in PREFILL_BUCKETS if b >= n_tokens)
-        return self.program(t_max, 1), t_max
+        return self.program(t_max, 1, masked), t_max
 
     def stage_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
-                      ) -> tuple[Program, StepParams]:
+                      mask: np.ndarray | None = None) -> tuple[Program, StepParams]:
         """Write the inputs of a prompt chunk at the session's next positions (pages reserved);
-        the program and step values that run it. The session's position is not advanced."""
+        the program and step values that run it. The session's position is not advanced.
+        mask: the tokens the one after the chunk may be (u32 bits; constrained decoding)."""
         n = len(ids)
-        program, _ = self.prefill_program(n)
+        program, _ = self.prefill_program(n, mask is not None)
         session._reserve(n)
         rows = np.zeros((n, 4), np.uint32)
         rows[:, 0], rows[:, 1] = np.arange(session.n_past, session.n_past + n), session.slot
@@ -167,17 +170,21 @@ class Engine:
         ex.write(self.io.ids, np.asarray(ids, np.uint32))
         ex.write(self.io.rows, rows)
         ex.write(self.io.out_rows, np.array([n - 1], np.uint32))
-        words = (sampling or GpuSampling()).words(session.n_past + n - 1)
+        words = (sampling or GpuSampling()).words(session.n_past + n - 1, mask is not None)
         ex.write(self.io.outputs(1).sampling, np.array([words], np.uint32))
+        if mask is not None:
+            ex.write(self.io.outputs(1).token_mask, mask)
         return program, StepParams(n_tokens=n, n_out=1)
 
     def submit_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
-                       read_logits: bool = False, last: bool = True, read_candidates: bool = False) -> PendingStep:
+                       read_logits: bool = False, last: bool = True, read_candidates: bool = False,
+                       mask: np.ndarray | None = None) -> PendingStep:
         """Run one chunk of a sequence's prompt (at most PREFILL_BUCKETS[-1] tokens) at its next
         positions; the GPU samples the token after the chunk's last (kept for the next decode step).
         last=False: a chunk before the prompt's last, whose result nobody reads (nothing comes back).
-        read_candidates: the last position's candidates come back (PendingStep.candidates[0])."""
-        program, step = self.stage_prefill(session, ids, sampling)
+        read_candidates: the last position's candidates come back (PendingStep.candidates[0]).
+        mask: the tokens the one after the chunk may be (u32 bits; constrained decoding)."""
+        program, step = self.stage_prefill(session, ids, sampling, mask)
         out = self.io.outputs(1)
         submission = self.executor.submission()
         submission.step(program, step, 0 if self.executor.device.is_software else PREFILL_EARLY_DISPATCHES)
@@ -207,6 +214,13 @@ class Engine:
     def submit_decode(self, rows: list[DecodeRow], n_steps: int = 1) -> PendingStep:
         """n_steps decode steps of every row's sequence in one submission: each step's sampled
         tokens feed the next on the GPU. Logits can be read back only with n_steps == 1."""
+        return self.record_decode(rows, n_steps).submit()
+
+    def record_decode(self, rows: list[DecodeRow], n_steps: int = 1) -> RecordedDecode:
+        """submit_decode in two halves: the commands are recorded now (the sessions' pages reserved and their
+        positions advanced), and the rows' inputs (their host tokens and token masks) are read and written when
+        RecordedDecode.submit() sends them, so the host can record a step while the GPU still runs the one
+        whose results decide those inputs."""
         n = len(rows)
         if not 1 <= n <= self.model.max_batch:
             raise ValueError(f"a decode batch holds 1 to {self.model.max_batch} sequences, not {n}")
@@ -214,27 +228,16 @@ class Engine:
             raise ValueError(f"n_steps must be in [1, {self.max_steps}], not {n_steps}")
         logit_rows = [i for i, r in enumerate(rows) if r.read_logits]
         candidate_rows = [i for i, r in enumerate(rows) if r.read_candidates]
-        if (logit_rows or candidate_rows) and n_steps > 1:
-            raise ValueError("logits and candidates can be read back from single-step submissions only")
+        masked = any(r.constrained for r in rows)
+        if (logit_rows or candidate_rows or masked) and n_steps > 1:
+            raise ValueError("logits, candidates and token masks go with single-step submissions only")
         r_max = next(b for b in DECODE_BUCKETS if b >= n)
-        program = self.program(r_max, r_max)
+        program = self.program(r_max, r_max, masked)
         out = self.io.outputs(r_max)
         for r in rows:
             r.session._reserve(n_steps)
-        starts = np.array([r.session.n_past for r in rows], np.uint32)
-        ring = np.zeros((n_steps, n, 4), np.uint32)
-        ring[:, :, 0] = starts[None, :] + np.arange(n_steps, dtype=np.uint32)[:, None]
-        ring[:, :, 1] = [r.session.slot for r in rows]
-        ring[:, :, 2] = 1  # every step reads the token sampled for its sequence ...
-        host_tokens = np.array([r.token if r.token is not None else 0 for r in rows], np.uint32)
-        ring[0, :, 2] = [0 if r.token is not None else 1 for r in rows]  # ... but a first token given by the host
-        sampling = np.array([r.sampling.words(int(p)) for r, p in zip(rows, starts, strict=True)], np.uint32)
-        ex = self.executor
-        ex.write(self.rows_ring, ring.reshape(n_steps * n, 4), offset_elements=0)
-        ex.write(self.io.ids, host_tokens)
-        ex.write(self.io.out_rows, np.arange(n, dtype=np.uint32))
-        ex.write(out.sampling, sampling)
-        submission = ex.submission()
+        starts = [r.session.n_past for r in rows]
+        submission = self.executor.submission()
         row_bytes = n * 16
         for step in range(n_steps):
             submission.copy(self.rows_ring, self.io.rows, row_bytes, src_offset=step * row_bytes)
@@ -249,7 +252,44 @@ class Engine:
             self._read_candidates(submission, r_max, n, [(i, rows[i].session) for i in candidate_rows])
         for r in rows:
             r.session.n_past += n_steps
-        return PendingStep(submission.submit(), n_steps, n, logit_rows, candidate_rows)
+        return RecordedDecode(self, rows, starts, n_steps, submission, logit_rows, candidate_rows, r_max)
+
+
+class RecordedDecode:
+    """Decode steps recorded by Engine.record_decode, waiting for their rows' inputs: submit() writes them (each
+    row's `token` as it is then, None for the token the GPU sampled last, and its `mask`) and sends the steps."""
+
+    def __init__(self, engine: Engine, rows: list[DecodeRow], starts: list[int], n_steps: int,
+                 submission: Submission, logit_rows: list[int], candidate_rows: list[int], r_max: int) -> None:
+        self.engine, self.rows, self.starts, self.n_steps = engine, rows, starts, n_steps
+        self._submission, self._logit_rows, self._candidate_rows, self._r_max = (submission, logit_rows,
+                                                                                 candidate_rows, r_max)
+
+    def submit(self) -> PendingStep:
+        """Write the rows' inputs and send the steps (inputs are written right before, so steps submitted
+        meanwhile by others do not see them)."""
+        rows, n, n_steps = self.rows, len(self.rows), self.n_steps
+        engine = self.engine
+        out = engine.io.outputs(self._r_max)
+        ring = np.zeros((n_steps, n, 4), np.uint32)
+        starts = np.array(self.starts, np.uint32)
+        ring[:, :, 0] = starts[None, :] + np.arange(n_steps, dtype=np.uint32)[:, None]
+        ring[:, :, 1] = [r.session.slot for r in rows]
+        ring[:, :, 2] = 1  # every step reads the token sampled for its sequence ...
+        host_tokens = np.array([r.token if r.token is not None else 0 for r in rows], np.uint32)
+        ring[0, :, 2] = [0 if r.token is not None else 1 for r in rows]  # ... but a first token given by the host
+        sampling = np.array([r.sampling.words(int(p), r.mask is not None) for r, p in zip(rows, starts, strict=True)],
+                            np.uint32)
+        ex = engine.executor
+        ex.write(engine.rows_ring, ring.reshape(n_steps * n, 4), offset_elements=0)
+        ex.write(engine.io.ids, host_tokens)
+        ex.write(engine.io.out_rows, np.arange(n, dtype=np.uint32))
+        ex.write(out.sampling, sampling)
+        words = out.token_mask.shape[1]
+        for i, r in enumerate(rows):
+            if r.mask is not None:
+                ex.write(out.token_mask, r.mask, offset_elements=i * words)
+        return PendingStep(self._submission.submit(), n_steps, n, self._logit_rows, self._candidate_rows)
 
 
 class TextModel:

@@ -12,7 +12,8 @@ and each output width R (a program's r_max) has its own outputs, so a sampler or
 touches only R rows of V logits:
 
     logits       f32 [R, V]
-    sampling     u32 [R, 4]    per output row: (bits of f32 1/temperature (0 = greedy), seed, position, 0)
+    sampling     u32 [R, 4]    per output row: (bits of f32 1/temperature (0 = greedy), seed, position, masked)
+    token_mask   u32 [R, W]    per output row: the tokens a constrained row may take, one bit each (W = V / 32)
     sampled      u32 [R]       the token the GPU picked for each output row
     candidates   u32 [R, C], f32 [R, C], f32 [R, 2]: each row's C best logits and softmax statistics, for
                  the rows the CPU samples from (top-k, top-p, min-p, logprobs) without reading V logits
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpu.ops.sampling import mask_words
 from gpu.program import Executor, PendingResult
 from gpu.tensor import Tensor
 from models.text.sampler import Candidates
@@ -46,6 +48,7 @@ class StepOutputs:
     candidate_ids: Tensor
     candidate_logits: Tensor
     candidate_stats: Tensor
+    token_mask: Tensor
 
 
 class StepIO:
@@ -76,6 +79,7 @@ class StepIO:
                 e.tensor(f"{tag}.candidate_ids", (r_max, CANDIDATES), "u32"),
                 e.tensor(f"{tag}.candidate_logits", (r_max, CANDIDATES)),
                 e.tensor(f"{tag}.candidate_stats", (r_max, 2)),
+                e.tensor(f"{tag}.token_mask", (r_max, mask_words(self.vocab_size)), "u32"),
             )
         return self._outputs[r_max]
 
@@ -89,11 +93,12 @@ class GpuSampling:
     temperature: float = 0.0
     seed: int = 0
 
-    def words(self, position: int) -> tuple[int, int, int, int]:
+    def words(self, position: int, masked: bool = False) -> tuple[int, int, int, int]:
         inv_t = 0.0 if self.temperature == 0 else 1.0 / self.temperature
-        # (1/temperature bits, Philox key low word = seed, high word = the first sampled position);
-        # the step counts 0, 1, ... within a submission (gpu/kernels/sample/gumbel_partial.wgsl)
-        return (int(np.float32(inv_t).view(np.uint32)), self.seed & 0xFFFFFFFF, position, 0)
+        # (1/temperature bits, Philox key low word = seed, high word = the first sampled position, whether the
+        # row's token mask applies); the step counts 0, 1, ... within a submission
+        # (gpu/kernels/sample/gumbel_partial.wgsl, gpu/kernels/mask_logits.wgsl)
+        return (int(np.float32(inv_t).view(np.uint32)), self.seed & 0xFFFFFFFF, position, int(masked))
 
 
 @dataclass
@@ -105,6 +110,10 @@ class DecodeRow:
     sampling: GpuSampling = field(default_factory=GpuSampling)
     read_logits: bool = False  # copy this row's logits back (single-step submissions only)
     read_candidates: bool = False  # its CANDIDATES best logits and softmax statistics instead (idem)
+    # Constrained decoding (single-step submissions only): the tokens the row may take, u32 [ceil(V / 32)] bits.
+    # Set when the submission is recorded, or later, up to RecordedDecode.submit().
+    mask: np.ndarray | None = None
+    constrained: bool = False  # whether the row has a mask (known when the submission is recorded)
 
 
 class PendingStep:

@@ -27,7 +27,7 @@ struct SampleParams {
     inv_temperature: u32,  // f32 bits of 1 / temperature; argmax unless positive and finite
     seed_lo: u32,          // low word of the row's 64-bit seed (the Philox key)
     seed_hi: u32,          // high word of the seed, 0 for 32-bit seeds
-    reserved: u32,         // 0
+    reserved: u32,         // not read here: mask_logits.wgsl reads it as the row's masked flag
 }
 
 @group(0) @binding(0) var<uniform> step: Step;

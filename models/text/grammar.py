@@ -1,0 +1,234 @@
+"""Constrained decoding: grammars (JSON schemas, Lark, GBNF, regexes) turned into a token mask per step.
+
+llguidance does the work (the library llama.cpp and vLLM use): it compiles a grammar against the model's
+vocabulary and, at each step, says which tokens keep the output inside the grammar. Hearth uploads that
+mask (one bit per token) with the step and the GPU sampler never picks a token outside it
+(gpu/ops/sampling.py mask_logits), so constrained and free sequences share one batch.
+
+    vocabulary = grammar_vocabulary(model.tokenizer)        # once per model (a second or two)
+    grammar = compile_grammar(vocabulary, json_schema(schema))  # GrammarError (a client's mistake) if invalid
+    constraint = TokenConstraint(vocabulary, grammar)       # one per sequence
+    constraint.fill_mask(mask_row)                          # before each step: u32 [ceil(V / 32)]
+    constraint.advance(token)                               # after it
+
+Grammars are written in llguidance's Lark dialect (docs/syntax.md upstream): `%json {...}` embeds a JSON
+schema, `<name>` names a special token of the vocabulary, `[lazy]` rules end at their first match.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+# Resource limits for one grammar: a hostile schema (huge enums, deep nesting) fails to compile with a
+# message instead of taking the worker's time or memory. Values are llguidance's defaults unless noted.
+_LIMITS = {
+    "max_items_in_row": 2000,
+    "initial_lexer_fuel": 1_000_000,
+    "step_lexer_fuel": 200_000,
+    "step_max_items": 50_000,
+    "max_lexer_states": 250_000,
+    "max_grammar_size": 500_000,
+}
+
+
+class GrammarError(ValueError):
+    """A grammar or schema that cannot be enforced: the message says which part and why."""
+
+
+class TokenizerLike(Protocol):
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def bos_id(self) -> int: ...
+
+    @property
+    def eos_ids(self) -> frozenset[int]: ...
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]: ...
+
+    def id_to_bytes(self, token_id: int) -> bytes: ...
+
+    def is_control(self, token_id: int) -> bool: ...
+
+
+class GrammarVocabulary:
+    """A model's vocabulary as llguidance sees it: each token's bytes, control pieces marked special (so
+    that a grammar can name them, `<end_of_turn>`), and the end-of-sequence ids a finished grammar allows."""
+
+    def __init__(self, tokenizer: TokenizerLike) -> None:
+        import llguidance
+
+        self.vocab_size = tokenizer.vocab_size
+        self.eos_ids = sorted(tokenizer.eos_ids)
+        tokens = []
+        special = []
+        for i in range(tokenizer.vocab_size):
+            piece = tokenizer.id_to_bytes(i)
+            if tokenizer.is_control(i):
+                special.append(i)
+                piece = b"\xff" + piece  # llguidance's mark for a special token
+            tokens.append(piece)
+        source = _TokenizerSource(tokenizer, tokens, special)
+        self._lib = llguidance.LLTokenizer(llguidance.TokenizerWrapper(source), eos_token=self.eos_ids or None)
+
+    @property
+    def mask_words(self) -> int:
+        """u32 words in one row of a token mask."""
+        return (self.vocab_size + 31) // 32
+
+
+class _TokenizerSource:
+    """What llguidance.TokenizerWrapper reads from a tokenizer."""
+
+    def __init__(self, tokenizer: TokenizerLike, tokens: list[bytes], special: list[int]) -> None:
+        self._tokenizer = tokenizer
+        self.tokens = tokens
+        self.special_token_ids = special
+        self.eos_token_id = min(tokenizer.eos_ids) if tokenizer.eos_ids else None
+        self.bos_token_id = tokenizer.bos_id if tokenizer.bos_id >= 0 else None
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        return self._tokenizer.encode(text, add_bos=False)
+
+
+_vocabularies: dict[int, GrammarVocabulary] = {}
+_vocabularies_lock = threading.Lock()
+
+
+def grammar_vocabulary(tokenizer: TokenizerLike) -> GrammarVocabulary:
+    """The tokenizer's GrammarVocabulary, built on first use (a second or two for 262,144 pieces) and kept."""
+    with _vocabularies_lock:
+        vocabulary = _vocabularies.get(id(tokenizer))
+        if vocabulary is None or getattr(tokenizer, "_grammar_vocabulary", None) is not vocabulary:
+            vocabulary = GrammarVocabulary(tokenizer)
+            _vocabularies[id(tokenizer)] = vocabulary
+            try:
+                tokenizer._grammar_vocabulary = vocabulary  # type: ignore[attr-defined]  # ties the cache entry
+            except AttributeError:
+                pass
+        return vocabulary
+
+
+# -- grammar sources ---------------------------------------------------------------------------------------------
+
+def json_schema(schema: Mapping[str, Any]) -> str:
+    """The grammar of JSON documents that match a schema, laid out as json.dumps does (", " and ": " between
+    items, no other whitespace): a model may not pad its reply with whitespace until max_tokens runs out."""
+    import llguidance
+
+    try:
+        return llguidance.LLMatcher.grammar_from_json_schema(
+            dict(schema), overrides={"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "})
+    except (ValueError, TypeError) as error:
+        raise GrammarError(f"invalid JSON schema: {error}") from error
+
+
+def any_json_object() -> str:
+    """The grammar of one JSON object (response_format json_object)."""
+    return json_schema({"type": "object"})
+
+
+def lark(source: str) -> str:
+    """A grammar in llguidance's Lark dialect."""
+    import llguidance
+
+    return llguidance.LLMatcher.grammar_from_lark(source)
+
+
+def gbnf(source: str) -> str:
+    """A grammar in llama.cpp's GBNF, converted to Lark by llguidance."""
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    try:
+        return lark(any_to_lark(source))
+    except Exception as error:  # noqa: BLE001 - the converter raises bare Exceptions on bad input
+        raise GrammarError(f"invalid GBNF grammar: {error}") from error
+
+
+def regex(pattern: str) -> str:
+    """The grammar of strings matching a regular expression (Rust regex syntax)."""
+    import llguidance
+
+    return llguidance.LLMatcher.grammar_from_regex(pattern)
+
+
+def lark_json(schema: Mapping[str, Any]) -> str:
+    """A schema as a `%json {...}` item to use inside a Lark grammar."""
+    return "%json " + json.dumps(schema, ensure_ascii=False)
+
+
+def compile_grammar(vocabulary: GrammarVocabulary, grammar: str) -> str:
+    """Check a grammar against the vocabulary; GrammarError naming what cannot be enforced."""
+    import llguidance
+
+    limits = llguidance.LLParserLimits(**_LIMITS)
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, vocabulary._lib,
+                                                                             limits=limits)
+    if is_error:
+        raise GrammarError(_clean(messages[0] if messages else "the grammar is invalid"))
+    # llguidance ignores schema keywords it cannot enforce with a warning: refuse them instead of a reply that
+    # only looks constrained.
+    unsupported = [m for m in messages if "unimplemented" in m.lower() or "not supported" in m.lower()
+                   or "unknown" in m.lower() or "ignor" in m.lower()]
+    if unsupported:
+        raise GrammarError(_clean("; ".join(unsupported)))
+    return grammar
+
+
+def _clean(message: str) -> str:
+    message = message.strip()
+    return message[:1000] + ("..." if len(message) > 1000 else "")
+
+
+# -- per sequence ------------------------------------------------------------------------------------------------
+
+class TokenConstraint:
+    """One sequence's grammar state: the mask of allowed next tokens, advanced token by token."""
+
+    def __init__(self, vocabulary: GrammarVocabulary, grammar: str) -> None:
+        import llguidance
+
+        self.vocabulary = vocabulary
+        self._matcher = llguidance.LLMatcher(vocabulary._lib, grammar, log_level=0,
+                                             limits=llguidance.LLParserLimits(**_LIMITS))
+        if self._matcher.is_error():
+            raise GrammarError(_clean(self._matcher.get_error()))
+
+    def copy(self) -> TokenConstraint:
+        """An independent constraint in the same state (one per choice of a request)."""
+        twin = object.__new__(TokenConstraint)
+        twin.vocabulary = self.vocabulary
+        twin._matcher = self._matcher.deep_copy()
+        return twin
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        """Write the allowed next tokens into out (u32 [mask_words], bit i % 32 of word i // 32 = token i)."""
+        if out.dtype != np.uint32 or out.shape != (self.vocabulary.mask_words,) or not out.flags["C_CONTIGUOUS"]:
+            raise ValueError(f"a token mask is a contiguous u32 [{self.vocabulary.mask_words}], not "
+                             f"{out.dtype} {out.shape}")
+        self._matcher.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+        if self._matcher.is_error():
+            raise GrammarError(_clean(self._matcher.get_error()))
+
+    def advance(self, token: int) -> None:
+        """Take a sampled token (one the mask allowed); GrammarError if the grammar refuses it."""
+        if not self._matcher.consume_token(token):
+            raise GrammarError(_clean(self._matcher.get_error() or f"the grammar refused token {token}"))
+
+    @property
+    def finished(self) -> bool:
+        """Whether the grammar is complete and allows nothing more (the sequence ends here)."""
+        return self._matcher.is_stopped()
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the output so far is a whole sentence of the grammar (it may still go on)."""
+        return self._matcher.is_accepting()
