@@ -190,7 +190,11 @@ class ChatWorker(WorkerBase[ChatModel]):
             stream: TextStream[TokenInfo] = TextStream(self.model.tokenizer.stream_decoder(), job.stop)
             runs[key] = _ChoiceRun(job, spec, stream)
             try:
-                generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs)
+                if spec.constraint is None:
+                    generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs)
+                else:
+                    generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs,
+                                  constraint=spec.constraint)
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
 

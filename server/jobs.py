@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from models.text.grammar import TokenConstraint
 from models.text.sampler import SamplingParams
 from server.errors import to_hearth_error
 from server.request_context import current_request_id
@@ -41,6 +42,7 @@ class ChoiceSpec:
     prompt_ids: list[int]
     sampling: SamplingParams
     max_tokens: int
+    constraint: TokenConstraint | None = None  # the grammar its tokens follow (its own copy)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from models.registry import ModelEntry
     from models.text.batch import Event
     from models.text.chat_template import ChatTemplate
+    from models.text.grammar import TokenConstraint
     from models.text.sampler import SamplingParams
     from server.jobs import Job, JobHandle
     from server.text_stream import StreamDecoder
@@ -74,7 +75,7 @@ class BatchGenerator(Protocol):
     def can_admit(self, n_prompt: int, max_tokens: int, n_sequences: int = 1) -> bool: ...
 
     def add(self, key: tuple[int, int], prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
-            logprobs: bool = False) -> None: ...
+            logprobs: bool = False, constraint: TokenConstraint | None = None) -> None: ...
 
     def cancel(self, key: tuple[int, int]) -> None: ...
 

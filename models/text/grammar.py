@@ -36,6 +36,10 @@ _LIMITS = {
 }
 
 
+# JSON as json.dumps writes it: the model may not pad a reply with whitespace until max_tokens runs out.
+_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
 class GrammarError(ValueError):
     """A grammar or schema that cannot be enforced: the message says which part and why."""
 
@@ -54,12 +58,13 @@ class TokenizerLike(Protocol):
 
     def id_to_bytes(self, token_id: int) -> bytes: ...
 
-    def is_control(self, token_id: int) -> bool: ...
+    def is_special(self, token_id: int) -> bool: ...
 
 
 class GrammarVocabulary:
-    """A model's vocabulary as llguidance sees it: each token's bytes, control pieces marked special (so
-    that a grammar can name them, `<end_of_turn>`), and the end-of-sequence ids a finished grammar allows."""
+    """A model's vocabulary as llguidance sees it: each token's bytes, marker pieces marked special (so that a
+    grammar names them as tokens, `<end_of_turn>`, and no text matches them), and the end-of-sequence ids a
+    finished grammar allows."""
 
     def __init__(self, tokenizer: TokenizerLike) -> None:
         import llguidance
@@ -70,7 +75,7 @@ class GrammarVocabulary:
         special = []
         for i in range(tokenizer.vocab_size):
             piece = tokenizer.id_to_bytes(i)
-            if tokenizer.is_control(i):
+            if tokenizer.is_special(i):
                 special.append(i)
                 piece = b"\xff" + piece  # llguidance's mark for a special token
             tokens.append(piece)
@@ -125,8 +130,7 @@ def json_schema(schema: Mapping[str, Any]) -> str:
     import llguidance
 
     try:
-        return llguidance.LLMatcher.grammar_from_json_schema(
-            dict(schema), overrides={"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "})
+        return llguidance.LLMatcher.grammar_from_json_schema(dict(schema), overrides=_JSON_LAYOUT)
     except (ValueError, TypeError) as error:
         raise GrammarError(f"invalid JSON schema: {error}") from error
 
@@ -161,8 +165,9 @@ def regex(pattern: str) -> str:
 
 
 def lark_json(schema: Mapping[str, Any]) -> str:
-    """A schema as a `%json {...}` item to use inside a Lark grammar."""
-    return "%json " + json.dumps(schema, ensure_ascii=False)
+    """A schema as a `%json {...}` item to use inside a Lark grammar, laid out as json_schema's."""
+    options = {**_JSON_LAYOUT, **dict(schema).get("x-guidance", {})} if isinstance(schema, Mapping) else _JSON_LAYOUT
+    return "%json " + json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
 
 
 def compile_grammar(vocabulary: GrammarVocabulary, grammar: str) -> str:

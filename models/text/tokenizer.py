@@ -400,6 +400,15 @@ class Tokenizer:
         """Whether `token_id` is a control piece (dropped by decode with skip_special)."""
         return self._vocab.types[token_id] in (TokenType.CONTROL, TokenType.UNKNOWN)
 
+    def is_special(self, token_id: int) -> bool:
+        """Whether the piece is a marker rather than text: control pieces, and user-defined pieces written like
+        markers (Gemma 4's `<|channel>`, `<|tool_call>`), which the tokenizer only ever takes whole."""
+        kind = self._vocab.types[token_id]
+        if kind in (TokenType.CONTROL, TokenType.UNKNOWN):
+            return True
+        text = self._vocab.tokens[token_id]
+        return kind == TokenType.USER_DEFINED and len(text) > 2 and text.startswith("<") and text.endswith(">")
+
     def ids_to_pieces(self, ids: Sequence[int]) -> list[str]:
         """Vocabulary texts of several ids (for debugging and tests)."""
         return [self._vocab.tokens[i] for i in ids]

@@ -10,11 +10,14 @@ from server.schemas.common import (
     Bias,
     ChoiceCount,
     FinishReason,
+    GrammarField,
+    JsonSchemaField,
     KeepAlive,
     MinP,
     OpenAIRequest,
     Penalty,
     RepetitionPenalty,
+    ResponseFormat,
     SamplingRequest,
     Seed,
     StreamOptions,
@@ -113,10 +116,18 @@ class Tool(OpenAIRequest):
     function: FunctionDefinition
 
 
-class ResponseFormat(OpenAIRequest):
-    model_config = ConfigDict(extra="allow")
+class NamedFunction(OpenAIRequest):
+    name: str
 
-    type: Literal["text"] = Field(description="only plain text: Hearth has no constrained decoding yet")
+
+class NamedToolChoice(OpenAIRequest):
+    """tool_choice naming the one function the model must call."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
 class ChatCompletionRequest(SamplingRequest):
@@ -131,11 +142,12 @@ class ChatCompletionRequest(SamplingRequest):
     max_tokens: TokenCount | None = Field(None, description="deprecated by OpenAI for max_completion_tokens")
     metadata: dict[str, str] | None = Field(None, description="accepted and ignored")
     n: ChoiceCount | None = Field(1, description="choices are generated one after another")
-    parallel_tool_calls: bool | None = Field(None, description="accepted and ignored")
+    parallel_tool_calls: bool | None = Field(None, description="false: at most one call (enforced); default true")
     presence_penalty: Penalty | None = 0.0
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
         None, description="any but none turns a thinking model's thinking on (its template's enable_thinking)")
-    response_format: ResponseFormat | None = None
+    response_format: ResponseFormat | None = Field(None, description="json_object and json_schema are enforced "
+                                                   "by constrained decoding")
     seed: Seed | None = Field(None, description="same seed and request, same output; choice i uses seed + i")
     service_tier: str | None = Field(None, description="accepted and ignored")
     stop: str | list[str] | None = Field(None, validate_default=True, description="up to 4 strings; never sent")
@@ -143,8 +155,10 @@ class ChatCompletionRequest(SamplingRequest):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = 1.0
-    tool_choice: Literal["none", "auto"] | None = Field(None, description="tool calls are not parsed out")
-    tools: list[Tool] | None = Field(None, description="given to the chat template")
+    tool_choice: ToolChoice | None = Field(None, description="auto (the default with tools), none, required or a "
+                                           "named function: enforced by constrained decoding")
+    tools: list[Tool] | None = Field(None, max_length=128, description="functions the model may call; their "
+                                     "parameters schemas are enforced on the calls")
     top_logprobs: TopLogprobs | None = None
     top_p: TopP | None = 1.0
     user: str | None = None
@@ -153,6 +167,8 @@ class ChatCompletionRequest(SamplingRequest):
     min_p: MinP = 0.0
     repetition_penalty: RepetitionPenalty = 1.0
     keep_alive: KeepAlive = None
+    json_schema: JsonSchemaField = None
+    grammar: GrammarField = None
 
     @field_validator("top_logprobs", mode="after")
     @classmethod
@@ -176,6 +192,25 @@ class ChatCompletionRequest(SamplingRequest):
         """The client's limit on generated tokens (max_completion_tokens wins over the older max_tokens)."""
         return self.max_completion_tokens or self.max_tokens
 
+    @field_validator("tool_choice", mode="after")
+    @classmethod
+    def _choice_names_a_tool(cls, value: ToolChoice | None, info: ValidationInfo) -> ToolChoice | None:
+        tools = info.data.get("tools") or []
+        if value not in (None, "none") and not tools:
+            raise ValueError("tool_choice needs `tools`")
+        if isinstance(value, NamedToolChoice) and value.function.name not in {t.function.name for t in tools}:
+            raise ValueError(f"tool_choice names {value.function.name!r}, which is not among `tools`")
+        return value
+
+    @property
+    def tool_mode(self) -> str:
+        """"none", "auto", "required" or the name of the function the model must call."""
+        if not self.tools or self.tool_choice == "none":
+            return "none"
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return self.tool_choice.function.name
+        return self.tool_choice or "auto"
+
     @property
     def enable_thinking(self) -> bool:
         """Whether the chat template is asked for thinking (Gemma 4's <|think|>)."""
@@ -186,6 +221,7 @@ class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
     # Hearth extension, as other OpenAI-compatible servers: a thinking model's reasoning, apart from its answer
     reasoning_content: str | None = None
 
@@ -212,17 +248,39 @@ class ChatCompletion(BaseModel):
     system_fingerprint: str | None = None
 
 
+class DeltaFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+    @model_serializer(mode="plain")
+    def _without_nones(self) -> dict[str, Any]:
+        return {k: v for k, v in (("name", self.name), ("arguments", self.arguments)) if v is not None}
+
+
+class DeltaToolCall(BaseModel):
+    """A piece of a streamed tool call: index, id, type and name in its first delta, arguments in pieces after."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
 class DeltaMessage(BaseModel):
     """What a chunk adds to a choice; fields that are None are left out, as OpenAI does."""
 
     role: Literal["assistant"] | None = None
     content: str | None = None
     reasoning_content: str | None = None  # Hearth extension: a thinking model's reasoning
+    tool_calls: list[DeltaToolCall] | None = None
 
-    @model_serializer(mode="plain")
-    def _without_nones(self) -> dict[str, Any]:
-        fields = (("role", self.role), ("content", self.content), ("reasoning_content", self.reasoning_content))
-        return {k: v for k, v in fields if v is not None}
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class ChunkChoice(BaseModel):

@@ -185,4 +185,39 @@ def dump(model: BaseModel, **kwargs: Any) -> dict[str, Any]:
     return model.model_dump(mode="json", **kwargs)
 
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+class JsonSchemaSpec(OpenAIRequest):
+    """response_format's json_schema: the schema the reply must match (always enforced, strict or not)."""
+
+    name: str = Field(max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="absent: any JSON value")
+    strict: bool | None = Field(None, description="Hearth enforces the schema whatever this says")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ResponseFormat(OpenAIRequest):
+    """The reply's form: plain text, one JSON object, or JSON matching a schema (by constrained decoding)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+    @field_validator("json_schema", mode="after")
+    @classmethod
+    def _schema_for_json_schema(cls, value: JsonSchemaSpec | None, info: ValidationInfo) -> JsonSchemaSpec | None:
+        if info.data.get("type") == "json_schema" and value is None:
+            raise ValueError("response_format of type json_schema needs `json_schema` (its name and schema)")
+        if info.data.get("type") != "json_schema" and value is not None:
+            raise ValueError(f"json_schema goes with response_format type json_schema, not {info.data.get('type')}")
+        return value
+
+
+# Hearth's extensions for constrained output (llama.cpp's and vLLM's names), on chat and completions alike.
+GrammarField = Annotated[str | None, Field(
+    None, max_length=100_000, description="Hearth extension: the reply follows this grammar (llguidance's Lark "
+    "dialect, or llama.cpp's GBNF when it holds `::=`)")]
+JsonSchemaField = Annotated[dict[str, Any] | None, Field(
+    None, description="Hearth extension: the reply is JSON matching this schema (as response_format json_schema)")]

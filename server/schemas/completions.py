@@ -10,10 +10,13 @@ from server.schemas.common import (
     Bias,
     ChoiceCount,
     FinishReason,
+    GrammarField,
+    JsonSchemaField,
     KeepAlive,
     MinP,
     Penalty,
     RepetitionPenalty,
+    ResponseFormat,
     SamplingRequest,
     Seed,
     StreamOptions,
@@ -54,6 +57,10 @@ class CompletionRequest(SamplingRequest):
     min_p: MinP = 0.0
     repetition_penalty: RepetitionPenalty = 1.0
     keep_alive: KeepAlive = None
+    response_format: ResponseFormat | None = Field(None, description="as chat's: json_object and json_schema are "
+                                                   "enforced by constrained decoding (vLLM's extension)")
+    json_schema: JsonSchemaField = None
+    grammar: GrammarField = None
 
     @field_validator("prompt", mode="after")
     @classmethod

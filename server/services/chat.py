@@ -26,6 +26,7 @@ from server.schemas.chat import (
 )
 from server.schemas.common import Usage
 from server.services import generation as gen
+from server.services.constraints import build_constraint, output_grammar
 from server.text_stream import THINK_OPEN, ReasoningSplitter, split_reasoning
 
 log = logging.getLogger("hearth.server")
@@ -58,14 +59,18 @@ class ChatService:
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
         prompt_ids = await self.manager.preparation.run(self._prompt_ids, worker, request)
+        thinks = _has_thinking_channel(model.tokenizer)
+        wanted = output_grammar(request.response_format, request.json_schema, request.grammar,
+                                thinks=thinks and request.enable_thinking)
+        constraint = None if wanted is None else await self.manager.preparation.run(
+            build_constraint, model.tokenizer, wanted)
         max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
                                 "messages")
         n = request.n or 1
-        job = gen.make_job(request, [prompt_ids], [max_tokens], n, request.alternatives())
+        job = gen.make_job(request, [prompt_ids], [max_tokens], n, request.alternatives(), constraint)
         if request.user:
             log.info("chat request for %s from user %r", entry.id, request.user)
         handle = gen.submit(worker, job, self.settings)
-        thinks = _has_thinking_channel(model.tokenizer)
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False,

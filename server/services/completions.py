@@ -14,6 +14,7 @@ from server.protocols import ChatHandler
 from server.schemas.common import Usage
 from server.schemas.completions import Completion, CompletionChoice, CompletionLogprobs, CompletionRequest
 from server.services import generation as gen
+from server.services.constraints import build_constraint, output_grammar
 
 
 def completion_logprobs(tokens: list[TokenInfo], offset: int) -> CompletionLogprobs:
@@ -61,10 +62,13 @@ class CompletionService:
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
         prompt_ids = await self.manager.preparation.run(self._encode, worker, prompts)
+        wanted = output_grammar(request.response_format, request.json_schema, request.grammar, thinks=False)
+        constraint = None if wanted is None else await self.manager.preparation.run(
+            build_constraint, model.tokenizer, wanted)
         budgets = [gen.budget(len(ids), request.max_tokens, model.context_length, self.settings, "prompt")
                    for ids in prompt_ids]
         n = request.n or 1
-        job = gen.make_job(request, prompt_ids, budgets, n, request.alternatives())
+        job = gen.make_job(request, prompt_ids, budgets, n, request.alternatives(), constraint)
         echoes = [self._prompt_text(worker, p) if request.echo else "" for p in prompts]
         prompt_tokens = sum(len(ids) for ids in prompt_ids)
         handle = gen.submit(worker, job, self.settings)

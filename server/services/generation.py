@@ -16,6 +16,7 @@ from typing import TypeVar
 from fastapi import Request
 
 from config.settings import Settings
+from models.text.grammar import TokenConstraint
 from server.errors import ContextLengthExceeded, HearthError, InvalidRequest
 from server.jobs import ChoiceDone, ChoiceSpec, Job, JobHandle, TextDelta, TokenInfo
 from server.metrics import meter_job
@@ -101,11 +102,13 @@ def budget(prompt_tokens: int, max_tokens: int | None, context_length: int, sett
 
 
 def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: list[int], n: int,
-             top_logprobs: int | None) -> Job:
-    """One choice per prompt and n; choice index = prompt index * n + i, seeded with seed + i."""
+             top_logprobs: int | None, constraint: TokenConstraint | None = None) -> Job:
+    """One choice per prompt and n; choice index = prompt index * n + i, seeded with seed + i; each choice follows
+    its own copy of the constraint."""
     choices = [
         ChoiceSpec(index=p * n + i, prompt_ids=ids, max_tokens=max_tokens[p],
-                   sampling=request.sampling_params(choice=i, top_logprobs=top_logprobs or 0))
+                   sampling=request.sampling_params(choice=i, top_logprobs=top_logprobs or 0),
+                   constraint=None if constraint is None else constraint.copy())
         for p, ids in enumerate(prompts) for i in range(n)
     ]
     return Job(choices=choices, stop=tuple(getattr(request, "stop", [])), logprobs=top_logprobs is not None)
