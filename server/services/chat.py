@@ -10,6 +10,9 @@ from fastapi import Request
 
 from config.settings import Settings
 from models.text.chat_template import ChatTemplateError
+from models.text import grammar
+from models.text.grammar import GrammarError
+from models.text.tool_calls import ContentDelta, ToolCallFormat, format_for
 from server.errors import InvalidRequest
 from server.jobs import ChoiceDone, TextDelta
 from server.model_manager import ModelManager
@@ -22,11 +25,15 @@ from server.schemas.chat import (
     ChatCompletionRequest,
     ChoiceLogprobs,
     ChunkChoice,
+    DeltaFunctionCall,
     DeltaMessage,
+    DeltaToolCall,
+    ToolCall,
+    ToolCallFunction,
 )
 from server.schemas.common import Usage
 from server.services import generation as gen
-from server.services.constraints import build_constraint, output_grammar
+from server.services.constraints import OutputGrammar, build_constraint, output_grammar, with_thoughts
 from server.text_stream import THINK_OPEN, ReasoningSplitter, split_reasoning
 
 log = logging.getLogger("hearth.server")
@@ -42,7 +49,9 @@ class ChatService:
     def _prompt_ids(self, worker: ChatHandler, request: ChatCompletionRequest) -> list[int]:
         template = worker.chat_template
         assert template is not None
-        tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
+        # tool_choice "none": the tools are not offered at all, so the model cannot call one
+        offered = request.tools if request.tool_mode != "none" else None
+        tools = [tool.model_dump(exclude_none=True) for tool in offered or []]
         try:
             text = template.render([m.for_template() for m in request.messages], tools=tools or None,
                                    enable_thinking=request.enable_thinking)
@@ -60,28 +69,43 @@ class ChatService:
         gen.check_limits(request, self.settings, model.vocab_size)
         prompt_ids = await self.manager.preparation.run(self._prompt_ids, worker, request)
         thinks = _has_thinking_channel(model.tokenizer)
+        tool_format = _tool_format(worker) if request.tool_mode != "none" else None
         wanted = output_grammar(request.response_format, request.json_schema, request.grammar,
                                 thinks=thinks and request.enable_thinking)
+        if tool_format is not None:
+            if wanted is not None:
+                raise InvalidRequest(f"{wanted.param} and tools both constrain the reply; send tool_choice \"none\" "
+                                     "or leave one of them out.", param=wanted.param)
+            wanted = _tool_grammar(tool_format, request, thinks=thinks and request.enable_thinking)
         constraint = None if wanted is None else await self.manager.preparation.run(
             build_constraint, model.tokenizer, wanted)
         max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
                                 "messages")
         n = request.n or 1
         job = gen.make_job(request, [prompt_ids], [max_tokens], n, request.alternatives(), constraint)
+        if tool_format is not None:  # pieces that begin the tool's answer end the reply (they are not sent)
+            job.stop = (*job.stop, *(marker.text for marker in tool_format.stop_markers))
         if request.user:
             log.info("chat request for %s from user %r", entry.id, request.user)
         handle = gen.submit(worker, job, self.settings)
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False,
-                                thinks)
+                                thinks, tool_format)
         results = await gen.until_disconnected(http, gen.collect(handle, n))
         choices = []
         for i, r in enumerate(results):
             reasoning, content = split_reasoning(r.text) if thinks else (None, r.text)
+            calls: list[ToolCall] = []
+            if tool_format is not None:
+                text, parsed = tool_format.parse(content)
+                content = text or ""
+                calls = [ToolCall(id=gen.new_id("call"), function=ToolCallFunction(name=c.name, arguments=c.arguments))
+                         for c in parsed]
+            message = ChatCompletionMessage(content=content or (None if calls else ""), reasoning_content=reasoning,
+                                            tool_calls=calls or None)
             choices.append(ChatCompletionChoice(
-                index=i, message=ChatCompletionMessage(content=content, reasoning_content=reasoning),
-                finish_reason=r.finish_reason,  # type: ignore[arg-type]
+                index=i, message=message, finish_reason=_finish_reason(r.finish_reason, bool(calls)),  # type: ignore[arg-type]
                 logprobs=ChoiceLogprobs(content=gen.chat_logprobs(r.tokens)) if request.logprobs else None,
             ))
         completion_tokens = sum(r.completion_tokens for r in results)
@@ -93,8 +117,10 @@ class ChatService:
         )
 
     async def _stream(self, handle: gen.JobHandle, model: str, n: int, prompt_tokens: int, include_usage: bool,
-                      logprobs: bool, thinks: bool = False) -> AsyncIterator[dict[str, Any]]:
-        """Chunks as OpenAI sends them: the role first, content deltas, a finish chunk per choice, then usage."""
+                      logprobs: bool, thinks: bool = False, tool_format: ToolCallFormat | None = None,
+                      ) -> AsyncIterator[dict[str, Any]]:
+        """Chunks as OpenAI sends them: the role first, content (and reasoning, and tool-call) deltas, a finish
+        chunk per choice, then usage."""
         chunk_id, created = gen.new_id("chatcmpl"), gen.now()
         exclude = None if include_usage else {"usage"}
 
@@ -104,33 +130,88 @@ class ChatService:
             return payload.model_dump(mode="json", exclude=exclude)
 
         completion_tokens = 0
-        splitters = [ReasoningSplitter() for _ in range(n)] if thinks else None
+        streams = [_ChoiceStream(thinks, tool_format) for _ in range(n)]
         async with handle:
             for i in range(n):
                 yield chunk([ChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
             async for event in handle.events():
                 if isinstance(event, TextDelta):
                     lp = ChoiceLogprobs(content=gen.chat_logprobs(event.tokens)) if logprobs else None
-                    if splitters is None:
-                        yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(content=event.text),
-                                                 logprobs=lp)])
-                        continue
-                    reasoning, content = splitters[event.index].push(event.text)
-                    if reasoning or content or lp:  # text held back (a marker's first part) waits for the next
-                        delta = DeltaMessage(content=content or None, reasoning_content=reasoning or None)
-                        yield chunk([ChunkChoice(index=event.index, delta=delta, logprobs=lp)])
+                    deltas = streams[event.index].push(event.text)
+                    if lp is not None and not deltas:  # text held back (a marker's first part): its logprobs go now
+                        deltas = [DeltaMessage()]
+                    for k, delta in enumerate(deltas):
+                        yield chunk([ChunkChoice(index=event.index, delta=delta, logprobs=lp if k == 0 else None)])
                 elif isinstance(event, ChoiceDone):
-                    if splitters:
-                        reasoning, content = splitters[event.index].flush()
-                        if reasoning or content:
-                            delta = DeltaMessage(content=content or None, reasoning_content=reasoning or None)
-                            yield chunk([ChunkChoice(index=event.index, delta=delta)])
+                    stream = streams[event.index]
+                    for delta in stream.flush():
+                        yield chunk([ChunkChoice(index=event.index, delta=delta)])
                     completion_tokens += event.completion_tokens
+                    reason = _finish_reason(event.finish_reason, stream.called)
                     yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(),
-                                             finish_reason=event.finish_reason)])  # type: ignore[arg-type]
+                                             finish_reason=reason)])  # type: ignore[arg-type]
         if include_usage:
             yield chunk([], Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                   total_tokens=prompt_tokens + completion_tokens))
+
+
+class _ChoiceStream:
+    """One streamed choice's text turned into deltas: reasoning split off (a thinking model), then tool calls
+    parsed out of the answer (when tools are offered), each call's id, type and name in its first delta."""
+
+    def __init__(self, thinks: bool, tool_format: ToolCallFormat | None) -> None:
+        self._splitter = ReasoningSplitter() if thinks else None
+        self._calls = tool_format.stream() if tool_format is not None else None
+        self.called = False  # a tool call began
+
+    def push(self, text: str, final: bool = False) -> list[DeltaMessage]:
+        reasoning, content = self._splitter.push(text, final) if self._splitter is not None else ("", text)
+        out = [DeltaMessage(reasoning_content=reasoning)] if reasoning else []
+        if self._calls is None:
+            if content:
+                out.append(DeltaMessage(content=content))
+            return out
+        pieces = self._calls.push(content) if content else []
+        if final:
+            pieces += self._calls.flush()
+        for piece in pieces:
+            if isinstance(piece, ContentDelta):
+                if piece.text:
+                    out.append(DeltaMessage(content=piece.text))
+                continue
+            first = piece.name is not None
+            self.called = self.called or first
+            out.append(DeltaMessage(tool_calls=[DeltaToolCall(
+                index=piece.index, id=gen.new_id("call") if first else None, type="function" if first else None,
+                function=DeltaFunctionCall(name=piece.name, arguments=piece.arguments if piece.arguments or first
+                                           else None))]))
+        return out
+
+    def flush(self) -> list[DeltaMessage]:
+        return self.push("", final=True)
+
+
+def _finish_reason(reason: str, called: bool) -> str:
+    """OpenAI's finish_reason: "tool_calls" when a reply that ended by itself holds tool calls."""
+    return "tool_calls" if called and reason == "stop" else reason
+
+
+def _tool_format(worker: ChatHandler) -> ToolCallFormat:
+    """How the worker's model writes tool calls (models/text/tool_calls.py)."""
+    model = worker.model
+    template = worker.chat_template
+    source = template.source if template is not None and not template.builtin else None
+    return format_for(model.tokenizer, getattr(getattr(model, "arch", None), "architecture", ""), source)
+
+
+def _tool_grammar(tool_format: ToolCallFormat, request: ChatCompletionRequest, thinks: bool) -> OutputGrammar:
+    """The grammar of a reply under tool_choice, the calls' arguments held to their functions' schemas."""
+    tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
+    try:
+        source = tool_format.grammar(tools, request.tool_mode, parallel=request.parallel_tool_calls is not False)
+    except GrammarError as error:
+        raise InvalidRequest(f"tools cannot be enforced: {error}", param="tools") from error
+    return OutputGrammar(grammar.lark(with_thoughts(source) if thinks else source), "tools")
 
 
 def _has_thinking_channel(tokenizer: TextTokenizer) -> bool:

@@ -8,6 +8,7 @@ never a reply that only looks constrained.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +29,22 @@ class OutputGrammar:
     param: str
 
 
+THOUGHT = f"thought: {THINK_OPEN} /(.|\\n)*/ {THINK_CLOSE}\n"  # the thinking channel, its markers as special tokens
+
+
 def json_answer(schema: Mapping[str, Any], thinks: bool) -> str:
     """The Lark grammar of a reply that is JSON matching schema; a model that thinks first may think freely in
     its thinking channel before the answer (the constraint holds for the answer, not the thoughts)."""
-    thought = f"thought: {THINK_OPEN} /(.|\\n)*/ {THINK_CLOSE}\n" if thinks else ""  # markers as special tokens
-    start = "start: thought? answer\n" if thinks else "start: answer\n"
-    return start + thought + "answer: " + grammar.lark_json(schema) + "\n"
+    source = "start: answer\nanswer: " + grammar.lark_json(schema) + "\n"
+    return with_thoughts(source) if thinks else source
+
+
+def with_thoughts(source: str) -> str:
+    """A Lark grammar (its rule `start`) preceded by an optional thinking channel of free text."""
+    renamed = re.sub(r"^start(\s*):", r"answer_start\1:", source, count=1, flags=re.M)
+    if renamed == source:
+        raise GrammarError("the grammar has no `start` rule")
+    return "start: thought? answer_start\n" + THOUGHT + renamed
 
 
 def output_grammar(response_format: ResponseFormat | None, json_schema: dict[str, Any] | None, source: str | None,
