@@ -6,7 +6,7 @@ them back as OpenAI tool calls, whole or streamed.
     content, calls = fmt.parse(text)                          # calls: [ParsedCall(name, arguments JSON)]
     stream = fmt.stream(); stream.push(piece) -> [Delta]; stream.flush() -> [Delta]
 
-The formats (FORMATS):
+The formats (FORMATS, told apart by DETECT):
 - gemma4: Gemma 4's own tokens, `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3,xs:[1,2]}<tool_call|>`, arguments
   in Gemma's syntax (bare keys, strings between `<|"|>` quote pieces, no escapes); parallel calls follow each
   other. After its calls the model writes `<|tool_response>` (where the tool's answer goes): the grammar allows
@@ -36,8 +36,9 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from models.text.grammar import GrammarError
@@ -75,16 +76,18 @@ Delta = ContentDelta | ToolCallDelta
 
 @dataclass(frozen=True)
 class Marker:
-    """A piece of a format's syntax (`<|tool_call>`): `token` is its id where the vocabulary has it as one control
-    piece, which a grammar must name as a token (`<[id]>`); otherwise it is text (a user-defined piece, which
-    llguidance then forces as its one token, or plain text)."""
+    """A piece of a format's syntax (`<|tool_call>`), with its id where the vocabulary has it as one piece. A control
+    piece is `special`: a grammar names it as a token (`<[id]>`) and text cannot hold it; any other is text (a
+    user-defined piece, which llguidance then forces as its one token, or plain text)."""
 
     text: str
     token: int | None = None
+    special: bool = False
 
     @property
     def lark(self) -> str:
-        return f"<[{self.token}]>" if self.token is not None else _lit(self.text)
+        """The marker in a Lark grammar."""
+        return f"<[{self.token}]>" if self.special else _lit(self.text)
 
 
 class TokenizerLike(Protocol):
@@ -99,35 +102,33 @@ class TokenizerLike(Protocol):
 
 def format_for(tokenizer: TokenizerLike | None, architecture: str = "", template_source: str | None = None,
                ) -> ToolCallFormat:
-    """The tool-call format of a model, by its vocabulary first (gemma4 when it has `<|tool_call>`, qwen for
-    `<tool_call>`, mistral for `[TOOL_CALLS]`, llama3 for `<|python_tag|>` or Llama 3's header pieces), then its
-    template (a Hermes-style template that writes `<tool_call>`) and architecture; else Gemma 3's prompt format."""
-    def has(text: str) -> bool:
-        return tokenizer is not None and _single_token(tokenizer, text) is not None
-
-    source = template_source or ""
-    if has("<|tool_call>") or architecture == "gemma4":
-        return Gemma4Format(tokenizer)
-    if has("<tool_call>") or "<tool_call>" in source or architecture.startswith("qwen"):
-        return JsonCallFormat("qwen", tokenizer)
-    if has("[TOOL_CALLS]"):
-        return JsonCallFormat("mistral", tokenizer)
-    if has("<|python_tag|>") or has("<|start_header_id|>"):
-        return JsonCallFormat("llama3", tokenizer)
-    return JsonCallFormat("gemma3", tokenizer)
+    """The tool-call format of a model: by the first of DETECT's pieces its vocabulary has as one token (gemma4 for
+    `<|tool_call>`, qwen for `<tool_call>`, mistral for `[TOOL_CALLS]`, llama3 for `<|python_tag|>` or Llama 3's
+    header pieces), then by its template (a Hermes-style one that writes `<tool_call>`) or architecture (gemma4,
+    qwen*); else Gemma 3's prompt format."""
+    for piece, name in DETECT:
+        if tokenizer is not None and _single_token(tokenizer, piece) is not None:
+            return FORMATS[name](tokenizer)
+    if architecture == "gemma4":
+        return FORMATS["gemma4"](tokenizer)
+    if "<tool_call>" in (template_source or "") or architecture.startswith("qwen"):
+        return FORMATS["qwen"](tokenizer)
+    return FORMATS["gemma3"](tokenizer)
 
 
 class ToolCallFormat(ABC):
     """How a model family writes tool calls: the grammar that constrains them, the parser that reads them."""
 
     name: str
-    stop_markers: tuple[Marker, ...] = ()  # pieces that begin the tool's answer: generation should stop on them
+    # pieces that begin the tool's answer, where the vocabulary has them: generation should stop on their ids
+    stop_markers: tuple[Marker, ...] = ()
 
     def grammar(self, tools: Sequence[Mapping[str, Any]], choice: str = "auto", parallel: bool = True) -> str:
-        """A Lark grammar (for models.text.grammar.lark) of a reply under `tool_choice`: "auto" (free text, a call
-        once opened must be valid), "required" (at least one call and nothing else) or a function's name (exactly
-        one call of it); at most one call unless `parallel`. Arguments match each function's `parameters`.
-        GrammarError for a choice or schema that cannot be enforced ("none" needs no grammar)."""
+        """A Lark grammar of a reply under `tool_choice`: "auto" (free text, a call once opened must be valid),
+        "required" (at least one call and nothing else) or a function's name (exactly one call of it); at most one
+        call unless `parallel`. Arguments match each function's `parameters`. Compile it for the model with
+        compile_grammar(vocabulary, lark(source)), which also refuses JSON-schema keywords llguidance cannot
+        enforce; GrammarError here for a choice or a schema that cannot be ("none" needs no grammar)."""
         functions = _functions(tools)
         if choice == "none":
             raise GrammarError('tool_choice "none" needs no grammar: offer no tools')
@@ -159,8 +160,9 @@ class ToolCallFormat(ABC):
         return self._separator.join(self.render_call(name, args) for name, args in calls)
 
     # what subclasses fill in
-    _separator = ""
+    _separator = ""  # between parallel calls
     _opener: Marker | None = None  # the piece that starts calls anywhere in a reply (None: only at its start)
+    _prefix_text = ""  # an optional piece before calls that only start a reply
 
     @abstractmethod
     def _call(self, rules: _Rules, function: Mapping[str, Any]) -> str:
@@ -184,8 +186,10 @@ def _single_token(tokenizer: TokenizerLike, text: str) -> int | None:
 
 
 def _marker(tokenizer: TokenizerLike | None, text: str) -> Marker:
-    token = None if tokenizer is None else _single_token(tokenizer, text)
-    return Marker(text, token if token is not None and tokenizer.is_control(token) else None)  # type: ignore[union-attr]
+    if tokenizer is None:
+        return Marker(text)
+    token = _single_token(tokenizer, text)
+    return Marker(text, token, token is not None and tokenizer.is_control(token))
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -267,7 +271,7 @@ def _delimited(rules: _Rules, open_: Marker, close: Marker, min_len: int = 0, ma
 
 def _delimited_rule(rules: _Rules, open_: Marker, close: Marker, min_len: int, max_len: int | None) -> str:
     span = "" if (min_len, max_len) == (0, None) else f"{{{min_len},{'' if max_len is None else max_len}}}"
-    if open_.token is None and close.token is None:  # one terminal, so the lexer sees where the text ends
+    if not open_.special and not close.special:  # one terminal, so the lexer sees where the text ends
         inner = f"(/(?s:.{span or '*'})/ & ~/(?s:.*){_rx(close.text)}(?s:.*)/)"
         return rules.add(rules.fresh("TEXT"), f"{_lit(open_.text)} {inner} {_lit(close.text)}")
     # a special token cannot be in the text: the text is one terminal between two token references
@@ -282,7 +286,7 @@ def _delimited_rule(rules: _Rules, open_: Marker, close: Marker, min_len: int, m
 def _auto_start(rules: _Rules, opener: Marker, rest: str) -> None:
     """"auto" for a format whose calls begin with an opener anywhere: text without the opener, or text up to the
     opener and then calls (llguidance's lazy pattern: the head ends at the first opener)."""
-    if opener.token is not None:
+    if opener.special:
         rules.add("FREE", "/(?s:.*)/")
         rules.add("start", f"FREE ({opener.lark} {rest})?")
         return
@@ -325,6 +329,7 @@ class JsonCallFormat(ToolCallFormat):
         self._close = _marker(tokenizer, "</tool_call>") if name == "qwen" else None
         self._prefix = _marker(tokenizer, self.spec.prefix) if self.spec.prefix else None
         self._separator = "" if self.spec.listed else self.spec.separator
+        self._prefix_text = self.spec.prefix or ""
 
     def render_call(self, name: str, arguments: str | Mapping[str, Any]) -> str:
         return self.render_calls([(name, arguments)])
@@ -375,7 +380,7 @@ class JsonCallFormat(ToolCallFormat):
             return rules
         # calls only start a reply: text may not begin with "{" (nor with a textual prefix piece)
         text = r"/\s*([^\s{](?s:.*))?/"
-        if self._prefix is not None and self._prefix.token is None:
+        if self._prefix is not None and not self._prefix.special:
             text = f"({text} & ~/\\s*{_rx(self._prefix.text)}(?s:.*)/)"
         rules.add("TEXT", text)
         rules.add("start", f"TEXT | {calls}")
@@ -401,8 +406,8 @@ class Gemma4Format(ToolCallFormat):
         self._close = _marker(tokenizer, "<tool_call|>")
         self._quote = _marker(tokenizer, QUOTE)
         self._thought = (_marker(tokenizer, "<|channel>"), _marker(tokenizer, "<channel|>"))
-        response = None if tokenizer is None else _single_token(tokenizer, "<|tool_response>")
-        self.stop_markers = () if response is None else (_marker(tokenizer, "<|tool_response>"),)
+        response = _marker(tokenizer, "<|tool_response>")
+        self.stop_markers = (response,) if response.token is not None else ()
 
     def render_call(self, name: str, arguments: str | Mapping[str, Any]) -> str:
         args = json.loads(arguments) if isinstance(arguments, str) else arguments
@@ -455,6 +460,13 @@ _KNOWN = _ANNOTATIONS | _NUMERIC | {"type", "properties", "required", "additiona
 _MAX_DEPTH = 48
 
 
+def _count(schema: Mapping[str, Any], key: str) -> int | None:
+    value = schema.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise GrammarError(f"{key} must be a non-negative integer, not {value!r}")
+    return value
+
+
 class _GemmaSchema:
     """A JSON schema translated into Lark rules for values in Gemma 4's syntax."""
 
@@ -500,7 +512,10 @@ class _GemmaSchema:
                 "array" if "items" in schema else None)
             if kinds is None:
                 return self._any()
-        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
+            raise GrammarError(f"type must be a type name or a non-empty list of them, not {kinds!r}")
+        kinds = list(kinds)
         if schema.get("nullable") is True and "null" not in kinds:
             kinds.append("null")
         options = [self._typed(kind, schema, depth) for kind in kinds]
@@ -508,8 +523,8 @@ class _GemmaSchema:
 
     def _typed(self, kind: str, schema: Mapping[str, Any], depth: int) -> str:
         if kind == "string":
-            return _delimited(self.rules, self.quote, self.quote, int(schema.get("minLength", 0)),
-                              None if schema.get("maxLength") is None else int(schema["maxLength"]))
+            return _delimited(self.rules, self.quote, self.quote, _count(schema, "minLength") or 0,
+                              _count(schema, "maxLength"))
         if kind in ("integer", "number"):
             bounds = {k: schema[k] for k in _NUMERIC if k in schema}
             if bounds:  # Gemma writes numbers as JSON does: llguidance's JSON number grammar enforces the bounds
@@ -530,6 +545,8 @@ class _GemmaSchema:
         if not isinstance(props, Mapping):
             raise GrammarError("properties must be an object")
         required = schema.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
+            raise GrammarError("required must be a list of property names")
         extra = schema.get("additionalProperties", True)
         keys = list(props)
         for name in required:
@@ -556,8 +573,7 @@ class _GemmaSchema:
 
     def _array(self, schema: Mapping[str, Any], depth: int) -> str:
         item = self.value(schema.get("items", True), depth + 1)
-        low, high = int(schema.get("minItems", 0)), schema.get("maxItems")
-        high = None if high is None else int(high)
+        low, high = _count(schema, "minItems") or 0, _count(schema, "maxItems")
         if high is not None and high < low:
             raise GrammarError(f"maxItems {high} is below minItems {low}")
         if high == 0:
@@ -570,13 +586,13 @@ class _GemmaSchema:
     def _key(self, key: str) -> str:
         if _BARE_KEY.fullmatch(key):
             return _lit(key + ":")
-        if self.quote.token is None:
+        if not self.quote.special:
             return _lit(f"{QUOTE}{key}{QUOTE}:")
         return f"{self.quote.lark} {_lit(key)} {self.quote.lark} \":\""
 
     def _const(self, value: Any) -> str:
         if isinstance(value, str):
-            if self.quote.token is None:
+            if not self.quote.special:
                 return _lit(f"{QUOTE}{value}{QUOTE}")
             return f"{self.quote.lark} {_lit(value)} {self.quote.lark}" if value else f"{self.quote.lark} " * 2
         if isinstance(value, Mapping):
@@ -620,6 +636,21 @@ class _GemmaSchema:
             self.rules.add("anyval", f'{text} | {num} | "true" | "false" | "null" | "{{" (anykv ("," anykv)*)? "}}"'
                                      f' | "[" (anyval ("," anyval)*)? "]"')
         return "anyval"
+
+
+# -- the table: formats by name, and the pieces that tell them apart (other families add theirs here) -----------------
+
+FORMATS: dict[str, Callable[[TokenizerLike | None], ToolCallFormat]] = {
+    "gemma4": Gemma4Format,
+    "gemma3": partial(JsonCallFormat, "gemma3"),
+    "qwen": partial(JsonCallFormat, "qwen"),
+    "llama3": partial(JsonCallFormat, "llama3"),
+    "mistral": partial(JsonCallFormat, "mistral"),
+}
+DETECT: list[tuple[str, str]] = [  # (a piece the vocabulary has as one token, the format), first match wins
+    ("<|tool_call>", "gemma4"), ("<tool_call>", "qwen"), ("[TOOL_CALLS]", "mistral"), ("<|python_tag|>", "llama3"),
+    ("<|start_header_id|>", "llama3"),
+]
 
 
 # -- streaming parser ------------------------------------------------------------------------------------------------
@@ -712,17 +743,15 @@ class ToolCallStream:
         if self._fmt._opener is not None:  # after calls in a marker format: back to content, minus whitespace
             self._buffer, self._mode = stripped, "content"
             return
-        spec = self._fmt.spec  # type: ignore[attr-defined]
-        text = stripped
-        if self._mode == "after" and spec.separator.strip():
-            sep = spec.separator.strip()
+        text, sep, prefix = stripped, self._fmt._separator.strip(), self._fmt._prefix_text
+        if self._mode == "after" and sep:
             if text.startswith(sep):
                 text = text[len(sep):].lstrip()
             elif sep.startswith(text) and not final:
                 return
-        if spec.prefix and text.startswith(spec.prefix):
-            text = text[len(spec.prefix):].lstrip()
-        decided = _call_start(text, spec.prefix or "")
+        if prefix and text.startswith(prefix):
+            text = text[len(prefix):].lstrip()
+        decided = _call_start(text, prefix)
         if decided is None and not final:
             return
         if decided:
@@ -962,6 +991,11 @@ def _json_string_end(text: str, i: int) -> int:
     return -1
 
 
+def _json_text(text: str) -> str:
+    """Text as the inside of a JSON string; DEL escaped too, as strict JSON grammars (llguidance's) want."""
+    return json.dumps(text, ensure_ascii=False)[1:-1].replace("\x7f", "\\u007f")
+
+
 _JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _BARE_WORDS = {"true": "true", "false": "false", "null": "null", "True": "true", "False": "false", "None": "null"}
 
@@ -1035,7 +1069,7 @@ class _GemmaCallReader(_Reader):
             if self.in_string:
                 end = text.find(QUOTE, i)
                 stop = end if end >= 0 else len(text) - (0 if final else _prefix_hold(text[i:], QUOTE))
-                out.append(json.dumps(text[i:stop], ensure_ascii=False)[1:-1])
+                out.append(_json_text(text[i:stop]))
                 if end < 0:
                     return stop
                 out.append('"')
