@@ -26,9 +26,11 @@ array items with min/maxItems, anyOf, $ref/$defs); anything else is a GrammarErr
 come in the schema's order, as llguidance's JSON does.
 
 Decoding: the parser reads text in which the format's markers are visible. Gemma 4's loader makes `<|tool_call>`,
-`<tool_call|>` and `<|"|>` user-defined pieces, which the default decoder prints; pieces that a file marks as
-control (Mistral's `[TOOL_CALLS]`, Llama 3's `<|python_tag|>`) need a decoder with skip_special=False.
-Give the parser the answer only: thinking channels are split off before it (server.text_stream.ReasoningSplitter).
+`<tool_call|>` and `<|"|>` (and the channel markers) user-defined pieces in every file, which the default decoder
+(skip_special=True) prints. `<|tool_response>` ends generation in llama.cpp but not among Hearth's end ids: stop
+on stop_markers' ids. A format whose opener is a control piece (`Marker.special`: Mistral's `[TOOL_CALLS]`) needs
+a decoder with skip_special=False. Give the parser the answer only: thinking channels are split off before it
+(server.text_stream.ReasoningSplitter).
 """
 
 from __future__ import annotations

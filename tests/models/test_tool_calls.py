@@ -453,3 +453,52 @@ def test_gemma4_builtin_template_renders_an_agent_loop() -> None:
     # no tools: the turn format as before
     plain = template.render([{"role": "user", "content": "Hi"}])
     assert plain == "<bos><|turn>user\nHi<turn|>\n<|turn>model\n"
+
+
+def test_templates_get_tool_call_arguments_as_objects() -> None:
+    """As transformers' users pass them (a GGUF template writes them with tojson or in its own syntax); arguments
+    that are not a JSON object stay text."""
+    source = ("{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments | tojson }};{% endfor %}"
+              "{% endfor %}")
+    calls = [{"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}},
+             {"id": "b", "type": "function", "function": {"name": "g", "arguments": "not json"}}]
+    text = ChatTemplate(source).render([{"role": "assistant", "content": None, "tool_calls": calls}])
+    assert text == '{"x": 1};"not json";'
+
+
+# -- on the shipped model ------------------------------------------------------------------------------------------
+
+@pytest.mark.heavy  # loads the 270M model on the GPU (lavapipe: about a minute)
+def test_required_call_from_the_shipped_base_model() -> None:
+    """tool_choice "required" on Gemma 3 270M (a base model that knows no tools), through the built-in prompt and
+    the engine's constrained decoding: the reply is one call with arguments that match, and it ends by itself."""
+    from models.text.batch import BatchGenerator, EndEvent, TokenEvent
+    from models.text.engine import load_text_model
+    from models.text.sampler import SamplingParams
+
+    model = load_text_model("gemma-3-270m", max_batch=2)
+    tokenizer = model.tokenizer
+    fan = {"type": "function", "function": {"name": "set_fan", "description": "Set the fan", "parameters": {
+        "type": "object", "properties": {"speed": {"type": "string", "enum": ["low", "high"]},
+                                         "minutes": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "required": ["speed", "minutes"], "additionalProperties": False}}}
+    prompt = ChatTemplate(None).render([{"role": "user", "content": "Run the fan on high for 5 minutes."}],
+                                       tools=[fan])
+    fmt = format_for(tokenizer, "gemma3", None)
+    vocabulary = grammar_vocabulary(tokenizer)
+    grammar = compile_grammar(vocabulary, lark(fmt.grammar([fan], "required", parallel=False)))
+    generator = BatchGenerator(model)
+    generator.add("fan", tokenizer.encode(prompt, add_bos=False), SamplingParams(temperature=0.0), 40,
+                  constraint=TokenConstraint(vocabulary, grammar))
+    tokens, reasons = [], []
+    while generator.busy:
+        for event in generator.step():
+            if isinstance(event, TokenEvent):
+                tokens.append(event.token.id)
+            elif isinstance(event, EndEvent):
+                reasons.append(event.reason)
+    assert reasons == ["stop"], tokenizer.decode(tokens)
+    content, calls = fmt.parse(tokenizer.decode(tokens))
+    assert content is None and [c.name for c in calls] == ["set_fan"]
+    args = json.loads(calls[0].arguments)
+    assert args["speed"] in ("low", "high") and 1 <= args["minutes"] <= 9
