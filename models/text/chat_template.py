@@ -19,45 +19,134 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 log = logging.getLogger("hearth.models")
 
-# Gemma's turn format. Gemma has no system role: system and developer text is put at the start of the next
-# user turn (as Gemma 3's own template does); "assistant" is "model"; tool results come back as user turns.
+# Gemma 3's function-calling prompt (Google's documented JSON variant, with a line for parallel calls): the built-in
+# format puts it, with the functions as JSON, at the start of the first user turn; models.text.tool_calls "gemma3"
+# constrains and parses the reply.
+GEMMA3_TOOL_PREAMBLE = (
+    "You have access to functions. If you decide to invoke any of the function(s), you MUST put it in the format "
+    "of\n"
+    '{"name": function name, "parameters": dictionary of argument name and its value}\n'
+    "To call several functions, write one such object per line.\n\n"
+    "You SHOULD NOT include any other text in the response if you call a function\n"
+)
+
+# Gemma's turn format. Gemma has no system role: system and developer text (and the tools, in Gemma 3's
+# function-calling prompt) is put at the start of the next user turn (as Gemma 3's own template does); "assistant"
+# is "model", its tool calls are the JSON objects of that prompt, one per line; tool results come back in a user
+# turn, each in a ```tool_output block (one turn for consecutive results).
 GEMMA_TEMPLATE = (
     "{{- bos_token -}}"
-    "{%- set ns = namespace(prefix='') -%}"
+    "{%- set ns = namespace(prefix='', tools='') -%}"
+    "{%- if tools -%}"
+    "{%- set ns.tools = " + repr(GEMMA3_TOOL_PREAMBLE)
+    + " + (tools | map(attribute='function') | list | tojson(indent=2)) + '\\n\\n' -%}"
+    "{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] in ['system', 'developer'] -%}"
     "{%- set ns.prefix = ns.prefix + (message['content'] or '') | trim + '\\n\\n' -%}"
+    "{%- elif message['role'] == 'tool' -%}"
+    "{%- if not (loop.previtem and loop.previtem['role'] == 'tool') -%}{{- '<start_of_turn>user\\n' -}}{%- endif -%}"
+    "{{- '```tool_output\\n' + (message['content'] or '') | trim + '\\n```' -}}"
+    "{{- '\\n' if loop.nextitem and loop.nextitem['role'] == 'tool' else '<end_of_turn>\\n' -}}"
     "{%- else -%}"
     "{%- set role = 'model' if message['role'] == 'assistant' else 'user' -%}"
     "{{- '<start_of_turn>' + role + '\\n' -}}"
-    "{%- if role == 'user' -%}{{- ns.prefix -}}{%- set ns.prefix = '' -%}{%- endif -%}"
-    "{{- (message['content'] or '') | trim + '<end_of_turn>\\n' -}}"
+    "{%- if role == 'user' -%}{{- ns.prefix + ns.tools -}}{%- set ns.prefix = '' -%}{%- set ns.tools = '' -%}"
+    "{%- endif -%}"
+    "{{- (message['content'] or '') | trim -}}"
+    "{%- for call in message['tool_calls'] or [] -%}"
+    "{{- '\\n' if message['content'] or not loop.first -}}"
+    "{%- set args = call['function']['arguments'] -%}"
+    "{{- '{\"name\": ' + call['function']['name'] | tojson + ', \"parameters\": ' -}}"
+    "{{- (args if args is string else args | tojson) + '}' -}}"
+    "{%- endfor -%}"
+    "{{- '<end_of_turn>\\n' -}}"
     "{%- endif -%}"
     "{%- endfor -%}"
-    "{%- if ns.prefix -%}{{- '<start_of_turn>user\\n' + ns.prefix | trim + '<end_of_turn>\\n' -}}{%- endif -%}"
+    "{%- if ns.prefix or ns.tools -%}"
+    "{{- '<start_of_turn>user\\n' + (ns.prefix + ns.tools) | trim + '<end_of_turn>\\n' -}}"
+    "{%- endif -%}"
     "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"
 )
 
-# Gemma 4's turn format (the structure of its published template without tool declarations): one system turn
-# first (with <|think|> when thinking is asked for), turns as <|turn>role ... <turn|>, "assistant" is "model",
-# tool results come back as user turns. Models whose file has no template (Ollama's Gemma 4 blobs) get it.
-GEMMA4_TEMPLATE = (
+# A value in Gemma 4's syntax (keys bare, strings between <|"|>); for a schema (declarations) keys are sorted and
+# types upper-case, as Google's template writes them; arguments keep their order.
+_GEMMA4_VALUE = (
+    "{%- macro gemma_value(v, schema=false) -%}"
+    "{%- if v is string -%}{{- '<|\"|>' + v + '<|\"|>' -}}"
+    "{%- elif v is boolean -%}{{- 'true' if v else 'false' -}}"
+    "{%- elif v is none -%}{{- 'null' -}}"
+    "{%- elif v is mapping -%}{{- '{' -}}"
+    "{%- for key, item in (v | dictsort if schema else v.items()) -%}"
+    "{{- (',' if not loop.first else '') + key + ':' -}}"
+    "{%- if schema and key == 'type' -%}"
+    "{{- gemma_value(item | upper if item is string else item | map('upper') | list) -}}"
+    "{%- else -%}{{- gemma_value(item, schema) -}}{%- endif -%}"
+    "{%- endfor -%}{{- '}' -}}"
+    "{%- elif v is iterable -%}{{- '[' -}}"
+    "{%- for item in v -%}{{- (',' if not loop.first else '') + gemma_value(item, schema) -}}{%- endfor -%}"
+    "{{- ']' -}}"
+    "{%- else -%}{{- v -}}{%- endif -%}"
+    "{%- endmacro -%}"
+)
+
+# Gemma 4's turn format (the structure of its published template): one system turn first (with <|think|> when
+# thinking is asked for, then the tool declarations <|tool>declaration:NAME{...}<tool|>), turns as <|turn>role ...
+# <turn|>, "assistant" is "model". A model turn's calls are <|tool_call>call:NAME{...}<tool_call|>; the results go
+# in the same turn as <|tool_response>response:NAME{value:<|"|>...<|"|>}<tool_response|>, and the model goes on in
+# that turn (no new one opens after a result). Models whose file has no template (Ollama's Gemma 4 blobs) get it.
+GEMMA4_TEMPLATE = _GEMMA4_VALUE + (
     "{{- bos_token -}}"
     "{%- set loop_messages = messages -%}"
     "{%- set has_system = messages and messages[0]['role'] in ['system', 'developer'] -%}"
-    "{%- if enable_thinking or has_system -%}"
+    "{%- if enable_thinking or has_system or tools -%}"
     "{{- '<|turn>system\n' -}}"
     "{%- if enable_thinking -%}{{- '<|think|>\n' -}}{%- endif -%}"
     "{%- if has_system -%}{{- (messages[0]['content'] or '') | trim -}}"
     "{%- set loop_messages = messages[1:] -%}{%- endif -%}"
+    "{%- for tool in tools or [] -%}"
+    "{%- set fn = tool['function'] -%}"
+    "{{- '<|tool>declaration:' + fn['name'] + '{' -}}"
+    "{%- if fn['description'] -%}{{- 'description:' + gemma_value(fn['description']) -}}{%- endif -%}"
+    "{%- if fn['parameters'] -%}"
+    "{{- (',' if fn['description'] else '') + 'parameters:' + gemma_value(fn['parameters'], true) -}}"
+    "{%- endif -%}"
+    "{{- '}<tool|>' -}}"
+    "{%- endfor -%}"
     "{{- '<turn|>\n' -}}"
     "{%- endif -%}"
     "{%- for message in loop_messages -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else "
-    "('user' if message['role'] == 'tool' else message['role']) -%}"
-    "{{- '<|turn>' + role + '\n' + (message['content'] or '') | trim + '<turn|>\n' -}}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{%- set prev = loop.previtem -%}"
+    "{%- set in_model_turn = prev and (prev['role'] == 'tool' or (prev['role'] == 'assistant' and prev['tool_calls']"
+    " and role == 'tool')) -%}"
+    "{%- set next = loop.nextitem['role'] if loop.nextitem else '' -%}"
+    "{%- if role == 'tool' -%}"
+    "{%- set found = namespace(name=message['name'] or 'unknown') -%}"
+    "{%- for earlier in loop_messages if earlier['role'] == 'assistant' -%}"
+    "{%- for call in earlier['tool_calls'] or [] -%}"
+    "{%- if call['id'] and call['id'] == message['tool_call_id'] -%}{%- set found.name = call['function']['name'] -%}"
+    "{%- endif -%}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|turn>model\n' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if not in_model_turn -%}{{- '<|turn>model\n' -}}{%- endif -%}"
+    "{{- '<|tool_response>response:' + found.name + '{value:' + gemma_value(message['content'] or '') -}}"
+    "{{- '}<tool_response|>' -}}"
+    "{%- if next not in ['tool', 'assistant', ''] -%}{{- '<turn|>\n' -}}{%- endif -%}"
+    "{%- else -%}"
+    "{%- if not (role == 'model' and in_model_turn) -%}{{- '<|turn>' + role + '\n' -}}{%- endif -%}"
+    "{{- (message['content'] or '') | trim -}}"
+    "{%- for call in message['tool_calls'] or [] -%}"
+    "{%- set args = call['function']['arguments'] -%}"
+    "{{- '<|tool_call>call:' + call['function']['name'] -}}"
+    "{{- ('{' + args + '}' if args is string else gemma_value(args)) + '<tool_call|>' -}}"
+    "{%- endfor -%}"
+    "{%- if not (message['tool_calls'] and next == 'tool') -%}{{- '<turn|>\n' -}}{%- endif -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt and not (loop_messages and loop_messages[-1]['role'] == 'tool') -%}"
+    "{{- '<|turn>model\n' -}}"
+    "{%- endif -%}"
 )
 
 
@@ -113,10 +202,12 @@ class ChatTemplate:
         tools: Sequence[Mapping[str, Any]] | None = None,
         **extra: Any,
     ) -> str:
-        """The prompt text for these messages (each with `role` and string `content`)."""
+        """The prompt text for these messages (each with `role` and string `content`; assistant messages may
+        have OpenAI `tool_calls`, whose JSON `arguments` templates get as objects, as transformers' users pass
+        them; `tool` messages a `tool_call_id`)."""
         try:
             return self._template.render(
-                messages=[dict(m) for m in messages],
+                messages=[_for_template(m) for m in messages],
                 tools=list(tools) if tools else None,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
@@ -127,6 +218,31 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template rejected the messages: {error}") from error
         except (TypeError, KeyError, AttributeError, ValueError) as error:
             raise ChatTemplateError(f"the chat template could not render the messages: {error}") from error
+
+
+def _for_template(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message for a template: tool calls' arguments as objects where they are JSON objects (templates write
+    them with tojson or in their own syntax; a JSON text would come out quoted)."""
+    message = dict(message)
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    converted = []
+    for call in calls:
+        call = dict(call)
+        function = dict(call.get("function") or {})
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                parsed = json.loads(arguments)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                function["arguments"] = parsed
+        call["function"] = function
+        converted.append(call)
+    message["tool_calls"] = converted
+    return message
 
 
 def render_chat(

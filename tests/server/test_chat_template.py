@@ -19,7 +19,7 @@ def test_builtin_gemma_format() -> None:
     assert render_chat(messages, None) == (
         "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
         "<start_of_turn>model\nHello!<end_of_turn>\n"
-        "<start_of_turn>user\n42<end_of_turn>\n"  # the system prefix went to the first user turn only
+        "<start_of_turn>user\n```tool_output\n42\n```<end_of_turn>\n"  # the system prefix went to the first user turn
         "<start_of_turn>user\nUse digits.\n\nSum?<end_of_turn>\n"
         "<start_of_turn>model\n"
     )
