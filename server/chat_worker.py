@@ -189,12 +189,13 @@ class ChatWorker(WorkerBase[ChatModel]):
             key = (id(job), spec.index)
             stream: TextStream[TokenInfo] = TextStream(self.model.tokenizer.stream_decoder(), job.stop)
             runs[key] = _ChoiceRun(job, spec, stream)
+            extra: dict[str, object] = {}  # only what is asked for, so that simpler generators (tests') still serve
+            if spec.constraint is not None:
+                extra["constraint"] = spec.constraint
+            if job.stop_ids:
+                extra["stop_ids"] = self.model.tokenizer.eos_ids | job.stop_ids
             try:
-                if spec.constraint is None:
-                    generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs)
-                else:
-                    generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs,
-                                  constraint=spec.constraint)
+                generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs, **extra)
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
 

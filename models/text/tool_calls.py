@@ -97,7 +97,7 @@ class TokenizerLike(Protocol):
 
     def id_to_piece(self, token_id: int) -> str: ...
 
-    def is_control(self, token_id: int) -> bool: ...
+    def is_special(self, token_id: int) -> bool: ...
 
 
 # -- the format table ----------------------------------------------------------------------------------------------
@@ -191,7 +191,9 @@ def _marker(tokenizer: TokenizerLike | None, text: str) -> Marker:
     if tokenizer is None:
         return Marker(text)
     token = _single_token(tokenizer, text)
-    return Marker(text, token, token is not None and tokenizer.is_control(token))
+    # a marker piece (control, or user-defined and written <...>) is a special token to llguidance
+    # (models/text/grammar.py): the grammar names it by id, and no text can spell it
+    return Marker(text, token, token is not None and tokenizer.is_special(token))
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")

@@ -84,7 +84,9 @@ class ChatService:
         n = request.n or 1
         job = gen.make_job(request, [prompt_ids], [max_tokens], n, request.alternatives(), constraint)
         if tool_format is not None:  # pieces that begin the tool's answer end the reply (they are not sent)
-            job.stop = (*job.stop, *(marker.text for marker in tool_format.stop_markers))
+            markers = tool_format.stop_markers
+            job.stop_ids = frozenset(m.token for m in markers if m.token is not None)
+            job.stop = (*job.stop, *(m.text for m in markers if m.token is None))
         if request.user:
             log.info("chat request for %s from user %r", entry.id, request.user)
         handle = gen.submit(worker, job, self.settings)

@@ -134,16 +134,18 @@ def test_format_for_picks_by_vocabulary_then_template() -> None:
     assert format_for(plain, "", "{% if tools %}<tool_call>{% endif %}").name == "qwen"
 
 
-def test_markers_are_tokens_only_where_the_vocabulary_has_control_pieces() -> None:
-    text_markers = Gemma4Format(gemma4_tokenizer())
-    assert not text_markers._opener.special and text_markers.stop_markers[0].text == "<|tool_response>"
+def test_marker_pieces_are_tokens() -> None:
+    """A marker the vocabulary holds as one piece, control or user-defined `<...>` (Tokenizer.is_special), is a
+    token to the grammar; without such a piece it is text."""
+    for control in (False, True):
+        tokens = gemma4_tokenizer(control=control)
+        fmt = Gemma4Format(tokens)
+        assert fmt._opener.special and fmt._opener.token == tokens.encode("<|tool_call>", add_bos=False)[0]
+        assert fmt.stop_markers[0].token == tokens.encode("<|tool_response>", add_bos=False)[0]
     assert Gemma4Format(byte_tokenizer({})).stop_markers == ()
-    tokens = gemma4_tokenizer(control=True)
-    control = Gemma4Format(tokens)
-    assert control._opener.special and control._opener.token == tokens.encode("<|tool_call>", add_bos=False)[0]
-    assert control.stop_markers[0].token == tokens.encode("<|tool_response>", add_bos=False)[0]
+    assert not Gemma4Format(byte_tokenizer({}))._opener.special
     assert JsonCallFormat("mistral", byte_tokenizer(FAMILY_PIECES["mistral"]))._opener.special
-    assert not JsonCallFormat("qwen", byte_tokenizer(FAMILY_PIECES["qwen"]))._opener.special
+    assert JsonCallFormat("qwen", byte_tokenizer(FAMILY_PIECES["qwen"]))._opener.special
 
 
 # -- Gemma 4 grammars --------------------------------------------------------------------------------------------------
