@@ -1,0 +1,91 @@
+"""Tool calls: how each model family writes them, the grammar that keeps them valid, and the parser that reads
+them back as OpenAI tool calls, whole or streamed.
+
+    fmt = format_for(tokenizer, "gemma4", template_source)
+    grammar = fmt.grammar(tools, "required", parallel=True)   # Lark for models.text.grammar.lark
+    content, calls = fmt.parse(text)                          # calls: [ParsedCall(name, arguments JSON)]
+    stream = fmt.stream(); stream.push(piece) -> [Delta]; stream.flush() -> [Delta]
+
+The formats (FORMATS, told apart by DETECT):
+- gemma4: Gemma 4's own tokens, `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3,xs:[1,2]}<tool_call|>`, arguments
+  in Gemma's syntax (bare keys, strings between `<|"|>` quote pieces, no escapes); parallel calls follow each
+  other. After its calls the model writes `<|tool_response>` (where the tool's answer goes): the grammar allows
+  it as the last piece and the server should stop there (stop_markers).
+- gemma3: Google's documented prompt format for Gemma 3 (no tool tokens): the reply is
+  `{"name": NAME, "parameters": {...}}`, parallel calls one object per line, and only at the start of a reply.
+- qwen (Hermes style): `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>`, parallel blocks one per line.
+- llama3: `{"name": NAME, "parameters": {...}}`, optionally after `<|python_tag|>`; parallel calls joined by "; ".
+- mistral: `[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]`.
+
+Grammars: "required" is one or more calls and nothing else, a function's name is exactly one call of it, "auto"
+is free text in which the call opener (its token or text) starts a call that must then be valid: llguidance's
+lazy pattern, the free text being unable to hold the opener. JSON arguments are llguidance's `%json` of the
+function's `parameters`; Gemma 4's are translated here from the JSON-schema subset (object, properties, required,
+additionalProperties, string with min/maxLength, number and integer with bounds, boolean, null, enum, const,
+array items with min/maxItems, anyOf, $ref/$defs); anything else is a GrammarError naming it. Object properties
+come in the schema's order, as llguidance's JSON does.
+
+Decoding: the parser reads text in which the format's markers are visible. Gemma 4's loader makes `<|tool_call>`,
+`<tool_call|>` and `<|"|>` (and the channel markers) user-defined pieces in every file, which the default decoder
+(skip_special=True) prints. `<|tool_response>` ends generation in llama.cpp but not among Hearth's end ids: stop
+on stop_markers' ids. A format whose opener is a control piece (`Marker.special`: Mistral's `[TOOL_CALLS]`) needs
+a decoder with skip_special=False. Give the parser the answer only: thinking channels are split off before it
+(server.text_stream.ReasoningSplitter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from models.text.tool_calls.base import (
+    ContentDelta,
+    Delta,
+    Marker,
+    ParsedCall,
+    TokenizerLike,
+    ToolCallDelta,
+    ToolCallFormat,
+    ToolCallStream,
+    _single_token,
+)
+from models.text.tool_calls.gemma4 import QUOTE, Gemma4Format, render_gemma_value
+from models.text.tool_calls.json_calls import JsonCallFormat
+
+__all__ = [
+    "DETECT", "FORMATS", "QUOTE", "ContentDelta", "Delta", "Gemma4Format", "JsonCallFormat", "Marker",
+    "ParsedCall", "TokenizerLike", "ToolCallDelta", "ToolCallFormat", "ToolCallStream", "format_for",
+    "render_gemma_value",
+]
+
+# -- the format table ----------------------------------------------------------------------------------------------
+
+def format_for(tokenizer: TokenizerLike | None, architecture: str = "", template_source: str | None = None,
+               ) -> ToolCallFormat:
+    """The tool-call format of a model: by the first of DETECT's pieces its vocabulary has as one token (gemma4 for
+    `<|tool_call>`, qwen for `<tool_call>`, mistral for `[TOOL_CALLS]`, llama3 for `<|python_tag|>` or Llama 3's
+    header pieces), then by its template (a Hermes-style one that writes `<tool_call>`) or architecture (gemma4,
+    qwen*); else Gemma 3's prompt format."""
+    for piece, name in DETECT:
+        if tokenizer is not None and _single_token(tokenizer, piece) is not None:
+            return FORMATS[name](tokenizer)
+    if architecture == "gemma4":
+        return FORMATS["gemma4"](tokenizer)
+    if "<tool_call>" in (template_source or "") or architecture.startswith("qwen"):
+        return FORMATS["qwen"](tokenizer)
+    return FORMATS["gemma3"](tokenizer)
+
+
+# -- the table: formats by name, and the pieces that tell them apart (other families add theirs here) -----------------
+
+FORMATS: dict[str, Callable[[TokenizerLike | None], ToolCallFormat]] = {
+    "gemma4": Gemma4Format,
+    "gemma3": partial(JsonCallFormat, "gemma3"),
+    "qwen": partial(JsonCallFormat, "qwen"),
+    "llama3": partial(JsonCallFormat, "llama3"),
+    "mistral": partial(JsonCallFormat, "mistral"),
+}
+DETECT: list[tuple[str, str]] = [  # (a piece the vocabulary has as one token, the format), first match wins
+    ("<|tool_call>", "gemma4"), ("<tool_call>", "qwen"), ("[TOOL_CALLS]", "mistral"), ("<|python_tag|>", "llama3"),
+    ("<|start_header_id|>", "llama3"),
+]
