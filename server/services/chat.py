@@ -199,7 +199,7 @@ def _finish_reason(reason: str, called: bool) -> str:
 
 
 def _tool_format(worker: ChatHandler) -> ToolCallFormat:
-    """How the worker's model writes tool calls (models/text/tool_calls.py)."""
+    """How the worker's model writes tool calls (models/text/tool_calls/)."""
     model = worker.model
     template = worker.chat_template
     source = template.source if template is not None and not template.builtin else None

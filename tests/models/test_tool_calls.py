@@ -1,4 +1,4 @@
-"""Tool-call formats (models/text/tool_calls.py): grammars checked token by token with llguidance against real
+"""Tool-call formats (models/text/tool_calls/): grammars checked token by token with llguidance against real
 vocabularies (the shipped Gemma 3 one, Gemma 4's fixture pieces, small byte-level vocabularies with Qwen's, Llama
 3's and Mistral's pieces), parsing whole and streamed at every split, and tools through the built-in templates."""
 

@@ -2,7 +2,7 @@
 parallel_tool_calls, the tool's result sent back for a reply (an agent loop), streamed and not.
 
 The shipped Gemma 3 270M is a base model with no tool tokens: its format is Google's documented prompt format for
-Gemma 3 (models/text/tool_calls.py), and only constrained decoding makes its calls valid, which is what these
+Gemma 3 (models/text/tool_calls/), and only constrained decoding makes its calls valid, which is what these
 tests check: names among the tools, arguments that parse and match the function's parameters.
 """
 
