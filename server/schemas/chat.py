@@ -155,10 +155,11 @@ class ChatCompletionRequest(SamplingRequest):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = 1.0
-    tool_choice: ToolChoice | None = Field(None, description="auto (the default with tools), none, required or a "
-                                           "named function: enforced by constrained decoding")
+    # tools before tool_choice (OpenAI lists them the other way round): tool_choice's check reads the tools
     tools: list[Tool] | None = Field(None, max_length=128, description="functions the model may call; their "
                                      "parameters schemas are enforced on the calls")
+    tool_choice: ToolChoice | None = Field(None, description="auto (the default with tools), none, required or a "
+                                           "named function: enforced by constrained decoding")
     top_logprobs: TopLogprobs | None = None
     top_p: TopP | None = 1.0
     user: str | None = None
