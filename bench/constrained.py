@@ -220,15 +220,15 @@ def measure(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], 
 
 def table(results: list[Result]) -> str:
     """One line per stream count: median (min-max) of each measurement and constrained/free (ratio of medians)."""
-    head = (f"{'streams':>7}{'free tok/s':>24}{'constrained tok/s':>24}{'constr/free':>12}"
-            f"{'mask us/token':>22}{'mask share':>20}")
-    lines = [head]
+    head = ["streams", "free tok/s", "constrained tok/s", "constrained/free", "mask us/token", "mask share %"]
+    rows = [head]
     for r in results:
         s = r.series()
-        lines.append(f"{r.streams:>7}{cell(s['free_tok_s']):>24}{cell(s['constrained_tok_s']):>24}"
-                     f"{ratio(s['constrained_tok_s'], s['free_tok_s']):>12.2f}{cell(s['mask_us_per_token']):>22}"
-                     f"{cell(s['mask_share'], 1, 100.0) + ' %':>20}")
-    return "\n".join(lines)
+        rows.append([str(r.streams), cell(s["free_tok_s"]), cell(s["constrained_tok_s"]),
+                     f"{ratio(s['constrained_tok_s'], s['free_tok_s']):.2f}", cell(s["mask_us_per_token"]),
+                     cell(s["mask_share"], 1, 100.0)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(value.rjust(width) for value, width in zip(row, widths, strict=True)) for row in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
