@@ -62,6 +62,7 @@ import numpy as np
 
 from gpu.kv_cache import PoolExhausted
 from models.text.generate import STEPS_PER_SUBMIT, gpu_sampling
+from models.text.grammar import fill_masks
 from models.text.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
 
@@ -414,11 +415,21 @@ class BatchGenerator:
             if not seq.finished:
                 assert seq.next_token is not None, "a stepwise row was sent before its token was known"
                 row.token, seq.next_token = seq.next_token, None
-                if seq.constraint is not None:
+        constrained = [(row, seq) for row, seq in zip(recorded.rows, rows, strict=True)
+                       if seq.constraint is not None and not seq.finished]
+        if constrained:
+            masks = np.empty((len(constrained), constrained[0][1].constraint.vocabulary.mask_words), np.uint32)
+            try:
+                fill_masks([seq.constraint for _, seq in constrained], masks)
+            except Exception:  # noqa: BLE001 - a grammar failed: find whose, row by row
+                for i, (_, seq) in enumerate(constrained):
                     try:
-                        row.mask = self._mask(seq)
-                    except Exception as error:  # noqa: BLE001 - the grammar failed: this sequence ends with it
+                        seq.constraint.fill_mask(masks[i])
+                    except Exception as error:  # noqa: BLE001 - this sequence ends with its grammar's error
                         events += self._finish(seq, "error", error)
+            for i, (row, seq) in enumerate(constrained):
+                row.mask = masks[i]
+        for row, seq in zip(recorded.rows, rows, strict=True):
             if seq.finished:
                 row.token, row.mask = 0, None
         return _Submission(recorded.submit(), rows, self._handle_stepwise), events

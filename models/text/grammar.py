@@ -195,6 +195,32 @@ def _clean(message: str) -> str:
 
 # -- per sequence ------------------------------------------------------------------------------------------------
 
+_executor: Any = None
+_executor_lock = threading.Lock()
+
+
+def fill_masks(constraints: list[TokenConstraint], out: np.ndarray) -> None:
+    """fill_mask for several sequences at once: row i of out (u32 [n, mask_words]) gets constraints[i]'s mask,
+    computed on llguidance's thread pool (a mask of a large vocabulary takes tens to hundreds of microseconds, and
+    the rows of a batch wait for the slowest of them, not for their sum)."""
+    global _executor
+    if len(constraints) == 1:
+        constraints[0].fill_mask(out[0])
+        return
+    import llguidance
+
+    words = constraints[0].vocabulary.mask_words if constraints else 0
+    if out.dtype != np.uint32 or out.shape != (len(constraints), words) or not out.flags["C_CONTIGUOUS"]:
+        raise ValueError(f"token masks are a contiguous u32 [{len(constraints)}, {words}], not {out.dtype} {out.shape}")
+    with _executor_lock:
+        if _executor is None:
+            _executor = llguidance.LLExecutor()
+    _executor.unsafe_compute_mask_ptr([(c._matcher, i) for i, c in enumerate(constraints)], out.ctypes.data,
+                                      words * 4, len(constraints))
+    for c in constraints:
+        c._check()
+
+
 class TokenConstraint:
     """One sequence's grammar state: the mask of allowed next tokens, advanced token by token."""
 
@@ -227,6 +253,10 @@ class TokenConstraint:
         """Take a sampled token (one the mask allowed); GrammarError if the grammar refuses it."""
         if not self._matcher.consume_token(token):
             raise GrammarError(_clean(self._matcher.get_error() or f"the grammar refused token {token}"))
+
+    def _check(self) -> None:
+        if self._matcher.is_error():
+            raise GrammarError(_clean(self._matcher.get_error()))
 
     @property
     def finished(self) -> bool:
