@@ -122,6 +122,31 @@ def run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int],
              grammar: str | None) -> Run:
     """All streams from the prompt to `tokens` tokens each (under grammar unless it is None); raises if a stream
     ends otherwise (an error, a grammar complete early) or a stream is preempted (the pool is sized to avoid it)."""
+    import models.text.batch as batch_module
+
+    # The batch fills its constrained rows' masks together (models.text.grammar.fill_masks, on llguidance's threads):
+    # that wall time is shared out over the rows.
+    fill_masks = batch_module.fill_masks
+
+    def timed_fill_masks(constraints: list[Any], out: np.ndarray) -> None:
+        start = time.perf_counter()
+        try:
+            fill_masks([c.inner if isinstance(c, TimedConstraint) else c for c in constraints], out)
+        finally:
+            share = (time.perf_counter() - start) / max(len(constraints), 1)
+            for c in constraints:
+                if isinstance(c, TimedConstraint):
+                    c.fill_s += share
+
+    batch_module.fill_masks = timed_fill_masks
+    try:
+        return _run_once(model, vocabulary, prompt, streams, tokens, grammar)
+    finally:
+        batch_module.fill_masks = fill_masks
+
+
+def _run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], streams: int, tokens: int,
+              grammar: str | None) -> Run:
     from models.text.batch import BatchGenerator, EndEvent, TokenEvent
     from models.text.grammar import TokenConstraint
     from models.text.sampler import SamplingParams
