@@ -203,7 +203,7 @@ class ResponseFormat(OpenAIRequest):
     """The reply's form: plain text, one JSON object, or JSON matching a schema (by constrained decoding)."""
 
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaSpec | None = None
+    json_schema: JsonSchemaSpec | None = Field(None, validate_default=True)
 
     @field_validator("json_schema", mode="after")
     @classmethod
