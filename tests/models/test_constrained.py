@@ -8,8 +8,8 @@ neighbour (the masked step program leaves unmasked rows alone, and the noise of 
 and position, not by the batch). As in tests/models/test_engine.py, batched and single-row kernels differ only in
 the last bits of f32 rounding, which these prompts' tokens do not depend on: the tests ask for identical tokens.
 
-The generations are kept short (a reply of about 30 tokens; lavapipe on 2 cores decodes a few tokens a second) and
-shared between tests through module-scoped runs.
+The generations are kept short (a reply of about 45 tokens; lavapipe on 2 cores decodes a few tokens a second), and
+shared between tests through module-scoped runs whose batches reuse the same step programs.
 """
 
 from __future__ import annotations
