@@ -37,7 +37,7 @@ _LIMITS = {
 
 
 # JSON as json.dumps writes it: the model may not pad a reply with whitespace until max_tokens runs out.
-_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 class GrammarError(ValueError):
@@ -130,14 +130,9 @@ def json_schema(schema: Mapping[str, Any]) -> str:
     import llguidance
 
     try:
-        return llguidance.LLMatcher.grammar_from_json_schema(dict(schema), overrides=_JSON_LAYOUT)
+        return llguidance.LLMatcher.grammar_from_json_schema(dict(schema), overrides=JSON_LAYOUT)
     except (ValueError, TypeError) as error:
         raise GrammarError(f"invalid JSON schema: {error}") from error
-
-
-def any_json_object() -> str:
-    """The grammar of one JSON object (response_format json_object)."""
-    return json_schema({"type": "object"})
 
 
 def lark(source: str) -> str:
@@ -166,7 +161,7 @@ def regex(pattern: str) -> str:
 
 def lark_json(schema: Mapping[str, Any]) -> str:
     """A schema as a `%json {...}` item to use inside a Lark grammar, laid out as json_schema's."""
-    options = {**_JSON_LAYOUT, **dict(schema).get("x-guidance", {})} if isinstance(schema, Mapping) else _JSON_LAYOUT
+    options = {**JSON_LAYOUT, **dict(schema).get("x-guidance", {})} if isinstance(schema, Mapping) else JSON_LAYOUT
     return "%json " + json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
 
 
@@ -246,8 +241,7 @@ class TokenConstraint:
             raise ValueError(f"a token mask is a contiguous u32 [{self.vocabulary.mask_words}], not "
                              f"{out.dtype} {out.shape}")
         self._matcher.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
-        if self._matcher.is_error():
-            raise GrammarError(_clean(self._matcher.get_error()))
+        self._check()
 
     def advance(self, token: int) -> None:
         """Take a sampled token (one the mask allowed); GrammarError if the grammar refuses it."""

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from models.text.grammar import JSON_LAYOUT
 from models.text.tool_calls.base import (
     TokenizerLike,
     ToolCallFormat,
@@ -19,8 +20,6 @@ from models.text.tool_calls.base import (
     _Rules,
     _rx,
 )
-
-_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class JsonCallFormat(ToolCallFormat):
         return f'{{"name": {json.dumps(name, ensure_ascii=False)}, "{self.spec.args_key}": {args}}}'
 
     def _call(self, rules: _Rules, function: Mapping[str, Any]) -> str:
-        params = {**_parameters(function), "x-guidance": _JSON_LAYOUT}
+        params = {**_parameters(function), "x-guidance": JSON_LAYOUT}
         head = f'{{"name": {json.dumps(function["name"])}, "{self.spec.args_key}": '
         parts = [_lit(head), "%json " + json.dumps(params, ensure_ascii=False), _lit("}")]
         if self.spec.before:
