@@ -31,9 +31,10 @@ setup:
 serve: setup
 	$(PY) -m server $(SERVE_ARGS)
 
-# pytest exits 5 when it collected no tests: say so, and fail rather than pass silently.
+# pytest exits 5 when it collected no tests: say so, and fail rather than pass silently. The slowest tests are
+# listed at the end, where a CI log's tail shows them.
 test: setup
-	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -q --durations=25 $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
 

@@ -3,38 +3,50 @@ decode kernels with its one-sequence kernels (test_engine.py on the 270M, test_g
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from models.text.engine import DecodeRow, TextModel
 
+# model -> prompt -> (greedy tokens, the logits after each of them): one sequence decoded alone, the reference of
+# several tests on the same model; kept so that each costs its decode steps once (most of a second each on lavapipe)
+_alone: weakref.WeakKeyDictionary[TextModel, dict[tuple[int, ...], tuple[list[int], list[np.ndarray]]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def decode_alone(model: TextModel, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
+    """n greedy tokens of prompt decoded alone and the logits of the n decode steps fed them (read back after
+    every step); computed once per model and prompt, extended when more steps are asked for."""
+    runs = _alone.setdefault(model, {})
+    tokens, logits = runs.get(tuple(prompt), ([], []))
+    if len(tokens) < n:
+        session = model.new_session()
+        try:
+            step_logits = session.prefill(prompt)
+            tokens, logits = [], []
+            for _ in range(n):
+                tokens.append(int(np.argmax(step_logits)))
+                step_logits = session.decode(tokens[-1])
+                logits.append(step_logits)
+        finally:
+            session.close()
+        runs[tuple(prompt)] = (tokens, logits)
+    return tokens[:n], logits[:n]
+
 
 def greedy_tokens(model: TextModel, prompt: list[int], n: int) -> list[int]:
     """n greedy tokens of prompt decoded alone, the logits read back after every step."""
-    session = model.new_session()
-    try:
-        logits = session.prefill(prompt)
-        tokens = []
-        for _ in range(n):
-            tokens.append(int(np.argmax(logits)))
-            logits = session.decode(tokens[-1])
-        return tokens
-    finally:
-        session.close()
+    return decode_alone(model, prompt, n)[0]
 
 
 def batched_and_alone(model: TextModel, prompts: list[list[int]], n_steps: int,
                       ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
     """(batched, alone): [sequence][step] logits of each prompt's decode steps fed its own greedy tokens, once with
     every sequence in one batch (the engine's single-step submissions, all rows read back) and once alone."""
-    forced = [greedy_tokens(model, p, n_steps) for p in prompts]
-    alone = []
-    for prompt, tokens in zip(prompts, forced, strict=True):
-        session = model.new_session()
-        try:
-            session.prefill(prompt)
-            alone.append([session.decode(t) for t in tokens])
-        finally:
-            session.close()
+    runs = [decode_alone(model, p, n_steps) for p in prompts]
+    forced = [tokens for tokens, _ in runs]
+    alone = [logits for _, logits in runs]
     engine = model.engine()
     sessions = [model.new_session() for _ in prompts]
     batched: list[list[np.ndarray]] = [[] for _ in prompts]
