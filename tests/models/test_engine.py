@@ -170,6 +170,7 @@ def test_abandoned_generations_give_their_buffers_back(model: TextModel) -> None
     assert stop_early() == first  # the second run found every buffer it needed back in the pool
 
 
+@pytest.mark.slow
 def test_gpu_kernels_agree_with_the_software_ones(model: TextModel) -> None:
     """The kernels a GPU runs (split-row matvecs with the residual norms folded in, matvec_q4_k, tiled matmuls,
     wider norms) run here on lavapipe by making the device claim not to be a CPU; fed the same tokens, their
@@ -195,6 +196,7 @@ def test_gpu_kernels_agree_with_the_software_ones(model: TextModel) -> None:
         assert int(np.argmax(got)) == int(np.argmax(want)), f"step {step}"
 
 
+@pytest.mark.slow
 def test_gpu_batched_kernels_agree_with_one_sequence() -> None:
     """The GPU's batched-decode kernels (4 sequences: Q4_K matvecs on word lanes, the others' rows interleaved,
     rows in pairs), run here on lavapipe by making the device claim not to be a CPU: fed the same tokens, each
@@ -213,6 +215,7 @@ def test_gpu_batched_kernels_agree_with_one_sequence() -> None:
     assert_agree(batched, alone, 0.99999)
 
 
+@pytest.mark.slow
 def test_int8_decode_stays_near_the_exact_logits(model: TextModel) -> None:
     """int8_activations' decode path on the GPU kernels (run here on lavapipe as above, with the size threshold
     lifted so that the 270M's small matrices take it too): the o projection's int8 matvec, the gate-up writing

@@ -38,6 +38,7 @@ def test_synthesize_rejects_bad_arguments(model):
         model.synthesize([50, 51], style, speed=0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_speech_too_long_for_the_devices_buffers_is_spoken_in_two_halves(model, monkeypatch):
     """A chunk whose back would need a buffer larger than the device binds (slow speech of a long chunk on lavapipe's
@@ -65,6 +66,7 @@ def test_speech_too_long_for_the_devices_buffers_is_spoken_in_two_halves(model, 
     assert np.isfinite(halves.audio).all() and np.abs(halves.audio).max() > 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_steps_waited_or_not_give_the_same_speech(model, monkeypatch):
     """Synthesis runs in steps that either wait for each other (a CPU adapter, or another model waiting for the

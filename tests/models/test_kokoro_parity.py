@@ -76,6 +76,7 @@ def test_audio_parity_shortest_sentence(model):
 @pytest.mark.heavy
 @pytest.mark.skipif(not os.environ.get("HEARTH_KOKORO_FULL_PARITY"),
                     reason="~33 s of audio: ~14 min on lavapipe; set HEARTH_KOKORO_FULL_PARITY=1 (or run on a GPU)")
+@pytest.mark.slow
 def test_audio_parity_all_seeded_sentences(model):
     sentences, _ = _golden()
     snrs = {s["text"]: _check_sentence(model, i) for i, s in enumerate(sentences) if s["noise"] == "seeded"}
@@ -99,6 +100,7 @@ def log_mel_db(x: np.ndarray, sr: int = 24000, n_fft: int = 1024, hop: int = 256
     return np.maximum(db, db.max() - 80)
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_noise_off_log_mel(model):
     """Noise off on both sides: identical durations, and mean |log-mel difference| <= 0.5 dB (measured 0.27 dB at

@@ -68,6 +68,7 @@ def test_the_real_model_transcribes_non_finite_audio(model, kind: str) -> None:
     assert all(np.isfinite([s.start, s.end]).all() for s in segments)
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_the_real_model_on_absurd_amplitudes_scaled_as_the_server_does(model) -> None:
     """A one-second +-1e30 square wave, scaled to full scale by the server's rule, is decoded within the fallback

@@ -73,6 +73,7 @@ def test_greedy_matches_faster_whisper_on_one_clip(model) -> None:
     assert s.compression_ratio == pytest.approx(compression_ratio(s.text.strip()))
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_greedy_parity_on_all_clips(model) -> None:
     """All 21 clips (one longer than 30 s: several windows sliding by the last timestamp); about 2.5 minutes on
@@ -96,6 +97,7 @@ def test_greedy_parity_on_all_clips(model) -> None:
     assert max_diff <= SEGMENT_TOL
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_long_audio_slides_windows(model) -> None:
     same, diff, segments = _compare(model, "20.ogg", TranscribeOptions(), "greedy")
@@ -129,6 +131,7 @@ def test_word_timestamps(model) -> None:
     assert "".join(w.word for w in words).strip() == "".join(s.text for s in segments).strip()
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_beam_search_matches_faster_whisper(model) -> None:
     """beam_size=5 on the clips faster-whisper decoded with beam 5 (patience 1, length penalty 1)."""

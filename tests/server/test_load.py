@@ -70,6 +70,7 @@ async def _client(client: openai.AsyncOpenAI, number: int, deadline: float, expe
         await asyncio.sleep(rng.uniform(0, 0.5))
 
 
+@pytest.mark.slow
 def test_sixteen_streaming_clients(tmp_path: Path) -> None:
     _needs_model()
     seconds = float(os.environ.get("HEARTH_LOADTEST_SECONDS", "120"))
@@ -108,6 +109,7 @@ def test_sixteen_streaming_clients(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest.mark.slow
 def test_two_models_serve_at_the_same_time(tmp_path: Path) -> None:
     """A long generation on one model does not hold up a short one on another (same file, own worker)."""
     _needs_model()

@@ -162,6 +162,7 @@ def test_concurrent_first_requests_for_new_models_respect_the_cap(store: Path) -
 
 
 
+@pytest.mark.slow
 @pytest.mark.heavy  # ~12 s alone on lavapipe, 35 s with the CPU shared
 def test_unloading_a_real_model_gives_its_gpu_memory_back() -> None:
     """The shipped embedding model on the real adapter: loaded, used, unloaded (keep_alive 0) twice; wgpu's tally

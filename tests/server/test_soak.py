@@ -556,6 +556,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SubprocessServe
     srv.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_soak_mixed_endpoints_with_disconnects_and_hostile_inputs(server: SubprocessServer) -> None:
     url = server.url

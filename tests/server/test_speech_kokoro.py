@@ -50,6 +50,7 @@ def server() -> Iterator[ThreadServer]:
         yield srv
 
 
+@pytest.mark.slow
 def test_real_kokoro_whole_wav_and_pcm_stream_agree(server: ThreadServer) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=1800)
     wav = client.audio.speech.create(model="tts-1", voice="jf_alpha", input=TEXT, response_format="wav").content

@@ -324,6 +324,7 @@ def test_whisper_every_format(whisper_client: openai.OpenAI, clip: bytes, refere
         assert all(a[1] <= b[0] for a, b in zip(cues, cues[1:])), cues
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_whisper_verbose_json_with_words(whisper_client: openai.OpenAI, clip: bytes, reference: dict) -> None:
     verbose = whisper_client.audio.transcriptions.create(
@@ -347,6 +348,7 @@ def test_whisper_verbose_json_with_words(whisper_client: openai.OpenAI, clip: by
         assert any(s.start <= word.start <= word.end <= s.end for s in verbose.segments), word
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_whisper_silence(whisper_client: openai.OpenAI) -> None:
     """Two seconds of silence: Whisper's no-speech check drops the window; an empty transcript, not an error."""
@@ -397,6 +399,7 @@ def test_unknown_language_from_the_model_is_a_400() -> None:
     assert raised.value.param == "language"
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_whisper_stream_of_a_long_clip(whisper_client: openai.OpenAI) -> None:
     """39.5 s (two 30 s windows): the first window's text arrives while the second is being decoded."""
