@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from config.settings import Settings, load_settings
-from server.app import create_app
 from models.whisper.decode import Segment, TranscribeOptions
+from server.app import create_app
 from tests.server.fake_embedding import FakeEmbeddingModel
 from tests.server.fake_kokoro import FakeKokoro, SpeechOutput
 from tests.server.fake_model import fake_loader
