@@ -219,7 +219,7 @@ class FakeEngine:
         return FakeSession(self.pool)
 
     def submit_prefill(self, session: FakeSession, ids: list[int], sampling: object = None, read_logits: bool = False,
-                       last: bool = True, read_candidates: bool = False) -> FakePending:
+                       last: bool = True, read_candidates: bool = False, mask: object = None) -> FakePending:
         self.chunks.append((self.round, session.slot, len(ids)))
         session.n_past += len(ids)
         return FakePending(np.full((1, 1), 100))
