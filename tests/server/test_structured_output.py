@@ -53,7 +53,8 @@ class Order(BaseModel):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize(("sampling", "n"), [({"temperature": 1.0}, 8), ({"temperature": 0.8, "top_p": 0.9}, 4)],
+@pytest.mark.parametrize(("sampling", "n"), [
+    ({"temperature": 1.0}, 8), pytest.param({"temperature": 0.8, "top_p": 0.9}, 4, marks=pytest.mark.slow)],
                          ids=["gpu-draw", "cpu-sampler"])
 def test_sdk_parse_gives_a_valid_object_for_every_seed(real_client: openai.OpenAI, sampling: dict[str, Any],
                                                        n: int) -> None:

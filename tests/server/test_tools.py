@@ -79,6 +79,7 @@ def test_streamed_calls_assemble_in_the_sdk(real_client: openai.OpenAI, required
     assert final.choices[0].finish_reason == "tool_calls"
 
 
+@pytest.mark.slow
 def test_named_function_and_parallel_calls(real_client: openai.OpenAI) -> None:
     named = real_client.chat.completions.create(
         model=MODEL, messages=ASK, tools=TOOLS, temperature=0.9, seed=5, n=3, max_tokens=60,  # type: ignore[arg-type]
