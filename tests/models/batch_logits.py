@@ -17,7 +17,7 @@ _alone: weakref.WeakKeyDictionary[TextModel, dict[tuple[int, ...], tuple[list[in
 
 def decode_alone(model: TextModel, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
     """n greedy tokens of prompt decoded alone and the logits of the n decode steps fed them (read back after
-    every step); computed once per model and prompt, extended when more steps are asked for."""
+    every step); computed once per model and prompt, and again from the start when more steps are asked for."""
     runs = _alone.setdefault(model, {})
     tokens, logits = runs.get(tuple(prompt), ([], []))
     if len(tokens) < n:
