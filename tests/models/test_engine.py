@@ -179,7 +179,7 @@ def test_gpu_kernels_agree_with_the_software_ones(model: TextModel) -> None:
     from gpu.device import Device
 
     prompt = encode(model, PROMPTS[2])
-    forced = greedy_tokens(model, prompt, 3)
+    forced = greedy_tokens(model, prompt, 6)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
         gpu_model = load_text_model("gemma-3-270m", max_batch=1, pool_tokens=2 * PAGE_TOKENS)
@@ -208,7 +208,7 @@ def test_gpu_batched_kernels_agree_with_one_sequence() -> None:
         patch.setattr(Device, "is_software", property(lambda self: False))
         gpu_model = load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS)
         prompts = [encode(gpu_model, p) for p in [*PROMPTS, "Water boils at"]]
-        batched, alone = batched_and_alone(gpu_model, prompts, 3)
+        batched, alone = batched_and_alone(gpu_model, prompts, 5)
         defines = [d.defines for d in gpu_model.engine().program(4, 4).dispatches]  # the batch's decode step
     assert any(d.get("LANE_WORDS") for d in defines) and max(d.get("INTERLEAVE", 1) for d in defines) > 1, (
         "the batch did not run the batched-decode kernels")
@@ -230,7 +230,7 @@ def test_int8_decode_stays_near_the_exact_logits(model: TextModel) -> None:
     from gpu.device import Device
 
     prompt = encode(model, PROMPTS[1])
-    forced = greedy_tokens(model, prompt, 3)
+    forced = greedy_tokens(model, prompt, 6)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Device, "is_software", property(lambda self: False))
         int8_model = load_text_model("gemma-3-270m", max_batch=1, pool_tokens=2 * PAGE_TOKENS,
