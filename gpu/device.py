@@ -28,6 +28,21 @@ from gpu.turns import turns_for
 log = logging.getLogger("hearth.gpu")
 
 
+_map_callback: Any = None
+
+
+def _on_mapped() -> Any:
+    """The C callback of Device.read_staging's maps: it stores the map's status where its userdata points."""
+    global _map_callback
+    if _map_callback is None:
+        @_native.ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+        def on_mapped(status: int, message: Any, status_out: Any, _unused: Any) -> None:
+            _native.ffi.cast("int *", status_out)[0] = status
+
+        _map_callback = on_mapped
+    return _map_callback
+
+
 def native_api() -> Any:
     """wgpu-py's wgpu-native module (its `lib`, `libf` and `ffi`), or None on another backend."""
     return _native
@@ -169,6 +184,36 @@ class Device:
         if _native is not None and index is not None:
             c_index = _native.ffi.new("WGPUSubmissionIndex *", index)
             _native.libf.wgpuDevicePoll(self.device._internal, True, c_index)
+
+    def read_staging(self, staging: Any, nbytes: int, index: int | None) -> bytes:
+        """The first nbytes of a MAP_READ buffer once submission `index` (which copies into it) has run.
+
+        wgpu-py's map_sync waits for a callback from its polling thread: a thread hand-off on every read,
+        which a constrained decode step (whose next step waits for its token) pays in full. On wgpu-native the
+        buffer is mapped in this thread's wait for the submission instead."""
+        if _native is None or index is None:
+            self.wait_for(index)
+            staging.map_sync(wgpu.MapMode.READ, 0, nbytes)
+            try:
+                return bytes(staging.read_mapped(0, nbytes, copy=True))
+            finally:
+                staging.unmap()
+        ffi, lib, libf = _native.ffi, _native.lib, _native.libf
+        status = ffi.new("int *", -1)
+        info = ffi.new("WGPUBufferMapCallbackInfo *")
+        info.mode = lib.WGPUCallbackMode_AllowProcessEvents
+        info.callback = _on_mapped()
+        info.userdata1 = status
+        libf.wgpuBufferMapAsync(staging._internal, lib.WGPUMapMode_Read, 0, nbytes, info[0])
+        self.wait_for(index)
+        while status[0] < 0:  # the map resolves in a poll after its submission has run
+            libf.wgpuDevicePoll(self.device._internal, False, ffi.NULL)
+        if status[0] != lib.WGPUMapAsyncStatus_Success:
+            raise RuntimeError(f"could not map a read-back buffer (status {status[0]})")
+        try:
+            return bytes(ffi.buffer(libf.wgpuBufferGetConstMappedRange(staging._internal, 0, nbytes), nbytes))
+        finally:
+            libf.wgpuBufferUnmap(staging._internal)
 
     def read(self, buffer: Any, nbytes: int, label: str, offset: int = 0) -> bytes:
         """Copy nbytes back from a storage buffer (slow path for tests and tools)."""

@@ -363,12 +363,8 @@ class PendingResult:
         try:
             if self.staging is not None:
                 with gpu_stage("running step", ", ".join(dict.fromkeys(self.names))):
-                    executor.device.wait_for(self.index)  # this submission only, not the one queued after it
-                    self.staging.map_sync(wgpu.MapMode.READ, 0, self.read_bytes)
-                    try:
-                        raw = self.staging.read_mapped(0, self.read_bytes, copy=True)
-                    finally:
-                        self.staging.unmap()
+                    # this submission only, not the one queued after it
+                    raw = executor.device.read_staging(self.staging, self.read_bytes, self.index)
                 for tensor, offset, nbytes, at in self.reads:
                     dtype = np.dtype(NUMPY_DTYPES[tensor.dtype])
                     array = np.frombuffer(raw, dtype=dtype, count=nbytes // dtype.itemsize, offset=at).copy()

@@ -18,12 +18,16 @@ then covers its work). A round holds at most:
   rounds, 512 tokens at a time, while the others keep decoding;
 - one batched decode submission of every sequence the GPU samples for (greedy or plain
   temperature), STEPS_PER_SUBMIT steps long, each step's tokens fed to the next on the GPU;
-- one single-step decode submission of the sequences decided step by step on the host: those the CPU
-  samples for (penalties, top-k/p, logprobs), whose logits come back, and those under a grammar
-  (constrained decoding: each step's token mask comes from the tokens so far, models/text/grammar.py).
-  It is recorded with the round, while the GPU still runs the round before, and sent once that round is
-  handled, with its inputs (the tokens the CPU sampled, the grammars' masks) written then: so these
-  sequences also advance a token a round, and the host's recording overlaps the GPU's work.
+- one single-step decode submission of the sequences the CPU samples for (penalties, top-k/p, logprobs),
+  whose logits come back. It is recorded with the round, while the GPU still runs the round before, and sent
+  once that round is handled, with its inputs (the tokens the CPU sampled, and the token masks of those also
+  under a grammar) written then: so these sequences also advance a token a round, and the host's recording
+  overlaps the GPU's work;
+- the network half of a split decode step (Engine.submit_logits) of the GPU-sampled sequences under a grammar
+  (constrained decoding: each step's token mask comes from the tokens so far, models/text/grammar.py). Its
+  sampling half goes first in the next round, once the tokens sampled before are back and the masks filled:
+  the GPU runs a step's network while the host reads the last token back and fills the grammar's mask, and
+  these sequences advance a token a round.
 A sequence's slot and KV pages go back to the pool once it has ended and no submission in flight
 still writes to them. Admission looks ahead, not to the end: a sequence is admitted when the
 pool's free pages cover its prompt and its next ADMIT_LOOKAHEAD tokens beside what the running
@@ -67,7 +71,7 @@ from models.text.sampler import SampledToken, Sampler, SamplingParams, candidate
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
 
 if TYPE_CHECKING:  # annotations only: the engine builds on this module
-    from models.text.engine import Engine, RecordedDecode, Session, TextModel
+    from models.text.engine import Engine, LogitsStep, RecordedDecode, Session, TextModel
     from models.text.grammar import TokenConstraint
 
 
@@ -110,13 +114,19 @@ class _Sequence:
     produced: int = 0  # tokens handed out
     next_token: int | None = None  # CPU path: the sampled token not yet fed back
     finished: bool = False
-    in_flight: int = 0  # submissions not yet handled that hold this sequence
+    in_flight: int = 0  # submissions not yet handled that hold this sequence (and an open split step)
     constraint: TokenConstraint | None = None  # the grammar its tokens must follow
 
     @property
     def stepwise(self) -> bool:
-        """Whether the host decides each token before the next step (CPU sampling, a grammar's mask)."""
-        return self.gpu is None or self.constraint is not None
+        """Whether the host samples each token from read-back logits before the next step (CPU sampling)."""
+        return self.gpu is None
+
+    @property
+    def split(self) -> bool:
+        """Whether its steps go in halves, the sampling under a grammar's mask after the network (Engine.submit_logits):
+        a GPU-sampled sequence under a grammar."""
+        return self.gpu is not None and self.constraint is not None
 
     @property
     def decoding(self) -> bool:
@@ -141,7 +151,7 @@ class _Round:
     submissions: list[_Submission] = field(default_factory=list)
 
 
-_Plan = tuple[list[_Sequence], list[_Sequence], list[_Sequence]]  # prompt chunks, GPU rows, stepwise rows
+_Plan = tuple[list[_Sequence], list[_Sequence], list[_Sequence], list[_Sequence]]  # prompt chunks, GPU, stepwise, split
 
 
 class BatchGenerator:
@@ -166,6 +176,7 @@ class BatchGenerator:
         self._chunks = 0  # prompt chunks submitted so far: the clock of the prefill rotation
         self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
+        self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
 
     # -- admission ----------------------------------------------------------------------
     @property
@@ -238,6 +249,8 @@ class BatchGenerator:
         try:
             for seq in [s for s in self._sequences.values() if s.max_tokens <= 0 and not s.finished]:
                 events += self._finish(seq, "length")
+            if self._split is not None:
+                events += self._sample_split()
             plan, made_room = self._make_room()
             events += made_room
             current, stepwise = self._submit_round(plan)
@@ -247,6 +260,9 @@ class BatchGenerator:
                 sent, failed = self._send_stepwise(*stepwise)
                 current.submissions.append(sent)
                 events += failed
+            split = plan[3] + [s for s in plan[0] if s.split and s.decoding]  # and those whose prompt ends now
+            if split:  # last: its sampling goes first in the next round
+                self._submit_logits(sorted(split, key=lambda s: s.order))
             if current.submissions:
                 self._rounds.append(current)
             while self._rounds and (len(self._rounds) > 1 or not current.submissions or not self.overlap_rounds):
@@ -258,11 +274,12 @@ class BatchGenerator:
     def _plan(self, max_chunks: int | None = None) -> _Plan:
         """What the next round holds: prompt chunks of the sequences waiting to prefill (in turn, see
         _prefills), the GPU-sampled decode rows, the stepwise rows whose token is known or comes back with the
-        round in flight (handled before their submission goes, see step)."""
+        round in flight (handled before their submission goes, see step), and the split rows."""
         live = sorted((s for s in self._sequences.values() if not s.finished), key=lambda s: s.order)
-        on_gpu = [s for s in live if s.decoding and not s.stepwise]
+        on_gpu = [s for s in live if s.decoding and not s.stepwise and not s.split]
         stepwise = [s for s in live if s.decoding and s.stepwise and (s.next_token is not None or s.in_flight)]
-        return self._prefills(live, max_chunks), on_gpu, stepwise
+        split = [s for s in live if s.decoding and s.split]
+        return self._prefills(live, max_chunks), on_gpu, stepwise, split
 
     def _prefills(self, live: list[_Sequence], max_chunks: int | None) -> list[_Sequence]:
         """The sequences that send a prompt chunk this round (the module docstring): the first in turn, then
@@ -294,7 +311,7 @@ class BatchGenerator:
         return 1 if n == 1 else next((b for b in PREFILL_BUCKETS if b >= n), n)
 
     def _pages_wanted(self, plan: _Plan) -> int:
-        prefills, on_gpu, stepwise = plan
+        prefills, on_gpu, stepwise, split = plan
         wanted = 0
         for prefilling in prefills:  # its chunk, and its first decode steps if the chunk is its last
             held = prefilling.session.n_past if prefilling.session is not None else 0
@@ -302,7 +319,7 @@ class BatchGenerator:
             last = prefilling.prefilled + chunk == len(prefilling.prompt)
             upto = held + chunk + (self.steps_per_submit if last else 0)
             wanted += self.pool.pages_for(upto) - self.pool.pages_for(held)
-        for s, steps in [(s, self._gpu_steps(on_gpu)) for s in on_gpu] + [(s, 1) for s in stepwise]:
+        for s, steps in [(s, self._gpu_steps(on_gpu)) for s in on_gpu] + [(s, 1) for s in stepwise + split]:
             assert s.session is not None
             wanted += self.pool.pages_needed(s.session.slot, s.session.n_past + steps)
         return wanted
@@ -352,12 +369,13 @@ class BatchGenerator:
         return max(1, min(self.steps_per_submit, room))
 
     def _submit_round(self, plan: _Plan) -> tuple[_Round, tuple[RecordedDecode, list[_Sequence]] | None]:
-        """Send the round's prompt chunks and GPU decode; record its stepwise decode (sent by step)."""
+        """Send the round's prompt chunks and GPU decode; record its stepwise decode (sent by step; the split rows'
+        network half goes last, see step)."""
         round_ = _Round()
-        prefills, on_gpu, stepwise = plan
+        prefills, on_gpu, stepwise, _ = plan
         for prefilling in prefills:
             round_.submissions.append(self._submit_prefill(prefilling))
-            if prefilling.decoding and not prefilling.stepwise:  # its last chunk: it decodes this round
+            if prefilling.decoding and not prefilling.stepwise and not prefilling.split:  # it decodes this round
                 on_gpu = sorted([*on_gpu, prefilling], key=lambda s: s.order)
         if on_gpu:
             round_.submissions.append(self._submit_gpu_decode(on_gpu))
@@ -418,21 +436,65 @@ class BatchGenerator:
         constrained = [(row, seq) for row, seq in zip(recorded.rows, rows, strict=True)
                        if seq.constraint is not None and not seq.finished]
         if constrained:
-            masks = np.empty((len(constrained), constrained[0][1].constraint.vocabulary.mask_words), np.uint32)
-            try:
-                fill_masks([seq.constraint for _, seq in constrained], masks)
-            except Exception:  # noqa: BLE001 - a grammar failed: find whose, row by row
-                for i, (_, seq) in enumerate(constrained):
-                    try:
-                        seq.constraint.fill_mask(masks[i])
-                    except Exception as error:  # noqa: BLE001 - this sequence ends with its grammar's error
-                        events += self._finish(seq, "error", error)
+            masks, events = self._fill_masks([seq for _, seq in constrained])
             for i, (row, seq) in enumerate(constrained):
                 row.mask = masks[i]
         for row, seq in zip(recorded.rows, rows, strict=True):
             if seq.finished:
                 row.token, row.mask = 0, None
         return _Submission(recorded.submit(), rows, self._handle_stepwise), events
+
+    def _submit_logits(self, rows: list[_Sequence]) -> None:
+        """The network half of a split step of these rows, each on the token the GPU sampled last; the rows stay
+        held (in flight) until their sampling half is handled."""
+        step = self.engine.submit_logits([DecodeRow(s.session, sampling=s.gpu) for s in rows])
+        self._split = (step, rows)
+        for s in rows:
+            s.in_flight += 1
+
+    def _sample_split(self) -> list[Event]:
+        """Send the sampling half of the open split step, each row under its grammar's mask: first the rounds in
+        flight that hold the rows' last tokens are handled (the grammars take those tokens). Its submission is
+        a round of its own, handled like the others; a row that ended meanwhile draws unmasked, its token dropped."""
+        assert self._split is not None
+        step, rows = self._split
+        events: list[Event] = []
+        while self._rounds and any(not s.finished and s.produced < s.submitted for s in rows):
+            events += self._handle_round(self._rounds.popleft())
+        self._split = None
+        live = [i for i, s in enumerate(rows) if not s.finished]
+        if not live:  # nothing to sample for: the logits are dropped
+            step.abandon()
+            for s in rows:
+                s.in_flight -= 1
+                self._release_if_done(s)
+            return events
+        masks = np.full((len(rows), rows[live[0]].constraint.vocabulary.mask_words), 0xFFFFFFFF, np.uint32)
+        filled, failed = self._fill_masks([rows[i] for i in live])
+        masks[live] = filled
+        masks[[i for i, s in enumerate(rows) if s.finished]] = 0xFFFFFFFF  # a grammar that failed: unmasked
+        events += failed
+        pending = step.sample(masks)
+        for s in rows:
+            s.submitted += 1
+        # the rows' hold passes from the network half to this submission (_handle releases it)
+        self._rounds.append(_Round([_Submission(pending, rows, self._handle_stepwise)]))
+        return events
+
+    def _fill_masks(self, seqs: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
+        """The token masks of these constrained sequences (u32 [n, mask_words]), filled together; a sequence whose
+        grammar fails ends with its error (its row is left as it is)."""
+        events: list[Event] = []
+        masks = np.empty((len(seqs), seqs[0].constraint.vocabulary.mask_words), np.uint32)
+        try:
+            fill_masks([seq.constraint for seq in seqs], masks)
+        except Exception:  # noqa: BLE001 - a grammar failed: find whose, row by row
+            for i, seq in enumerate(seqs):
+                try:
+                    seq.constraint.fill_mask(masks[i])
+                except Exception as error:  # noqa: BLE001 - this sequence ends with its grammar's error
+                    events += self._finish(seq, "error", error)
+        return masks, events
 
     def _mask(self, seq: _Sequence) -> np.ndarray:
         """The tokens a constrained sequence may take next (u32 bits)."""
@@ -532,6 +594,9 @@ class BatchGenerator:
                 seq.session.close()
 
     def _fail_all(self, error: BaseException) -> list[Event]:
+        if self._split is not None:
+            self._split[0].abandon()
+            self._split = None
         while self._rounds:  # their read-back buffers go back; their results (if any) no longer matter
             for submission in self._rounds.popleft().submissions:
                 with contextlib.suppress(Exception):

@@ -48,15 +48,13 @@ from gpu.ops import blocks
 from gpu.ops import transformer as ops
 from gpu.ops.blocks import BlockInput, Residual
 from gpu.ops.matmul import embedding, linear
-from gpu.ops.sampling import gumbel_sample as sample
-from gpu.ops.sampling import mask_logits
 from gpu.ops.split_sums import SplitSums
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.weights import Fused, GGUFSource, Uploader
-from models.text.step_io import StepIO
+from models.text.step_io import StepIO, sample_tokens
 
 Progress = Callable[[int, int], None]
 T = MODEL_TENSOR
@@ -241,12 +239,15 @@ class Decoder:
 
     # -- the step -----------------------------------------------------------------------------------------------
 
-    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int, masked: bool = False) -> Program:
+    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int, masked: bool = False,
+                   sample: bool = True) -> Program:
         """Record the step program for up to t_max token rows (of any sequences in the pool), of
         which up to r_max reach the output head and the sampler. masked: the rows flagged constrained in
-        their sampling params have their logits masked by their token mask first (constrained decoding)."""
+        their sampling params have their logits masked by their token mask first (constrained decoding).
+        sample=False: the step ends with the logits (step_io.sample_tokens samples them in a later program)."""
         c = self.config
-        b = ProgramBuilder(self.executor, f"{self.architecture}.t{t_max}r{r_max}{'m' if masked else ''}")
+        tail = ("m" if masked else "") if sample else "l"
+        b = ProgramBuilder(self.executor, f"{self.architecture}.t{t_max}r{r_max}{tail}")
         rows = io.rows
         x = b.activation("x", (t_max, c.d_model))  # residual stream
         embedding(b, self.token_embd, io.ids, x, t_max, scale=c.embed_scale, rows=rows, slot_tokens=io.slot_tokens)
@@ -278,10 +279,8 @@ class Decoder:
         linear(b, self.output, h, out.logits, r_max)
         if c.softcap:
             ops.softcap(b, out.logits, c.softcap)
-        if masked:
-            mask_logits(b, out.logits, out.sampling, out.token_mask)
-        sample(b, out.logits, out.sampling, out.sampled)
-        ops.store_tokens(b, out.sampled, io.out_rows, io.rows, io.slot_tokens)
+        if sample:
+            sample_tokens(b, io, r_max, masked)
         return b.build()
 
     def next_norm(self, i: int) -> Tensor:

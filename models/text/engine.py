@@ -30,7 +30,7 @@ from gpu.tensor import Tensor
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
-from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO
+from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
 from models.text.tokenizer import Tokenizer
 
 log = logging.getLogger("hearth.models")
@@ -53,7 +53,8 @@ class Architecture(Protocol):
 
     def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool: ...
 
-    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int, masked: bool = False) -> Program: ...
+    def build_step(self, pool: KVPool, io: StepIO, t_max: int, r_max: int, masked: bool = False,
+                   sample: bool = True) -> Program: ...
 
 
 class ModelNotFound(FileNotFoundError):
@@ -98,6 +99,9 @@ class Engine:
         self.rows_ring = executor.tensor(f"rows_ring_{kv_dtype}", (self.max_steps, model.max_batch, 4), "u32")
         self._programs: dict[tuple[int, int, bool], Program] = {}
         self._candidate_programs: dict[int, Program] = {}
+        self._split_io: StepIO | None = None  # the outputs of split steps (submit_logits), made on first use
+        self._split_programs: dict[tuple[str, int], Program] = {}
+        self._open_split: LogitsStep | None = None  # a split step whose sampling is still to be submitted
         self._row_logits: Tensor | None = None  # [slots, V]: the logits of each slot's last candidates step
         log.info("KV cache %s: %d positions in pages of %d, %d sequences, %.0f MB", kv_dtype,
                  self.pool.n_pages * self.pool.page_tokens, self.pool.page_tokens, n_slots, self.pool.nbytes / 1e6)
@@ -113,6 +117,27 @@ class Engine:
         if key not in self._programs:
             self._programs[key] = self.model.arch.build_step(self.pool, self.io, t_max, r_max, masked)
         return self._programs[key]
+
+    @property
+    def split_io(self) -> StepIO:
+        """The step inputs, with outputs kept for split steps alone (their logits wait there for their sampling)."""
+        if self._split_io is None:
+            self._split_io = self.io.sharing_inputs(f"{self.io.name}_split")
+        return self._split_io
+
+    def split_program(self, half: str, r_max: int) -> Program:
+        """A split decode step's half for r_max rows: "logits" (the network, into split_io's logits) or "sample"
+        (the rows' tokens drawn from those logits under their token masks)."""
+        key = (half, r_max)
+        if key not in self._split_programs:
+            if half == "logits":
+                program = self.model.arch.build_step(self.pool, self.split_io, r_max, r_max, sample=False)
+            else:
+                b = ProgramBuilder(self.executor, f"sample.r{r_max}")
+                sample_tokens(b, self.split_io, r_max, masked=True)
+                program = b.build()
+            self._split_programs[key] = program
+        return self._split_programs[key]
 
     def candidates_program(self, r_max: int) -> Program:
         """The program that finds each output row's CANDIDATES best logits and softmax statistics, and keeps
@@ -253,6 +278,80 @@ class Engine:
         for r in rows:
             r.session.n_past += n_steps
         return RecordedDecode(self, rows, starts, n_steps, submission, logit_rows, candidate_rows, r_max)
+
+
+    def submit_logits(self, rows: list[DecodeRow]) -> LogitsStep:
+        """A decode step in two halves, for rows whose sampling waits on the host (a grammar's mask needs the token
+        sampled last): the network runs now, each row on its `token` (None: the one the GPU sampled last), up to
+        the rows' logits, which are kept apart from other steps' outputs; LogitsStep.sample() draws the tokens
+        once the masks are known. So the GPU runs the network while the host reads the last tokens back and fills
+        the masks. The sessions' positions advance now; until sample() is called, no other step of these sessions
+        may be submitted, and no other split step of this engine (RuntimeError)."""
+        n = len(rows)
+        if not 1 <= n <= self.model.max_batch:
+            raise ValueError(f"a decode batch holds 1 to {self.model.max_batch} sequences, not {n}")
+        if self._open_split is not None:
+            raise RuntimeError("the last split step's sampling has not been submitted")
+        r_max = next(b for b in DECODE_BUCKETS if b >= n)
+        for r in rows:
+            r.session._reserve(1)
+        positions = [r.session.n_past for r in rows]
+        table = np.zeros((n, 4), np.uint32)
+        table[:, 0], table[:, 1] = positions, [r.session.slot for r in rows]
+        table[:, 2] = [r.token is None for r in rows]  # the token the GPU sampled, or the host's from ids
+        ex = self.executor
+        ex.write(self.io.ids, np.array([r.token or 0 for r in rows], np.uint32))
+        ex.write(self.io.rows, table)
+        ex.write(self.io.out_rows, np.arange(n, dtype=np.uint32))
+        submission = ex.submission()
+        submission.step(self.split_program("logits", r_max), StepParams(n_tokens=n, n_out=n))
+        submission.submit()
+        for r in rows:
+            r.session.n_past += 1
+        self._open_split = LogitsStep(self, rows, positions, r_max)
+        return self._open_split
+
+
+class LogitsStep:
+    """The network half of a split decode step (Engine.submit_logits), its logits waiting on the GPU for sample()."""
+
+    def __init__(self, engine: Engine, rows: list[DecodeRow], positions: list[int], r_max: int) -> None:
+        self.engine, self.rows, self.positions, self.r_max = engine, rows, positions, r_max
+
+    def abandon(self) -> None:
+        """Leave the logits unsampled (the rows ended, or the batch failed): the engine takes split steps again.
+        The rows' next inputs on the GPU are then stale: their sessions must not decode on."""
+        if self.engine._open_split is self:
+            self.engine._open_split = None
+
+    def sample(self, masks: np.ndarray | None = None) -> PendingStep:
+        """Draw each row's token from its logits, under row i's token mask masks[i] (u32 [n, ceil(V / 32)]; None:
+        unmasked), with the rows' GpuSampling; the tokens come back through the result's wait() and become the
+        rows' next inputs on the GPU. The noise is the one-step submission's (Engine.record_decode): the same rows
+        draw the same tokens either way."""
+        engine, n = self.engine, len(self.rows)
+        if engine._open_split is not self:
+            raise RuntimeError("this split step has been sampled already")
+        engine._open_split = None
+        io = engine.split_io
+        out = io.outputs(self.r_max)
+        table = np.zeros((n, 4), np.uint32)  # the slots the tokens go to (the rows may have been overwritten since)
+        table[:, 0], table[:, 1] = self.positions, [r.session.slot for r in self.rows]
+        masked = masks is not None
+        ex = engine.executor
+        ex.write(io.rows, table)
+        ex.write(io.out_rows, np.arange(n, dtype=np.uint32))
+        ex.write(out.sampling, np.array([r.sampling.words(p, masked) for r, p in zip(self.rows, self.positions,
+                                                                                     strict=True)], np.uint32))
+        if masks is not None:
+            if masks.dtype != np.uint32 or masks.shape != (n, out.token_mask.shape[1]):
+                raise ValueError(f"token masks are u32 [{n}, {out.token_mask.shape[1]}], not {masks.dtype} "
+                                 f"{masks.shape}")
+            ex.write(out.token_mask, masks)
+        submission = ex.submission()
+        submission.step(engine.split_program("sample", self.r_max), StepParams(n_tokens=n, n_out=n))
+        submission.read(out.sampled, n * 4)
+        return PendingStep(submission.submit(), 1, n, [])
 
 
 class RecordedDecode:

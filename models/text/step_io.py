@@ -9,7 +9,8 @@ so the host writes a step's inputs once whichever program runs it:
     slot_tokens  u32 [slots]   each sequence's last GPU-sampled token: decode rows read their input here
 
 and each output width R (a program's r_max) has its own outputs, so a sampler or a readback
-touches only R rows of V logits:
+touches only R rows of V logits (a StepIO made by sharing_inputs has outputs of its own: the split decode
+steps of constrained rows keep their logits there while other steps run, models/text/engine.py):
 
     logits       f32 [R, V]
     sampling     u32 [R, 4]    per output row: (bits of f32 1/temperature (0 = greedy), seed, position, masked)
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpu.ops.sampling import mask_words
-from gpu.program import Executor, PendingResult
+from gpu.ops import transformer as ops
+from gpu.ops.sampling import gumbel_sample, mask_logits, mask_words
+from gpu.program import Executor, PendingResult, ProgramBuilder
 from gpu.tensor import Tensor
 from models.text.sampler import Candidates
 
@@ -67,6 +69,13 @@ class StepIO:
         self.slot_tokens = executor.tensor(f"{name}.slot_tokens", (n_slots,), "u32")
         self._outputs: dict[int, StepOutputs] = {}
 
+    def sharing_inputs(self, name: str) -> StepIO:
+        """A StepIO with these inputs (ids, rows, out_rows, slot_tokens) and outputs of its own."""
+        twin = object.__new__(StepIO)
+        twin.__dict__.update(self.__dict__)
+        twin.name, twin._outputs = name, {}
+        return twin
+
     def outputs(self, r_max: int) -> StepOutputs:
         """The output tensors of programs with r_max output rows (made on first use)."""
         if r_max not in self._outputs:
@@ -82,6 +91,16 @@ class StepIO:
                 e.tensor(f"{tag}.token_mask", (r_max, mask_words(self.vocab_size)), "u32"),
             )
         return self._outputs[r_max]
+
+
+def sample_tokens(b: ProgramBuilder, io: StepIO, r_max: int, masked: bool) -> None:
+    """The end of a step: each output row's token drawn from its logits (after its token mask where masked and the
+    row is flagged constrained) and kept as its sequence's next input (slot_tokens)."""
+    out = io.outputs(r_max)
+    if masked:
+        mask_logits(b, out.logits, out.sampling, out.token_mask)
+    gumbel_sample(b, out.logits, out.sampling, out.sampled)
+    ops.store_tokens(b, out.sampled, io.out_rows, io.rows, io.slot_tokens)
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 
 from gpu.kv_cache import PAGE_TOKENS
+from gpu.ops.sampling import mask_words
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import DecodeRow, Engine, TextModel, load_text_model
 from models.text.generate import generate
 from models.text.sampler import SamplingParams
+from models.text.step_io import GpuSampling
 from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens
 
 pytestmark = pytest.mark.heavy
@@ -168,6 +170,61 @@ def test_abandoned_generations_give_their_buffers_back(model: TextModel) -> None
 
     first = stop_early()
     assert stop_early() == first  # the second run found every buffer it needed back in the pool
+
+
+def test_split_steps_draw_the_tokens_of_one_step_submissions(model: TextModel) -> None:
+    """Engine.submit_logits then LogitsStep.sample (the network, then the masked sampling, as constrained rows
+    decode) give the tokens of the one-step masked submission, greedy and seeded, each row within its mask."""
+    engine = model.engine()
+    rows_sampling = [GpuSampling(), GpuSampling(temperature=1.2, seed=3)]
+    ids = np.arange(model.vocab_size)
+    allowed = [ids % 5 == 1, ids % 3 == 0]  # each row may take a third or a fifth of the vocabulary
+    bits = mask_words(model.vocab_size) * 32
+    masks = np.stack([np.packbits(np.pad(a, (0, bits - a.size)), bitorder="little").view(np.uint32) for a in allowed])
+    prompts = [encode(model, p) for p in PROMPTS[:2]]
+
+    def decode(split: bool) -> list[list[int]]:
+        sessions = [model.new_session() for _ in prompts]
+        try:
+            for s, p in zip(sessions, prompts, strict=True):
+                engine.submit_prefill(s, p).wait()
+            got: list[list[int]] = [[], []]
+            for _ in range(3):
+                rows = [DecodeRow(s, sampling=g, constrained=True)
+                        for s, g in zip(sessions, rows_sampling, strict=True)]
+                if split:
+                    pending = engine.submit_logits(rows).sample(masks)
+                else:
+                    for row, mask in zip(rows, masks, strict=True):
+                        row.mask = mask
+                    pending = engine.submit_decode(rows)
+                for i, token in enumerate(pending.wait()[0][0].tolist()):
+                    got[i].append(token)
+            return got
+        finally:
+            for s in sessions:
+                s.close()
+
+    fused, split = decode(False), decode(True)
+    assert split == fused
+    assert all(allowed[i][t] for i, row in enumerate(split) for t in row)
+
+
+def test_a_split_step_is_sampled_once_before_the_next(model: TextModel) -> None:
+    engine = model.engine()
+    session = model.new_session()
+    try:
+        engine.submit_prefill(session, encode(model, PROMPTS[0])).wait()
+        step = engine.submit_logits([DecodeRow(session)])
+        with pytest.raises(RuntimeError, match="not been submitted"):
+            engine.submit_logits([DecodeRow(session)])
+        step.sample().wait()
+        with pytest.raises(RuntimeError, match="sampled already"):
+            step.sample()
+        engine.submit_logits([DecodeRow(session)]).abandon()  # a step left unsampled frees the engine too
+        engine.submit_logits([DecodeRow(session)]).sample().wait()
+    finally:
+        session.close()
 
 
 @pytest.mark.slow
