@@ -120,9 +120,10 @@ class Engine:
 
     @property
     def split_io(self) -> StepIO:
-        """The step inputs, with outputs kept for split steps alone (their logits wait there for their sampling)."""
+        """The inputs and outputs of split steps alone (their rows and logits wait there for their sampling), whose
+        sampled tokens the other steps read."""
         if self._split_io is None:
-            self._split_io = self.io.sharing_inputs(f"{self.io.name}_split")
+            self._split_io = self.io.sharing_slot_tokens(f"{self.io.name}_split", self.model.max_batch)
         return self._split_io
 
     def split_program(self, half: str, r_max: int) -> Program:
@@ -299,10 +300,11 @@ class Engine:
         table = np.zeros((n, 4), np.uint32)
         table[:, 0], table[:, 1] = positions, [r.session.slot for r in rows]
         table[:, 2] = [r.token is None for r in rows]  # the token the GPU sampled, or the host's from ids
-        ex = self.executor
-        ex.write(self.io.ids, np.array([r.token or 0 for r in rows], np.uint32))
-        ex.write(self.io.rows, table)
-        ex.write(self.io.out_rows, np.arange(n, dtype=np.uint32))
+        ex, io = self.executor, self.split_io
+        if any(r.token is not None for r in rows):
+            ex.write(io.ids, np.array([r.token or 0 for r in rows], np.uint32))
+        ex.write(io.rows, table)
+        ex.write(io.out_rows, np.arange(n, dtype=np.uint32))
         submission = ex.submission()
         submission.step(self.split_program("logits", r_max), StepParams(n_tokens=n, n_out=n))
         submission.submit()
@@ -333,14 +335,9 @@ class LogitsStep:
         if engine._open_split is not self:
             raise RuntimeError("this split step has been sampled already")
         engine._open_split = None
-        io = engine.split_io
-        out = io.outputs(self.r_max)
-        table = np.zeros((n, 4), np.uint32)  # the slots the tokens go to (the rows may have been overwritten since)
-        table[:, 0], table[:, 1] = self.positions, [r.session.slot for r in self.rows]
+        out = engine.split_io.outputs(self.r_max)  # the rows are those the network half wrote
         masked = masks is not None
         ex = engine.executor
-        ex.write(io.rows, table)
-        ex.write(io.out_rows, np.arange(n, dtype=np.uint32))
         ex.write(out.sampling, np.array([r.sampling.words(p, masked) for r, p in zip(self.rows, self.positions,
                                                                                      strict=True)], np.uint32))
         if masks is not None:

@@ -9,8 +9,9 @@ so the host writes a step's inputs once whichever program runs it:
     slot_tokens  u32 [slots]   each sequence's last GPU-sampled token: decode rows read their input here
 
 and each output width R (a program's r_max) has its own outputs, so a sampler or a readback
-touches only R rows of V logits (a StepIO made by sharing_inputs has outputs of its own: the split decode
-steps of constrained rows keep their logits there while other steps run, models/text/engine.py):
+touches only R rows of V logits. A StepIO made by sharing_slot_tokens has inputs and outputs of its own but the
+same slot_tokens: the split decode steps of constrained rows keep their rows and logits there while other steps
+run (models/text/engine.py's submit_logits):
 
     logits       f32 [R, V]
     sampling     u32 [R, 4]    per output row: (bits of f32 1/temperature (0 = greedy), seed, position, masked)
@@ -57,7 +58,9 @@ class StepIO:
     """A model's step inputs (shared by all its programs) and its outputs per output width (module docstring)."""
 
     def __init__(self, executor: Executor, name: str, max_tokens: int, max_out: int, n_slots: int,
-                 vocab_size: int) -> None:
+                 vocab_size: int, slot_tokens: Tensor | None = None) -> None:
+        """slot_tokens: another StepIO's, for programs whose sampled tokens the others' steps read (see
+        sharing_slot_tokens); else its own."""
         self.executor = executor
         self.name = name
         self.vocab_size = vocab_size
@@ -66,15 +69,14 @@ class StepIO:
         self.ids = executor.tensor(f"{name}.ids", (max_tokens,), "u32")
         self.rows = executor.tensor(f"{name}.rows", (max_tokens, 4), "u32")
         self.out_rows = executor.tensor(f"{name}.out_rows", (max_out,), "u32")
-        self.slot_tokens = executor.tensor(f"{name}.slot_tokens", (n_slots,), "u32")
+        self.slot_tokens = slot_tokens or executor.tensor(f"{name}.slot_tokens", (n_slots,), "u32")
+        self.n_slots = n_slots
         self._outputs: dict[int, StepOutputs] = {}
 
-    def sharing_inputs(self, name: str) -> StepIO:
-        """A StepIO with these inputs (ids, rows, out_rows, slot_tokens) and outputs of its own."""
-        twin = object.__new__(StepIO)
-        twin.__dict__.update(self.__dict__)
-        twin.name, twin._outputs = name, {}
-        return twin
+    def sharing_slot_tokens(self, name: str, max_tokens: int) -> StepIO:
+        """A StepIO of its own (inputs of up to max_tokens rows, outputs) but for slot_tokens, which it shares
+        with this one: its programs' sampled tokens are the next inputs of this one's, and the other way round."""
+        return StepIO(self.executor, name, max_tokens, self.max_out, self.n_slots, self.vocab_size, self.slot_tokens)
 
     def outputs(self, r_max: int) -> StepOutputs:
         """The output tensors of programs with r_max output rows (made on first use)."""
