@@ -23,11 +23,13 @@ then covers its work). A round holds at most:
   once that round is handled, with its inputs (the tokens the CPU sampled, and the token masks of those also
   under a grammar) written then: so these sequences also advance a token a round, and the host's recording
   overlaps the GPU's work;
-- the network half of a split decode step (Engine.submit_logits) of the GPU-sampled sequences under a grammar
-  (constrained decoding: each step's token mask comes from the tokens so far, models/text/grammar.py). Its
-  sampling half goes first in the next round, once the tokens sampled before are back and the masks filled:
-  the GPU runs a step's network while the host reads the last token back and fills the grammar's mask, and
-  these sequences advance a token a round.
+- a split decode step (Engine.submit_logits) of the GPU-sampled sequences under a grammar (constrained
+  decoding: each step's token mask comes from the tokens so far, models/text/grammar.py): its sampling half
+  goes first in the round, once the tokens sampled before are back and the masks filled, and the network half
+  of their next step right after it (before the round's other submissions), the token it reads left on the GPU
+  by that sampling. So the GPU runs a step's network while the host reads the last token back and fills the
+  grammar's masks, and these sequences advance a token a round (a sequence whose prompt ends in a round joins
+  them in the next).
 A sequence's slot and KV pages go back to the pool once it has ended and no submission in flight
 still writes to them. Admission looks ahead, not to the end: a sequence is admitted when the
 pool's free pages cover its prompt and its next ADMIT_LOOKAHEAD tokens beside what the running
@@ -253,6 +255,8 @@ class BatchGenerator:
                 events += self._sample_split()
             plan, made_room = self._make_room()
             events += made_room
+            if plan[3]:  # first: the GPU may finish the sampling just sent before the rest of the round is sent
+                self._submit_logits(plan[3])
             current, stepwise = self._submit_round(plan)
             if stepwise is not None:  # its inputs come from the rounds in flight: handle them, then send it
                 while self._rounds:
@@ -260,9 +264,6 @@ class BatchGenerator:
                 sent, failed = self._send_stepwise(*stepwise)
                 current.submissions.append(sent)
                 events += failed
-            split = plan[3] + [s for s in plan[0] if s.split and s.decoding]  # and those whose prompt ends now
-            if split:  # last: its sampling goes first in the next round
-                self._submit_logits(sorted(split, key=lambda s: s.order))
             if current.submissions:
                 self._rounds.append(current)
             while self._rounds and (len(self._rounds) > 1 or not current.submissions or not self.overlap_rounds):
@@ -369,8 +370,7 @@ class BatchGenerator:
         return max(1, min(self.steps_per_submit, room))
 
     def _submit_round(self, plan: _Plan) -> tuple[_Round, tuple[RecordedDecode, list[_Sequence]] | None]:
-        """Send the round's prompt chunks and GPU decode; record its stepwise decode (sent by step; the split rows'
-        network half goes last, see step)."""
+        """Send the round's prompt chunks and GPU decode; record its stepwise decode (sent by step)."""
         round_ = _Round()
         prefills, on_gpu, stepwise, _ = plan
         for prefilling in prefills:
