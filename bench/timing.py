@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import shlex
@@ -58,11 +59,15 @@ def summary(samples: Sequence[float]) -> dict[str, Any]:
             "max": max(samples)}
 
 
-def cell(samples: Sequence[float] | None, digits: int = 1, scale: float = 1.0) -> str:
-    """`median (min-max)` of the samples times scale, or "-" when the engine has no such measurement."""
+def cell(samples: Sequence[float] | None, digits: int | None = None, scale: float = 1.0) -> str:
+    """`median (min-max)` of the samples times scale, or "-" when the engine has no such measurement; digits after
+    the point: as given, else one, or as many as the median needs to show three significant ones (a CPU's few
+    tokens a second)."""
     if not samples:
         return "-"
     lo, mid, hi = (scale * v for v in (min(samples), statistics.median(samples), max(samples)))
+    if digits is None:
+        digits = 1 if mid == 0 or abs(mid) >= 100 else min(6, 2 - math.floor(math.log10(abs(mid))))
     return f"{mid:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
 
 

@@ -99,7 +99,7 @@ class Engine:
         self.rows_ring = executor.tensor(f"rows_ring_{kv_dtype}", (self.max_steps, model.max_batch, 4), "u32")
         self._programs: dict[tuple[int, int, bool], Program] = {}
         self._candidate_programs: dict[int, Program] = {}
-        self._split_io: StepIO | None = None  # the outputs of split steps (submit_logits), made on first use
+        self._split_io: StepIO | None = None  # the inputs and outputs of split steps (submit_logits), made on first use
         self._split_programs: dict[tuple[str, int], Program] = {}
         self._open_split: LogitsStep | None = None  # a split step whose sampling is still to be submitted
         self._row_logits: Tensor | None = None  # [slots, V]: the logits of each slot's last candidates step

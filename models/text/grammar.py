@@ -144,10 +144,15 @@ def lark(source: str) -> str:
 
 def gbnf(source: str) -> str:
     """A grammar in llama.cpp's GBNF, converted to Lark by llguidance."""
+    return lark(gbnf_to_lark(source))
+
+
+def gbnf_to_lark(source: str) -> str:
+    """llguidance's Lark source of a GBNF grammar (its root rule becomes `start`)."""
     from llguidance.gbnf_to_lark import any_to_lark
 
     try:
-        return lark(any_to_lark(source))
+        return any_to_lark(source)
     except Exception as error:  # noqa: BLE001 - the converter raises bare Exceptions on bad input
         raise GrammarError(f"invalid GBNF grammar: {error}") from error
 

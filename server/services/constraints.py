@@ -41,10 +41,12 @@ def json_answer(schema: Mapping[str, Any], thinks: bool) -> str:
 
 def with_thoughts(source: str) -> str:
     """A Lark grammar (its rule `start`) preceded by an optional thinking channel of free text."""
-    renamed = re.sub(r"^start(\s*):", r"answer_start\1:", source, count=1, flags=re.M)
-    if renamed == source:
+    options = re.match(r"\s*%llguidance\s*\{[^\n]*\}\s*\n", source)  # a directive that must stay first
+    head, body = (source[:options.end()], source[options.end():]) if options else ("", source)
+    renamed = re.sub(r"^start(\s*):", r"answer_start\1:", body, count=1, flags=re.M)
+    if renamed == body:
         raise GrammarError("the grammar has no `start` rule")
-    return "start: thought? answer_start\n" + THOUGHT + renamed
+    return head + "start: thought? answer_start\n" + THOUGHT + renamed
 
 
 def output_grammar(response_format: ResponseFormat | None, json_schema: dict[str, Any] | None, source: str | None,
@@ -67,7 +69,8 @@ def output_grammar(response_format: ResponseFormat | None, json_schema: dict[str
         return OutputGrammar(grammar.lark(json_answer(json_schema, thinks)), "json_schema")
     if source is not None:
         try:
-            compiled = grammar.gbnf(source) if "::=" in source else grammar.lark(source)
+            lark_source = grammar.gbnf_to_lark(source) if "::=" in source else source
+            compiled = grammar.lark(with_thoughts(lark_source) if thinks else lark_source)
         except GrammarError as error:
             raise InvalidRequest(str(error), param="grammar") from error
         return OutputGrammar(compiled, "grammar")

@@ -104,8 +104,13 @@ def gemma4(request: pytest.FixtureRequest) -> tuple[Tokenizer, GrammarVocabulary
 
 
 def walk(tokenizer: Tokenizer, vocabulary: GrammarVocabulary, grammar: str, text: str) -> str:
-    """Feed text's tokens to the grammar: "accepted" (a whole reply), "incomplete", or which token it refused."""
-    constraint = TokenConstraint(vocabulary, compile_grammar(vocabulary, lark(grammar)))
+    """Feed text's tokens to the Lark grammar: "accepted" (a whole reply), "incomplete", or which token it refused."""
+    return walk_spec(tokenizer, vocabulary, lark(grammar), text)
+
+
+def walk_spec(tokenizer: Tokenizer, vocabulary: GrammarVocabulary, spec: str, text: str) -> str:
+    """walk, for a grammar in llguidance's terms (models.text.grammar.lark's result and the like)."""
+    constraint = TokenConstraint(vocabulary, compile_grammar(vocabulary, spec))
     mask = np.zeros(vocabulary.mask_words, np.uint32)
     ids = tokenizer.encode(text, add_bos=False)
     for n, token in enumerate(ids):

@@ -12,7 +12,7 @@ from models.text.grammar import GrammarError, grammar_vocabulary
 from server.errors import InvalidRequest
 from server.schemas.common import ResponseFormat
 from server.services.constraints import json_answer, output_grammar, with_thoughts
-from tests.models.test_tool_calls import gemma4_tokenizer, walk
+from tests.models.test_tool_calls import gemma4_tokenizer, walk, walk_spec
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
 
@@ -42,6 +42,17 @@ def test_with_thoughts_keeps_the_grammar_after_the_channel(gemma4) -> None:
     assert walk(tokenizer, vocabulary, grammar, "maybe").startswith("refused")
     with pytest.raises(GrammarError):
         with_thoughts("answer: /x/")
+
+
+@pytest.mark.parametrize("source", ['start: "yes" | "no"', 'root ::= "yes" | "no"'], ids=["lark", "gbnf"])
+def test_the_grammar_extension_leaves_the_thinking_channel_free(gemma4, source: str) -> None:
+    tokenizer, vocabulary = gemma4
+    thinking = output_grammar(None, None, source, thinks=True).source
+    assert walk_spec(tokenizer, vocabulary, thinking, "<|channel>thought\nmaybe<channel|>no") == "accepted"
+    assert walk_spec(tokenizer, vocabulary, thinking, "yes") == "accepted"
+    assert walk_spec(tokenizer, vocabulary, thinking, "<|channel>thought\nhm<channel|>perhaps").startswith("refused")
+    plain = output_grammar(None, None, source, thinks=False).source
+    assert walk_spec(tokenizer, vocabulary, plain, "<|channel>thought\nmaybe<channel|>no").startswith("refused")
 
 
 def test_one_constraint_per_request() -> None:
