@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ log = logging.getLogger("hearth.gpu")
 
 
 _map_callback: Any = None
+MAP_TIMEOUT_S = 10.0  # a read-back's map, once its submission has run, resolves in microseconds
 
 
 def _on_mapped() -> Any:
@@ -206,8 +208,11 @@ class Device:
         info.userdata1 = status
         libf.wgpuBufferMapAsync(staging._internal, lib.WGPUMapMode_Read, 0, nbytes, info[0])
         self.wait_for(index)
+        deadline = time.monotonic() + MAP_TIMEOUT_S
         while status[0] < 0:  # the map resolves in a poll after its submission has run
             libf.wgpuDevicePoll(self.device._internal, False, ffi.NULL)
+            if time.monotonic() > deadline:  # a lost device may never call back: fail rather than spin
+                raise RuntimeError(f"a read-back buffer did not map within {MAP_TIMEOUT_S} s of its submission")
         if status[0] != lib.WGPUMapAsyncStatus_Success:
             raise RuntimeError(f"could not map a read-back buffer (status {status[0]})")
         try:
