@@ -69,7 +69,9 @@ class StepIO:
         self.ids = executor.tensor(f"{name}.ids", (max_tokens,), "u32")
         self.rows = executor.tensor(f"{name}.rows", (max_tokens, 4), "u32")
         self.out_rows = executor.tensor(f"{name}.out_rows", (max_out,), "u32")
-        self.slot_tokens = slot_tokens or executor.tensor(f"{name}.slot_tokens", (n_slots,), "u32")
+        if slot_tokens is None:
+            slot_tokens = executor.tensor(f"{name}.slot_tokens", (n_slots,), "u32")
+        self.slot_tokens = slot_tokens
         self.n_slots = n_slots
         self._outputs: dict[int, StepOutputs] = {}
 
