@@ -14,7 +14,7 @@
 #include "common/step.wgsl"
 #include "quant/bytes.wgsl"
 #include "quant/${WEIGHT_TYPE}.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 #include "matmul/${ENTRY}.wgsl"
 
 override K: u32 = 256u;        // values per weight row, a multiple of BLOCK_VALUES

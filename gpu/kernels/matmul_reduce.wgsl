@@ -4,7 +4,7 @@
 // (columns N_ROWS + c). Parts are added in order s = 0, 1, ... Work split: one invocation per
 // output value, 256 per workgroup.
 #include "common/step.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 
 override N_ROWS: u32 = 1u;     // y columns
 override ROW_START: u32 = 0u;  // y column of the first
@@ -38,7 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     if (GLU == 1u) {
-        g = gelu_glu(g, u);
+        g = glu(g, u);
     }
     y[t * Y_STRIDE + ROW_START + c] = g;
 }

@@ -17,7 +17,7 @@
 #include "matvec/constants.wgsl"
 #include "quant/bytes.wgsl"
 #include "quant/${WEIGHT_TYPE}.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"
 

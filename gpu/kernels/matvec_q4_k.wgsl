@@ -22,7 +22,7 @@
 // whole_rows).
 #include "matvec/constants.wgsl"
 #include "quant/byte_floats.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 #include "matvec/q4_k_unit_scales.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"

@@ -11,7 +11,7 @@
 // positions of sub-block 2j + 1. Each sub-block is one 32-value block of x; the minimum's term (times the
 // block's exact sum) is added once, by the unit of half 0.
 #include "matvec/constants.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 #include "matvec/q4_k_unit_scales.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"

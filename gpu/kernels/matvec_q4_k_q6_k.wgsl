@@ -10,7 +10,7 @@
 // as theirs.
 #include "matvec/constants.wgsl"
 #include "quant/byte_floats.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 #include "matvec/q4_k_unit_scales.wgsl"
 #include "matvec/q6_k_unit.wgsl"
 #include "matvec/${ENTRY}.wgsl"

@@ -15,7 +15,7 @@
 // of x, which cost 8 vec4 a unit against the weight's 26 bytes.
 #include "matvec/constants.wgsl"
 #include "quant/byte_floats.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 #include "matvec/q6_k_unit.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"

@@ -10,7 +10,7 @@
 // 32 values 128 h + 32 a + l0 .. + 7 (a = 0..3), each quarter a in 32-value block 4 h + a of x. A unit's
 // weights are read and assembled once for all the step's tokens (Q6Bytes).
 #include "matvec/constants.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 #include "matvec/q6_k_unit.wgsl"
 #include "matvec/${ENTRY}.wgsl"
 #include "matvec/x_${X_SOURCE}.wgsl"

@@ -17,7 +17,7 @@
 // Block pair layout (words W0..W16): W0 low half d0, bytes 2..33 q of block 0 (W0 high half ..
 // W8 low half), W8 high half d1, W9..W16 q of block 1. value = d * q (int8).
 #include "common/step.wgsl"
-#include "matmul/gelu_glu.wgsl"
+#include "matmul/glu.wgsl"
 
 override K: u32 = 64u;         // values per weight row, a multiple of 64
 override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
@@ -148,7 +148,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (first_row + j * WG < N_ROWS) {
                 var v = acc[t][j];
                 if (GLU == 1u) {
-                    v = gelu_glu(v, acc_u[t][j]);
+                    v = glu(v, acc_u[t][j]);
                 }
                 y[t * Y_STRIDE + ROW_START + first_row + j * WG] = v;
             }

@@ -20,6 +20,7 @@ from typing import Protocol
 from gpu.kv_cache import KVPool
 from gpu.ops import transformer as ops
 from gpu.ops.attention_prompt import attention_prompt
+from gpu.ops.encoder import bias_add
 from gpu.ops.matmul import (
     NormedInput,
     QuantisedActivation,
@@ -96,10 +97,10 @@ class Residual:
         linear(self.b, weight, a, y, self.t_max)
         return y
 
-    def add_norm(self, y: Tensor | SplitSums, post_norm: Tensor, next_norm: Tensor, consumers: Sequence[FusedWeight],
-                 name: str, *, gated: bool = False) -> BlockInput:
-        """x += rms_norm(y) * post_norm; the next part's input rms_norm(x) * next_norm, for its matrices
-        (consumers; gated: a gate-up whose GLU reads it)."""
+    def add_norm(self, y: Tensor | SplitSums, post_norm: Tensor | None, next_norm: Tensor,
+                 consumers: Sequence[FusedWeight], name: str, *, gated: bool = False) -> BlockInput:
+        """x += rms_norm(y) * post_norm (x += y without a post_norm); the next part's input rms_norm(x) * next_norm,
+        for its matrices (consumers; gated: a gate-up whose GLU reads it)."""
         b, t, d = self.b, self.t_max, self.x.shape[1]
         weights = [f.weight for f in consumers]
         if gated:  # int8 for a gate-up where no f32 gate-up can normalise its input itself (the fold is faster)
@@ -122,9 +123,9 @@ class Residual:
         ops.residual_norm(b, y, post_norm, self.x, next_norm, h, self.eps)
         return h
 
-    def add_norm_rows(self, y: Tensor | SplitSums, post_norm: Tensor, next_norm: Tensor, out_rows: Tensor,
+    def add_norm_rows(self, y: Tensor | SplitSums, post_norm: Tensor | None, next_norm: Tensor, out_rows: Tensor,
                       r_max: int, name: str) -> Tensor:
-        """x += rms_norm(y) * post_norm, then rms_norm(x) * next_norm of the rows out_rows lists only (before the
+        """x += rms_norm(y) * post_norm (or y), then rms_norm(x) * next_norm of the rows out_rows lists only (before the
         output head)."""
         h = self.b.activation(name, (r_max, self.x.shape[1]))
         ops.residual_norm(self.b, y, post_norm, self.x, next_norm, h, self.eps, out_rows=out_rows)
@@ -135,16 +136,26 @@ def attention(
     b: ProgramBuilder, qkv: Sequence[FusedWeight], x: BlockInput, q_norm: Tensor, k_norm: Tensor | None,
     rope: Tensor, pool: KVPool, cache: int, rows: Tensor, t_max: int, name: str, *, prompt: bool, heads: int,
     kv_heads: int, head_dim: int, window: int, scale: float, eps: float, v_norm: bool = False, stack: bool = True,
+    qk_norm: bool = True, biases: Sequence[Tensor | None] = (),
 ) -> Tensor:
     """Self-attention of a block [T, heads * head_dim]: q = rope(rms_norm(x Wq) * q_norm); unless the layer reads
     another layer's cache (k_norm None: q alone among the projections), k = rope(rms_norm(x Wk) * k_norm) and
     v = x Wv (or k before its norm and rope when the projections hold q and k only), rms-normalised without a
     weight where v_norm, stored in the pool's cache `cache` at each row's position; then attention over that
     cache, causal, within window keys (0: all). prompt: rows of prompt chunks (the blocked prompt kernel), else
-    decode rows (flash-decoding splits)."""
-    cols = projections(b, qkv, x, t_max, f"qkv.{name}", stack=stack)
+    decode rows (flash-decoding splits). qk_norm False: q and k are rotated without their norms (q_norm and
+    k_norm are not read). biases: each fused matrix's bias (q|k|v biases, as its rows), added to its product.
+    """
+    cols = projections(b, qkv, x, t_max, f"qkv.{name}", stack=stack and not any(bias is not None for bias in biases))
+    if any(bias is not None for bias in biases):  # one product per fused matrix: its first column's tensor
+        outputs = [tensor for tensor, start in cols if start == 0]
+        for y, bias in zip(outputs, biases, strict=True):
+            if bias is not None:
+                bias_add(b, y, bias)
     queries: Tensor | RawQKV
     if k_norm is None:  # q alone: norm and rope in place
+        if not qk_norm:
+            raise ValueError("a layer reading another layer's cache needs its q norm")
         queries = cols[0][0]
         ops.norm_rope(b, queries, q_norm, rope, rows, heads, eps)
     else:
@@ -153,11 +164,11 @@ def attention(
         # decode rows on a GPU: attention's prologue normalises and rotates them (no row needs another row's new
         # key); it has no v norm
         if not prompt and not b.device.is_software and not v_norm:
-            queries = RawQKV(q, k, v, q_norm, k_norm, rope, eps)
+            queries = RawQKV(q, k, v, q_norm, k_norm, rope, eps, qk_norm)
         else:
             queries = b.activation(f"q.{name}", (t_max, heads * head_dim))
             ops.qk_norm_rope_store(b, q, k, v, q_norm, k_norm, rope, pool, cache, rows, queries, heads=heads,
-                                   kv_heads=kv_heads, eps=eps, v_norm=v_norm)
+                                   kv_heads=kv_heads, eps=eps, v_norm=v_norm, qk_norm=qk_norm)
     a = b.activation(f"attn.{name}", (t_max, heads * head_dim))
     (attention_prompt if prompt else ops.attention)(
         b, queries, pool, cache, rows, a, heads=heads, kv_heads=kv_heads, head_dim=head_dim, window=window,
@@ -166,9 +177,9 @@ def attention(
 
 
 def gated_feed_forward(b: ProgramBuilder, gate_up: Sequence[FusedWeight], down: QuantWeight, x: BlockInput,
-                       residual: Residual, name: str) -> Tensor | SplitSums:
-    """(gelu_tanh(x Wgate) * x Wup) Wdown: gate and up in one GLU product where they are one matrix, the GLU's
-    output kept as int8 blocks where an int8 down reads it."""
+                       residual: Residual, name: str, activation: str = "gelu_tanh") -> Tensor | SplitSums:
+    """(activation(x Wgate) * x Wup) Wdown: gate and up in one GLU product where they are one matrix, the GLU's
+    output kept as int8 blocks where an int8 down reads it. activation: gelu_tanh (GeGLU) or silu (SwiGLU)."""
     t, width = residual.t_max, down.k
     act: Tensor | QuantisedActivation
     if len(gate_up) == 1 and quantises_glu_output(b, gate_up[0].weight, down, t, isinstance(x, NormedInput)):
@@ -176,9 +187,9 @@ def gated_feed_forward(b: ProgramBuilder, gate_up: Sequence[FusedWeight], down: 
     else:
         act = b.activation(f"act.{name}", (t, width))
     if len(gate_up) == 1:
-        linear_glu(b, gate_up[0].weight, x, act, t)
+        linear_glu(b, gate_up[0].weight, x, act, t, activation=activation)
     else:
         (gate, _), (up, _) = projections(b, gate_up, x, t, f"gate_up.{name}", stack=residual.fusable)
         assert isinstance(act, Tensor)
-        ops.gelu_mul(b, gate, up, act)
+        ops.glu_mul(b, gate, up, act, activation)
     return residual.output(down, act, f"down.{name}")

@@ -7,7 +7,7 @@ Weight types: gpu.weights.SUPPORTED_TYPES, decoded in the shader by kernels/quan
 K values (GGUF ne = [K, N]); K is a multiple of the type's block (32 for Q*_0 / Q*_1, 256 for the K-quants, 16 for
 the float types); N is any. Activations are f32 row-major [T_MAX, width]; kernels compute the step's first
 min(n_tokens, T_MAX) rows and leave the others untouched. Each weight shard gets its own dispatch writing its
-columns of y; with GLU = 1 a dispatch reads gate row r and up row F + r and stores gelu_tanh(g) * u.
+columns of y; with GLU = 1 a dispatch reads gate row r and up row F + r and stores act(g) * u (matmul/glu.wgsl).
 
 Kernels:
 - kernels/matvec.wgsl and the K-quant kernels matvec_q4_k / matvec_q6_k.wgsl: decode, up to matvec_max_tokens
@@ -48,7 +48,7 @@ from gpu.ops.matmul_plan import (
 from gpu.ops.matmul_tuning import MatmulTuning
 from gpu.ops.quantised import QuantisedActivation, quantised_activation  # noqa: F401 (part of this module's API)
 from gpu.ops.split_sums import SplitSums
-from gpu.ops.transformer import gelu_mul
+from gpu.ops.transformer import glu_act, glu_mul
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
@@ -96,10 +96,11 @@ class NormedInput:
     """A linear's input made inside its matvec (matvec/x_normed.wgsl) rather than by a residual_norm dispatch:
         r = residual + rms_norm(block_out) * post_weight       (written to residual_out)
         x = rms_norm(r) * next_weight                            (the linear's input)
+    post_weight None: r = residual + block_out (a block without post-norm).
     residual_out must be another tensor than residual: the matvec's other workgroups still read it."""
 
     block_out: Tensor
-    post_weight: Tensor
+    post_weight: Tensor | None
     residual: Tensor
     next_weight: Tensor
     residual_out: Tensor
@@ -155,7 +156,8 @@ def _check_normed_input(weight: QuantWeight, t_max: int, tuning: MatmulTuning) -
 def _normed_bindings(x: NormedInput, y: Tensor) -> list[Tensor]:
     """A matvec's bindings 2 to 7 on a NormedInput (matvec/normed_input.wgsl's, y at 3), after the step and the
     weight."""
-    return [x.block_out, y, x.residual, x.post_weight, x.next_weight, x.residual_out]
+    post_weight = x.next_weight if x.post_weight is None else x.post_weight  # not read without a post-norm
+    return [x.block_out, y, x.residual, post_weight, x.next_weight, x.residual_out]
 
 
 def _check_weight(weight: QuantWeight) -> None:
@@ -193,9 +195,10 @@ def _dispatch(
     builder: ProgramBuilder, plan: LinearPlan, weight: QuantWeight, shard: Tensor,
     x: Tensor | NormedInput | Int8Input | QuantisedActivation, y: Tensor | QuantisedActivation, t_max: int, *,
     first_row: int, n_rows: int, row_start: int, y_stride: int, glu: bool = False, leave_parts: bool = False,
+    activation: str = "gelu_tanh",
 ) -> SplitSums | None:
     """The dispatches of y[:, row_start + r] for rows first_row + r, r < n_rows, of one shard (with glu,
-    gelu_tanh(gate) * up, the up rows following the n_rows gate rows), as matmul_plan.plan_shard plans them: one,
+    activation(gate) * up, the up rows following the n_rows gate rows), as matmul_plan.plan_shard plans them: one,
     or two for a matmul split over k (the parts, then matmul_reduce; with leave_parts, the parts alone,
     returned)."""
     kind, width = _input_kind(x)
@@ -208,7 +211,7 @@ def _dispatch(
     constants: dict[str, int | str] = any_type | {
         "K": weight.k, "N_ROWS": n_rows, "FIRST_ROW": first_row, "ROW_START": row_start, "Y_STRIDE": y_stride,
         "T_MAX": t_max, "GLU": int(glu),
-    } | dict(shard_plan.defines)
+    } | ({"GLU_ACT": glu_act(activation)} if glu else {}) | dict(shard_plan.defines)
     if isinstance(shard_plan, TilePlan):
         assert isinstance(y_tensor, Tensor) and not isinstance(x, NormedInput)
         if isinstance(x, Int8Input):
@@ -221,6 +224,8 @@ def _dispatch(
                                row_start, y_stride, glu, leave_parts)
     if isinstance(x, NormedInput):
         constants["EPS"] = x.eps
+        if x.post_weight is None:
+            constants["POST_NORM"] = False
         tensors = [builder.step, shard, *_normed_bindings(x, y_tensor)]
     else:
         tensors = [builder.step, shard, x.tensor if isinstance(x, QuantisedActivation) else x, y_tensor]
@@ -249,7 +254,7 @@ def _tiles_dispatch(
             raise ValueError(f"{weight.name}: only a plain linear's whole output can be left as parts")
         return SplitSums(parts, split, t_max)
     reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": split,
-              "GLU": int(glu)}
+              "GLU": int(glu), "GLU_ACT": constants.get("GLU_ACT", 0)}
     builder.dispatch("matmul_reduce", reduce, [builder.step, parts, y], workgroup_grid(-(-t_max * n_rows // 256)))
     return None
 
@@ -310,15 +315,15 @@ def linear_glu(
     builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput | QuantisedActivation,
     y: Tensor | QuantisedActivation, t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
-    int8: bool | None = None,
+    int8: bool | None = None, activation: str = "gelu_tanh",
 ) -> None:
-    """y = gelu_tanh(x Wg^T) * (x Wu^T) for the step's first min(n_tokens, t_max) tokens: x [t_max, K]
-    -> y [t_max, F], Gemma's gated feed-forward (GeGLU) before its down projection.
+    """y = activation(x Wg^T) * (x Wu^T) for the step's first min(n_tokens, t_max) tokens: x [t_max, K]
+    -> y [t_max, F], the gated feed-forward before its down projection (GeGLU with gelu_tanh, SwiGLU with silu).
 
     weight: 2F rows, the gate projection's F rows then the up projection's F (the two GGUF tensors'
     bytes concatenated: same type, rows contiguous). One dispatch computing both and combining them
-    in its epilogue, as gpu/kernels/gelu_mul.wgsl would; a weight split over several shards (the
-    binding limit) falls back to two linears into activations and a gelu_mul dispatch. kernel,
+    in its epilogue, as gpu/kernels/glu_mul.wgsl would; a weight split over several shards (the
+    binding limit) falls back to two linears into activations and a glu_mul dispatch. kernel,
     subgroups, whole_rows and int8 choose the kernel as for `linear`. x may be a QuantisedActivation as
     for `linear`, and y too (see quantises_glu_output): the matvec's epilogue quantises the output.
     """
@@ -339,7 +344,7 @@ def linear_glu(
         if isinstance(x, Tensor) and uses_int8_tiles(weight, plan, t_max, f, True, _tuning(builder)):
             source = quantize_input(builder, x, t_max)
         _dispatch(builder, plan, weight, weight.shards[0].tensor, source, y, t_max, first_row=0, n_rows=f,
-                  row_start=0, y_stride=f, glu=True)
+                  row_start=0, y_stride=f, glu=True, activation=activation)
         return
     gate = builder.activation(f"{weight.name}.gate", (t_max, f))
     up = builder.activation(f"{weight.name}.up", (t_max, f))
@@ -352,7 +357,7 @@ def linear_glu(
             begin = max(shard.row_start, f)
             _dispatch(builder, plan, weight, shard.tensor, x, up, t_max, first_row=begin - shard.row_start,
                       n_rows=end - begin, row_start=begin - f, y_stride=f)
-    gelu_mul(builder, gate, up, y)
+    glu_mul(builder, gate, up, y, activation)
 
 
 def stacks_in_one_matvec(builder: ProgramBuilder, first: QuantWeight, second: QuantWeight, t_max: int,

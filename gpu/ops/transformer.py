@@ -19,6 +19,15 @@ ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
 ATTENTION_GROUPS = 512  # attention workgroups wanted on a GPU: key ranges split until rows x parts reach it
 ATTENTION_MIN_PART_KEYS = 16  # fewest keys a part of a split row takes
 Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
+# The gate activations of a gated feed-forward, as kernels/matmul/glu.wgsl's GLU_ACT codes
+GLU_ACTIVATIONS = {"gelu_tanh": 0, "silu": 1}
+
+
+def glu_act(activation: str) -> int:
+    """matmul/glu.wgsl's GLU_ACT for an activation name (ValueError for one it lacks)."""
+    if activation not in GLU_ACTIVATIONS:
+        raise ValueError(f"no gated feed-forward for activation {activation!r} (known: {sorted(GLU_ACTIVATIONS)})")
+    return GLU_ACTIVATIONS[activation]
 
 
 def _rows(t: Tensor) -> int:
@@ -62,21 +71,25 @@ def residual_norm_split(b: ProgramBuilder, d: int, subgroups: bool | None = None
 
 
 def residual_norm(
-    b: ProgramBuilder, y: Tensor | SplitSums, post_weight: Tensor, x: Tensor, next_weight: Tensor,
+    b: ProgramBuilder, y: Tensor | SplitSums, post_weight: Tensor | None, x: Tensor, next_weight: Tensor,
     h: Tensor | QuantisedActivation, eps: float, *,
     out_rows: Tensor | None = None, subgroups: bool | None = None, threads: int | None = None,
 ) -> None:
     """x += rms_norm(y) * post_weight, then h = rms_norm(x) * next_weight, per row (kernels/residual_norm.wgsl).
 
-    One dispatch for Gemma's post-norm residual add and the next pre-norm. out_rows (u32 [R]):
+    One dispatch for Gemma's post-norm residual add and the next pre-norm; post_weight None: a plain residual
+    add, x += y (the blocks of networks without post-norms). out_rows (u32 [R]):
     only the step's first n_out rows listed there, into h[0..n_out) (x's other rows are then left
     stale: use it after the last layer, before the output head). A QuantisedActivation h is written
     quantised per 32 values (kernels/residual_norm_q8.wgsl; not with out_rows). y may be the parts of a k-split
     linear (SplitSums), added as they are read. subgroups and threads: see residual_norm_split.
     """
-    d = post_weight.numel
+    d = next_weight.numel
     gather = out_rows is not None
     constants = residual_norm_split(b, d, subgroups, threads) | {"EPS": eps}
+    if post_weight is None:  # not read: next_weight stands in
+        constants["POST_NORM"] = False
+        post_weight = next_weight
     if isinstance(y, SplitSums):
         constants |= {"SPLIT": y.split, "PART_ROWS": y.rows}
         y = y.parts
@@ -114,10 +127,11 @@ def _qkv_columns(q: Column, k: Column, v: Column) -> dict[str, int]:
 def qk_norm_rope_store(
     b: ProgramBuilder, q: Column, k: Column, v: Column, q_weight: Tensor, k_weight: Tensor, rope_table: Tensor,
     pool: KVPool, layer: int, rows: Tensor, q_out: Tensor, *, heads: int, kv_heads: int, eps: float,
-    subgroups: bool | None = None, v_norm: bool = False,
+    subgroups: bool | None = None, v_norm: bool = False, qk_norm: bool = True,
 ) -> None:
     """norm_rope of q into q_out and of k, and k, v stored in the layer's paged cache at each row's
-    position (rows: the row table), in one dispatch (kernels/qk_norm_rope_store.wgsl).
+    position (rows: the row table), in one dispatch (kernels/qk_norm_rope_store.wgsl). qk_norm False: q and k
+    are rotated without a norm (q_weight and k_weight are then not read).
 
     q, k and v are (tensor, first column) of projection outputs: the same tensor for all three
     when the projections ran as one fused matrix product, each its own tensor at column 0 if not.
@@ -131,6 +145,8 @@ def qk_norm_rope_store(
         "REDUCE": b.device.reduction(subgroups), **_paging(pool)}
     if v_norm:
         constants["V_NORM"] = True
+    if not qk_norm:
+        constants["QK_NORM"] = False
     constants |= _qkv_columns(q, k, v)
     tensors = [b.step, q[0], k[0], v[0], q_weight, k_weight, rope_table, pool.keys[layer], pool.values[layer], rows,
                pool.page_table, q_out]
@@ -151,6 +167,7 @@ class RawQKV:
     k_weight: Tensor
     rope_table: Tensor
     eps: float
+    qk_norm: bool = True
 
 
 def attention(
@@ -177,6 +194,8 @@ def attention(
     if isinstance(q, RawQKV):  # kernels/attention/q_raw.wgsl
         queries, extra = q.q[0], [q.k[0], q.v[0], q.q_weight, q.k_weight, q.rope_table]
         source = {"Q_SOURCE": "raw", "EPS": q.eps, **_qkv_columns(q.q, q.k, q.v)}
+        if not q.qk_norm:
+            source["QK_NORM"] = False
     else:  # kernels/attention/q_cache.wgsl
         queries, extra, source = q, [], {"Q_SOURCE": "cache"}
     n_rows = _rows(queries) * heads
@@ -201,10 +220,10 @@ def attention(
                [b.step, partials, out, rows], workgroup_grid(n_rows))
 
 
-def gelu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor) -> None:
-    """out = gelu_tanh(gate) * up (kernels/gelu_mul.wgsl)."""
+def glu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor, activation: str = "gelu_tanh") -> None:
+    """out = activation(gate) * up (kernels/glu_mul.wgsl; activation: a GLU_ACTIVATIONS name)."""
     width = gate.shape[1]
-    b.dispatch("gelu_mul", {"D": width}, [b.step, gate, up, out],
+    b.dispatch("glu_mul", {"D": width, "GLU_ACT": glu_act(activation)}, [b.step, gate, up, out],
                workgroup_grid(math.ceil(_rows(gate) * width / ELEMENTWISE_GROUP)))
 
 

@@ -36,12 +36,13 @@ Adding a family:
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
-from gguf import MODEL_TENSOR, TENSOR_NAMES
+from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys
 
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import blocks
@@ -53,14 +54,23 @@ from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
-from models.formats.weights import Fused, GGUFSource, Uploader
+from models.formats.weights import Fused, GGUFSource, Matrix, Uploader
 from models.text.step_io import StepIO, sample_tokens
 
 Progress = Callable[[int, int], None]
 T = MODEL_TENSOR
 
 # Decoder families by GGUF architecture name, as `module:class` (imported on use: they import this module)
-FAMILIES = {"gemma3": "models.gemma.gemma3:Gemma3", "gemma4": "models.gemma.gemma4:Gemma4"}
+FAMILIES = {
+    "gemma": "models.gemma.gemma1:Gemma",
+    "gemma3": "models.gemma.gemma3:Gemma3",
+    "gemma4": "models.gemma.gemma4:Gemma4",
+    "llama": "models.llama:Llama",
+    "smollm3": "models.llama:SmolLM3",
+    "qwen2": "models.qwen:Qwen2",
+    "qwen3": "models.qwen:Qwen3",
+    "phi3": "models.phi3:Phi3",
+}
 
 
 def family(architecture: str) -> type[Decoder]:
@@ -110,6 +120,8 @@ class DecoderConfig:
     d_ple: int = 0  # P: per-layer input width, 0 without per-layer embeddings
     n_experts: int = 0
     n_experts_used: int = 0
+    activation: str = "gelu_tanh"  # of the gated feed-forward: gelu_tanh (GeGLU) or silu (SwiGLU)
+    no_rope: tuple[bool, ...] = ()  # per layer: attention without RoPE (SmolLM3's every 4th); empty = none
 
     def q_width(self, i: int) -> int:
         return self.n_heads * self.head_dims[i]
@@ -129,20 +141,55 @@ class DecoderConfig:
         return max(j for j in range(first) if self.sliding[j] == self.sliding[i])
 
 
+def standard_config(f: GGUFFile, **fields: object) -> DecoderConfig:
+    """A decoder config from the metadata keys every llama.cpp architecture writes: every layer full attention
+    with the file's RoPE base (and linear scaling), query scale 1/sqrt(Dh), no embedding scale, a SwiGLU
+    feed-forward. fields: the family's differences (DecoderConfig fields)."""
+    _, embd_shape, _ = f.raw(tensor_name(T.TOKEN_EMBD))
+    n_layers = int(f.value(Keys.LLM.BLOCK_COUNT))
+    n_heads = int(f.value(Keys.Attention.HEAD_COUNT))
+    d_model = int(f.value(Keys.LLM.EMBEDDING_LENGTH))
+    head_dim = int(f.value(Keys.Attention.KEY_LENGTH, d_model // n_heads))
+    rope_base = float(f.value(Keys.Rope.FREQ_BASE, 10_000.0))
+    linear = f.value(Keys.Rope.SCALING_TYPE, "none") == "linear"
+    config = DecoderConfig(
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        head_dims=(head_dim,) * n_layers,
+        kv_heads=tuple(int(v) for v in per_layer(f.value(Keys.Attention.HEAD_COUNT_KV, n_heads), n_layers)),
+        d_ffn=tuple(int(v) for v in per_layer(f.value(Keys.LLM.FEED_FORWARD_LENGTH), n_layers)),
+        sliding=(False,) * n_layers,
+        eps=float(f.value(Keys.Attention.LAYERNORM_RMS_EPS, 1e-5)),
+        window=0,
+        rope_base_full=rope_base,
+        rope_base_swa=rope_base,
+        rope_scale_full=float(f.value(Keys.Rope.SCALING_FACTOR, 1.0)) if linear else 1.0,
+        query_scale=1.0 / math.sqrt(head_dim),
+        embed_scale=1.0,
+        n_ctx_train=int(f.value(Keys.LLM.CONTEXT_LENGTH)),
+        vocab_size=int(embd_shape[1]),
+        activation="silu",
+    )
+    return replace(config, **fields)  # type: ignore[arg-type]
+
+
 @dataclass
 class LayerWeights:
     """A block's tensors on the GPU."""
 
     attn_norm: Tensor
     qkv: list[Fused]  # q|k|v as few matrices as their types allow; q alone in KV-shared layers
-    q_norm: Tensor
+    q_norm: Tensor  # without q/k norms (qk_norm False): a stand-in the kernels do not read
     k_norm: Tensor | None  # None in KV-shared layers
     o: QuantWeight
-    post_attention_norm: Tensor
+    post_attention_norm: Tensor | None  # None: the block ends in a plain residual add
     ffn_norm: Tensor
     gate_up: list[Fused]  # gate|up as one matrix (one GLU dispatch) where their types allow
     down: QuantWeight
-    post_ffw_norm: Tensor
+    post_ffw_norm: Tensor | None
+    qk_norm: bool = field(default=True, kw_only=True)
+    qkv_bias: list[Tensor | None] = field(default_factory=list, kw_only=True)  # per qkv matrix: its biases (Qwen 2)
 
 
 PerRow = dict[str, Tensor]  # a family's per-step tensors with a row per token (gathered with the stream)
@@ -154,11 +201,16 @@ class Decoder:
     architecture: ClassVar[str]
     # Whether gpu/ops/blocks.py may run the block boundaries in their fused forms (see its docstring)
     fusable: ClassVar[bool] = True
+    # Whether the file's q/k rows are in llama.cpp's interleaved-RoPE order (LLAMA_ROPE_TYPE_NORM: its converter
+    # permutes them for the llama architectures); the step rotates NeoX's halves, so they are reordered at load.
+    rope_interleaved: ClassVar[bool] = False
 
     def __init__(self, executor: Executor, f: GGUFFile, n_ctx: int, progress: Progress | None = None) -> None:
         self.executor = executor
         self.config = c = self.read_config(f)
         self.n_ctx = n_ctx
+        self._stand_ins: dict[int, Tensor] = {}
+        self._rope_none: dict[str, Tensor] = {}
         source = GGUFSource(f)
         up = Uploader(executor, source.total_bytes, progress)
         self.token_embd = self._matrix(source, up, tensor_name(T.TOKEN_EMBD))
@@ -191,32 +243,86 @@ class Decoder:
         """Hook: tensors outside the layers beyond the embedding, output norm and head."""
 
     def load_layer(self, source: GGUFSource, up: Uploader, i: int) -> LayerWeights:
-        """Layer i's block tensors (a family with more per layer extends them)."""
-        names = [tensor_name(T.ATTN_Q, i)]
-        shared = self.config.shared(i)
-        if not shared:
-            names.append(tensor_name(T.ATTN_K, i))
-            if source.has(tensor_name(T.ATTN_V, i)):
-                names.append(tensor_name(T.ATTN_V, i))  # absent where V is K (attention_k_eq_v)
+        """Layer i's block tensors (a family with more per layer extends them). What a network lacks is read off
+        the file: q/k norms, post-norms, q/k/v biases; a pre-fused attn_qkv or gate|up (ffn_up of 2F rows, no
+        ffn_gate) is taken as it is."""
+        c = self.config
+        shared = c.shared(i)
 
         def vector(kind: MODEL_TENSOR) -> Tensor:
             return self._vector(source, up, tensor_name(kind, i))
 
-        def fused(names: list[str]) -> list[Fused]:
-            return up.fused([(n, source.matrix(n)) for n in names])
+        def optional(kind: MODEL_TENSOR) -> Tensor | None:
+            return vector(kind) if source.has(tensor_name(kind, i)) else None
 
+        def fused(names: list[str]) -> list[Fused]:
+            return up.fused([(n, self._layer_matrix(source, n, i)) for n in names])
+
+        widths = [c.q_width(i), c.kv_width(i), c.kv_width(i)]
+        if source.has(tensor_name(T.ATTN_QKV, i)):  # Phi-3: one matrix in the file
+            qkv = [Fused(self._matrix(source, up, tensor_name(T.ATTN_QKV, i)), [0, widths[0], widths[0] + widths[1]])]
+            bias_names = [[tensor_name(T.ATTN_QKV, i, "bias")]]
+        else:
+            names = [tensor_name(T.ATTN_Q, i)]
+            if not shared:
+                names.append(tensor_name(T.ATTN_K, i))
+                if source.has(tensor_name(T.ATTN_V, i)):
+                    names.append(tensor_name(T.ATTN_V, i))  # absent where V is K (attention_k_eq_v)
+            qkv = fused(names)
+            bias_names, at = [], 0
+            for f in qkv:  # each fused matrix's parts, in order
+                bias_names.append([n.removesuffix("weight") + "bias" for n in names[at:at + len(f.parts)]])
+                at += len(f.parts)
+        qkv_bias = [self._bias(source, up, names, f.weight.n) for names, f in zip(bias_names, qkv)]
+        qk_norm = source.has(tensor_name(T.ATTN_Q_NORM, i))
+        if qk_norm:
+            q_norm, k_norm = vector(T.ATTN_Q_NORM), None if shared else vector(T.ATTN_K_NORM)
+        else:  # the kernels take norm weights they do not read
+            q_norm = k_norm = self._no_norm(c.head_dims[i])
+        if source.has(tensor_name(T.FFN_GATE, i)):
+            gate_up = fused([tensor_name(T.FFN_GATE, i), tensor_name(T.FFN_UP, i)])
+        else:  # gate|up already one matrix (Phi-3's ffn_up of 2F rows)
+            gate_up = [Fused(self._matrix(source, up, tensor_name(T.FFN_UP, i)), [0, c.d_ffn[i]])]
         return LayerWeights(
             attn_norm=vector(T.ATTN_NORM),
-            qkv=fused(names),
-            q_norm=vector(T.ATTN_Q_NORM),
-            k_norm=None if shared else vector(T.ATTN_K_NORM),
+            qkv=qkv,
+            q_norm=q_norm,
+            k_norm=k_norm,
             o=self._matrix(source, up, tensor_name(T.ATTN_OUT, i)),
-            post_attention_norm=vector(T.ATTN_POST_NORM),
+            post_attention_norm=optional(T.ATTN_POST_NORM),
             ffn_norm=vector(T.FFN_NORM),
-            gate_up=fused([tensor_name(T.FFN_GATE, i), tensor_name(T.FFN_UP, i)]),
+            gate_up=gate_up,
             down=self._matrix(source, up, tensor_name(T.FFN_DOWN, i)),
-            post_ffw_norm=vector(T.FFN_POST_NORM),
+            post_ffw_norm=optional(T.FFN_POST_NORM),
+            qk_norm=qk_norm,
+            qkv_bias=qkv_bias,
         )
+
+    def _layer_matrix(self, source: GGUFSource, name: str, i: int) -> Matrix:
+        """A layer's matrix as the step reads it: q and k rows from llama.cpp's interleaved-RoPE order back in
+        NeoX's halves where the family's converter permuted them (rope_interleaved)."""
+        m = source.matrix(name)
+        if self.rope_interleaved and (name == tensor_name(T.ATTN_Q, i) or name == tensor_name(T.ATTN_K, i)):
+            heads = self.config.n_heads if name == tensor_name(T.ATTN_Q, i) else self.config.kv_heads[i]
+            m = m._replace(data=np.asarray(m.data).reshape(m.n, -1)[neox_rows(heads, m.n // heads)])
+        return m
+
+    def _bias(self, source: GGUFSource, up: Uploader, names: list[str], n: int) -> Tensor | None:
+        """The biases of a fused matrix's parts as one vector of its n rows, or None where it has none."""
+        if not any(source.has(name) for name in names):
+            return None
+        if not all(source.has(name) for name in names):
+            raise GGUFFormatError(f"biases for some of {names} only")
+        values = np.concatenate([source.array(name).reshape(-1) for name in names])
+        if values.size != n:
+            raise GGUFFormatError(f"{names}: {values.size} biases for {n} rows")
+        return up.vector(names[0].rsplit(".", 2)[0] + ".qkv_bias", values)
+
+    def _no_norm(self, width: int) -> Tensor:
+        """A stand-in norm weight for kernels that take one they do not read (one per width, shared)."""
+        if width not in self._stand_ins:
+            self._stand_ins[width] = self.executor.tensor(f"no_norm{width}", (width,), data=np.ones(width, np.float32))
+        return self._stand_ins[width]
 
     def _rope(self, source: GGUFSource, sliding: bool) -> Tensor:
         """The RoPE table of a layer kind: full layers with the file's frequency factors (rope_freqs), if any."""
@@ -230,6 +336,17 @@ class Decoder:
         else:
             table = rope_table(dim, n, c.rope_base_full, c.rope_scale_full)
         return self.executor.tensor("rope_swa" if sliding else "rope_full", (n, dim), data=table)
+
+    def rope_of(self, i: int) -> Tensor:
+        """Layer i's RoPE table: its kind's, or one that leaves every pair unrotated (no_rope layers)."""
+        c = self.config
+        if c.no_rope and c.no_rope[i]:
+            if "none" not in self._rope_none:
+                table = np.zeros((self.n_ctx, c.head_dims[i] // 2, 2), np.float32)
+                table[..., 0] = 1.0  # cos 1, sin 0
+                self._rope_none["none"] = self.executor.tensor("rope_none", (self.n_ctx, c.head_dims[i]), data=table)
+            return self._rope_none["none"]
+        return self.rope[c.sliding[i]]
 
     def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool:
         """Caches for the layers that write one (KV-shared layers read an earlier layer's)."""
@@ -266,10 +383,10 @@ class Decoder:
                 t = r_max
             sliding = c.sliding[i]
             a = blocks.attention(
-                b, w.qkv, h, w.q_norm, w.k_norm, self.rope[sliding], pool, self._pool_index[c.cache_layer(i)], rows,
+                b, w.qkv, h, w.q_norm, w.k_norm, self.rope_of(i), pool, self._pool_index[c.cache_layer(i)], rows,
                 t, str(i), prompt=t > r_max, heads=c.n_heads, kv_heads=c.kv_heads[i], head_dim=c.head_dims[i],
                 window=c.window if sliding else 0, scale=c.query_scale, eps=c.eps, v_norm=c.v_norm,
-                stack=self.fusable)
+                stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias)
             o = residual.output(w.o, a, f"o{i}")
             h2 = residual.add_norm(o, w.post_attention_norm, w.ffn_norm, w.gate_up, f"h2_{i}", gated=True)
             y = self.feed_forward(b, w, i, h2, residual)
@@ -294,7 +411,7 @@ class Decoder:
     def feed_forward(self, b: ProgramBuilder, w: LayerWeights, i: int, h: BlockInput, residual: Residual,
                      ) -> Tensor | SplitSums:
         """Hook: the block's feed-forward output before its post-norm; the gated MLP by default."""
-        return blocks.gated_feed_forward(b, w.gate_up, w.down, h, residual, str(i))
+        return blocks.gated_feed_forward(b, w.gate_up, w.down, h, residual, str(i), self.config.activation)
 
     def block_output(self, b: ProgramBuilder, io: StepIO, w: LayerWeights, i: int, y: Tensor | SplitSums,
                      residual: Residual, per_row: PerRow, r_max: int) -> BlockInput:
@@ -323,3 +440,12 @@ def rope_table_factors(head_dim: int, n_ctx: int, base: float, factors: np.ndarr
     inv_freq = (inv_freq / factors.astype(np.float32)).astype(np.float32)
     angles = (np.arange(n_ctx, dtype=np.float32)[:, None] * inv_freq[None, :]).astype(np.float32)
     return np.stack([np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))], -1).astype(np.float32)
+
+
+def neox_rows(heads: int, head_dim: int) -> np.ndarray:
+    """The row order that undoes llama.cpp's q/k permutation: row j of a head in NeoX order (dims i and i + Dh/2
+    rotate together) is the file's row 2 (j mod Dh/2) + j div (Dh/2), where pairs are adjacent."""
+    half = head_dim // 2
+    j = np.arange(head_dim)
+    within = 2 * (j % half) + j // half
+    return (np.arange(heads)[:, None] * head_dim + within[None, :]).reshape(-1)

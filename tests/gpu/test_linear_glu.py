@@ -122,7 +122,7 @@ def test_glu_tile_shapes(ex: Executor, tile: MatmulTile) -> None:
                          ids=["Q8_0-shard-across-gate-up", "Q4_K-shards-meet-at-F"])
 def test_glu_sharded(ex: Executor, kernel: LinearKernel, whole_rows: bool, qtype: Q, f: int, shard_rows: int) -> None:
     """A weight over several shards: two linears (per shard, its gate rows and its up rows) into
-    activations and gelu_mul. Q8_0: shards [0, 30) [30, 60) [60, 90), the middle one holding gate
+    activations and glu_mul. Q8_0: shards [0, 30) [30, 60) [60, 90), the middle one holding gate
     and up rows; Q4_K: four shards, two of gate rows and two of up rows. (Matmul tiles without a k
     split, so that each part is one dispatch.)"""
     ex = tuned(ex, tile=MatmulTile(16, 64, 8, 16))

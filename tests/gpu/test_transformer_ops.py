@@ -1,6 +1,6 @@
 """Transformer kernels against numpy: rms_norm, norm_rope, qk_norm_rope_store, attention over the
 paged KV cache (tokens of several sequences in one step), decode attention doing qk_norm_rope_store's work
-(RawQKV: compared bit for bit with the two dispatches), residual_norm, residual_scale_norm, gelu_mul, add,
+(RawQKV: compared bit for bit with the two dispatches), residual_norm, residual_scale_norm, glu_mul, add,
 store_tokens, softcap, gather_rows.
 
 Tolerances: these kernels compute in f32 like the numpy reference but sum in another
@@ -192,7 +192,7 @@ def test_gelu_mul_and_add(ex: Executor) -> None:
     out, total = ex.tensor("o", g.shape), ex.tensor("s", g.shape)
 
     def build(b: ProgramBuilder) -> None:
-        ops.gelu_mul(b, gt, ut, out)
+        ops.glu_mul(b, gt, ut, out)
         ops.add(b, gt, ut, total)
 
     got, got_sum = _run(ex, build, StepParams(n, 0), [out, total])

@@ -8,7 +8,7 @@ the pass's start and end; a call's time is the pass's time over the calls (media
 barriers between dependent dispatches included, as in a model's step. The wall-clock time of the
 same submissions is printed beside it as a check.
 
-Peers, measured in the same run: the fused gate-up linear against the two linears and gelu_mul
+Peers, measured in the same run: the fused gate-up linear against the two linears and glu_mul
 it replaces; with --torch, torch.matmul on the GPU (fp32 without TF32: CUDA cores, like these
 kernels; the operands dense and random, so it moves more bytes than a quantised weight).
 
@@ -63,7 +63,7 @@ from gpu.ops.matmul_plan import (  # noqa: E402
     plan_linear,
     plan_matvec,
 )
-from gpu.ops.transformer import gelu_mul  # noqa: E402
+from gpu.ops.transformer import glu_mul  # noqa: E402
 from gpu.profile import PassTimer  # noqa: E402
 from gpu.program import Executor, Program, ProgramBuilder  # noqa: E402
 from gpu.tensor import Tensor  # noqa: E402
@@ -172,7 +172,7 @@ def glu_unfused(linear_fn: Callable) -> Callable:
         u = b.activation("up", (t, gate.n))
         linear_fn(b, gate, x, g, t)
         linear_fn(b, up, x, u, t)
-        gelu_mul(b, g, u, y)
+        glu_mul(b, g, u, y)
     return record
 
 

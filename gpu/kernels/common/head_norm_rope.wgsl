@@ -1,11 +1,15 @@
 // A head row's RMS norm and NeoX RoPE, and its store into the KV cache: the math that
 // qk_norm_rope_store.wgsl and attention's fused prologue (attention/q_raw.wgsl) share, so that
 // both compute the same bits for the same row.
+// QK_NORM false (networks without q/k norms: Llama, Qwen 2, Mistral, Phi, Gemma 1 and 2): rows are rotated
+// as they are; the norm weights are then not used.
 // The including kernel declares the overrides D, EPS and KV_F16 and the bindings
 // `rope: array<vec2<f32>>` ([n_ctx, D/2] (cos, sin)) and `k_cache`, `v_cache: array<u32>` (read_write).
 
 #include "common/norm_lanes.wgsl"
 #include "common/f16_rounded.wgsl"
+
+override QK_NORM: bool = true;
 
 const HALF: u32 = D / 2u;
 
@@ -18,8 +22,12 @@ fn head_inv_rms(sum_of_squares: f32) -> f32 {
 // and rotated by NeoX RoPE at `position` (dims i and i + HALF rotate together): vec4(a'.x, a'.y, b'.x, b'.y).
 fn norm_rope_pairs(a: vec2<f32>, b: vec2<f32>, w_a: vec2<f32>, w_b: vec2<f32>, inv_rms: f32, position: u32,
                    i: u32) -> vec4<f32> {
-    let na = a * inv_rms * w_a;
-    let nb = b * inv_rms * w_b;
+    var na = a;
+    var nb = b;
+    if (QK_NORM) {
+        na = a * inv_rms * w_a;
+        nb = b * inv_rms * w_b;
+    }
     let c0 = rope[position * HALF + i];
     let c1 = rope[position * HALF + i + 1u];
     let cs = vec2<f32>(c0.x, c1.x);

@@ -1,6 +1,8 @@
 // The row of residual_norm.wgsl, residual_scale_norm.wgsl and residual_norm_q8.wgsl, which their headers describe:
 // one token row's residual add of the normed block output, x[t] = (x[t] + y[t] / rms(y[t]) * w_post) *
-// block_scale(), then the next pre-norm h = x[t] / rms(x[t]) * w_next.
+// block_scale(), then the next pre-norm h = x[t] / rms(x[t]) * w_next. Without POST_NORM (networks whose blocks
+// end in a plain residual add: Llama, Qwen, Mistral, Phi, Gemma 1) x[t] = (x[t] + y[t]) * block_scale(), and
+// w_post is not read.
 // Work split: invocation i of the row's workgroup holds its quads (4 values) i and, where QUADS = 2, i + WG in
 // registers from the first load to the last store, so y and x are read once and x written once, every load
 // issued before the first sum (the earlier three strided walks over the row, re-reading y and x, took a 4B row
@@ -13,6 +15,7 @@
 // which keeps quad q of output row `row` of h.
 
 override SPLIT: u32 = 1u;       // parts of y (1: y itself)
+override POST_NORM: bool = true; // y normalised and scaled by w_post before it is added
 override PART_ROWS: u32 = 0u;   // rows of each part (SPLIT > 1)
 
 const ROW_QUADS: u32 = D / 4u;
@@ -50,19 +53,23 @@ fn residual_norm_row(row: u32, lid: u32) {
     if (ok0) {
         y0 = y_quad(in_row, q0);
         x0 = x[base + q0];
-        wp0 = w_post[q0];
+        if (POST_NORM) { wp0 = w_post[q0]; }
         wn0 = w_next[q0];
     }
     if (ok1) {
         y1 = y_quad(in_row, q1);
         x1 = x[base + q1];
-        wp1 = w_post[q1];
+        if (POST_NORM) { wp1 = w_post[q1]; }
         wn1 = w_next[q1];
     }
-    let inv_y = inverseSqrt(row_sum(dot(y0, y0) + dot(y1, y1)) / f32(D) + EPS);
     let s = block_scale();
-    let r0 = (x0 + y0 * inv_y * wp0) * s;
-    let r1 = (x1 + y1 * inv_y * wp1) * s;
+    var r0 = (x0 + y0) * s;
+    var r1 = (x1 + y1) * s;
+    if (POST_NORM) {
+        let inv_y = inverseSqrt(row_sum(dot(y0, y0) + dot(y1, y1)) / f32(D) + EPS);
+        r0 = (x0 + y0 * inv_y * wp0) * s;
+        r1 = (x1 + y1 * inv_y * wp1) * s;
+    }
     if (ok0) {
         x[base + q0] = r0;
     }

@@ -78,10 +78,10 @@ fn store_tile(s: u32, t: u32, r: u32, n: u32, a0: vec4<f32>, a1: vec4<f32>, a2: 
             store_part(s, t + 3u, cb, offset, n, b3);
         }
     } else if (GLU == 1u) {
-        store4(t, r, n, gelu_glu4(a0, b0));
-        store4(t + 1u, r, n, gelu_glu4(a1, b1));
-        store4(t + 2u, r, n, gelu_glu4(a2, b2));
-        store4(t + 3u, r, n, gelu_glu4(a3, b3));
+        store4(t, r, n, glu4(a0, b0));
+        store4(t + 1u, r, n, glu4(a1, b1));
+        store4(t + 2u, r, n, glu4(a2, b2));
+        store4(t + 3u, r, n, glu4(a3, b3));
     } else {
         store4(t, r, n, a0);
         store4(t + 1u, r, n, a1);

@@ -84,7 +84,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     for (var i = 0u; i < THREAD_TOKENS; i++) {
         if (GLU == 1u) {
-            let v = gelu_glu4(lo[i], hi[i]);
+            let v = glu4(lo[i], hi[i]);
             for (var j = 0u; j < 4u; j++) {
                 store(t + i, r + 8u * j, n, v[j]);
             }

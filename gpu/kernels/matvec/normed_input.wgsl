@@ -8,7 +8,8 @@
 // residual, since the other workgroups still read residual. Worth it because a decode step is a chain
 // of small dependent dispatches, each costing a few microseconds of launch and drain whatever its
 // size; this prologue reads 4 K floats per token from L2 and takes 2 reductions (workgroup_sum, which
-// the entry point includes: common/workgroup_sum_subgroup.wgsl or its tree variant).
+// the entry point includes: common/workgroup_sum_subgroup.wgsl or its tree variant). Without POST_NORM (a
+// plain residual add) r[t] = residual[t] + block_out[t] and w_post is not read.
 
 @group(0) @binding(2) var<storage, read> block_out: array<vec4<f32>>;       // [T_MAX, K]
 @group(0) @binding(4) var<storage, read> residual: array<vec4<f32>>;        // [T_MAX, K]
@@ -17,6 +18,7 @@
 @group(0) @binding(7) var<storage, read_write> residual_out: array<vec4<f32>>;  // [T_MAX, K]
 
 override EPS: f32 = 1e-6;
+override POST_NORM: bool = true;
 
 var<workgroup> xs: array<vec4<f32>, T_MAX * K / 4u>;
 
@@ -27,15 +29,21 @@ fn normalise_input(tid: u32, workgroup: u32) {
     let quads = K / 4u;
     for (var t = 0u; t < n; t++) {
         let base = t * quads;
-        var sum_y = 0.0;
-        for (var i = tid; i < quads; i += WG) {
-            let v = block_out[base + i];
-            sum_y += dot(v, v);
+        var inv_y = 1.0;
+        if (POST_NORM) {
+            var sum_y = 0.0;
+            for (var i = tid; i < quads; i += WG) {
+                let v = block_out[base + i];
+                sum_y += dot(v, v);
+            }
+            inv_y = inverseSqrt(workgroup_sum(sum_y) / f32(K) + EPS);
         }
-        let inv_y = inverseSqrt(workgroup_sum(sum_y) / f32(K) + EPS);
         var sum_r = 0.0;
         for (var i = tid; i < quads; i += WG) {
-            let r = residual[base + i] + block_out[base + i] * inv_y * w_post[i];
+            var r = residual[base + i] + block_out[base + i];
+            if (POST_NORM) {
+                r = residual[base + i] + block_out[base + i] * inv_y * w_post[i];
+            }
             xs[base + i] = r;
             sum_r += dot(r, r);
             if (workgroup == 0u) {

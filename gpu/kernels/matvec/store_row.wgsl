@@ -15,7 +15,7 @@ fn store_row(first_row: u32, slot: u32, tid: u32, stride: u32) {
     for (var t = 0u; t < n_tokens(); t++) {
         var v = row_total(t, tid, stride);
         if (GLU == 1u) {
-            v = gelu_glu(v, row_total(T_MAX + t, tid, stride));
+            v = glu(v, row_total(T_MAX + t, tid, stride));
         }
         y[t * Y_STRIDE + ROW_START + row] = v;
         if (PAIRS == 1u && row + ROWS < N_ROWS) {

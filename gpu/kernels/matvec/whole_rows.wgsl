@@ -61,7 +61,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var t = 0u; t < n; t++) {
         var v = acc_a[t];
         if (GLU == 1u) {
-            v = gelu_glu4(v, acc_u[t]);
+            v = glu4(v, acc_u[t]);
         }
         for (var j = 0u; j < 4u; j++) {
             if (first_row + j * WG < N_ROWS) {

@@ -1,8 +1,8 @@
-// gelu_mul: out = gelu_tanh(gate) * up, the gated feed-forward of Gemma (GeGLU).
-// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's approximate="tanh".
+// glu_mul: out = act(gate) * up, the gated feed-forward (matmul/glu.wgsl: GeGLU or SwiGLU by GLU_ACT) where gate
+// and up come from separate products.
 // Work split: one invocation per element of the step's rows, 256 per workgroup.
 #include "common/step.wgsl"
-#include "common/gelu_tanh.wgsl"
+#include "matmul/glu.wgsl"
 
 override D: u32 = 2048u;  // feed-forward width
 
@@ -18,5 +18,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= step.n_tokens * D) {
         return;
     }
-    out[i] = gelu_tanh(gate[i]) * up[i];
+    out[i] = glu(gate[i], up[i]);
 }
