@@ -39,11 +39,18 @@ def gelu_tanh(g: np.ndarray) -> np.ndarray:
     return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
 
 
+def silu(g: np.ndarray) -> np.ndarray:
+    return g / (1.0 + np.exp(-g))
+
+
+ACTIVATIONS = {"gelu_tanh": gelu_tanh, "silu": silu}  # both slopes are below GELU_SLOPE (silu's: 1.1)
+
+
 
 def run_glu(
     ex: Executor, qtype: Q, k: int, f: int, t_max: int, n_tokens: int, *, seed: int = 0,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
-    max_shard_bytes: int | None = None,
+    max_shard_bytes: int | None = None, activation: str = "gelu_tanh",
 ) -> tuple[int, int]:
     """Run linear_glu on random data and check it against numpy; returns (shards, dispatches)."""
     rng = np.random.default_rng(seed)
@@ -53,15 +60,17 @@ def run_glu(
     xt = ex.tensor("x", x.shape, data=x)
     yt = ex.tensor("y", (t_max, f), data=np.full((t_max, f), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "glu")
-    linear_glu(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups, whole_rows=whole_rows)
+    linear_glu(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups, whole_rows=whole_rows,
+               activation=activation)
     program = b.build()
     got, = ex.run(program, StepParams(n_tokens), read=[yt])
 
     f16 = uses_f16_tiles(ex, qtype, t_max, kernel, whole_rows)
     g, eg = reference(raw[:f], qtype, x[:n_tokens], f16)
     u, eu = reference(raw[f:], qtype, x[:n_tokens], f16)
-    want = gelu_tanh(g) * u
-    allowed = (GELU_SLOPE * eg * np.abs(u) + np.abs(gelu_tanh(g)) * eu + eg * eu
+    act = ACTIVATIONS[activation]
+    want = act(g) * u
+    allowed = (GELU_SLOPE * eg * np.abs(u) + np.abs(act(g)) * eu + eg * eu
                + EPILOGUE_TOL * (np.abs(want) + np.abs(g * u)))
     err = np.abs(got[:n_tokens] - want)
     worst = np.unravel_index(np.argmax(err / allowed), err.shape)
@@ -102,6 +111,14 @@ def test_glu_prefill(ex: Executor, qtype: Q, variant: str) -> None:
                                  whole_rows=variant == "whole-rows")
     split = variant != "whole-rows" and matmul_tile(k, 75, 70, DEFAULT_TUNING, glu=True).split > 1
     assert (shards, dispatches) == (1, 2 if split else 1)
+
+
+@pytest.mark.parametrize("kernel", [LinearKernel.MATVEC, LinearKernel.MATMUL], ids=lambda k: k.value)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
+def test_glu_silu(ex: Executor, qtype: Q, kernel: LinearKernel) -> None:
+    """SwiGLU (Llama, Qwen, Mistral, Phi): the same kernels with silu in the epilogue."""
+    t_max = MATVEC_MAX_TOKENS if kernel == LinearKernel.MATVEC else 70
+    run_glu(ex, qtype, glu_k(qtype, 2, 1), 45, t_max, t_max - 1, seed=3, kernel=kernel, activation="silu")
 
 
 @pytest.mark.parametrize("tile", [MatmulTile(64, 64, 8, 32), MatmulTile(32, 128, 8, 16, 2),

@@ -196,10 +196,10 @@ def test_matvec_row_interleave(ex: Executor, qtype: Q, kernel: str, subgroups: b
     assert chosen == [kernel, *shape, int(pairs), interleave]
 
 
-def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float,
+def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float, post_norm: bool = True,
                         ) -> tuple[matmul_ops.NormedInput, np.ndarray, np.ndarray]:
     """A NormedInput of t random rows of k values, and in float64 what it computes: the residual r (written to
-    its residual_out) and the normalised input x."""
+    its residual_out) and the normalised input x. post_norm False: a plain residual add (no w_post)."""
     block_out, residual = (rng.standard_normal((t, k)).astype(np.float32) * s for s in (3.0, 1.0))
     w_post, w_next = (rng.uniform(0.5, 1.5, k).astype(np.float32) for _ in range(2))
     tensors = [ex.tensor(name, a.shape, data=a) for name, a in
@@ -209,8 +209,12 @@ def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, 
     def rms_norm(v: np.ndarray) -> np.ndarray:
         return v / np.sqrt(np.mean(v * v, axis=1, keepdims=True) + eps)
 
-    r = residual.astype(np.float64) + rms_norm(block_out.astype(np.float64)) * w_post
-    normed = matmul_ops.NormedInput(tensors[0], tensors[2], tensors[1], tensors[3], residual_out, eps)
+    if post_norm:
+        r = residual.astype(np.float64) + rms_norm(block_out.astype(np.float64)) * w_post
+    else:
+        r = residual.astype(np.float64) + block_out
+    normed = matmul_ops.NormedInput(tensors[0], tensors[2] if post_norm else None, tensors[1], tensors[3],
+                                    residual_out, eps)
     return normed, r, rms_norm(r) * w_next
 
 
@@ -235,6 +239,19 @@ def test_matvec_normed_input(ex: Executor, subgroups: bool, qtype: Q, glu: bool,
     weight = upload_weight(ex, "w", qtype, k, rows, raw)
     normed, r, x = random_normed_input(ex, rng, t, k, eps)
     check_normed_matvec(ex, qtype, raw, weight, normed, r, x, n, glu, subgroups)
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+def test_matvec_normed_input_without_post_norm(ex: Executor, subgroups: bool) -> None:
+    """A NormedInput of a block without post-norm (Llama, Qwen): residual + block_out, then the next norm."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    rng = np.random.default_rng(14)
+    n, k = 70, 512
+    raw = random_weight_bytes(rng, Q.Q8_0, k, 2 * n)
+    weight = upload_weight(ex, "w", Q.Q8_0, k, 2 * n, raw)
+    normed, r, x = random_normed_input(ex, rng, 3, k, 1e-6, post_norm=False)
+    check_normed_matvec(ex, Q.Q8_0, raw, weight, normed, r, x, n, True, subgroups)
 
 
 def check_normed_matvec(ex: Executor, qtype: Q, raw: np.ndarray, weight: QuantWeight, normed: matmul_ops.NormedInput,

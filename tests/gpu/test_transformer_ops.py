@@ -182,7 +182,8 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
     np.testing.assert_array_equal(got[n:], 0)  # rows past n_tokens untouched
 
 
-def test_gelu_mul_and_add(ex: Executor) -> None:
+@pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
+def test_glu_mul_and_add(ex: Executor, activation: str) -> None:
     rng = np.random.default_rng(4)
     t_max, n, d = 4, 3, 2048
     g = (rng.standard_normal((t_max, d)) * 4).astype(np.float32)
@@ -192,12 +193,15 @@ def test_gelu_mul_and_add(ex: Executor) -> None:
     out, total = ex.tensor("o", g.shape), ex.tensor("s", g.shape)
 
     def build(b: ProgramBuilder) -> None:
-        ops.glu_mul(b, gt, ut, out)
+        ops.glu_mul(b, gt, ut, out, activation)
         ops.add(b, gt, ut, total)
 
     got, got_sum = _run(ex, build, StepParams(n, 0), [out, total])
     g64 = g.astype(np.float64)
-    want = 0.5 * g64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64 ** 3))) * u
+    if activation == "silu":
+        want = g64 / (1 + np.exp(-g64)) * u
+    else:
+        want = 0.5 * g64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64 ** 3))) * u
     np.testing.assert_allclose(got[:n], want[:n], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_sum[:n], (g + u)[:n], rtol=0, atol=0)
 
@@ -255,6 +259,25 @@ def test_residual_norm(ex: Executor, subgroups: bool, threads: int | None) -> No
     np.testing.assert_allclose(gx, sx, rtol=RTOL, atol=ATOL * 20)
     np.testing.assert_allclose(gh, sh, rtol=RTOL, atol=ATOL)
     np.testing.assert_array_equal(gx[n:], x[n:])  # rows past n_tokens untouched
+
+
+@pytest.mark.parametrize("subgroups", REDUCES)
+def test_residual_norm_without_post_norm(ex: Executor, subgroups: bool) -> None:
+    """post_weight None (a plain residual add: Llama, Qwen, Phi): x += y, then h = rms_norm(x) * w_next."""
+    rng = np.random.default_rng(16)
+    t_max, n, d = 5, 3, 512
+    y = rng.standard_normal((t_max, d)).astype(np.float32) * 5
+    x = rng.standard_normal((t_max, d)).astype(np.float32) * 20
+    w_next = rng.standard_normal(d).astype(np.float32)
+    yt, wnt, xt = (ex.tensor(name, a.shape, data=a) for name, a in (("y", y), ("wn", w_next), ("x", x)))
+    h = ex.tensor("h", (t_max, d))
+    sg = _subgroups(ex, subgroups)
+    got_x, got_h = _run(ex, lambda b: ops.residual_norm(b, yt, None, xt, wnt, h, 1e-6, subgroups=sg), StepParams(n),
+                        [xt, h])
+    want_x = (x[:n].astype(np.float64) + y[:n]).astype(np.float32)
+    np.testing.assert_allclose(got_x[:n], want_x, rtol=RTOL, atol=ATOL * 20)
+    np.testing.assert_allclose(got_h[:n], _rms(want_x, w_next, 1e-6), rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(got_x[n:], x[n:])
 
 
 @pytest.mark.parametrize("subgroups", REDUCES)
@@ -396,6 +419,39 @@ def test_qk_norm_rope_store(ex: Executor, subgroups: bool, kv_f16: bool, heads: 
     assert not k_cache[others].any() and not v_cache[others].any()
 
 
+@pytest.mark.parametrize("subgroups", REDUCES)
+def test_qk_rope_store_without_norms(ex: Executor, subgroups: bool) -> None:
+    """qk_norm False (Llama, Qwen 2): q and k rotated as they come, k and v stored; the weights are not read."""
+    rng = np.random.default_rng(19)
+    t_max, n_ctx, base, heads, kv_heads, d = 3, 1024, 10000.0, 4, 2, 32
+    width = kv_heads * d
+    q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
+    k = rng.standard_normal((t_max, width)).astype(np.float32) * 2
+    v = rng.standard_normal((t_max, width)).astype(np.float32)
+    qkv = np.concatenate([q, k, v], axis=1)
+    qkv_t = ex.tensor("qkv", qkv.shape, data=qkv)
+    sources = [(qkv_t, 0), (qkv_t, heads * d), (qkv_t, heads * d + width)]
+    nan = ex.tensor("nan", (d,), data=np.full(d, np.nan, np.float32))  # must not reach the output
+    pool, a, _ = _pool(ex, width, "f32", n_ctx, (1002, 6))
+    positions = [1000, 1001]
+    rows = _rows_table(ex, t_max, positions, [a, a])
+    q_out = ex.tensor("q_out", q.shape)
+    rt = ex.tensor("rope", (n_ctx, d), data=rope_table(d, n_ctx, base))
+    sg = _subgroups(ex, subgroups)
+    got_q, = _run(ex, lambda b: ops.qk_norm_rope_store(b, *sources, nan, nan, rt, pool, 0, rows, q_out, heads=heads,
+                                                       kv_heads=kv_heads, eps=1e-6, subgroups=sg, qk_norm=False),
+                  StepParams(len(positions)), [q_out])
+    pos = np.array(positions, np.float64)
+    want_q = _rope_reference(q[:2].reshape(2, heads, d).astype(np.float64), pos, base).reshape(2, -1)
+    want_k = _rope_reference(k[:2].reshape(2, kv_heads, d).astype(np.float64), pos, base).reshape(2, -1)
+    # angles of ~1000 rad rounded to f32, as in test_qk_norm_rope_store
+    np.testing.assert_allclose(got_q[:2], want_q, rtol=0, atol=1e-4 * np.abs(want_q).max())
+    written = np.concatenate([pool.pool_rows(a, np.array([p])) for p in positions])
+    k_cache, v_cache = (_as_f32(ex.read(t), False) for t in (pool.keys[0], pool.values[0]))
+    np.testing.assert_allclose(k_cache[written], want_k, rtol=0, atol=1e-4 * np.abs(want_k).max())
+    np.testing.assert_array_equal(v_cache[written], v[:2])
+
+
 def _decode_pool(ex: Executor, width: int, kv_dtype: str, positions: list[int], seed: int) -> tuple[KVPool, list[int]]:
     """A pool with one sequence per position, reserved through it, their pages interleaved, and random words in
     every row (those at the positions too, which the step overwrites): the same pool for the same arguments."""
@@ -459,11 +515,11 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
-@pytest.mark.parametrize("kv_f16,window,kv_heads,d,splits,fused", [
-    (True, 0, 1, 256, 5, True), (False, 50, 2, 64, 5, True), (True, 50, 1, 64, 1, False),
-    (False, 0, 2, 128, 1, True)])
+@pytest.mark.parametrize("kv_f16,window,kv_heads,d,splits,fused,qk_norm", [
+    (True, 0, 1, 256, 5, True, True), (False, 50, 2, 64, 5, True, True), (True, 50, 1, 64, 1, False, True),
+    (False, 0, 2, 128, 1, True, True), (True, 0, 2, 64, 5, True, False)])
 def test_attention_raw_qkv(ex: Executor, kv_f16: bool, window: int, kv_heads: int,
-                           d: int, splits: int, fused: bool, subgroups: bool) -> None:
+                           d: int, splits: int, fused: bool, qk_norm: bool, subgroups: bool) -> None:
     """Decode rows of four sequences (positions 128, a page's first; 127, its last; 200; 5, whose 6 keys leave
     some of 5 parts empty): attention taking q, k, v from the projection (RawQKV, its prologue doing
     qk_norm_rope_store's work) gives the same bits as qk_norm_rope_store (with the same reduction variant,
@@ -491,11 +547,11 @@ def test_attention_raw_qkv(ex: Executor, kv_f16: bool, window: int, kv_heads: in
         rows = _rows_table(ex, t_max, positions, slots)
         b = ProgramBuilder(ex, "t")
         if fold:
-            q_in: Tensor | RawQKV = RawQKV(*sources, q_w, k_w, table, 1e-6)
+            q_in: Tensor | RawQKV = RawQKV(*sources, q_w, k_w, table, 1e-6, qk_norm)
         else:
             q_in = ex.tensor("q_out", (t_max, heads * d))
             ops.qk_norm_rope_store(b, *sources, q_w, k_w, table, pool, 0, rows, q_in, heads=heads, kv_heads=kv_heads,
-                                   eps=1e-6, subgroups=subgroups)
+                                   eps=1e-6, subgroups=subgroups, qk_norm=qk_norm)
         out = ex.tensor("out", (t_max, heads * d), data=np.zeros((t_max, heads * d), np.float32))
         ops.attention(b, q_in, pool, 0, rows, out, heads=heads, kv_heads=kv_heads, head_dim=d, window=window,
                       scale=1 / np.sqrt(d), splits=splits, subgroups=subgroups)
