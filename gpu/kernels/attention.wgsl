@@ -40,6 +40,7 @@ override HEADS: u32 = 4u;       // query heads
 override KV_HEADS: u32 = 1u;    // key/value heads (grouped-query attention)
 override WINDOW: u32 = 0u;      // sliding window in tokens; 0 = global attention
 override SCALE: f32 = 0.0625;   // score scale, 1/sqrt(D) for Gemma 3
+override SOFTCAP: f32 = 0.0;    // scores capped to SOFTCAP * tanh(score / SOFTCAP) (Gemma 2); 0 = none
 override KV_F16: bool = true;   // cache words hold two f16 values
 override SPLITS: u32 = 1u;      // parts of each row's key range, one workgroup each
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
@@ -48,6 +49,15 @@ override MIN_PART_KEYS: u32 = 16u;  // fewest keys a part of a split row takes (
 
 const WG: u32 = 256u;
 const KEYS: u32 = 32u;                  // keys per chunk
+
+// A key's score from its dot with the query: scaled, and capped where the network caps attention logits.
+fn score_of(dot: f32) -> f32 {
+    let s = dot * SCALE;
+    if (SOFTCAP > 0.0) {
+        return SOFTCAP * tanh(s / SOFTCAP);
+    }
+    return s;
+}
 const LANES: u32 = WG / KEYS;           // invocations per key in the score phase
 const LANE_DIMS: u32 = D / LANES;       // dims each of them dots (even)
 const QUADS: u32 = D / 4u;               // vec4s of a value row

@@ -30,6 +30,7 @@ override HEADS: u32 = 4u;       // query heads
 override KV_HEADS: u32 = 1u;    // key/value heads (grouped-query attention)
 override WINDOW: u32 = 0u;      // sliding window in tokens; 0 = global attention
 override SCALE: f32 = 0.0625;   // score scale, 1/sqrt(D) for Gemma 3
+override SOFTCAP: f32 = 0.0;    // scores capped to SOFTCAP * tanh(score / SOFTCAP) (Gemma 2); 0 = none
 override KV_F16: bool = true;   // cache words hold two f16 values
 override WG: u32 = 256u;        // threads per workgroup
 override KC: u32 = 16u;         // keys per chunk in workgroup memory (a multiple of 4)
@@ -155,7 +156,12 @@ fn row_info(qr: u32, n_rows: u32, g: u32) -> Row {
 // Scores s of keys `key` (four) of a row, masked to its range and the part's end (-big where masked).
 fn masked(s: vec4<f32>, key: vec4<u32>, in_run: bool, row: Row, k_end: u32) -> vec4<f32> {
     let valid = vec4<bool>(in_run) & (key >= vec4<u32>(row.lo)) & (key <= vec4<u32>(row.p)) & (key < vec4<u32>(k_end));
-    return select(vec4<f32>(NEG_BIG), s, valid);
+    var capped = s;
+    if (SOFTCAP > 0.0) {  // s is in log2 units (q prescaled by SCALE * LOG2E): cap the score, not its log2
+        let cap = SOFTCAP * LOG2E;
+        capped = cap * tanh(s / cap);
+    }
+    return select(vec4<f32>(NEG_BIG), capped, valid);
 }
 
 fn prompt_main(group: u32, me: u32) {

@@ -120,7 +120,7 @@ def prompt_config(
 
 def attention_prompt(
     b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
-    heads: int, kv_heads: int, head_dim: int, window: int, scale: float,
+    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float = 0.0,
     config: PromptConfig | None = None, subgroups: bool | None = None,
 ) -> None:
     """Causal attention of the step's queries (q: [T, heads * head_dim]) over their sequences' keys in
@@ -128,14 +128,15 @@ def attention_prompt(
     `transformer.attention`; config forces a variant (tests, benchmarks)."""
     if not supports(head_dim, heads, kv_heads):
         transformer.attention(b, q, pool, layer, rows, out, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                              window=window, scale=scale)
+                              window=window, scale=scale, softcap=softcap)
         return
     t_max = q.shape[0]
     if config is None:
         config = prompt_config(b.device, head_dim=head_dim, kv_f16=pool.f16, t_max=t_max, heads=heads,
                                kv_heads=kv_heads, subgroups=subgroups)
     constants = {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale,
-                 "KV_F16": pool.f16, "WG": config.threads, "KC": config.keys, "SPLITS": config.splits,
+                 "SOFTCAP": softcap, "KV_F16": pool.f16, "WG": config.threads, "KC": config.keys,
+                 "SPLITS": config.splits,
                  "MIN_PART": config.min_part, "PAIRS": config.pairs, "T_MAX": t_max, "REDUCE": config.reduce,
                  "PAGE_TOKENS": pool.page_tokens, "MAX_PAGES": pool.max_pages}
     blocks = math.ceil(t_max * (heads // kv_heads) / config.rows(head_dim)) * kv_heads

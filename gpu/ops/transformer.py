@@ -172,11 +172,12 @@ class RawQKV:
 
 def attention(
     b: ProgramBuilder, q: Tensor | RawQKV, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
-    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, splits: int | None = None,
-    subgroups: bool | None = None,
+    heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float = 0.0,
+    splits: int | None = None, subgroups: bool | None = None,
 ) -> None:
     """Causal attention of the step's queries over their sequences' keys in the layer's paged
-    cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence).
+    cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence). softcap > 0:
+    scores capped to softcap * tanh(score / softcap) before the softmax (Gemma 2).
 
     q: the queries as qk_norm_rope_store leaves them [T, heads * head_dim], or, for a decode step, RawQKV:
     the attention then does qk_norm_rope_store's work itself (kernels/attention/q_raw.wgsl), one dispatch
@@ -204,7 +205,8 @@ def attention(
     elif splits is None:  # about 512 workgroups (a batch of 32 decode rows x 4 heads: 4 parts each)
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
     constants: dict[str, int | float | bool | str] = {
-        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
+        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "SOFTCAP": softcap,
+        "KV_F16": pool.f16,
         "SPLITS": splits, "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": b.device.reduction(subgroups),
         **_paging(pool), **source}
     cache = [pool.keys[layer], pool.values[layer]]

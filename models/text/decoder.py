@@ -63,6 +63,7 @@ T = MODEL_TENSOR
 # Decoder families by GGUF architecture name, as `module:class` (imported on use: they import this module)
 FAMILIES = {
     "gemma": "models.gemma.gemma1:Gemma",
+    "gemma2": "models.gemma.gemma2:Gemma2",
     "gemma3": "models.gemma.gemma3:Gemma3",
     "gemma4": "models.gemma.gemma4:Gemma4",
     "llama": "models.llama:Llama",
@@ -115,6 +116,7 @@ class DecoderConfig:
     n_ctx_train: int
     vocab_size: int
     softcap: float = 0.0  # final logit softcap, 0 = none
+    attn_softcap: float = 0.0  # attention logit softcap (Gemma 2), 0 = none
     v_norm: bool = False  # v rms-normalised (no weight) before it is cached
     n_shared_kv: int = 0  # the last n_shared_kv layers reuse the cache of an earlier layer of their kind
     d_ple: int = 0  # P: per-layer input width, 0 without per-layer embeddings
@@ -386,7 +388,7 @@ class Decoder:
                 b, w.qkv, h, w.q_norm, w.k_norm, self.rope_of(i), pool, self._pool_index[c.cache_layer(i)], rows,
                 t, str(i), prompt=t > r_max, heads=c.n_heads, kv_heads=c.kv_heads[i], head_dim=c.head_dims[i],
                 window=c.window if sliding else 0, scale=c.query_scale, eps=c.eps, v_norm=c.v_norm,
-                stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias)
+                stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias, softcap=c.attn_softcap)
             o = residual.output(w.o, a, f"o{i}")
             h2 = residual.add_norm(o, w.post_attention_norm, w.ffn_norm, w.gate_up, f"h2_{i}", gated=True)
             y = self.feed_forward(b, w, i, h2, residual)

@@ -121,7 +121,7 @@ def _as_f32(words: np.ndarray, kv_f16: bool) -> np.ndarray:
     return words.view(np.float16).astype(np.float32) if kv_f16 else words.view(np.float32)
 
 
-def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale):
+def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale, softcap=0.0):
     """q: [n, heads, d]; k, v: [ctx, kv_heads, d] -> [n, heads, d], float64."""
     n, _, d = q.shape
     out = np.zeros((n, heads, d))
@@ -131,19 +131,23 @@ def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale):
         for h in range(heads):
             g = h // (heads // kv_heads)
             s = (k[lo:p + 1, g] @ q[t, h]) * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
             e = np.exp(s - s.max())
             out[t, h] = (e / e.sum()) @ v[lo:p + 1, g]
     return out
 
 
-@pytest.mark.parametrize("kv_f16,window,heads,kv_heads,d,splits", [
-    (True, 0, 4, 1, 256, 1), (False, 0, 4, 1, 256, 1), (True, 50, 8, 2, 128, 1), (False, 70, 2, 2, 64, 1),
-    (True, 0, 4, 1, 256, 7), (False, 40, 2, 1, 64, 16),  # parts of ~29 keys; 40 keys in 3 parts of >= 16, 13 empty
-    (True, 0, 2, 1, 512, 3),  # Gemma 4's global head dim: 2 invocations a dim quad for values, 2 for the combine
+@pytest.mark.parametrize("kv_f16,window,heads,kv_heads,d,splits,softcap", [
+    (True, 0, 4, 1, 256, 1, 0.0), (False, 0, 4, 1, 256, 1, 0.0), (True, 50, 8, 2, 128, 1, 0.0),
+    (False, 70, 2, 2, 64, 1, 0.0),
+    (True, 0, 4, 1, 256, 7, 0.0), (False, 40, 2, 1, 64, 16, 0.0),  # parts of ~29 keys; 40 keys in 3 parts, 13 empty
+    (True, 0, 2, 1, 512, 3, 0.0),  # Gemma 4's global head dim: 2 invocations a dim quad for values, 2 for the combine
+    (True, 30, 4, 2, 64, 3, 0.5),  # Gemma 2's attention softcap: scores of |s| ~ 1, most bent by a cap of 0.5
 ])
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
-                         splits: int, subgroups: bool) -> None:
+                         splits: int, softcap: float, subgroups: bool) -> None:
     """Six prompt tokens of sequence a (positions 150-155, keys across a page edge and the
     window edge) and one decode token of sequence b (position 200) in one step; the kernel's sums
     through workgroup memory or by subgroup operations."""
@@ -170,14 +174,14 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
     rows = _rows_table(ex, t_max, positions, slots)
     scale = 1 / np.sqrt(d)
     got, = _run(ex, lambda bld: ops.attention(bld, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads,
-                                              head_dim=d, window=window, scale=scale, splits=splits,
-                                              subgroups=subgroups),
+                                              head_dim=d, window=window, scale=scale, softcap=softcap,
+                                              splits=splits, subgroups=subgroups),
                 StepParams(n), [out])
     for t, (p, slot) in enumerate(zip(positions, slots, strict=True)):
         k = keys[slot].reshape(-1, kv_heads, d).astype(np.float64)
         v = values[slot].reshape(-1, kv_heads, d).astype(np.float64)
         want = _attention_reference(q[t:t + 1].reshape(1, heads, d).astype(np.float64), k, v, p, heads, kv_heads,
-                                    window, scale)
+                                    window, scale, softcap)
         np.testing.assert_allclose(got[t].reshape(1, heads, d), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(got[n:], 0)  # rows past n_tokens untouched
 

@@ -22,7 +22,7 @@ fn memory_head_sums(sums: vec2<f32>, tid: u32) -> vec2<f32> {
     return norm_tree[0];
 }
 
-// scores[key] = SCALE * (the sum of the key's LANES partial dots), NEG_BIG past n_keys; key_rows[key] its
+// scores[key] = score_of(the sum of the key's LANES partial dots), NEG_BIG past n_keys; key_rows[key] its
 // cache row. Ends with a barrier: every invocation may read both.
 fn memory_chunk_scores(d: f32, key_row: u32, n_keys: u32, tid: u32) {
     let key = tid / LANES;
@@ -34,9 +34,9 @@ fn memory_chunk_scores(d: f32, key_row: u32, n_keys: u32, tid: u32) {
     if (tid < KEYS) {
         var score = NEG_BIG;
         if (tid < n_keys) {
-            score = 0.0;
-            for (var l = 0u; l < LANES; l++) { score += dots[tid * LANES + l]; }
-            score *= SCALE;
+            var dot = 0.0;
+            for (var l = 0u; l < LANES; l++) { dot += dots[tid * LANES + l]; }
+            score = score_of(dot);
         }
         scores[tid] = score;
     }

@@ -58,7 +58,7 @@ fn chunk_scores(d: f32, key_row: u32, n_keys: u32, tid: u32) {
     }
     let key = tid / LANES;
     if (tid % LANES == 0u) {
-        scores[key] = select(NEG_BIG, sum * SCALE, key < n_keys);
+        scores[key] = select(NEG_BIG, score_of(sum), key < n_keys);
         key_rows[key] = key_row;
     }
     workgroupBarrier();
