@@ -112,6 +112,7 @@ class Bert:
     """A BERT encoder's weights (tables on the host, layers on the GPU) and its step program."""
 
     matryoshka = False
+    causal = False
 
     def __init__(self, executor: Executor, config: BertConfig, source: DirSource | GGUFSource, gguf: bool,
                  head: tuple[str, list[tuple[Matrix, np.ndarray | None]], bool], max_tokens: int,

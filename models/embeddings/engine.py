@@ -9,8 +9,8 @@ A batch of sequences of uneven lengths is packed row after row with no padding (
 its sequence's rows: the attention's padding mask), run through a step program recorded for the
 smallest bucket of TOKEN_BUCKETS rows that holds it, and pooled per sequence on the GPU. Batches
 larger than a pass (TOKEN_BUCKETS[-1] tokens or MAX_SEQUENCES sequences) take several passes.
-Architectures (models/bert/model.py, models/gemma/embedding_gemma.py) compute the input rows on the host (an
-embedding lookup, in float32) and record the layers; loaders are found by architecture name.
+Architectures (models/bert/model.py, models/gemma/embedding_gemma.py, models/qwen3_embedding.py) compute the input
+rows on the host (an embedding lookup, in float32) and record the layers; loaders are found by architecture name.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ class EncoderArchitecture(Protocol):
     max_tokens: int  # longest input, special tokens included
     weight_bytes: int
     matryoshka: bool  # trained so that a prefix of the embedding, renormalised, is an embedding
+    causal: bool  # a decoder used as an encoder: each token attends to its sequence's rows up to its own
 
     def input_rows(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """f32 [T, d_model]: the rows the first layer reads for these tokens."""
@@ -197,7 +198,10 @@ class EmbeddingModel:
         ex = self.executor
         ex.write(inputs.x, self.arch.input_rows(ids, positions))
         ex.write(inputs.positions, positions.astype(np.uint32))
-        ex.write(inputs.spans, np.repeat(seqs[:len(batch)], lengths, axis=0))
+        spans = np.repeat(seqs[:len(batch)], lengths, axis=0)
+        if self.arch.causal:  # a token's keys end at its own row
+            spans[:, 1] = np.arange(1, total + 1)
+        ex.write(inputs.spans, spans)
         ex.write(inputs.seqs, seqs)
         vectors, = ex.run(step.program, StepParams(n_tokens=total), read=[inputs.out])
         return vectors[:len(batch)]
@@ -255,6 +259,7 @@ DIR_LOADERS = {  # by the config's model_type
 GGUF_LOADERS = {  # by general.architecture
     "bert": "models.bert.model:from_gguf",
     "gemma-embedding": "models.gemma.embedding_gemma:from_gguf",
+    "qwen3": "models.qwen3_embedding:from_gguf",
 }
 
 

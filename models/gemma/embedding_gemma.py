@@ -127,6 +127,7 @@ class EmbeddingGemma:
     """EmbeddingGemma's weights (token table on the host, layers on the GPU) and its step program."""
 
     matryoshka = True
+    causal = False
 
     def __init__(self, executor: Executor, config: DecoderConfig, source: DirSource | GGUFSource, gguf: bool,
                  head: tuple[str, list[Matrix], bool], max_tokens: int, progress: Progress | None) -> None:
