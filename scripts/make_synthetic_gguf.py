@@ -9,6 +9,10 @@ are small and finite, so the arithmetic is as costly as on real weights.
     python scripts/make_synthetic_gguf.py --like model.gguf --vocab-only tok.gguf  # metadata only
     python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape 1b out.gguf  # Gemma 3 1B shapes
     python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape gemma4-e2b out.gguf  # Gemma 4 E2B
+    python scripts/make_synthetic_gguf.py --tokenizer ggml-vocab-llama-bpe.gguf --shape llama3.2-1b out.gguf
+
+The other families' shapes (DECODER_SHAPES) take the tokenizer of a llama.cpp vocab file (models/ggml-vocab-*.gguf
+in its source tree: llama-bpe for Llama 3, qwen2 for Qwen 3); the embedding table gets the tokenizer's height.
 """
 
 from __future__ import annotations
@@ -201,6 +205,81 @@ def gemma4_e2b_shape(tokenizer: Path, out: Path, seed: int, layers: int | None =
     _write(writer)
 
 
+# Other families (HF configs): architecture, hidden, layers, heads, kv heads, head dim, ffn, RoPE base, tied head,
+# q/k norms, Llama 3's frequency factors (rope_freqs).
+DECODER_SHAPES = {
+    "llama3.2-1b": dict(arch="llama", d=2048, layers=16, heads=32, kv=8, head_dim=64, ffn=8192, base=500000.0,
+                        tied=True, qk_norm=False, llama3_rope=True),
+    "llama3.1-8b": dict(arch="llama", d=4096, layers=32, heads=32, kv=8, head_dim=128, ffn=14336, base=500000.0,
+                        tied=False, qk_norm=False, llama3_rope=True),
+    "qwen3-0.6b": dict(arch="qwen3", d=1024, layers=28, heads=16, kv=8, head_dim=128, ffn=3072, base=1_000_000.0,
+                       tied=True, qk_norm=True, llama3_rope=False),
+    "qwen3-4b": dict(arch="qwen3", d=2560, layers=36, heads=32, kv=8, head_dim=128, ffn=9728, base=1_000_000.0,
+                     tied=True, qk_norm=True, llama3_rope=False),
+}
+
+
+def llama3_rope_factors(head_dim: int, base: float, factor: float = 32.0, low: float = 1.0, high: float = 4.0,
+                        original: int = 8192) -> np.ndarray:
+    """Llama 3.1's frequency factors, as llama.cpp's converter writes rope_freqs."""
+    freqs = 1.0 / base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * np.pi / freqs
+    smooth = (original / wavelen - low) / (high - low)
+    factors = np.where(wavelen < original / high, 1.0,
+                       np.where(wavelen > original / low, factor, 1.0 / ((1 - smooth) / factor + smooth)))
+    return factors.astype(np.float32)
+
+
+def decoder_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
+    """A Q4_K_M-style file of another family (Q4_K matrices, Q6_K for attn_v and ffn_down in llama.cpp's
+    use_more_bits layers and for the output head, or for the embedding where the head is tied to it)."""
+    s = DECODER_SHAPES[size]
+    reader = GGUFReader(tokenizer)
+    template_arch = reader.fields["general.architecture"].contents()
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
+    writer = GGUFWriter(out, s["arch"])
+    _copy_metadata(reader, writer, skip_prefix=template_arch + ".")
+    writer.add_context_length(40960)
+    writer.add_embedding_length(s["d"])
+    writer.add_block_count(s["layers"])
+    writer.add_feed_forward_length(s["ffn"])
+    writer.add_head_count(s["heads"])
+    writer.add_head_count_kv(s["kv"])
+    writer.add_key_length(s["head_dim"])
+    writer.add_value_length(s["head_dim"])
+    writer.add_rope_dimension_count(s["head_dim"])
+    writer.add_layer_norm_rms_eps(1e-6 if s["qk_norm"] else 1e-5)
+    writer.add_rope_freq_base(s["base"])
+    rng = np.random.default_rng(seed)
+
+    def add(name: str, qtype: Q, shape: tuple[int, ...]) -> None:
+        _add(writer, name, qtype, shape, rng)
+
+    d, hd, f = s["d"], s["head_dim"], s["ffn"]
+    q, kv = s["heads"] * hd, s["kv"] * hd
+    add("token_embd.weight", Q.Q6_K if s["tied"] else Q.Q4_K, (d, vocab))
+    if not s["tied"]:
+        add("output.weight", Q.Q6_K, (d, vocab))
+    add("output_norm.weight", Q.F32, (d,))
+    if s["llama3_rope"]:
+        writer.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, s["base"]))
+    n = s["layers"]
+    for i in range(n):
+        more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # llama.cpp's use_more_bits
+        p = f"blk.{i}."
+        for norm, width in (("attn_norm", d), ("ffn_norm", d)) + ((("attn_q_norm", hd), ("attn_k_norm", hd))
+                                                                  if s["qk_norm"] else ()):
+            add(p + norm + ".weight", Q.F32, (width,))
+        add(p + "attn_q.weight", Q.Q4_K, (d, q))
+        add(p + "attn_k.weight", Q.Q4_K, (d, kv))
+        add(p + "attn_v.weight", Q.Q6_K if more_bits else Q.Q4_K, (d, kv))
+        add(p + "attn_output.weight", Q.Q4_K, (q, d))
+        add(p + "ffn_gate.weight", Q.Q4_K, (d, f))
+        add(p + "ffn_up.weight", Q.Q4_K, (d, f))
+        add(p + "ffn_down.weight", Q.Q6_K if more_bits else Q.Q4_K, (f, d))
+    _write(writer)
+
+
 def _add(writer: GGUFWriter, name: str, qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> None:
     """Add a tensor of GGUF shape ne (innermost first); quantised data goes in as [rows, row bytes]."""
     data = random_blocks(qtype, shape, rng)
@@ -220,12 +299,15 @@ def main() -> None:
     parser.add_argument("--like", type=Path, help="copy shapes, types and metadata of this GGUF")
     parser.add_argument("--vocab-only", action="store_true", help="with --like: metadata only, no tensors")
     parser.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer metadata to copy (with --shape)")
-    parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b"], help="Gemma 3 size (or Gemma 4 E2B)")
+    parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b"] + sorted(DECODER_SHAPES),
+                        help="a Gemma 3 size, Gemma 4 E2B, or another family's model (DECODER_SHAPES)")
     parser.add_argument("--layers", type=int, help="gemma4-e2b: this many layers, widths unchanged (quick checks)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.like:
         like(args.like, args.out, args.vocab_only, args.seed)
+    elif args.shape in DECODER_SHAPES and args.tokenizer:
+        decoder_shape(args.tokenizer, args.shape, args.out, args.seed)
     elif args.shape == "gemma4-e2b" and args.tokenizer:
         gemma4_e2b_shape(args.tokenizer, args.out, args.seed, args.layers)
     elif args.shape and args.tokenizer:
