@@ -28,6 +28,7 @@ from typing import Literal, cast, overload
 from config.settings import SHIPPED_MODEL, Settings, parse_keep_alive
 from models.registry import ModelEntry, ModelRegistry
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+from server.preparation import Preparation
 from server.protocols import (
     ChatHandler,
     EmbeddingHandler,
@@ -37,7 +38,6 @@ from server.protocols import (
     Worker,
     WorkerClass,
 )
-from server.preparation import Preparation
 from server.request_context import at_request_end, outside_requests
 
 

@@ -100,17 +100,31 @@ class TextStream(Generic[T]):
         return self._text[:self._sent]
 
 
-THINK_OPEN, THINK_CLOSE = "<|channel>", "<channel|>"  # Gemma 4's thinking channel markers
+@dataclass(frozen=True)
+class ThinkingMarkers:
+    """The pieces around a thinking model's thoughts."""
+
+    open: str
+    close: str
+    named: bool  # a channel name line follows the opener (Gemma 4's "thought\n"), dropped with the markers
+    special: bool  # control pieces (a grammar names them as tokens) rather than text the vocabulary holds whole
+
+
+GEMMA4_CHANNEL = ThinkingMarkers("<|channel>", "<channel|>", named=True, special=True)
+THINK_TAGS = ThinkingMarkers("<think>", "</think>", named=False, special=False)  # Qwen 3, SmolLM3, R1 distills
+THINKING_MARKERS = (GEMMA4_CHANNEL, THINK_TAGS)
+THINK_OPEN, THINK_CLOSE = GEMMA4_CHANNEL.open, GEMMA4_CHANNEL.close
 
 
 class ReasoningSplitter:
-    """Splits generated text into reasoning and content at a thinking channel's markers, as other
+    """Splits generated text into reasoning and content at a thinking model's markers, as other
     OpenAI-compatible servers return it (`reasoning_content` beside `content`): Gemma 4 writes its thoughts
-    as `<|channel>thought\n...<channel|>` before the answer; the markers and the channel's name are dropped.
-    Text that may be the start of a marker is held back until the next text decides it."""
+    as `<|channel>thought\n...<channel|>` before the answer, Qwen 3 as `<think>...</think>`; the markers (and a
+    channel's name) are dropped. Text that may be the start of a marker is held back until the next text decides
+    it."""
 
-    def __init__(self, open_tag: str = THINK_OPEN, close_tag: str = THINK_CLOSE) -> None:
-        self._open, self._close = open_tag, close_tag
+    def __init__(self, markers: ThinkingMarkers = GEMMA4_CHANNEL) -> None:
+        self._open, self._close, self._named = markers.open, markers.close, markers.named
         self._buffer = ""
         self._thinking = False
         self._name_pending = False  # just inside the channel: its name line is not yet dropped
@@ -134,7 +148,7 @@ class ReasoningSplitter:
                 out.append(self._buffer[:at])
                 self._buffer = self._buffer[at + len(tag):]
                 self._thinking = not self._thinking
-                self._name_pending = self._thinking
+                self._name_pending = self._thinking and self._named
                 continue
             keep = 0 if final else held_back(self._buffer, [tag])
             out.append(self._buffer[:len(self._buffer) - keep])
@@ -147,8 +161,8 @@ class ReasoningSplitter:
         return self.push("", final=True)
 
 
-def split_reasoning(text: str) -> tuple[str | None, str]:
+def split_reasoning(text: str, markers: ThinkingMarkers = GEMMA4_CHANNEL) -> tuple[str | None, str]:
     """(reasoning or None, content) of a whole generated text (see ReasoningSplitter)."""
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers)
     reasoning, content = splitter.push(text, final=True)
-    return (reasoning or None) if THINK_OPEN in text else None, content
+    return (reasoning or None) if markers.open in text else None, content

@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import Request
 
 from config.settings import Settings
-from models.text.chat_template import ChatTemplateError
 from models.text import grammar
+from models.text.chat_template import ChatTemplateError
 from models.text.grammar import GrammarError
 from models.text.tool_calls import ContentDelta, ToolCallFormat, format_for
 from server.errors import InvalidRequest
@@ -34,7 +34,7 @@ from server.schemas.chat import (
 from server.schemas.common import Usage
 from server.services import generation as gen
 from server.services.constraints import OutputGrammar, build_constraint, output_grammar, with_thoughts
-from server.text_stream import THINK_OPEN, ReasoningSplitter, split_reasoning
+from server.text_stream import THINKING_MARKERS, ReasoningSplitter, ThinkingMarkers, split_reasoning
 
 log = logging.getLogger("hearth.server")
 
@@ -68,15 +68,16 @@ class ChatService:
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
         prompt_ids = await self.manager.preparation.run(self._prompt_ids, worker, request)
-        thinks = _has_thinking_channel(model.tokenizer)
+        thinking = _thinking_markers(model.tokenizer)
         tool_format = _tool_format(worker) if request.tool_mode != "none" else None
         wanted = output_grammar(request.response_format, request.json_schema, request.grammar,
-                                thinks=thinks and request.enable_thinking)
+                                thinks=thinking is not None and request.enable_thinking,
+                                markers=thinking or THINKING_MARKERS[0])
         if tool_format is not None:
             if wanted is not None:
                 raise InvalidRequest(f"{wanted.param} and tools both constrain the reply; send tool_choice \"none\" "
                                      "or leave one of them out.", param=wanted.param)
-            wanted = _tool_grammar(tool_format, request, thinks=thinks and request.enable_thinking)
+            wanted = _tool_grammar(tool_format, request, thinking if request.enable_thinking else None)
         constraint = None if wanted is None else await self.manager.preparation.run(
             build_constraint, model.tokenizer, wanted)
         max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
@@ -93,11 +94,11 @@ class ChatService:
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False,
-                                thinks, tool_format)
+                                thinking, tool_format)
         results = await gen.until_disconnected(http, gen.collect(handle, n))
         choices = []
         for i, r in enumerate(results):
-            reasoning, content = split_reasoning(r.text) if thinks else (None, r.text)
+            reasoning, content = split_reasoning(r.text, thinking) if thinking else (None, r.text)
             calls: list[ToolCall] = []
             if tool_format is not None:
                 text, parsed = tool_format.parse(content)
@@ -119,7 +120,8 @@ class ChatService:
         )
 
     async def _stream(self, handle: gen.JobHandle, model: str, n: int, prompt_tokens: int, include_usage: bool,
-                      logprobs: bool, thinks: bool = False, tool_format: ToolCallFormat | None = None,
+                      logprobs: bool, thinking: ThinkingMarkers | None = None,
+                      tool_format: ToolCallFormat | None = None,
                       ) -> AsyncIterator[dict[str, Any]]:
         """Chunks as OpenAI sends them: the role first, content (and reasoning, and tool-call) deltas, a finish
         chunk per choice, then usage."""
@@ -132,7 +134,7 @@ class ChatService:
             return payload.model_dump(mode="json", exclude=exclude)
 
         completion_tokens = 0
-        streams = [_ChoiceStream(thinks, tool_format) for _ in range(n)]
+        streams = [_ChoiceStream(thinking, tool_format) for _ in range(n)]
         async with handle:
             for i in range(n):
                 yield chunk([ChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
@@ -161,8 +163,8 @@ class _ChoiceStream:
     """One streamed choice's text turned into deltas: reasoning split off (a thinking model), then tool calls
     parsed out of the answer (when tools are offered), each call's id, type and name in its first delta."""
 
-    def __init__(self, thinks: bool, tool_format: ToolCallFormat | None) -> None:
-        self._splitter = ReasoningSplitter() if thinks else None
+    def __init__(self, markers: ThinkingMarkers | None, tool_format: ToolCallFormat | None) -> None:
+        self._splitter = ReasoningSplitter(markers) if markers is not None else None
         self._calls = tool_format.stream() if tool_format is not None else None
         self.called = False  # a tool call began
 
@@ -206,21 +208,26 @@ def _tool_format(worker: ChatHandler) -> ToolCallFormat:
     return format_for(model.tokenizer, getattr(getattr(model, "arch", None), "architecture", ""), source)
 
 
-def _tool_grammar(tool_format: ToolCallFormat, request: ChatCompletionRequest, thinks: bool) -> OutputGrammar:
-    """The grammar of a reply under tool_choice, the calls' arguments held to their functions' schemas."""
+def _tool_grammar(tool_format: ToolCallFormat, request: ChatCompletionRequest, markers: ThinkingMarkers | None,
+                  ) -> OutputGrammar:
+    """The grammar of a reply under tool_choice, the calls' arguments held to their functions' schemas; markers:
+    a thinking model's, where it may think first."""
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
     try:
         source = tool_format.grammar(tools, request.tool_mode, parallel=request.parallel_tool_calls is not False)
     except GrammarError as error:
         raise InvalidRequest(f"tools cannot be enforced: {error}", param="tools") from error
-    return OutputGrammar(grammar.lark(with_thoughts(source) if thinks else source), "tools")
+    return OutputGrammar(grammar.lark(with_thoughts(source, markers) if markers else source), "tools")
 
 
-def _has_thinking_channel(tokenizer: TextTokenizer) -> bool:
-    """Whether the model's vocabulary has a thinking channel marker (Gemma 4): its replies are split into
-    reasoning_content and content."""
-    try:
-        ids = tokenizer.encode(THINK_OPEN, add_bos=False)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return len(ids) == 1 and tokenizer.id_to_piece(ids[0]) == THINK_OPEN
+def _thinking_markers(tokenizer: TextTokenizer) -> ThinkingMarkers | None:
+    """The thinking markers the model's vocabulary holds as single pieces (Gemma 4's channel, <think> tags), if
+    any: its replies are split into reasoning_content and content."""
+    for markers in THINKING_MARKERS:
+        try:
+            ids = tokenizer.encode(markers.open, add_bos=False)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        if len(ids) == 1 and tokenizer.id_to_piece(ids[0]) == markers.open:
+            return markers
+    return None

@@ -18,7 +18,7 @@ from models.text.grammar import GrammarError, TokenConstraint
 from server.errors import InvalidRequest
 from server.protocols import TextTokenizer
 from server.schemas.common import ResponseFormat
-from server.text_stream import THINK_CLOSE, THINK_OPEN
+from server.text_stream import GEMMA4_CHANNEL, ThinkingMarkers
 
 
 @dataclass(frozen=True)
@@ -29,28 +29,34 @@ class OutputGrammar:
     param: str
 
 
-THOUGHT = f"thought: {THINK_OPEN} /(.|\\n)*/ {THINK_CLOSE}\n"  # the thinking channel, its markers as special tokens
+def thought_rule(markers: ThinkingMarkers) -> str:
+    """The Lark rules of the thoughts: free text between the markers. Control-piece markers are named as tokens,
+    which free text cannot hold; text markers end the thoughts lazily (llguidance's stop), as a greedy text
+    lexeme would run on over the closing tag."""
+    if markers.special:
+        return f"thought: {markers.open} /(.|\\n)*/ {markers.close}\n"
+    return f'thought: "{markers.open}" thought_text\nthought_text[stop="{markers.close}"]: /(.|\\n)*/\n'
 
 
-def json_answer(schema: Mapping[str, Any], thinks: bool) -> str:
+def json_answer(schema: Mapping[str, Any], thinks: bool, markers: ThinkingMarkers = GEMMA4_CHANNEL) -> str:
     """The Lark grammar of a reply that is JSON matching schema; a model that thinks first may think freely in
     its thinking channel before the answer (the constraint holds for the answer, not the thoughts)."""
     source = "start: answer\nanswer: " + grammar.lark_json(schema) + "\n"
-    return with_thoughts(source) if thinks else source
+    return with_thoughts(source, markers) if thinks else source
 
 
-def with_thoughts(source: str) -> str:
+def with_thoughts(source: str, markers: ThinkingMarkers = GEMMA4_CHANNEL) -> str:
     """A Lark grammar (its rule `start`) preceded by an optional thinking channel of free text."""
     options = re.match(r"\s*%llguidance\s*\{[^\n]*\}\s*\n", source)  # a directive that must stay first
     head, body = (source[:options.end()], source[options.end():]) if options else ("", source)
     renamed = re.sub(r"^start(\s*):", r"answer_start\1:", body, count=1, flags=re.M)
     if renamed == body:
         raise GrammarError("the grammar has no `start` rule")
-    return head + "start: thought? answer_start\n" + THOUGHT + renamed
+    return head + "start: thought? answer_start\n" + thought_rule(markers) + renamed
 
 
 def output_grammar(response_format: ResponseFormat | None, json_schema: dict[str, Any] | None, source: str | None,
-                   thinks: bool) -> OutputGrammar | None:
+                   thinks: bool, markers: ThinkingMarkers = GEMMA4_CHANNEL) -> OutputGrammar | None:
     """The grammar a reply must follow, from at most one of response_format (json_object, json_schema), the
     json_schema extension and the grammar extension; None for free text."""
     asked = [name for name, value in (("response_format", response_format if response_format is not None
@@ -59,18 +65,18 @@ def output_grammar(response_format: ResponseFormat | None, json_schema: dict[str
     if len(asked) > 1:
         raise InvalidRequest(f"{' and '.join(asked)} both constrain the reply; send one of them.", param=asked[1])
     if response_format is not None and response_format.type == "json_object":
-        return OutputGrammar(grammar.lark(json_answer({"type": "object"}, thinks)), "response_format")
+        return OutputGrammar(grammar.lark(json_answer({"type": "object"}, thinks, markers)), "response_format")
     if response_format is not None and response_format.type == "json_schema":
         assert response_format.json_schema is not None
         schema = response_format.json_schema.schema_
-        return OutputGrammar(grammar.lark(json_answer(schema if schema is not None else {}, thinks)),
+        return OutputGrammar(grammar.lark(json_answer(schema if schema is not None else {}, thinks, markers)),
                              "response_format.json_schema.schema")
     if json_schema is not None:
-        return OutputGrammar(grammar.lark(json_answer(json_schema, thinks)), "json_schema")
+        return OutputGrammar(grammar.lark(json_answer(json_schema, thinks, markers)), "json_schema")
     if source is not None:
         try:
             lark_source = grammar.gbnf_to_lark(source) if "::=" in source else source
-            compiled = grammar.lark(with_thoughts(lark_source) if thinks else lark_source)
+            compiled = grammar.lark(with_thoughts(lark_source, markers) if thinks else lark_source)
         except GrammarError as error:
             raise InvalidRequest(str(error), param="grammar") from error
         return OutputGrammar(compiled, "grammar")

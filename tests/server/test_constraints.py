@@ -12,6 +12,7 @@ from models.text.grammar import GrammarError, grammar_vocabulary
 from server.errors import InvalidRequest
 from server.schemas.common import ResponseFormat
 from server.services.constraints import json_answer, output_grammar, with_thoughts
+from server.text_stream import THINK_TAGS
 from tests.models.test_tool_calls import gemma4_tokenizer, walk, walk_spec
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
@@ -42,6 +43,15 @@ def test_with_thoughts_keeps_the_grammar_after_the_channel(gemma4) -> None:
     assert walk(tokenizer, vocabulary, grammar, "maybe").startswith("refused")
     with pytest.raises(GrammarError):
         with_thoughts("answer: /x/")
+
+
+def test_with_thoughts_in_think_tags(gemma4) -> None:
+    """Qwen 3's <think> tags are text in the grammar (not control pieces): free thoughts inside, the answer after."""
+    tokenizer, vocabulary = gemma4
+    grammar = with_thoughts('start: "yes" | "no"', THINK_TAGS)
+    assert walk(tokenizer, vocabulary, grammar, "<think>\nmaybe\n</think>yes") == "accepted"
+    assert walk(tokenizer, vocabulary, grammar, "no") == "accepted"
+    assert walk(tokenizer, vocabulary, grammar, "maybe").startswith("refused")
 
 
 @pytest.mark.parametrize("source", ['start: "yes" | "no"', 'root ::= "yes" | "no"'], ids=["lark", "gbnf"])

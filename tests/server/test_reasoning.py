@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from models.text.chat_template import GEMMA4_TEMPLATE, ChatTemplate
-from server.text_stream import ReasoningSplitter, split_reasoning
+from server.text_stream import GEMMA4_CHANNEL, THINK_TAGS, ReasoningSplitter, split_reasoning
 
 THOUGHT = "<|channel>thought\nFirst, 2 + 2 is 4.<channel|>The answer is 4."
 
@@ -33,6 +33,21 @@ def test_unfinished_thought_and_lookalikes() -> None:
     assert split_reasoning("<|channel>thought\ncut short") == ("cut short", "")
 
 
+QWEN3_THOUGHT = "<think>\nFirst, 2 + 2 is 4.\n</think>\n\nThe answer is 4."
+
+
+@pytest.mark.parametrize("size", [1, 3, 100])
+def test_think_tags(size: int) -> None:
+    """Qwen 3's <think> tags: no channel name to drop; whole and streamed give the same split."""
+    assert split_reasoning(QWEN3_THOUGHT, THINK_TAGS) == ("\nFirst, 2 + 2 is 4.\n", "\n\nThe answer is 4.")
+    assert split_reasoning("No thinking here.", THINK_TAGS) == (None, "No thinking here.")
+    splitter = ReasoningSplitter(THINK_TAGS)
+    parts = [splitter.push(QWEN3_THOUGHT[i:i + size]) for i in range(0, len(QWEN3_THOUGHT), size)]
+    parts.append(splitter.flush())
+    assert ("".join(r for r, _ in parts), "".join(c for _, c in parts)) == split_reasoning(QWEN3_THOUGHT, THINK_TAGS)
+    assert split_reasoning(THOUGHT, GEMMA4_CHANNEL) == split_reasoning(THOUGHT)
+
+
 def test_gemma4_turn_format() -> None:
     template = ChatTemplate(GEMMA4_TEMPLATE, bos_token="<bos>")
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
@@ -57,7 +72,7 @@ def thinking_server(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(fake_model, "SCRIPT", THINKING_SCRIPT)
     monkeypatch.setattr(fake_model.FakeTokenizer, "chat_template", GEMMA4_TEMPLATE)
-    monkeypatch.setattr(chat, "_has_thinking_channel", lambda tokenizer: True)  # its byte vocabulary has no marker
+    monkeypatch.setattr(chat, "_thinking_markers", lambda tokenizer: GEMMA4_CHANNEL)  # its byte vocabulary has none
     app = create_app(load_settings(env={"HEARTH_OLLAMA": "false"}), loader=fake_model.fake_loader())
     with ThreadServer(app) as server:
         yield server

@@ -9,8 +9,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from server.request_context import TEXT_FORMAT, JsonFormatter, configure_logging, install_record_factory
-from server.request_context import request_id_from
+from server.request_context import (
+    TEXT_FORMAT,
+    JsonFormatter,
+    configure_logging,
+    install_record_factory,
+    request_id_from,
+)
 from tests.server.live_server import ThreadServer
 from tests.server.test_app import CHAT, start, wait_until
 
