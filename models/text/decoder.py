@@ -5,31 +5,37 @@ One step, for T token rows of any sequences in the KV pool (models/text/step_io.
     x = embed(ids) * embed_scale                                        # x: [T, D]
     for each layer i (sliding or full attention; head_dims[i], kv_heads[i], d_ffn[i]):
         h = rms_norm(x) * attn_norm
-        q = rope(rms_norm(h Wq) * q_norm)                               # q: [T, H, Dh_i]
-        unless KV-shared: k = rope(rms_norm(h Wk) * k_norm), v = h Wv   # (v = k before norm and rope without Wv)
+        q = rope(rms_norm(h Wq + bq) * q_norm)                          # q: [T, H, Dh_i]
+        unless KV-shared: k = rope(rms_norm(h Wk + bk) * k_norm), v = h Wv + bv   # (v = k where the file has no Wv)
             cache[pos] = k, v (v rms-normalised first where v_norm)
-        a = attention(q * query_scale, cache of layer i or the layer it shares, window on sliding layers)
+        a = attention(q * query_scale, cache of layer i or the layer it shares, window on sliding layers,
+                      scores softcapped where attn_softcap)
         x += rms_norm(a Wo) * post_attention_norm
         h = rms_norm(x) * ffn_norm
-        y = feed_forward(h)                                             # hook: (gelu_tanh(h Wg) * h Wu) Wd
+        y = feed_forward(h)                                             # hook: (act(h Wg) * h Wu) Wd
         x = block_output(x, y)                                          # hook: x += rms_norm(y) * post_ffw_norm
     logits = rms_norm(x[last]) * output_norm  Wout                     # tied to embed unless the file has output
     logits = softcap(logits)                                            # where the config says so
     logits = mask(logits)                                               # constrained rows: grammar's tokens only
     next = sample(logits)                                               # on the GPU: argmax or Gumbel-max
 
-A family is a config reader (GGUF metadata -> DecoderConfig) and a subclass overriding only the hooks where
-its network differs: load_globals and load_layer (extra tensors), begin_step (per-step inputs such as per-layer
-embeddings), feed_forward (experts) and block_output (scaled residuals, per-layer inputs). How each part runs
-(fused products, folded norms, int8 activations) is gpu/ops/blocks.py's choice.
+What a network lacks is read off its file's tensors: biases (Qwen 2), q/k norms (Qwen 3, Gemma 3/4: without them
+q and k are only rotated), post-norms (Gemma 2-4: without them the residual adds are plain, x += a Wo). act is the
+config's activation (gelu_tanh for Gemma, silu elsewhere); no_rope layers attend without RoPE (SmolLM3).
+
+A family is a config reader (GGUF metadata -> DecoderConfig; standard_config reads the keys every llama.cpp
+architecture writes) and a subclass overriding only the hooks where its network differs: load_globals and
+load_layer (extra tensors), begin_step (per-step inputs such as per-layer embeddings), feed_forward (experts),
+block_output (scaled residuals, per-layer inputs) and _rope (LongRoPE tables). How each part runs (fused
+products, folded norms, int8 activations) is gpu/ops/blocks.py's choice.
 
 Adding a family:
 1. models/<family>.py: read_config(f) -> DecoderConfig from the file's keys (gguf-py's Keys), and a Decoder
-   subclass with `architecture` (the GGUF general.architecture) and read_config.
+   subclass with `architecture` (the GGUF general.architecture) and read_config; rope_interleaved where
+   llama.cpp's converter permutes q/k rows for its interleaved RoPE (the llama architectures).
 2. Override a hook only where the network differs from the diagram above; a difference every family may have
-   (per-layer head dims or KV heads, windows, rope bases and scaling, softcap) is a DecoderConfig field.
-   Networks without post-norms, with q/k/v biases or without q/k norms need a field here and the matching
-   kernel variant behind gpu/ops/blocks.py (the residual and attention functions), not code in the family.
+   (per-layer head dims or KV heads, windows, rope bases and scaling, softcaps, the activation) is a
+   DecoderConfig field, with its kernel variant behind gpu/ops/blocks.py, not code in the family.
 3. Register it in FAMILIES by its GGUF architecture name; models/text/engine.py finds it there.
 """
 
