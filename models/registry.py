@@ -8,6 +8,7 @@ Ollama store (models/ollama.py). Two names that reach the same file share one lo
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -17,8 +18,10 @@ from config.settings import SHIPPED_MODEL, ModelConfig, Settings
 from models import ollama
 
 # GGUF architectures of the Ollama store's embedding models that Hearth runs (models/embeddings/engine.py's
-# GGUF_LOADERS; tests/server/test_embeddings.py checks that they agree).
+# GGUF_LOADERS; tests/server/test_embeddings.py checks that they agree). A decoder architecture that also embeds
+# (Qwen3-Embedding's qwen3) is an embedding model where its file has a pooling type.
 OLLAMA_EMBEDDING_ARCHITECTURES = ("bert", "gemma-embedding")
+POOLING_DECODER_ARCHITECTURES = ("qwen3",)
 # Listing time stands in for "created" of configured models; it is stable for the process.
 _STARTED = int(time.time())
 
@@ -104,7 +107,7 @@ class ModelRegistry:
         if root is None:
             return None
         found = ollama.find_model(name, root)
-        if found is not None and found.architecture in OLLAMA_EMBEDDING_ARCHITECTURES:
+        if found is not None and _embeds(found):
             return self._ollama_entry(found, name, kind="embedding")
         if found is None or found.architecture in ollama.EMBEDDING_ARCHITECTURES:
             return None
@@ -119,10 +122,10 @@ class ModelRegistry:
             entries += [e for alias in group.aliases if (e := self.lookup(alias)) is not None]
         root = self.ollama_root
         if root is not None:
-            entries += [self._ollama_entry(found, found.name) for found in ollama.list_models(root)]
+            entries += [self._ollama_entry(found, found.name) for found in ollama.list_models(root)
+                        if not _embeds(found)]
             entries += [self._ollama_entry(found, found.name, kind="embedding")
-                        for found in ollama.list_models(root, chat_only=False)
-                        if found.architecture in OLLAMA_EMBEDDING_ARCHITECTURES]
+                        for found in ollama.list_models(root, chat_only=False) if _embeds(found)]
         return entries
 
     def _ollama_entry(self, found: ollama.OllamaModel, name: str, kind: str = "text") -> ModelEntry:
@@ -130,3 +133,27 @@ class ModelRegistry:
         key = _key(str(found.path), int8=int8) if kind == "text" else f"{kind}:{_key(str(found.path))}"
         return ModelEntry(id=name, source=str(found.path), key=key, owned_by="ollama",
                           created=int(found.modified), kind=kind, int8_activations=int8)
+
+
+def _embeds(found: ollama.OllamaModel) -> bool:
+    """Whether an Ollama store model is an embedding model Hearth runs."""
+    if found.architecture in OLLAMA_EMBEDDING_ARCHITECTURES:
+        return True
+    if found.architecture not in POOLING_DECODER_ARCHITECTURES:
+        return False
+    try:
+        return _has_pooling(str(found.path), found.path.stat().st_mtime)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=256)
+def _has_pooling(path: str, mtime: float) -> bool:
+    """Whether a GGUF's metadata names a pooling type (read once per file version)."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+    except (OSError, ValueError):
+        return False
+    return any(key.endswith(".pooling_type") for key in reader.fields)

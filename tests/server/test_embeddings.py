@@ -22,7 +22,7 @@ import pytest
 
 from config.settings import load_settings
 from models.embeddings.engine import GGUF_LOADERS
-from models.registry import OLLAMA_EMBEDDING_ARCHITECTURES
+from models.registry import OLLAMA_EMBEDDING_ARCHITECTURES, POOLING_DECODER_ARCHITECTURES
 from server.app import create_app
 from server.embedding_worker import EmbeddingWorker
 from server.errors import QueueFull
@@ -179,7 +179,7 @@ def test_ollama_embedding_model_with_matryoshka_dimensions(client: openai.OpenAI
 
 
 def test_registry_knows_the_gguf_embedding_architectures() -> None:
-    assert set(OLLAMA_EMBEDDING_ARCHITECTURES) == set(GGUF_LOADERS)
+    assert set(OLLAMA_EMBEDDING_ARCHITECTURES) | set(POOLING_DECODER_ARCHITECTURES) == set(GGUF_LOADERS)
 
 
 class _BlockingModel:
