@@ -142,11 +142,6 @@ def lark(source: str) -> str:
     return llguidance.LLMatcher.grammar_from_lark(source)
 
 
-def gbnf(source: str) -> str:
-    """A grammar in llama.cpp's GBNF, converted to Lark by llguidance."""
-    return lark(gbnf_to_lark(source))
-
-
 def gbnf_to_lark(source: str) -> str:
     """llguidance's Lark source of a GBNF grammar (its root rule becomes `start`)."""
     from llguidance.gbnf_to_lark import any_to_lark
