@@ -62,7 +62,8 @@ const LANES: u32 = WG / KEYS;           // invocations per key in the score phas
 const LANE_DIMS: u32 = D / LANES;       // dims each of them dots (even)
 const QUADS: u32 = D / 4u;               // vec4s of a value row
 const V_GROUPS: u32 = min(WG / QUADS, KEYS);  // invocations sharing a dim quad in the value phase
-const V_KEYS: u32 = KEYS / V_GROUPS;     // keys each of them takes per chunk
+const V_KEYS: u32 = (KEYS + V_GROUPS - 1u) / V_GROUPS;  // keys each of them takes per chunk (the last may
+                                                         // run past the chunk where V_GROUPS does not divide it)
 const KV_WIDTH: u32 = KV_HEADS * D;     // cache values per token
 const NEG_BIG: f32 = -3.4028235e38;
 
@@ -167,7 +168,8 @@ fn attention_main(group: u32, tid: u32) {
             for (var i = 0u; i < V_KEYS; i++) {
                 let j = value_group + i * V_GROUPS;
                 let read = min(j, n_keys - 1u);
-                a += exp(scores[j] - running_max) * value4_at(chunk + read, key_rows[read], 4u * quad);
+                let weight = select(0.0, exp(scores[min(j, KEYS - 1u)] - running_max), j < KEYS);
+                a += weight * value4_at(chunk + read, key_rows[read], 4u * quad);
             }
             acc = a;
         }

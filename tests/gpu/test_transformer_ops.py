@@ -144,6 +144,7 @@ def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale, softcap=0
     (True, 0, 4, 1, 256, 7, 0.0), (False, 40, 2, 1, 64, 16, 0.0),  # parts of ~29 keys; 40 keys in 3 parts, 13 empty
     (True, 0, 2, 1, 512, 3, 0.0),  # Gemma 4's global head dim: 2 invocations a dim quad for values, 2 for the combine
     (True, 30, 4, 2, 64, 3, 0.5),  # Gemma 2's attention softcap: scores of |s| ~ 1, most bent by a cap of 0.5
+    (False, 0, 4, 2, 48, 1, 0.0), (True, 0, 4, 2, 80, 2, 0.0),  # dim quads that do not divide the 32-key chunk
 ])
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
 def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
