@@ -1,0 +1,76 @@
+"""models/text/tokenizer.py on llama.cpp's own vocabulary files: real vocabularies of the model families, the ids
+llama.cpp's tests expect for them (tests/models/llama_cpp_vocab.py fetches the files), and llama.cpp's BOS.
+
+llama.cpp's test-tokenizer-0 tokenizes with add_special=false and parse_special=false; Hearth's encode always
+parses special pieces, which changes nothing here (no test string holds a special piece's text).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from models.text.tokenizer import Tokenizer
+from tests.models.llama_cpp_vocab import VocabUnavailable, read_cases, vocab_dir
+
+# Vocabulary file -> the families whose tokenizer it is (or shares its pre-tokenizer with).
+FAMILIES = {
+    "llama-bpe": "Llama 3.x, SmolLM3 (BPE, pre llama-bpe)",
+    "qwen2": "Qwen 2 / 2.5 / 3, Qwen3-Embedding (BPE, pre qwen2)",
+    "llama-spm": "Llama 2, TinyLlama, Mistral v0.3 (SentencePiece)",
+    "phi-3": "Phi-3 / 3.5 (SentencePiece)",
+    "gpt-2": "GPT-2 (BPE, pre gpt-2)",
+    "starcoder": "SmolLM / SmolLM2's split: pre smollm has starcoder's regexes",
+}
+# Other kinds Hearth names in _BPE_PRE; larger or slower to load, so only in the slow run (-m slow).
+OTHERS = ("qwen35", "falcon", "mpt", "refact", "command-r", "gemma-4")
+
+# llama.cpp 0.3.36 on each file (llama_vocab_get_add_bos, llama_vocab_bos).
+LLAMA_CPP = {
+    "llama-bpe": {"add_bos": True, "bos": 128000},
+    "qwen2": {"add_bos": False, "bos": 151643},
+    "llama-spm": {"add_bos": True, "bos": 1},
+    "phi-3": {"add_bos": True, "bos": 1},
+    "gpt-2": {"add_bos": False, "bos": 50256},
+    "starcoder": {"add_bos": False, "bos": 0},
+    "qwen35": {"add_bos": False, "bos": 151643},
+    "falcon": {"add_bos": False, "bos": 11},
+    "mpt": {"add_bos": False, "bos": 0},
+    "refact": {"add_bos": False, "bos": 0},
+    "command-r": {"add_bos": True, "bos": 5},
+    "gemma-4": {"add_bos": True, "bos": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def models_dir() -> Path:
+    try:
+        return vocab_dir((*FAMILIES, *OTHERS))  # one download for both runs
+    except VocabUnavailable as error:
+        pytest.skip(str(error))
+
+
+def _check(models_dir: Path, name: str) -> None:
+    path = models_dir / f"ggml-vocab-{name}.gguf"
+    tok = Tokenizer.from_gguf(path)
+    cases = read_cases(path)
+    assert len(cases) >= 40
+    wrong = [(text, ids, tok.encode(text, add_bos=False)) for text, ids in cases
+             if tok.encode(text, add_bos=False) != ids]
+    assert not wrong, f"{name}: {len(wrong)} of {len(cases)} differ, first: {wrong[:3]}"
+    expected = LLAMA_CPP[name]
+    assert tok.bos_id == expected["bos"]
+    bos = [expected["bos"]] if expected["add_bos"] else []
+    assert tok.encode("Hello", add_bos=True) == bos + tok.encode("Hello", add_bos=False)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_family_vocabulary_matches_llama_cpp(models_dir: Path, name: str) -> None:
+    _check(models_dir, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", OTHERS)
+def test_other_vocabulary_matches_llama_cpp(models_dir: Path, name: str) -> None:
+    _check(models_dir, name)
