@@ -39,9 +39,18 @@ from tokenizers import Tokenizer as HFTokenizer
 
 SPACE = "\u2581"  # "▁": SentencePiece's visible space
 
-# Pieces that end a turn although the file may not say so; llama.cpp marks them end-of-generation by text.
-END_OF_TURN_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>", "<|endoftext|>",
-                     "<|end_of_text|>", "<turn|>", "<|return|>", "<|call|>")
+# Pieces that end generation by their text whatever the file says: llama.cpp's end-of-generation list
+# (llama_vocab::impl::load) but for Gemma 4's "<|tool_response>", which its tool-call parser stops at itself
+# (models/text/tool_calls), and "</s>" where it is text: Gemma 3's HTML tag (user-defined, as is its "<s>") and
+# Gemma 4's (normal). Llama 2's, Mistral's, Phi-3's (user-defined beside a control "<s>") and Qwen's (which llama.cpp
+# makes a control piece by its text) end generation, as in llama.cpp.
+END_OF_TURN_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+                     "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+                     "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
+                     "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[", "</s>")
+# Fill-in-the-middle pieces llama.cpp also ends generation at (padding, repository name, file separator).
+FIM_END_TEXTS = ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
+                 "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>")
 
 # Split regexes llama.cpp applies before byte-level BPE, by `tokenizer.ggml.pre` (llm_tokenizer_bpe in
 # src/llama-vocab.cpp, copied as written there). Each regex re-splits the pieces the previous one produced, keeping
@@ -139,6 +148,7 @@ class GGUFVocab:
     add_eos: bool
     add_space_prefix: bool
     chat_template: str | None
+    fim_end_ids: tuple[int, ...] = ()  # tokenizer.ggml.fim_{pad,rep,sep}_token_id the file names
 
 
 def _field(reader: GGUFReader, key: str):
@@ -209,6 +219,9 @@ def read_gguf_vocab(reader: GGUFReader) -> GGUFVocab:
         # Only SentencePiece vocabularies get the leading space; llama.cpp turns it off for BPE.
         add_space_prefix=is_spm and bool(_scalar(reader, Keys.Tokenizer.ADD_PREFIX, True)),
         chat_template=_scalar(reader, Keys.Tokenizer.CHAT_TEMPLATE, None),
+        fim_end_ids=tuple(int(i) for key in (Keys.Tokenizer.FIM_PAD_ID, Keys.Tokenizer.FIM_REP_ID,
+                                             Keys.Tokenizer.FIM_SEP_ID)
+                          if (i := _scalar(reader, key, None)) is not None),
     )
 
 
@@ -226,14 +239,18 @@ def _llama_cpp_types(tokens: list[str], types: np.ndarray) -> np.ndarray:
             types[i] = TokenType.USER_DEFINED
         elif types[i] != TokenType.USER_DEFINED:
             types[i] = TokenType.CONTROL
-    # gpt-oss and Solar Open: "<|end|>" is not an end marker when these are present.
-    present = where.keys()
-    if "<|end|>" in present and ({"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present):
+    if "<|end|>" in where and _end_is_text(where.keys()):
         types[where["<|end|>"]] = TokenType.USER_DEFINED
     # Gemma 4: "</s>" is plain text when the vocabulary has "<|tool_response>".
     if "</s>" in where and "<|tool_response>" in where:
         types[where["</s>"]] = TokenType.NORMAL
     return types
+
+
+def _end_is_text(pieces: Iterable[str]) -> bool:
+    """gpt-oss and Solar Open: "<|end|>" ends a message but not generation when these pieces are present."""
+    present = set(pieces)
+    return {"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present
 
 
 def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
@@ -347,6 +364,31 @@ def _piece_bytes(vocab: GGUFVocab) -> tuple[list[bytes], list[bytes]]:
     return shown, plain
 
 
+def _end_ids(vocab: GGUFVocab) -> frozenset[int]:
+    """The ids that end generation, as llama.cpp's end-of-generation set (special_eog_ids): the file's eos, eot and
+    eom ids, the pieces of END_OF_TURN_TEXTS, and the fill-in-the-middle padding, repository and file-separator
+    pieces (the file's ids, else found by text; llama.cpp takes one of each kind where several texts match, Hearth
+    all of them)."""
+    ends = {vocab.eos_id, vocab.eot_id, vocab.eom_id, *vocab.fim_end_ids}
+    by_text = {t: i for i, t in enumerate(vocab.tokens) if t in END_OF_TURN_TEXTS or t in FIM_END_TEXTS}
+    if "<|end|>" in by_text and _end_is_text(by_text):
+        del by_text["<|end|>"]
+    if "</s>" in by_text and _closing_s_is_text(vocab):
+        del by_text["</s>"]
+    ends.update(by_text.values())
+    return frozenset(int(i) for i in ends if i is not None and 0 <= i < len(vocab.tokens))
+
+
+def _closing_s_is_text(vocab: GGUFVocab) -> bool:
+    """Whether the vocabulary's "</s>" is text (an HTML tag) rather than SentencePiece's end of sequence."""
+    index = vocab.tokens.index
+    kind = vocab.types[index("</s>")]
+    if kind == TokenType.NORMAL:
+        return True
+    opening = vocab.types[index("<s>")] if "<s>" in vocab.tokens else TokenType.CONTROL
+    return kind == TokenType.USER_DEFINED and opening in (TokenType.NORMAL, TokenType.USER_DEFINED)
+
+
 class StreamDecoder:
     """Turns token ids into text one at a time, holding back bytes of an unfinished UTF-8 character."""
 
@@ -375,9 +417,8 @@ class Tokenizer:
         if vocab.bos_id is None and vocab.add_bos:
             raise TokenizerError(f"{Keys.Tokenizer.ADD_BOS} is set but {Keys.Tokenizer.BOS_ID} is missing")
         self.bos_id: int = -1 if vocab.bos_id is None else int(vocab.bos_id)
-        ends = {vocab.eos_id, vocab.eot_id, vocab.eom_id}
-        ends.update(i for i, t in enumerate(vocab.tokens) if t in END_OF_TURN_TEXTS)
-        self.eos_ids: frozenset[int] = frozenset(int(i) for i in ends if i is not None and 0 <= i < self.vocab_size)
+        self.eos_id: int = -1 if vocab.eos_id is None else int(vocab.eos_id)
+        self.eos_ids: frozenset[int] = _end_ids(vocab)
 
     @classmethod
     def from_gguf(cls, source: str | os.PathLike[str] | GGUFReader) -> Tokenizer:

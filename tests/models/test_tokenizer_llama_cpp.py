@@ -1,5 +1,6 @@
 """models/text/tokenizer.py on llama.cpp's own vocabulary files: real vocabularies of the model families, the ids
-llama.cpp's tests expect for them (tests/models/llama_cpp_vocab.py fetches the files), and llama.cpp's BOS.
+llama.cpp's tests expect for them (tests/models/llama_cpp_vocab.py fetches the files), and llama.cpp's BOS and
+end-of-generation ids.
 
 llama.cpp's test-tokenizer-0 tokenizes with add_special=false and parse_special=false; Hearth's encode always
 parses special pieces, which changes nothing here (no test string holds a special piece's text).
@@ -26,20 +27,21 @@ FAMILIES = {
 # Other kinds Hearth names in _BPE_PRE; larger or slower to load, so only in the slow run (-m slow).
 OTHERS = ("qwen35", "falcon", "mpt", "refact", "command-r", "gemma-4")
 
-# llama.cpp 0.3.36 on each file (llama_vocab_get_add_bos, llama_vocab_bos).
+# llama.cpp 0.3.36 on each file (llama_vocab_get_add_bos, llama_vocab_bos, and every id llama_vocab_is_eog holds).
+# Hearth parts from llama.cpp's end ids on purpose in one place: Gemma 4's "<|tool_response>" (see tokenizer.py).
 LLAMA_CPP = {
-    "llama-bpe": {"add_bos": True, "bos": 128000},
-    "qwen2": {"add_bos": False, "bos": 151643},
-    "llama-spm": {"add_bos": True, "bos": 1},
-    "phi-3": {"add_bos": True, "bos": 1},
-    "gpt-2": {"add_bos": False, "bos": 50256},
-    "starcoder": {"add_bos": False, "bos": 0},
-    "qwen35": {"add_bos": False, "bos": 151643},
-    "falcon": {"add_bos": False, "bos": 11},
-    "mpt": {"add_bos": False, "bos": 0},
-    "refact": {"add_bos": False, "bos": 0},
-    "command-r": {"add_bos": True, "bos": 5},
-    "gemma-4": {"add_bos": True, "bos": 2},
+    "llama-bpe": {"add_bos": True, "bos": 128000, "eog": {128001, 128009}},
+    "qwen2": {"add_bos": False, "bos": 151643, "eog": {128247, 151643, 151645}},
+    "llama-spm": {"add_bos": True, "bos": 1, "eog": {2}},
+    "phi-3": {"add_bos": True, "bos": 1, "eog": {2, 32000, 32007}},
+    "gpt-2": {"add_bos": False, "bos": 50256, "eog": {50256}},
+    "starcoder": {"add_bos": False, "bos": 0, "eog": {0, 4}},
+    "qwen35": {"add_bos": False, "bos": 151643, "eog": {128247, 151643, 151645}},
+    "falcon": {"add_bos": False, "bos": 11, "eog": {11}},
+    "mpt": {"add_bos": False, "bos": 0, "eog": {0}},
+    "refact": {"add_bos": False, "bos": 0, "eog": {0, 4, 18}},
+    "command-r": {"add_bos": True, "bos": 5, "eog": {0, 255001}},
+    "gemma-4": {"add_bos": True, "bos": 2, "eog": {1, 106}},  # llama.cpp adds 50, "<|tool_response>"
 }
 
 
@@ -63,6 +65,7 @@ def _check(models_dir: Path, name: str) -> None:
     assert tok.bos_id == expected["bos"]
     bos = [expected["bos"]] if expected["add_bos"] else []
     assert tok.encode("Hello", add_bos=True) == bos + tok.encode("Hello", add_bos=False)
+    assert tok.eos_ids == expected["eog"], {i: tok.id_to_piece(i) for i in tok.eos_ids ^ expected["eog"]}
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
