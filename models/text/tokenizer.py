@@ -37,6 +37,8 @@ from gguf import GGUFReader, GGUFValueType, Keys, TokenType
 from tokenizers import AddedToken, Regex, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
+from models.formats.gguf_file import MetadataReader
+
 SPACE = "\u2581"  # "▁": SentencePiece's visible space
 
 # Pieces that end generation by their text whatever the file says: llama.cpp's end-of-generation list
@@ -423,7 +425,8 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, source: str | os.PathLike[str] | GGUFReader) -> Tokenizer:
         """Build the tokenizer of a GGUF file (a path, or a reader the caller already opened)."""
-        reader = source if isinstance(source, GGUFReader) else GGUFReader(source, "r")
+        # MetadataReader reads a vocabulary's arrays in one pass; gguf-py's own reader takes ~15 s on Llama 3's.
+        reader = source if isinstance(source, GGUFReader) else MetadataReader(source, "r")
         return cls(read_gguf_vocab(reader))
 
     @property

@@ -3,10 +3,11 @@
 llama.cpp keeps `models/ggml-vocab-<name>.gguf` (the real vocabulary of a model family, no weights) with
 `.inp`/`.out` beside it: test strings and the ids llama.cpp's tokenizer gives them (tests/test-tokenizer-0.cpp).
 They are several MB each, so they are not in this repository; the llama-cpp-python sdist on PyPI vendors
-llama.cpp with them. The first call downloads that sdist with pip (about 75 MB; pip also prepares its metadata,
-so allow a minute), checks its sha256, copies the files asked for out of the tarball and deletes the tarball;
-later calls find them in the cache: $HEARTH_CACHE_DIR/llama-cpp-vocab/<version> (default ~/.cache/hearth). An
-sdist already on disk can be named with $HEARTH_LLAMA_CPP_SDIST instead.
+llama.cpp with them. The first call downloads that sdist with pip (76 MB; pip also installs the sdist's build
+backend to read its metadata: 10 s to a minute), checks its sha256, copies the files asked for out of the tarball
+(about 55 MB) and deletes the tarball; later calls find them in the cache, $HEARTH_CACHE_DIR/llama-cpp-vocab/<version>
+(default ~/.cache/hearth). An sdist already on disk can be named with $HEARTH_LLAMA_CPP_SDIST instead. Without a
+package index (offline) the tests that need the files are skipped, the reason naming pip's error.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ FAMILIES = {
     "gpt-2": "GPT-2 (BPE, pre gpt-2)",
     "starcoder": "SmolLM / SmolLM2's split: pre smollm has starcoder's regexes",
 }
-# Other kinds Hearth names in _BPE_PRE; larger or slower to load, so only in the slow run (-m slow).
-OTHERS = ("qwen35", "falcon", "mpt", "refact", "command-r", "gemma-4")
+# The other kinds Hearth supports that llama.cpp has test vectors for; the larger files only in the slow run.
+OTHERS = ("falcon", "mpt", "refact")
+LARGE_OTHERS = ("qwen35", "command-r", "gemma-4")
 
 # llama.cpp 0.3.36 on each file (llama_vocab_get_add_bos, llama_vocab_bos, and every id llama_vocab_is_eog holds).
 # Hearth parts from llama.cpp's end ids on purpose in one place: Gemma 4's "<|tool_response>" (see tokenizer.py).
@@ -48,12 +49,14 @@ LLAMA_CPP = {
 @pytest.fixture(scope="module")
 def models_dir() -> Path:
     try:
-        return vocab_dir((*FAMILIES, *OTHERS))  # one download for both runs
+        return vocab_dir((*FAMILIES, *OTHERS, *LARGE_OTHERS))  # one download for both runs
     except VocabUnavailable as error:
         pytest.skip(str(error))
 
 
-def _check(models_dir: Path, name: str) -> None:
+@pytest.mark.parametrize("name", [*FAMILIES, *OTHERS, *(pytest.param(n, marks=pytest.mark.slow) for n in LARGE_OTHERS)])
+def test_vocabulary_matches_llama_cpp(models_dir: Path, name: str) -> None:
+    """Every test string's ids, BOS where llama.cpp adds it, and the ids that end generation."""
     path = models_dir / f"ggml-vocab-{name}.gguf"
     tok = Tokenizer.from_gguf(path)
     cases = read_cases(path)
@@ -66,14 +69,3 @@ def _check(models_dir: Path, name: str) -> None:
     bos = [expected["bos"]] if expected["add_bos"] else []
     assert tok.encode("Hello", add_bos=True) == bos + tok.encode("Hello", add_bos=False)
     assert tok.eos_ids == expected["eog"], {i: tok.id_to_piece(i) for i in tok.eos_ids ^ expected["eog"]}
-
-
-@pytest.mark.parametrize("name", list(FAMILIES))
-def test_family_vocabulary_matches_llama_cpp(models_dir: Path, name: str) -> None:
-    _check(models_dir, name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", OTHERS)
-def test_other_vocabulary_matches_llama_cpp(models_dir: Path, name: str) -> None:
-    _check(models_dir, name)
