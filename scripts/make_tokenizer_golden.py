@@ -150,7 +150,11 @@ def detokenize(llm: llama_cpp.Llama, ids: list[int], remove_special: bool, unpar
 
 SYNTHETIC_EXTRA = ["<s>[INST] hi [/INST]", "a</s>b", "<|user|>hello<|user|> x", "<|im_start|>user\nhi<|im_end|>\n",
                    "<|endoftext|>", "<bos>hello<eos>", "<turn|>", "don't stop", "Hello ?", "x  ' y", "\n" * 45,
-                   "\n" * 33, "a" + "\n" * 20 + "b", "\n" * 17 + " x", "\t" * 40 + "y", " " * 37 + "z"]
+                   "\n" * 33, "a" + "\n" * 20 + "b", "\n" * 17 + " x", "\t" * 40 + "y", " " * 37 + "z",
+                   # letter case and digits, which the tekken, gpt-4o and smollm splits look at
+                   "iPhone McDonald's XMLHttpRequest getHTTPResponseCode ABCdef abcDEF", "ÉCOLE école Über über",
+                   "ΑΒΓαβγ ÀÉÎõü DŽǅǆ ǈ ʰʱ", "I'M WE'LL they'Re YOU'D", "12345 1234567 3.14159 ١٢٣ ⅫⅣ",
+                   "path/to/file.py\n/x/"]
 
 
 def _train(corpus: list[str], byte_level: bool, vocab_size: int) -> tuple[list[str], list[str]]:
@@ -193,7 +197,7 @@ def synthetic_vocabs(corpus: list[str]) -> list[dict]:
     byte_level = [{"name": f"gpt2-{pre}", "model": "gpt2", "pre": pre, "tokens": bl_tokens, "scores": None,
                    "types": [CONTROL] + [NORMAL] * len(bl_pieces) + [CONTROL, CONTROL], "merges": bl_merges,
                    "bos_id": 0, "eos_id": 0, "add_bos": False, "add_space_prefix": False}
-                  for pre in ("gpt-2", "default", "llama-bpe", "qwen2")]
+                  for pre in ("gpt-2", "default", "llama-bpe", "qwen2", "smollm", "tekken", "gpt-4o")]
 
     g4_pieces, g4_merges = _train(corpus, byte_level=False, vocab_size=800)
     g4_specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<turn|>"]

@@ -304,7 +304,9 @@ class _ChoiceRun:
 def chat_template_of(tokenizer: TextTokenizer) -> ChatTemplate:
     """The tokenizer's chat template (the built-in Gemma format when it has none) with its special tokens."""
     bos = tokenizer.id_to_piece(tokenizer.bos_id) if tokenizer.bos_id >= 0 else ""  # bos_id is -1 when absent
-    eos = tokenizer.id_to_piece(min(tokenizer.eos_ids)) if tokenizer.eos_ids else ""
+    # The file's eos piece, as llama.cpp and transformers give templates (Mistral's write it after each reply); the
+    # lowest of the ids that end generation would be Llama 3's <|end_of_text|> where the file names <|eot_id|>.
+    eos = tokenizer.id_to_piece(tokenizer.eos_id) if tokenizer.eos_id >= 0 else ""
     return ChatTemplate(tokenizer.chat_template, bos_token=bos, eos_token=eos)
 
 

@@ -39,7 +39,10 @@ class TextTokenizer(Protocol):
     def bos_id(self) -> int: ...  # -1 when the vocabulary has none
 
     @property
-    def eos_ids(self) -> frozenset[int]: ...
+    def eos_id(self) -> int: ...  # the file's end-of-sequence id; -1 when it names none
+
+    @property
+    def eos_ids(self) -> frozenset[int]: ...  # every id that ends generation
 
     @property
     def vocab_size(self) -> int: ...

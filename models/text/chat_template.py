@@ -1,8 +1,12 @@
 """Chat templates: a model's Jinja template (GGUF `tokenizer.chat_template`) rendered in jinja2's sandbox.
 
 Templates come from model files, which are not trusted, so they render in an ImmutableSandboxedEnvironment
-with the globals Hugging Face's renderer offers (`raise_exception`, `strftime_now`, a `tojson` that keeps
-non-ASCII). A model without a template gets the built-in Gemma turn format below.
+set up as transformers' renderer (render_jinja_template) sets up its own, which is what the templates are written
+for: trim_blocks and lstrip_blocks, the loop controls `{% break %}` and `{% continue %}`, the `{% generation %}`
+block (transformers marks the assistant's text with it; here it only renders its body), `raise_exception`,
+`strftime_now`, a `tojson` that keeps non-ASCII and takes indent, separators and sort_keys, and `dict` and
+`namespace` that refuse underscore names. tests/server/test_chat_template_families.py checks the model families'
+own templates against transformers' renderings. A model without a template gets the built-in Gemma turn format below.
 """
 
 from __future__ import annotations
@@ -14,8 +18,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, nodes
+from jinja2.exceptions import SecurityError
+from jinja2.ext import Extension, loopcontrols
+from jinja2.parser import Parser
+from jinja2.runtime import Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
 
 log = logging.getLogger("hearth.models")
 
@@ -162,17 +171,65 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # jinja2's own tojson escapes HTML characters and takes no options; this is transformers' (same argument order).
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _Dict:
+    """`dict(...)` and `dict.fromkeys(...)` for templates, without handing them the type itself (as transformers)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _Namespace(Namespace):
+    """jinja2's namespace() without underscore names, which could reach Python internals (as transformers does)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 -- jinja2's signature trick: `self` may be a key
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _Namespace._check(name)
+        Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _Namespace._check(name)
+        Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"a chat template may not set the underscore name {name!r} on a namespace")
+
+
+class _Generation(Extension):
+    """`{% generation %}...{% endgeneration %}`: transformers' marker of the assistant's text; renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller: Macro) -> str:
+        return caller()
 
 
 @lru_cache(maxsize=16)
 def _compile(source: str) -> Any:
     # trim_blocks/lstrip_blocks match transformers' apply_chat_template, which GGUF templates are written for.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _Generation])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _Dict()
+    env.globals["namespace"] = _Namespace
     return env.from_string(source)
 
 
@@ -209,6 +266,7 @@ class ChatTemplate:
             return self._template.render(
                 messages=[_for_template(m) for m in messages],
                 tools=list(tools) if tools else None,
+                documents=None,  # transformers always passes it; some templates test `documents is not none`
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,

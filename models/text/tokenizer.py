@@ -20,7 +20,8 @@ their byte, control and unused pieces nothing unless asked for; the stream decod
 
 Checked against llama-cpp-python (tests/models/test_tokenizer.py): the shipped Gemma 3 vocabulary, and
 small trained vocabularies of each kind ("llama" with a leading space, "gpt2" under the pre-tokenizers
-below, "gemma4").
+below, "gemma4"); and against llama.cpp's own vocabulary files of the model families with the ids its tests
+expect (tests/models/test_tokenizer_llama_cpp.py).
 """
 
 from __future__ import annotations
@@ -36,30 +37,73 @@ from gguf import GGUFReader, GGUFValueType, Keys, TokenType
 from tokenizers import AddedToken, Regex, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
+from models.formats.gguf_file import MetadataReader
+
 SPACE = "\u2581"  # "▁": SentencePiece's visible space
 
-# Pieces that end a turn although the file may not say so; llama.cpp marks them end-of-generation by text.
-END_OF_TURN_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>", "<|endoftext|>",
-                     "<|end_of_text|>", "<turn|>", "<|return|>", "<|call|>")
+# Pieces that end generation by their text whatever the file says: llama.cpp's end-of-generation list
+# (llama_vocab::impl::load) but for Gemma 4's "<|tool_response>", which its tool-call parser stops at itself
+# (models/text/tool_calls), and "</s>" where it is text: Gemma 3's HTML tag (user-defined, as is its "<s>") and
+# Gemma 4's (normal). Llama 2's, Mistral's, Phi-3's (user-defined beside a control "<s>") and Qwen's (which llama.cpp
+# makes a control piece by its text) end generation, as in llama.cpp.
+END_OF_TURN_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+                     "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+                     "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
+                     "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[", "</s>")
+# Fill-in-the-middle pieces llama.cpp also ends generation at (padding, repository name, file separator).
+FIM_END_TEXTS = ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
+                 "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>")
 
-# Split regexes llama.cpp applies before byte-level BPE, by `tokenizer.ggml.pre` (llm_tokenizer_bpe).
-# Each regex re-splits the pieces the previous one produced, keeping matches and the text between them.
+# Split regexes llama.cpp applies before byte-level BPE, by `tokenizer.ggml.pre` (llm_tokenizer_bpe in
+# src/llama-vocab.cpp, copied as written there). Each regex re-splits the pieces the previous one produced, keeping
+# matches and the text between them. llama.cpp runs the regexes it has no hand-written splitter for on a copy of the
+# text where each non-ASCII character stands for its Unicode category; Oniguruma on the real text gives the same
+# split, e.g. tekken's and gpt-4o's `(?=[\p{L}])([^a-z])` ("a letter that is not a-z") takes any non-ASCII letter,
+# upper or lower case, in both places.
 _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-# pre name -> (regexes, ignore_merges: a word that is a whole piece is not merged from characters)
-_BPE_PRE: dict[str, tuple[tuple[str, ...], bool]] = {
-    "default": ((r"[\p{P}\$\+<=>\^~\|]+", _GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"), False),
-    "gpt-2": ((_GPT2_REGEX,), False),
-    "phi-2": ((_GPT2_REGEX,), False),
-    "llama3": ((_LLAMA3_REGEX,), True),
-    "llama-v3": ((_LLAMA3_REGEX,), True),
-    "llama-bpe": ((_LLAMA3_REGEX,), True),
-    "qwen2": ((_QWEN2_REGEX,), False),
-    "deepseek-r1-qwen": ((_QWEN2_REGEX,), False),
-}
+_QWEN35_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+                 r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_TEKKEN_REGEX = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
+                 r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+                 r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_CONTRACTION = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+_GPT4O_REGEX = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+" + _CONTRACTION
+                + r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*" + _CONTRACTION
+                + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@dataclass(frozen=True)
+class _BPEPre:
+    """How llama.cpp pre-tokenizes for one `tokenizer.ggml.pre` kind."""
+
+    regexes: tuple[str, ...]
+    ignore_merges: bool = False  # a word that is a whole piece is taken as it is, not merged from characters
+    add_bos: bool = False  # llama.cpp's add_bos where the file has no tokenizer.ggml.add_bos_token
+
+
+# Pre names by kind. Each kind is checked against llama.cpp's ids (tests/models/test_tokenizer_llama_cpp.py); the
+# other names in a group are those llama.cpp gives the same regexes and flags.
+_BPE_PRE_KINDS: tuple[tuple[tuple[str, ...], _BPEPre], ...] = (
+    (("default",), _BPEPre((r"[\p{P}\$\+<=>\^~\|]+", _GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"))),
+    (("gpt-2", "phi-2", "mpt", "olmo", "exaone4"), _BPEPre((_GPT2_REGEX,))),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "lfm2"),
+     _BPEPre((_LLAMA3_REGEX,), ignore_merges=True, add_bos=True)),
+    (("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"), _BPEPre((_QWEN2_REGEX,))),
+    (("qwen35",), _BPEPre((_QWEN35_REGEX,))),
+    # SmolLM and SmolLM2 ("smollm") split digits first; so do StarCoder, Refact and Command R.
+    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
+     _BPEPre((r"\p{N}", _GPT2_REGEX))),
+    (("falcon",), _BPEPre((r"[\p{P}\$\+<=>\^~\|`]+", _GPT2_REGEX, r"[0-9][0-9][0-9]"))),
+    # Mistral Nemo and Pixtral's Tekken.
+    (("tekken",), _BPEPre((_TEKKEN_REGEX,), ignore_merges=True, add_bos=True)),
+    # o200k: Phi-4-mini, Llama 4.
+    (("gpt-4o", "llama4"), _BPEPre((_GPT4O_REGEX,))),
+)
+_BPE_PRE: dict[str, _BPEPre] = {name: kind for names, kind in _BPE_PRE_KINDS for name in names}
 
 # Pieces llama.cpp makes control pieces by their text alone (end-of-turn, end-of-generation and
 # fill-in-the-middle markers in llama_vocab::impl::load), so that they are cut out of text and hidden.
@@ -106,6 +150,7 @@ class GGUFVocab:
     add_eos: bool
     add_space_prefix: bool
     chat_template: str | None
+    fim_end_ids: tuple[int, ...] = ()  # tokenizer.ggml.fim_{pad,rep,sep}_token_id the file names
 
 
 def _field(reader: GGUFReader, key: str):
@@ -156,9 +201,12 @@ def read_gguf_vocab(reader: GGUFReader) -> GGUFVocab:
         if array is not None and len(array) < n:
             raise TokenizerError(f"{key} has {len(array)} entries for {n} pieces")
     is_spm = model == "llama"
+    pre = "gemma4" if model == "gemma4" else _scalar(reader, Keys.Tokenizer.PRE, "default")
+    # llama.cpp adds BOS by default for SentencePiece and a few BPE kinds (Llama 3, Tekken); the file may say otherwise.
+    bos_by_default = is_spm or (model == "gpt2" and pre in _BPE_PRE and _BPE_PRE[pre].add_bos)
     return GGUFVocab(
         model=model,
-        pre="gemma4" if model == "gemma4" else _scalar(reader, Keys.Tokenizer.PRE, "default"),
+        pre=pre,
         tokens=tokens,
         scores=np.zeros(n, np.float32) if scores is None else scores[:n],
         types=_llama_cpp_types(tokens, np.full(n, TokenType.NORMAL, np.int32) if types is None else types[:n]),
@@ -168,11 +216,14 @@ def read_gguf_vocab(reader: GGUFReader) -> GGUFVocab:
         eot_id=_scalar(reader, Keys.Tokenizer.EOT_ID, None),
         eom_id=_scalar(reader, Keys.Tokenizer.EOM_ID, None),
         # llama.cpp forces BOS on for Gemma 4 whatever the file says (llama.cpp PR 21500).
-        add_bos=model == "gemma4" or bool(_scalar(reader, Keys.Tokenizer.ADD_BOS, is_spm)),
+        add_bos=model == "gemma4" or bool(_scalar(reader, Keys.Tokenizer.ADD_BOS, bos_by_default)),
         add_eos=bool(_scalar(reader, Keys.Tokenizer.ADD_EOS, False)),
         # Only SentencePiece vocabularies get the leading space; llama.cpp turns it off for BPE.
         add_space_prefix=is_spm and bool(_scalar(reader, Keys.Tokenizer.ADD_PREFIX, True)),
         chat_template=_scalar(reader, Keys.Tokenizer.CHAT_TEMPLATE, None),
+        fim_end_ids=tuple(int(i) for key in (Keys.Tokenizer.FIM_PAD_ID, Keys.Tokenizer.FIM_REP_ID,
+                                             Keys.Tokenizer.FIM_SEP_ID)
+                          if (i := _scalar(reader, key, None)) is not None),
     )
 
 
@@ -190,14 +241,18 @@ def _llama_cpp_types(tokens: list[str], types: np.ndarray) -> np.ndarray:
             types[i] = TokenType.USER_DEFINED
         elif types[i] != TokenType.USER_DEFINED:
             types[i] = TokenType.CONTROL
-    # gpt-oss and Solar Open: "<|end|>" is not an end marker when these are present.
-    present = where.keys()
-    if "<|end|>" in present and ({"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present):
+    if "<|end|>" in where and _end_is_text(where.keys()):
         types[where["<|end|>"]] = TokenType.USER_DEFINED
     # Gemma 4: "</s>" is plain text when the vocabulary has "<|tool_response>".
     if "</s>" in where and "<|tool_response>" in where:
         types[where["</s>"]] = TokenType.NORMAL
     return types
+
+
+def _end_is_text(pieces: Iterable[str]) -> bool:
+    """gpt-oss and Solar Open: "<|end|>" ends a message but not generation when these pieces are present."""
+    present = set(pieces)
+    return {"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present
 
 
 def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
@@ -257,10 +312,10 @@ def _build_hf(vocab: GGUFVocab) -> HFTokenizer:
     elif vocab.model == "gpt2":
         if vocab.pre not in _BPE_PRE:
             raise TokenizerError(f"BPE pre-tokenizer {vocab.pre!r} is not supported (known: {sorted(_BPE_PRE)})")
-        regexes, ignore_merges = _BPE_PRE[vocab.pre]
-        model = models.BPE(ids, _file_merges(vocab.merges), ignore_merges=ignore_merges)
+        pre = _BPE_PRE[vocab.pre]
+        model = models.BPE(ids, _file_merges(vocab.merges), ignore_merges=pre.ignore_merges)
         tokenizer = HFTokenizer(model)
-        splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+        splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
@@ -311,6 +366,31 @@ def _piece_bytes(vocab: GGUFVocab) -> tuple[list[bytes], list[bytes]]:
     return shown, plain
 
 
+def _end_ids(vocab: GGUFVocab) -> frozenset[int]:
+    """The ids that end generation, as llama.cpp's end-of-generation set (special_eog_ids): the file's eos, eot and
+    eom ids, the pieces of END_OF_TURN_TEXTS, and the fill-in-the-middle padding, repository and file-separator
+    pieces (the file's ids, else found by text; llama.cpp takes one of each kind where several texts match, Hearth
+    all of them)."""
+    ends = {vocab.eos_id, vocab.eot_id, vocab.eom_id, *vocab.fim_end_ids}
+    by_text = {t: i for i, t in enumerate(vocab.tokens) if t in END_OF_TURN_TEXTS or t in FIM_END_TEXTS}
+    if "<|end|>" in by_text and _end_is_text(by_text):
+        del by_text["<|end|>"]
+    if "</s>" in by_text and _closing_s_is_text(vocab):
+        del by_text["</s>"]
+    ends.update(by_text.values())
+    return frozenset(int(i) for i in ends if i is not None and 0 <= i < len(vocab.tokens))
+
+
+def _closing_s_is_text(vocab: GGUFVocab) -> bool:
+    """Whether the vocabulary's "</s>" is text (an HTML tag) rather than SentencePiece's end of sequence."""
+    index = vocab.tokens.index
+    kind = vocab.types[index("</s>")]
+    if kind == TokenType.NORMAL:
+        return True
+    opening = vocab.types[index("<s>")] if "<s>" in vocab.tokens else TokenType.CONTROL
+    return kind == TokenType.USER_DEFINED and opening in (TokenType.NORMAL, TokenType.USER_DEFINED)
+
+
 class StreamDecoder:
     """Turns token ids into text one at a time, holding back bytes of an unfinished UTF-8 character."""
 
@@ -339,14 +419,14 @@ class Tokenizer:
         if vocab.bos_id is None and vocab.add_bos:
             raise TokenizerError(f"{Keys.Tokenizer.ADD_BOS} is set but {Keys.Tokenizer.BOS_ID} is missing")
         self.bos_id: int = -1 if vocab.bos_id is None else int(vocab.bos_id)
-        ends = {vocab.eos_id, vocab.eot_id, vocab.eom_id}
-        ends.update(i for i, t in enumerate(vocab.tokens) if t in END_OF_TURN_TEXTS)
-        self.eos_ids: frozenset[int] = frozenset(int(i) for i in ends if i is not None and 0 <= i < self.vocab_size)
+        self.eos_id: int = -1 if vocab.eos_id is None else int(vocab.eos_id)
+        self.eos_ids: frozenset[int] = _end_ids(vocab)
 
     @classmethod
     def from_gguf(cls, source: str | os.PathLike[str] | GGUFReader) -> Tokenizer:
         """Build the tokenizer of a GGUF file (a path, or a reader the caller already opened)."""
-        reader = source if isinstance(source, GGUFReader) else GGUFReader(source, "r")
+        # MetadataReader reads a vocabulary's arrays in one pass; gguf-py's own reader takes ~15 s on Llama 3's.
+        reader = source if isinstance(source, GGUFReader) else MetadataReader(source, "r")
         return cls(read_gguf_vocab(reader))
 
     @property

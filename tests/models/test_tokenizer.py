@@ -272,7 +272,8 @@ def _write_vocab_gguf(spec: dict, path: Path) -> None:
 
 def test_synthetic_vocabularies_match_llama_cpp(golden: dict, tmp_path: Path) -> None:
     names = [spec["name"] for spec in golden["synthetic"]]
-    assert {"spm-space-prefix", "gpt2-gpt-2", "gpt2-default", "gpt2-llama-bpe", "gpt2-qwen2", "gemma4"} <= set(names)
+    assert {"spm-space-prefix", "gpt2-gpt-2", "gpt2-default", "gpt2-llama-bpe", "gpt2-qwen2", "gpt2-smollm",
+            "gpt2-tekken", "gpt2-gpt-4o", "gemma4"} <= set(names)
     for spec in golden["synthetic"]:
         path = tmp_path / f"{spec['name']}.gguf"
         _write_vocab_gguf(spec, path)

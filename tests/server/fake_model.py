@@ -44,6 +44,7 @@ class FakeDecoder:
 
 class FakeTokenizer:
     bos_id = 1
+    eos_id = 2
     eos_ids = frozenset({2, 4})
     vocab_size = BYTE0 + 256
     chat_template: str | None = None

@@ -58,3 +58,25 @@ def test_broken_template_falls_back_to_the_builtin_format() -> None:
     template = ChatTemplate("{% for %}")
     assert template.builtin
     assert template.render([{"role": "user", "content": "x"}]).endswith("<start_of_turn>model\n")
+
+
+def test_transformers_extensions_and_globals() -> None:
+    """What transformers' renderer offers templates beyond plain jinja2: loop controls, {% generation %},
+    tojson's options, dict()."""
+    source = (
+        "{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"
+        "{% if m.content == 'stop' %}{% break %}{% endif %}"
+        "{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+        "{{ dict(a=1, b=[2, 'é']) | tojson(separators=(',', ':'), sort_keys=true) }}"
+        "{{ {'k': 1} | tojson(indent=2) }}{{ dict.fromkeys(['x'], 0) | tojson }}"
+    )
+    messages = [{"role": r, "content": c} for r, c in
+                (("system", "s"), ("user", "a"), ("assistant", "b"), ("user", "stop"), ("user", "c"))]
+    assert ChatTemplate(source).render(messages) == '[a][b]{"a":1,"b":[2,"é"]}{\n  "k": 1\n}{"x": 0}'
+
+
+def test_namespace_refuses_underscore_names() -> None:
+    assert ChatTemplate("{% set ns = namespace(a=1) %}{% set ns.a = 2 %}{{ ns.a }}").render([]) == "2"
+    for source in ("{% set ns = namespace(_x=1) %}", "{% set ns = namespace() %}{% set ns._x = 1 %}"):
+        with pytest.raises(ChatTemplateError, match="underscore"):
+            ChatTemplate(source).render([])
