@@ -93,3 +93,16 @@ def test_int8_activations_from_the_server_or_the_model(store: Path, tmp_path: Pa
     assert exact.key != fast.key
     default = ModelRegistry(load_settings(env={"OLLAMA_MODELS": str(store)})).lookup("gemma-3-270m")
     assert default is not None and not default.int8_activations
+
+
+def test_qwen3_embedding_in_the_store_is_an_embedding_model(tmp_path: Path) -> None:
+    """Qwen3-Embedding and Qwen 3 share the GGUF architecture qwen3: the pooling type in the file tells them apart."""
+    families = Path(__file__).resolve().parent.parent / "golden" / "families"
+    root = tmp_path / "ollama"
+    add_model(root, families / "qwen3_embedding.q8_0.gguf", "qwen3-embedding", "0.6b")
+    add_model(root, families / "qwen3.q8_0.gguf", "qwen3", "0.6b")
+    registry = ModelRegistry(load_settings(env={"OLLAMA_MODELS": str(root)}))
+    assert registry.lookup("qwen3-embedding:0.6b").kind == "embedding"  # type: ignore[union-attr]
+    assert registry.lookup("qwen3:0.6b").kind == "text"  # type: ignore[union-attr]
+    kinds = {e.id: e.kind for e in registry.list() if e.owned_by == "ollama"}
+    assert kinds == {"qwen3:0.6b": "text", "qwen3-embedding:0.6b": "embedding"}
