@@ -135,10 +135,11 @@ def attention_prompt(
         config = prompt_config(b.device, head_dim=head_dim, kv_f16=pool.f16, t_max=t_max, heads=heads,
                                kv_heads=kv_heads, subgroups=subgroups)
     constants = {"D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale,
-                 "SOFTCAP": softcap, "KV_F16": pool.f16, "WG": config.threads, "KC": config.keys,
-                 "SPLITS": config.splits,
+                 "KV_F16": pool.f16, "WG": config.threads, "KC": config.keys, "SPLITS": config.splits,
                  "MIN_PART": config.min_part, "PAIRS": config.pairs, "T_MAX": t_max, "REDUCE": config.reduce,
                  "PAGE_TOKENS": pool.page_tokens, "MAX_PAGES": pool.max_pages}
+    if softcap:
+        constants["SOFTCAP"] = softcap
     blocks = math.ceil(t_max * (heads // kv_heads) / config.rows(head_dim)) * kv_heads
     cache = [pool.keys[layer], pool.values[layer]]
     if config.splits == 1:

@@ -211,7 +211,7 @@ def _dispatch(
     constants: dict[str, int | str] = any_type | {
         "K": weight.k, "N_ROWS": n_rows, "FIRST_ROW": first_row, "ROW_START": row_start, "Y_STRIDE": y_stride,
         "T_MAX": t_max, "GLU": int(glu),
-    } | ({"GLU_ACT": glu_act(activation)} if glu else {}) | dict(shard_plan.defines)
+    } | ({"GLU_ACT": glu_act(activation)} if glu and activation != "gelu_tanh" else {}) | dict(shard_plan.defines)
     if isinstance(shard_plan, TilePlan):
         assert isinstance(y_tensor, Tensor) and not isinstance(x, NormedInput)
         if isinstance(x, Int8Input):
@@ -254,7 +254,7 @@ def _tiles_dispatch(
             raise ValueError(f"{weight.name}: only a plain linear's whole output can be left as parts")
         return SplitSums(parts, split, t_max)
     reduce = {"N_ROWS": n_rows, "ROW_START": row_start, "Y_STRIDE": y_stride, "T_MAX": t_max, "SPLIT": split,
-              "GLU": int(glu), "GLU_ACT": constants.get("GLU_ACT", 0)}
+              "GLU": int(glu)} | {key: constants[key] for key in ("GLU_ACT",) if key in constants}
     builder.dispatch("matmul_reduce", reduce, [builder.step, parts, y], workgroup_grid(-(-t_max * n_rows // 256)))
     return None
 

@@ -205,10 +205,11 @@ def attention(
     elif splits is None:  # about 512 workgroups (a batch of 32 decode rows x 4 heads: 4 parts each)
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
     constants: dict[str, int | float | bool | str] = {
-        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "SOFTCAP": softcap,
-        "KV_F16": pool.f16,
+        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
         "SPLITS": splits, "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": b.device.reduction(subgroups),
         **_paging(pool), **source}
+    if softcap:
+        constants["SOFTCAP"] = softcap
     cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
         b.dispatch("attention", constants, [b.step, queries, *cache, out, rows, pool.page_table, *extra],
@@ -225,7 +226,8 @@ def attention(
 def glu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor, activation: str = "gelu_tanh") -> None:
     """out = activation(gate) * up (kernels/glu_mul.wgsl; activation: a GLU_ACTIVATIONS name)."""
     width = gate.shape[1]
-    b.dispatch("glu_mul", {"D": width, "GLU_ACT": glu_act(activation)}, [b.step, gate, up, out],
+    act = {"GLU_ACT": glu_act(activation)} if activation != "gelu_tanh" else {}  # the kernel's default
+    b.dispatch("glu_mul", {"D": width, **act}, [b.step, gate, up, out],
                workgroup_grid(math.ceil(_rows(gate) * width / ELEMENTWISE_GROUP)))
 
 
