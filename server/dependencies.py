@@ -6,7 +6,7 @@ from fastapi import Request
 
 from config.settings import Settings
 from server.errors import AuthenticationFailed
-from server.middleware import api_key_matches
+from server.middleware import api_key_matches, presented_key
 from server.model_manager import ModelManager
 from server.services.chat import ChatService
 from server.services.completions import CompletionService
@@ -34,10 +34,11 @@ def get_model_service(request: Request) -> ModelService:
 
 
 def require_api_key(request: Request) -> None:
-    """With API keys configured, /v1 needs `Authorization: Bearer <key>` (compared in constant time).
+    """With API keys configured, /v1 needs `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in
+    constant time).
 
     server/middleware.py's ApiKeyAuth already checks every request; this keeps routers safe on their own.
     """
     keys = get_settings(request).api_keys()
-    if keys and not api_key_matches(keys, request.headers.get("authorization", "")):
+    if keys and not api_key_matches(keys, presented_key(dict(request.headers.raw))):
         raise AuthenticationFailed("Incorrect API key provided. Send it as `Authorization: Bearer <key>`.")

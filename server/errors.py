@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -175,21 +175,45 @@ def to_hearth_error(exc: BaseException) -> HearthError:
     return HearthError("The server had an error while processing your request.", code="internal_error")
 
 
-def error_body(exc: BaseException) -> tuple[HearthError, dict[str, Any]]:
-    """The error and its OpenAI JSON body, for responses and for error events inside a stream."""
-    error = to_hearth_error(exc)
+ErrorShape = Callable[[HearthError], dict[str, Any]]
+
+
+def openai_error(error: HearthError) -> dict[str, Any]:
+    """OpenAI's error object: `{"error": {"message", "type", "param", "code"}}`."""
     body = ErrorResponse(error=ErrorInfo(message=error.message, type=error.type, param=error.param, code=error.code))
-    return error, body.model_dump(mode="json")
+    return body.model_dump(mode="json")
 
 
-def error_response(exc: BaseException) -> JSONResponse:
-    """The JSON response for any exception."""
-    error, body = error_body(exc)
+# Routes that speak another API's dialect answer errors in that API's shape: (path prefix, shape), the longest
+# matching prefix wins; every other path gets OpenAI's.
+_SHAPES: list[tuple[str, ErrorShape]] = []
+
+
+def register_error_shape(prefix: str, shape: ErrorShape) -> None:
+    """Answer errors on paths under prefix (e.g. "/api/" for Ollama's API) in shape's JSON."""
+    _SHAPES[:] = sorted([*(s for s in _SHAPES if s[0] != prefix), (prefix, shape)], key=lambda s: -len(s[0]))
+
+
+def shape_for(path: str) -> ErrorShape:
+    """The error shape of the API that path belongs to."""
+    return next((shape for prefix, shape in _SHAPES if path.startswith(prefix)), openai_error)
+
+
+def error_body(exc: BaseException, path: str = "") -> tuple[HearthError, dict[str, Any]]:
+    """The error and its JSON body in the shape of the API at path, for responses and for error events inside a
+    stream."""
+    error = to_hearth_error(exc)
+    return error, shape_for(path)(error)
+
+
+def error_response(exc: BaseException, path: str = "") -> JSONResponse:
+    """The JSON response for any exception, in the shape of the API at path."""
+    error, body = error_body(exc, path)
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
-async def _handle(_request: Request, exc: Exception) -> JSONResponse:
-    return error_response(exc)
+async def _handle(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc, request.url.path)
 
 
 def install_handlers(app: FastAPI) -> None:

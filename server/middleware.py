@@ -65,7 +65,7 @@ class BodySizeLimit:
         limit = self.path_limits.get(scope.get("path", ""), self.max_bytes)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await error_response(self._error(limit))(scope, receive, send)
+            await error_response(self._error(limit), scope.get("path", ""))(scope, receive, send)
             return
 
         received = 0
@@ -87,7 +87,7 @@ class BodySizeLimit:
             if overflow:
                 if not started:  # whatever the app made of the exception, the client gets the 413
                     started = True
-                    await error_response(self._error(limit))(scope, receive, send)
+                    await error_response(self._error(limit), scope.get("path", ""))(scope, receive, send)
                 return
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -97,7 +97,7 @@ class BodySizeLimit:
         except RequestTooLarge:
             if not started:
                 started = True
-                await error_response(self._error(limit))(scope, receive, send)
+                await error_response(self._error(limit), scope.get("path", ""))(scope, receive, send)
 
 
 class RequestContext:
@@ -153,7 +153,8 @@ class RequestContext:
             except Exception as error:
                 if response_started:  # too late for an error object: the server drops the connection
                     raise
-                await error_response(error)(scope, receive, send_with_id)  # logs it, with its traceback
+                # logs it, with its traceback
+                await error_response(error, scope.get("path", ""))(scope, receive, send_with_id)
         finally:
             self.metrics.in_flight.dec()
             elapsed = time.perf_counter() - started
@@ -167,6 +168,16 @@ class RequestContext:
             end_request(end_token)  # e.g. the model manager's lease on the request's model
             self.metrics.deactivate(metrics_token)
             reset_request_id(id_token)
+
+
+def presented_key(headers: dict[bytes, bytes]) -> str:
+    """The credentials a request carries, as `Bearer <key>`: its Authorization header, else Anthropic's
+    `x-api-key` header (what the anthropic client sends)."""
+    authorization = headers.get(b"authorization", b"").decode("latin-1")
+    if authorization:
+        return authorization
+    api_key = headers.get(b"x-api-key", b"").decode("latin-1")
+    return f"Bearer {api_key}" if api_key else ""
 
 
 def api_key_matches(keys: tuple[str, ...], authorization: str) -> bool:
@@ -193,7 +204,7 @@ class ApiKeyAuth:
         if scope["type"] != "http" or not self.keys or scope.get("path", "") in self.open_paths:
             await self.app(scope, receive, send)
             return
-        authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+        authorization = presented_key(dict(scope.get("headers") or []))
         if not authorization:
             error = AuthenticationFailed("You didn't provide an API key. You need to provide your API key in an "
                                          "Authorization header using Bearer auth (i.e. Authorization: Bearer "
@@ -204,7 +215,7 @@ class ApiKeyAuth:
         else:
             await self.app(scope, receive, send)
             return
-        await error_response(error)(scope, receive, send)
+        await error_response(error, scope.get("path", ""))(scope, receive, send)
 
 
 class TimeoutUntilResponse:
@@ -256,7 +267,7 @@ class TimeoutUntilResponse:
         message = (f"The request took longer than this server's limit of {self.seconds:g} s (request_timeout_s) "
                    "and was cancelled.")
         if not started.is_set():
-            await error_response(RequestTimeout(message))(scope, receive, send)
+            await error_response(RequestTimeout(message), scope.get("path", ""))(scope, receive, send)
         elif not finished:
             # The headers are sent: a stream ends with an error event in its format, other bodies just end.
             tail = sse_event(error_body(RequestTimeout(message))[1]) + DONE if event_stream else b""

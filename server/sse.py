@@ -38,7 +38,7 @@ async def _events(request: Request, source: AsyncIterator[dict[str, Any]]) -> As
                 return
             yield sse_event(payload)
     except Exception as exc:  # noqa: BLE001 - the headers are sent: the error can only travel as an event
-        _, body = error_body(exc)
+        _, body = error_body(exc, request.url.path)
         yield sse_event(body)
     finally:
         # Closing the source runs its cleanup now (cancel the job, release the worker), not at GC time.

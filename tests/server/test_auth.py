@@ -41,6 +41,11 @@ def test_each_configured_key_is_accepted_as_openai_sends_it(locked: ThreadServer
     assert {m.id for m in sdk(locked, key).models.list().data} >= {"gemma-3-270m"}
 
 
+def test_anthropic_clients_x_api_key_header_is_accepted(locked: ThreadServer) -> None:
+    reply = httpx.get(f"{locked.url}/v1/models", headers={"X-Api-Key": "key-two"})
+    assert reply.status_code == 200, reply.text
+
+
 @pytest.mark.parametrize("key", ["wrong", "key-one,key-two", "key-on", "KEY-ONE", "key-one-and-more"])
 def test_a_wrong_key_is_401_in_openai_format(locked: ThreadServer, key: str) -> None:
     with pytest.raises(openai.AuthenticationError) as raised:
@@ -51,7 +56,7 @@ def test_a_wrong_key_is_401_in_openai_format(locked: ThreadServer, key: str) -> 
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "key-one"}, {"Authorization": "Basic key-one"},
-                                     {"Authorization": "Bearer"}, {"X-Api-Key": "key-one"}])
+                                     {"Authorization": "Bearer"}, {"X-Api-Key": "wrong"}])
 def test_missing_or_malformed_authorization_is_401_on_every_v1_route(locked: ThreadServer,
                                                                      headers: dict[str, str]) -> None:
     for method, path, body in [("POST", "/v1/chat/completions", CHAT), ("GET", "/v1/models", None),
