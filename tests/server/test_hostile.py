@@ -41,10 +41,19 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", fake_app())
 
 
 def assert_openai_error(response: Any, context: object) -> None:
-    """A 4xx body is OpenAI's error object; a 5xx is a failure whatever its body."""
+    """A 4xx body is the error object of the API the path belongs to (Ollama's `{"error": "..."}` under /api/,
+    Anthropic's typed error under /v1/messages, OpenAI's elsewhere); a 5xx is a failure whatever its body."""
     assert response.status_code < 500, (context, response.status_code, response.text[:500])
-    if response.status_code >= 400:
-        error = response.json()["error"]
+    if response.status_code < 400:
+        return
+    path = httpx.URL(str(response.url)).path
+    body = response.json()
+    if path.startswith("/api/"):
+        assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"], (context, response.text)
+    elif path.startswith("/v1/messages"):
+        assert body["type"] == "error" and body["error"]["type"] and body["error"]["message"], (context, response.text)
+    else:
+        error = body["error"]
         assert set(error) == {"message", "type", "param", "code"} and error["message"], (context, response.text)
 
 
