@@ -69,11 +69,14 @@ from gpu.program import Executor, Program, ProgramBuilder  # noqa: E402
 from gpu.tensor import Tensor  # noqa: E402
 from gpu.weights import QuantWeight, row_bytes, upload_weight  # noqa: E402
 
-# Gemma 3 text shapes (HF configs): hidden D, feed-forward F, q and kv widths, vocabulary
+# Text shapes (HF configs): hidden D, feed-forward F, q and kv widths, vocabulary; Gemma 3's, then the families'
 MODELS = {
     "270m": dict(d=640, f=2048, q=1024, kv=256, vocab=262144),
     "1b": dict(d=1152, f=6912, q=1024, kv=256, vocab=262144),
     "4b": dict(d=2560, f=10240, q=2048, kv=1024, vocab=262208),
+    "llama3.2-1b": dict(d=2048, f=8192, q=2048, kv=512, vocab=128256),
+    "qwen3-4b": dict(d=2560, f=9728, q=4096, kv=1024, vocab=151936),
+    "llama3.1-8b": dict(d=4096, f=14336, q=4096, kv=1024, vocab=128256),
 }
 # The shipped Gemma 3 270M Q4_K_M's type per op (half its layers have Q8_0 v and Q6_K down)
 MIX = {"q": Q.Q5_0, "k": Q.Q5_0, "v": Q.Q8_0, "o": Q.Q4_K, "gate_up": Q.Q5_0, "down": Q.Q6_K, "output": Q.Q8_0}
@@ -374,7 +377,7 @@ def end_to_end(path: str, prompt_tokens: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="270m", help="comma-separated: 270m, 1b, 4b")
+    parser.add_argument("--models", default="270m", help="comma-separated names of MODELS: 270m, 1b, 4b, ...")
     parser.add_argument("--types", default="mix", help="'mix' (the 270M Q4_K_M's types) or e.g. q4_k,q6_k")
     parser.add_argument("--tokens", default="1,512")
     parser.add_argument("--ops", default="", help="only these ops (q, k, v, o, gate_up, down, output)")
