@@ -18,6 +18,7 @@ in its source tree: llama-bpe for Llama 3, qwen2 for Qwen 3); the embedding tabl
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -83,55 +84,72 @@ def like(template: Path, out: Path, vocab_only: bool, seed: int) -> None:
     _write(writer)
 
 
+def _dense_writer(tokenizer: GGUFReader, out: Path, arch: str, *, context: int, d: int, layers: int, ffn: int,
+                  heads: int, kv: int, head_dim: int, eps: float, base: float) -> GGUFWriter:
+    """A writer for arch with the tokenizer file's metadata (its own model's keys left out) and the hyperparameters
+    every dense decoder states."""
+    writer = GGUFWriter(out, arch)
+    _copy_metadata(tokenizer, writer, skip_prefix=tokenizer.fields["general.architecture"].contents() + ".")
+    writer.add_context_length(context)
+    writer.add_embedding_length(d)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(eps)
+    writer.add_rope_freq_base(base)
+    return writer
+
+
+def _q4_k_m_type(k: int, more_bits: bool) -> Q:
+    """llama.cpp's Q4_K_M choice for a matrix of rows k long: Q4_K, Q6_K where it gives more bits; its fallbacks
+    (Q5_0, Q8_0) where rows do not divide into 256-value superblocks."""
+    if k % 256 == 0:
+        return Q.Q6_K if more_bits else Q.Q4_K
+    return Q.Q8_0 if more_bits else Q.Q5_0
+
+
+def _add_blocks(add: Callable[[str, Q, tuple[int, ...]], None], n: int, d: int, q: int, kv: int, f: int,
+                norms: tuple[tuple[str, int], ...]) -> None:
+    """n decoder blocks of Q4_K_M-style matrices (more bits for attn_v and ffn_down in llama.cpp's use_more_bits
+    layers) after their F32 norms."""
+    for i in range(n):
+        more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # llama.cpp's use_more_bits
+        p = f"blk.{i}."
+        for norm, width in norms:
+            add(p + norm + ".weight", Q.F32, (width,))
+        add(p + "attn_q.weight", _q4_k_m_type(d, False), (d, q))
+        add(p + "attn_k.weight", _q4_k_m_type(d, False), (d, kv))
+        add(p + "attn_v.weight", _q4_k_m_type(d, more_bits), (d, kv))
+        add(p + "attn_output.weight", _q4_k_m_type(q, False), (q, d))
+        add(p + "ffn_gate.weight", _q4_k_m_type(d, False), (d, f))
+        add(p + "ffn_up.weight", _q4_k_m_type(d, False), (d, f))
+        add(p + "ffn_down.weight", _q4_k_m_type(f, more_bits), (f, d))
+
+
 def gemma3_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
     """A Q4_K_M-style Gemma 3 of the given size: K-quants where rows divide into 256-value
     superblocks, llama.cpp's fallbacks (Q5_0 for Q4_K, Q8_0 for Q6_K) where they don't."""
     s = SHAPES[size]
-    reader = GGUFReader(tokenizer)
-    writer = GGUFWriter(out, "gemma3")
-    _copy_metadata(reader, writer, skip_prefix="gemma3.")
-    writer.add_context_length(32768)
-    writer.add_embedding_length(s["d"])
-    writer.add_block_count(s["layers"])
-    writer.add_feed_forward_length(s["ffn"])
-    writer.add_head_count(s["heads"])
-    writer.add_head_count_kv(s["kv"])
-    writer.add_key_length(HEAD_DIM)
-    writer.add_value_length(HEAD_DIM)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_rope_freq_base(1_000_000.0)
+    writer = _dense_writer(GGUFReader(tokenizer), out, "gemma3", context=32768, d=s["d"], layers=s["layers"],
+                           ffn=s["ffn"], heads=s["heads"], kv=s["kv"], head_dim=HEAD_DIM, eps=1e-6, base=1_000_000.0)
     writer.add_sliding_window(s["window"])
     if s["scale"] != 1.0:
         writer.add_rope_scaling_type(__import__("gguf").RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(s["scale"])
     rng = np.random.default_rng(seed)
 
-    def quant(k: int, wide: bool) -> Q:
-        if k % 256 == 0:
-            return Q.Q6_K if wide else Q.Q4_K
-        return Q.Q8_0 if wide else Q.Q5_0
-
     def add(name: str, qtype: Q, shape: tuple[int, ...]) -> None:
         _add(writer, name, qtype, shape, rng)
 
-    d, q, kv, f = s["d"], s["heads"] * HEAD_DIM, s["kv"] * HEAD_DIM, s["ffn"]
-    vocab_type = Q.Q6_K if d % 256 == 0 else Q.Q8_0
-    add("token_embd.weight", vocab_type, (d, s["vocab"]))
+    d = s["d"]
+    add("token_embd.weight", Q.Q6_K if d % 256 == 0 else Q.Q8_0, (d, s["vocab"]))
     add("output_norm.weight", Q.F32, (d,))
-    n = s["layers"]
-    for i in range(n):
-        more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # llama.cpp's use_more_bits
-        p = f"blk.{i}."
-        for norm, width in (("attn_norm", d), ("post_attention_norm", d), ("ffn_norm", d), ("post_ffw_norm", d),
-                            ("attn_q_norm", HEAD_DIM), ("attn_k_norm", HEAD_DIM)):
-            add(p + norm + ".weight", Q.F32, (width,))
-        add(p + "attn_q.weight", quant(d, False), (d, q))
-        add(p + "attn_k.weight", quant(d, False), (d, kv))
-        add(p + "attn_v.weight", quant(d, more_bits), (d, kv))
-        add(p + "attn_output.weight", quant(q, False), (q, d))
-        add(p + "ffn_gate.weight", quant(d, False), (d, f))
-        add(p + "ffn_up.weight", quant(d, False), (d, f))
-        add(p + "ffn_down.weight", quant(f, more_bits), (f, d))
+    norms = (("attn_norm", d), ("post_attention_norm", d), ("ffn_norm", d), ("post_ffw_norm", d),
+             ("attn_q_norm", HEAD_DIM), ("attn_k_norm", HEAD_DIM))
+    _add_blocks(add, s["layers"], d, s["heads"] * HEAD_DIM, s["kv"] * HEAD_DIM, s["ffn"], norms)
     _write(writer)
 
 
@@ -235,48 +253,24 @@ def decoder_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
     use_more_bits layers and for the output head, or for the embedding where the head is tied to it)."""
     s = DECODER_SHAPES[size]
     reader = GGUFReader(tokenizer)
-    template_arch = reader.fields["general.architecture"].contents()
     vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
-    writer = GGUFWriter(out, s["arch"])
-    _copy_metadata(reader, writer, skip_prefix=template_arch + ".")
-    writer.add_context_length(40960)
-    writer.add_embedding_length(s["d"])
-    writer.add_block_count(s["layers"])
-    writer.add_feed_forward_length(s["ffn"])
-    writer.add_head_count(s["heads"])
-    writer.add_head_count_kv(s["kv"])
-    writer.add_key_length(s["head_dim"])
-    writer.add_value_length(s["head_dim"])
-    writer.add_rope_dimension_count(s["head_dim"])
-    writer.add_layer_norm_rms_eps(1e-6 if s["qk_norm"] else 1e-5)
-    writer.add_rope_freq_base(s["base"])
+    d, hd, f = s["d"], s["head_dim"], s["ffn"]
+    writer = _dense_writer(reader, out, s["arch"], context=40960, d=d, layers=s["layers"], ffn=f, heads=s["heads"],
+                           kv=s["kv"], head_dim=hd, eps=1e-6 if s["qk_norm"] else 1e-5, base=s["base"])
+    writer.add_rope_dimension_count(hd)
     rng = np.random.default_rng(seed)
 
     def add(name: str, qtype: Q, shape: tuple[int, ...]) -> None:
         _add(writer, name, qtype, shape, rng)
 
-    d, hd, f = s["d"], s["head_dim"], s["ffn"]
-    q, kv = s["heads"] * hd, s["kv"] * hd
     add("token_embd.weight", Q.Q6_K if s["tied"] else Q.Q4_K, (d, vocab))
     if not s["tied"]:
         add("output.weight", Q.Q6_K, (d, vocab))
     add("output_norm.weight", Q.F32, (d,))
     if s["llama3_rope"]:
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, s["base"]))
-    n = s["layers"]
-    for i in range(n):
-        more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # llama.cpp's use_more_bits
-        p = f"blk.{i}."
-        for norm, width in (("attn_norm", d), ("ffn_norm", d)) + ((("attn_q_norm", hd), ("attn_k_norm", hd))
-                                                                  if s["qk_norm"] else ()):
-            add(p + norm + ".weight", Q.F32, (width,))
-        add(p + "attn_q.weight", Q.Q4_K, (d, q))
-        add(p + "attn_k.weight", Q.Q4_K, (d, kv))
-        add(p + "attn_v.weight", Q.Q6_K if more_bits else Q.Q4_K, (d, kv))
-        add(p + "attn_output.weight", Q.Q4_K, (q, d))
-        add(p + "ffn_gate.weight", Q.Q4_K, (d, f))
-        add(p + "ffn_up.weight", Q.Q4_K, (d, f))
-        add(p + "ffn_down.weight", Q.Q6_K if more_bits else Q.Q4_K, (f, d))
+    norms = (("attn_norm", d), ("ffn_norm", d)) + ((("attn_q_norm", hd), ("attn_k_norm", hd)) if s["qk_norm"] else ())
+    _add_blocks(add, s["layers"], d, s["heads"] * hd, s["kv"] * hd, f, norms)
     _write(writer)
 
 
