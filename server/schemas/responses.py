@@ -162,7 +162,8 @@ def _known_item(value: Any) -> Any:
 
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message item")] | Annotated[FunctionCallItem, Tag("function_call item")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output item")] | Annotated[ReasoningItem, Tag("reasoning item")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output item")]
+    | Annotated[ReasoningItem, Tag("reasoning item")],
     Discriminator(_item_type), BeforeValidator(_known_item)]
 
 

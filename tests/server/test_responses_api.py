@@ -116,7 +116,8 @@ def test_function_call_items_become_the_chat_paths_tool_messages(client: openai.
     assert response.usage is not None and response.usage.input_tokens == chat_prompt_tokens(client, [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 18}'}])
 
 
