@@ -72,9 +72,6 @@ class ResponseStore:
         self.size = size
         self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def get(self, response_id: str) -> StoredResponse | None:
         stored = self._entries.get(response_id)
         if stored is not None:
@@ -93,13 +90,17 @@ class ResponseStore:
         return self._entries.pop(response_id, None)
 
 
+_WHY_NOT_KEPT = ("This server keeps the most recent responses in memory only (setting limits.responses_store_size): "
+                 "it was never stored (store: false), has been dropped for newer ones, or the server has restarted "
+                 "since.")
+
+
 def _not_kept(response_id: str, param: str | None) -> HearthError:
-    message = (f"Previous response with id '{response_id}' not found. This server keeps the most recent responses "
-               "in memory only (setting limits.responses_store_size); it was never stored (store: false), has "
-               "been dropped for newer ones, or the server has restarted since.")
+    """previous_response_id naming a response not kept is a 400 (OpenAI's code); GET or DELETE of one, a 404."""
     if param is None:
-        return NotFound(f"Response with id '{response_id}' not found. " + message.split(". ", 1)[1])
-    return InvalidRequest(message, param=param, code="previous_response_not_found")
+        return NotFound(f"Response with id '{response_id}' not found. {_WHY_NOT_KEPT}")
+    return InvalidRequest(f"Previous response with id '{response_id}' not found. {_WHY_NOT_KEPT}", param=param,
+                          code="previous_response_not_found")
 
 
 class ResponsesService:
