@@ -136,6 +136,8 @@ class Limits(_Frozen):
                                "their model's queue; more wait their turn")
     shutdown_timeout_s: float = Field(10.0, ge=0, description="on SIGTERM, seconds running work may take to end "
                                       "before it is cancelled and the server exits")
+    responses_store_size: int = Field(1000, ge=0, description="responses kept in memory for /v1/responses' "
+                                      "previous_response_id, least recently used dropped first; 0 keeps none")
 
 
 class OllamaConfig(_Frozen):
@@ -309,6 +311,7 @@ _ENV_KEYS = {
     "HEARTH_MAX_SPEECH_PHONEMES": "limits.max_speech_phonemes",
     "HEARTH_MAX_PREPARING": "limits.max_preparing",
     "HEARTH_SHUTDOWN_TIMEOUT": "limits.shutdown_timeout_s",
+    "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",
 }
 
