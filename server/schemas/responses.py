@@ -276,12 +276,16 @@ class ResponseRequest(OpenAIRequest):
     model: str
     parallel_tool_calls: bool | None = Field(None, description="false: at most one call (enforced); default true")
     previous_response_id: str | None = Field(None, description="continue after a response this server keeps")
+    prompt_cache_key: str | None = Field(None, max_length=1024, description="accepted and ignored (agents such as "
+                                         "Codex send it)")
     reasoning: ReasoningConfig | None = None
     safety_identifier: str | None = Field(None, max_length=128, description="accepted and logged, as user")
     service_tier: str | None = Field(None, description="accepted and ignored")
     store: bool | None = Field(True, description="keep the response for previous_response_id and GET "
                                "(in memory, the most recent limits.responses_store_size)")
     stream: bool | None = False
+    stream_options: dict[str, bool] | None = Field(None, description="accepted and ignored (include_obfuscation: "
+                                                   "no padding is added)")
     temperature: Temperature | None = 1.0
     text: TextConfig | None = None
     tools: list[Annotated[FunctionTool, BeforeValidator(_function_tool_only)]] | None = Field(None, max_length=128)

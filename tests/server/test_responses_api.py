@@ -92,6 +92,12 @@ def test_text_input_and_instructions(client: openai.OpenAI) -> None:
                                                              {"role": "user", "content": "Hi"}])
 
 
+def test_fields_agents_send_are_accepted(client: openai.OpenAI) -> None:
+    response = client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, prompt_cache_key="session-1",
+                                       stream_options={"include_obfuscation": False})
+    assert response.output_text == SCRIPT[:2]
+
+
 def test_item_input_every_role_and_part(client: openai.OpenAI) -> None:
     items = [
         {"role": "developer", "content": "Answer in one word."},
