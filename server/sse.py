@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Request
@@ -30,24 +30,38 @@ def sse_event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def _events(request: Request, source: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+def typed_sse_event(payload: dict[str, Any]) -> bytes:
+    """One event named by its payload's `type` (`event: message_start`), as Anthropic's API sends them."""
+    return f"event: {payload['type']}\n".encode() + sse_event(payload)
+
+
+async def _events(request: Request, source: AsyncIterator[dict[str, Any]],
+                  frame: Callable[[dict[str, Any]], bytes] = sse_event, end: bytes = DONE) -> AsyncIterator[bytes]:
     try:
         async for payload in source:
             if await request.is_disconnected():
                 log.info("client disconnected from %s; cancelling its generation", request.url.path)
                 return
-            yield sse_event(payload)
+            yield frame(payload)
     except Exception as exc:  # noqa: BLE001 - the headers are sent: the error can only travel as an event
         _, body = error_body(exc, request.url.path)
-        yield sse_event(body)
+        yield frame(body)
     finally:
         # Closing the source runs its cleanup now (cancel the job, release the worker), not at GC time.
         aclose = getattr(source, "aclose", None)
         if aclose is not None:
             await aclose()
-    yield DONE
+    if end:
+        yield end
 
 
 def sse_response(request: Request, source: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
     """A streaming response of source's payloads as SSE events, ending with [DONE]."""
     return StreamingResponse(_events(request, source), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def typed_sse_response(request: Request, source: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    """A streaming response of source's payloads as events named by their `type` (an error too: its body's type
+    is "error"), with no [DONE]: Anthropic's streams end with their own message_stop event."""
+    return StreamingResponse(_events(request, source, typed_sse_event, b""), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
