@@ -298,7 +298,8 @@ class _ChoiceRun:
     last_at: float | None = None
 
     def done(self, reason: str) -> ChoiceDone:
-        return ChoiceDone(self.spec.index, reason, len(self.spec.prompt_ids), self.count, self.first_at, self.last_at)
+        return ChoiceDone(self.spec.index, reason, len(self.spec.prompt_ids), self.count, self.first_at, self.last_at,
+                          self.stream.matched)
 
 
 def chat_template_of(tokenizer: TextTokenizer) -> ChatTemplate:

@@ -62,6 +62,7 @@ class ChoiceDone:
     # own times, not when text reached the client. None when it sampled none (cancelled before its prefill ended).
     first_token_at: float | None = None
     last_token_at: float | None = None
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 @dataclass(frozen=True)

@@ -222,9 +222,9 @@ class TimeoutUntilResponse:
     """Bound a request to `seconds` from its arrival, streams included, cancelling its work when they pass.
 
     A response that has not started by then is a 504. A stream that has started ends there: Server-Sent Events
-    with an error event in the stream's own format (`data: {"error": ...}`, then `data: [DONE]`), any other body
-    (raw audio) by simply ending. Cancelling the request's task cancels its job in the model's worker, as a
-    client that goes away does.
+    with an error event in the stream's own format (`data: {"error": ...}`, then `data: [DONE]`; a stream of named
+    events an `event: error` in its API's error shape), any other body (raw audio) by simply ending. Cancelling
+    the request's task cancels its job in the model's worker, as a client that goes away does.
     """
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
@@ -237,16 +237,22 @@ class TimeoutUntilResponse:
             return
         started = asyncio.Event()
         event_stream = False  # the response is text/event-stream
+        named_events = False  # ... of named events (`event: <type>`, no [DONE]: Responses, Anthropic Messages)
+        first_body = True
         finished = False  # the response's last body message went out
 
         async def send_marking_start(message: Message) -> None:
-            nonlocal event_stream, finished
+            nonlocal event_stream, named_events, first_body, finished
             if message["type"] == "http.response.start":
                 content_type = dict(message.get("headers") or []).get(b"content-type", b"")
                 event_stream = content_type.startswith(b"text/event-stream")
                 started.set()
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                finished = True
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if first_body and body:
+                    named_events, first_body = body.startswith(b"event:"), False
+                if not message.get("more_body", False):
+                    finished = True
             await send(message)
 
         task = asyncio.ensure_future(self.app(scope, receive, send_marking_start))
@@ -270,7 +276,11 @@ class TimeoutUntilResponse:
             await error_response(RequestTimeout(message), scope.get("path", ""))(scope, receive, send)
         elif not finished:
             # The headers are sent: a stream ends with an error event in its format, other bodies just end.
-            tail = sse_event(error_body(RequestTimeout(message))[1]) + DONE if event_stream else b""
+            body = error_body(RequestTimeout(message), scope.get("path", ""))[1]
+            if named_events:
+                tail = sse_event(body, "error")
+            else:
+                tail = sse_event(body) + DONE if event_stream else b""
             await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 

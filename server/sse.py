@@ -57,7 +57,8 @@ def sse_response(request: Request, source: AsyncIterator[dict[str, Any]]) -> Str
 
 
 def named_sse_response(request: Request, source: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    """A stream of events named by their payload's `type`, as the Responses API sends them: no [DONE], the last
-    event (response.completed, ...) says the stream is over."""
+    """A stream of events named by their payload's `type`, as the Responses and Anthropic Messages APIs send them:
+    no [DONE], the last event (response.completed, message_stop, ...) says the stream is over; an error is an
+    `error` event in the path's error shape."""
     return StreamingResponse(_events(request, source, named=True), media_type="text/event-stream",
                              headers=SSE_HEADERS)

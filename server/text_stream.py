@@ -55,6 +55,7 @@ class TextStream(Generic[T]):
         self._sent = 0  # characters of _text already emitted
         self._pending: list[tuple[int, int, T]] = []  # (start, end) of each token's text, not yet emitted
         self.stopped = False  # a stop string was found; nothing more will be emitted
+        self.matched: str | None = None  # the stop string found (Anthropic's replies name it)
 
     def push(self, token_id: int, info: T | None = None) -> Piece[T]:
         """Add a sampled token; the text (and tokens) that can go out now."""
@@ -75,9 +76,11 @@ class TextStream(Generic[T]):
     def _advance(self, final: bool) -> Piece[T]:
         # A stop string can only start in the unsent text: sent text never ends with a stop's prefix.
         window_start = max(0, self._sent - max((len(s) for s in self._stops), default=0))
-        cut = min((i for s in self._stops if (i := self._text.find(s, window_start)) >= 0), default=-1)
+        found = [(i, s) for s in self._stops if (i := self._text.find(s, window_start)) >= 0]
+        cut, matched = min(found, key=lambda f: f[0], default=(-1, None))
         if cut >= 0:
             self.stopped = True
+            self.matched = matched
             end = cut
         else:
             end = len(self._text) if final else len(self._text) - held_back(self._text[self._sent:], self._stops)

@@ -237,6 +237,8 @@ class ChatCompletionChoice(BaseModel):
     message: ChatCompletionMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason
+    # Hearth extension, as vLLM's: the stop string (of the request's `stop`) that ended the choice, if one did
+    stop_reason: str | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -289,6 +291,7 @@ class ChunkChoice(BaseModel):
     delta: DeltaMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None = None
+    stop_reason: str | None = None  # Hearth extension, as vLLM's: the stop string that ended the choice
 
 
 class ChatCompletionChunk(BaseModel):

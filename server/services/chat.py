@@ -61,6 +61,11 @@ class ChatService:
         add_bos = not (template.bos_token and text.startswith(template.bos_token))
         return worker.model.tokenizer.encode(text, add_bos=add_bos)
 
+    async def prompt_tokens(self, request: ChatCompletionRequest) -> int:
+        """How many tokens the request's messages and tools take once rendered, as create would send them."""
+        _, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
+        return len(await self.manager.preparation.run(self._prompt_ids, worker, request))
+
     async def create(self, request: ChatCompletionRequest, http: Request) -> ChatCompletion | AsyncIterator[dict]:
         """The whole completion, or (with stream) an iterator of chunk payloads for the SSE helper."""
         gen.check_choices(1, request.n or 1, self.settings)
@@ -94,7 +99,7 @@ class ChatService:
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False,
-                                thinking, tool_format)
+                                thinking, tool_format, stops=request.stop)
         results = await gen.until_disconnected(http, gen.collect(handle, n))
         choices = []
         for i, r in enumerate(results):
@@ -110,6 +115,7 @@ class ChatService:
             choices.append(ChatCompletionChoice(
                 index=i, message=message, finish_reason=_finish_reason(r.finish_reason, bool(calls)),  # type: ignore[arg-type]
                 logprobs=ChoiceLogprobs(content=gen.chat_logprobs(r.tokens)) if request.logprobs else None,
+                stop_reason=r.stop_sequence if r.stop_sequence in request.stop else None,
             ))
         completion_tokens = sum(r.completion_tokens for r in results)
         return ChatCompletion(
@@ -121,7 +127,7 @@ class ChatService:
 
     async def _stream(self, handle: gen.JobHandle, model: str, n: int, prompt_tokens: int, include_usage: bool,
                       logprobs: bool, thinking: ThinkingMarkers | None = None,
-                      tool_format: ToolCallFormat | None = None,
+                      tool_format: ToolCallFormat | None = None, stops: list[str] | None = None,
                       ) -> AsyncIterator[dict[str, Any]]:
         """Chunks as OpenAI sends them: the role first, content (and reasoning, and tool-call) deltas, a finish
         chunk per choice, then usage."""
@@ -152,8 +158,9 @@ class ChatService:
                         yield chunk([ChunkChoice(index=event.index, delta=delta)])
                     completion_tokens += event.completion_tokens
                     reason = _finish_reason(event.finish_reason, stream.called)
-                    yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(),
-                                             finish_reason=reason)])  # type: ignore[arg-type]
+                    stop_reason = event.stop_sequence if event.stop_sequence in (stops or []) else None
+                    yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(), finish_reason=reason,  # type: ignore[arg-type]
+                                             stop_reason=stop_reason)])
         if include_usage:
             yield chunk([], Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                   total_tokens=prompt_tokens + completion_tokens))

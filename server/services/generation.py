@@ -149,6 +149,7 @@ class ChoiceResult:
     finish_reason: str = "length"
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 async def collect(handle: JobHandle, n_choices: int) -> list[ChoiceResult]:
@@ -164,6 +165,7 @@ async def collect(handle: JobHandle, n_choices: int) -> list[ChoiceResult]:
                 result.finish_reason = event.finish_reason
                 result.prompt_tokens = event.prompt_tokens
                 result.completion_tokens = event.completion_tokens
+                result.stop_sequence = event.stop_sequence
     return results
 
 

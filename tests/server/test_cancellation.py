@@ -195,6 +195,18 @@ def test_a_chat_stream_past_the_request_timeout_ends_with_an_error_event(timed: 
     assert wait_for(lambda: chat.idle), "the stream's job ran on"
 
 
+def test_a_named_event_stream_past_the_request_timeout_ends_with_its_apis_error_event(timed: ThreadServer) -> None:
+    body = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
+            "stream": True}
+    with httpx.stream("POST", f"{timed.url}/v1/messages", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-2] == "event: error" and "[DONE]" not in lines[-1]
+    error = json.loads(lines[-1].removeprefix("data: "))
+    assert error["type"] == "error" and "request_timeout_s" in error["error"]["message"]
+    assert "event: content_block_delta" in lines  # it had been streaming
+
+
 def test_a_speech_sse_stream_past_the_request_timeout_ends_with_an_error_event(timed: ThreadServer) -> None:
     body = {"model": "kokoro-long", "input": "Hello there.", "voice": "af_bella", "response_format": "pcm",
             "stream_format": "sse"}
