@@ -150,7 +150,8 @@ def quantises_prompt_input(builder: ProgramBuilder, weights: list[QuantWeight], 
 def _check_normed_input(weight: QuantWeight, t_max: int, tuning: MatmulTuning) -> None:
     if not normed_input_fits(weight.k, t_max, tuning):
         raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
-                         f"{tuning.normed_input_bytes} bytes of input (see folds_norms)")
+                         f"{tuning.normed_input_bytes} bytes of input and {tuning.normed_input_max_width} values a row "
+                         "(see folds_norms)")
 
 
 def _normed_bindings(x: NormedInput, y: Tensor) -> list[Tensor]:

@@ -328,7 +328,8 @@ def software_matvec_threads(n_rows: int, tuning: MatmulTuning) -> int:
 
 def normed_input_fits(width: int, t_max: int, tuning: MatmulTuning) -> bool:
     """Whether a matvec workgroup can normalise its input itself (a NormedInput of t_max rows of width values)."""
-    return t_max <= tuning.matvec_max_tokens and width % 4 == 0 and t_max * width * 4 <= tuning.normed_input_bytes
+    return (t_max <= tuning.matvec_max_tokens and width % 4 == 0 and width <= tuning.normed_input_max_width
+            and t_max * width * 4 <= tuning.normed_input_bytes)
 
 
 def q8_input_fits(width: int, t_max: int, tuning: MatmulTuning) -> bool:
@@ -617,7 +618,8 @@ def plan_shard(
     if x is LinearInput.NORMED:
         if not normed_input_fits(weight.k, t_max, tuning):
             raise ValueError(f"{weight.name}: a normalised input needs a GPU matvec of at most "
-                             f"{tuning.normed_input_bytes} bytes of input (see folds_norms)")
+                             f"{tuning.normed_input_bytes} bytes of input and {tuning.normed_input_max_width} "
+                             "values a row (see folds_norms)")
         int8 = int8_matvec(weight, plan, t_max, glu, tuning)
         return plan_matvec(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, tuning, int8, q8_output,
                            normed=True, max_threads=any_size_threads(traits, plan),

@@ -41,7 +41,7 @@ class MatmulTuning:
     wide_matvec: bool = True
     # threads of the wide kernels take two rows on one load of x (PAIRS): the loads of x bound long rows
     row_pairs: bool = True
-    row_pairs_min_k: int = 6144  # one token: rows at least this long pair (shorter ones measured slower)
+    row_pairs_min_k: int = 4096  # one token: rows at least this long pair (shorter ones measured slower on Gemma 3)
     multi_token_pair_tpr: int = 32  # several tokens: paired rows take at least this many threads a row
     # steps of this many tokens or more run Q4_K with a row's lanes along each block's quant words (LANE_WORDS)
     q4_word_lanes_min_tokens: int = 4
@@ -51,6 +51,9 @@ class MatmulTuning:
     row_interleave: int = 8  # at most this many rows interleaved (a power of two dividing the workgroup's rows)
     # largest input a matvec workgroup normalises for itself (NormedInput): room beside the reduction under 32 KiB
     normed_input_bytes: int = 16 << 10
+    # widest model width normalised that way: wider ones (Llama 8B's) ran faster normalised once by residual_norm,
+    # every workgroup's prologue costing more than the dispatch it saves
+    normed_input_max_width: int = 3072
 
     # -- int8 matvecs --
     q8_input_bytes: int = 16 << 10  # largest input an int8 matvec workgroup quantises into workgroup memory
