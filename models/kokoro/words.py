@@ -14,6 +14,8 @@ those phonemes. Punctuation is no word; the pauses it makes fall between words.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +28,9 @@ from models.kokoro.normalize import TrackedText
 _EDGE_MARKS = ".,;:!?\"'()[]{}…—–-“”‘’«»¡¿"
 # Symbols of Kokoro's vocabulary that are punctuation (pauses), not sounds of a word.
 PHONEME_MARKS = frozenset(";:,.!?—…\"()“”")
-_MAX_RUN = 6  # words espeak runs together into one group, or groups one word becomes, at most
+_MAX_WORDS_IN_GROUP = 4  # words espeak runs together into one group, at most
+_MAX_GROUPS_OF_WORD = 3  # groups espeak makes of one word, at most
+_BAND = 16  # how far the pairing may stray from the diagonal, in groups
 _UNEVEN_PAIRING = 0.5  # cost of pairing several words with one group (or the reverse), against a phoneme's mismatch
 
 
@@ -62,6 +66,7 @@ def caption_words(tracked: TrackedText, original: str) -> tuple[list[str], list[
 
     tracked: `original` after normalisation (or unchanged), remembering each character's origin."""
     tokens = [(m.start(), m.end()) for m in re.finditer(r"\S+", original)]
+    starts, ends = [s for s, _ in tokens], [e for _, e in tokens]
     said: list[tuple[str, int, int]] = []  # (word, first token, last token)
     for match in re.finditer(r"\S+", tracked.text):
         word = match.group().strip(_EDGE_MARKS)
@@ -70,10 +75,10 @@ def caption_words(tracked: TrackedText, original: str) -> tuple[list[str], list[
         offset = match.start() + match.group().index(word)
         origins = tracked.origin[offset:offset + len(word)]
         first, last = min(o[0] for o in origins), max(o[1] for o in origins)
-        touched = [i for i, (s, e) in enumerate(tokens) if s < max(last, first + 1) and e > first]
-        if not touched:  # an insertion between tokens: the token before it
-            touched = [max(0, sum(1 for s, _ in tokens if s < first) - 1)]
-        said.append((word, touched[0], touched[-1]))
+        # Tokens that the span [first, last) overlaps; an insertion (first == last) belongs to the token after it.
+        lo = max(0, bisect.bisect_right(ends, first))
+        hi = max(lo, bisect.bisect_left(starts, max(last, first + 1)) - 1)
+        said.append((word, min(lo, len(tokens) - 1), min(hi, len(tokens) - 1)))
     # Said words whose tokens overlap form one caption (a normaliser match spanning tokens: "3:05 pm").
     groups: list[list[int]] = []  # [first token, last token] per caption
     owner: list[int] = []
@@ -121,34 +126,38 @@ def _proportional(start: int, end: int, lengths: Sequence[int]) -> list[tuple[in
 
 def align(word_lengths: Sequence[int], groups: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """Phoneme span of each word: runs of words paired with runs of groups (one side of each pair a single
-    item) so that the phoneme counts agree best; several words in one group share it in proportion."""
+    item) so that the phoneme counts agree best; several words in one group share it in proportion.
+
+    The pairing stays within _BAND groups of the diagonal (words and groups advance together, but for the runs),
+    so a long sentence costs time in proportion to its length."""
     n, m = len(word_lengths), len(groups)
     if n == 0:
         return []
     if m == 0:
         return [(0, 0)] * n
-    group_lengths = [e - s for s, e in groups]
-    words_sum = np.concatenate([[0], np.cumsum(word_lengths)])
-    groups_sum = np.concatenate([[0], np.cumsum(group_lengths)])
+    words_sum = [0, *itertools.accumulate(word_lengths)]
+    groups_sum = [0, *itertools.accumulate(e - s for s, e in groups)]
+    moves = [(k, 1) for k in range(1, _MAX_WORDS_IN_GROUP + 1)] + [(1, k) for k in range(2, _MAX_GROUPS_OF_WORD + 1)]
     inf = float("inf")
-    cost = np.full((n + 1, m + 1), inf)
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
     step: dict[tuple[int, int], tuple[int, int]] = {}
-    cost[0, 0] = 0.0
+    cost[0][0] = 0.0
     for i in range(n + 1):
-        for j in range(m + 1):
-            if cost[i, j] == inf:
+        centre, row = i * m // n, cost[i]
+        for j in range(max(0, centre - _BAND), min(m, centre + _BAND) + 1):
+            here = row[j]
+            if here == inf:
                 continue
-            moves = [(k, 1) for k in range(1, _MAX_RUN + 1)] + [(1, k) for k in range(2, _MAX_RUN + 1)]
             for di, dj in moves:
                 a, b = i + di, j + dj
                 if a > n or b > m:
                     continue
-                mismatch = abs((words_sum[a] - words_sum[i]) - (groups_sum[b] - groups_sum[j]))
-                total = cost[i, j] + mismatch + _UNEVEN_PAIRING * (di + dj - 2)
-                if total < cost[a, b]:
-                    cost[a, b] = total
+                total = (here + abs(words_sum[a] - words_sum[i] - groups_sum[b] + groups_sum[j])
+                         + _UNEVEN_PAIRING * (di + dj - 2))
+                if total < cost[a][b]:
+                    cost[a][b] = total
                     step[(a, b)] = (di, dj)
-    if cost[n, m] == inf:  # more words or groups than runs can pair: share the whole span in proportion
+    if cost[n][m] == inf:  # more words or groups than runs can pair: share the whole span in proportion
         return _proportional(groups[0][0], groups[-1][1], word_lengths)
     spans: list[tuple[int, int]] = []
     i, j = n, m

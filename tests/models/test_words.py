@@ -123,3 +123,15 @@ def test_chunk_words_of_a_sentence_split_at_the_phoneme_limit(vocab: dict[str, i
     assert [w.text for c in with_words for w in c.words] == ["one", "two", "three"] * 12
     for chunk in with_words:
         assert all(chunk.phonemes[w.start:w.end] in ("wˈʌn", "tˈu", "θɹˈi") for w in chunk.words)
+
+
+def test_a_long_sentence_stays_aligned(vocab: dict[str, int]) -> None:
+    from models.kokoro.phonemes import chunk_text
+
+    # One sentence of 400 words in which espeak runs "out of" and "in the" together, cut into chunks by length.
+    text = ", ".join(["out of the box it works in the house"] * 40) + "."
+    chunks = chunk_text(text, "a", vocab, words=True)
+    said = [(w.text, c.phonemes[w.start:w.end]) for c in chunks for w in c.words]
+    assert [text for text, _ in said] == "out of the box it works in the house".split() * 40
+    assert {ps for text, ps in said if text == "box"} == {"bˈɑks"}
+    assert {ps for text, ps in said if text == "house"} == {"hˈWs"}
