@@ -20,10 +20,19 @@ from server.metrics import Metrics
 from server.middleware import install_middleware
 from server.model_manager import ModelManager
 from server.protocols import Loader
-from server.routers import anthropic as anthropic_router
-from server.routers import audio_speech, audio_transcriptions, chat, completions, embeddings, health, models
+from server.routers import (
+    anthropic,
+    audio_speech,
+    audio_transcriptions,
+    captioned_speech,
+    chat,
+    completions,
+    embeddings,
+    health,
+    models,
+    responses,
+)
 from server.routers import metrics as metrics_router
-from server.routers import responses as responses_router
 
 log = logging.getLogger("hearth.server")
 
@@ -59,7 +68,8 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
     )
     install_handlers(app)
     for router in (health.router, models.router, chat.router, completions.router, embeddings.router,
-                   audio_transcriptions.router, audio_speech.router, responses_router.router, anthropic_router.router):
+                   audio_transcriptions.router, audio_speech.router, anthropic.router, captioned_speech.router,
+                   responses.router):
         app.include_router(router)
     # Request ids, metrics, CORS, API keys, the response timeout and the body limits, for every route.
     app.state.metrics = Metrics(lambda: getattr(app.state, "manager", None))

@@ -12,6 +12,7 @@ expressions and a small number speller (no dependency). US and British English d
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
          "seventeen eighteen nineteen").split()
@@ -154,15 +155,62 @@ _UNIT_RE = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 
 
+class TrackedText:
+    """Text under rewriting that remembers, for each character, the span of the original text it came from: a
+    replacement's characters all come from the whole span its match covered, so "$5" -> "five dollars" maps every
+    character of "five dollars" back to "$5". Caption timestamps use this to name the words the user wrote."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.origin = [(i, i + 1) for i in range(len(text))]
+
+    def _source(self, start: int, end: int) -> tuple[int, int]:
+        if start == end:  # an insertion: the point between its neighbours
+            point = self.origin[start][0] if start < len(self.origin) else (self.origin[-1][1] if self.origin else 0)
+            return point, point
+        return self.origin[start][0], self.origin[end - 1][1]
+
+    def sub(self, pattern: str, repl: str | Callable[[re.Match[str]], str]) -> None:
+        """re.sub(pattern, repl, text), tracking where each new character came from."""
+        pieces: list[str] = []
+        origin: list[tuple[int, int]] = []
+        pos = 0
+        for match in re.finditer(pattern, self.text):
+            pieces.append(self.text[pos:match.start()])
+            origin.extend(self.origin[pos:match.start()])
+            new = repl(match) if callable(repl) else match.expand(repl)
+            pieces.append(new)
+            origin.extend([self._source(match.start(), match.end())] * len(new))
+            pos = match.end()
+        pieces.append(self.text[pos:])
+        origin.extend(self.origin[pos:])
+        self.text, self.origin = "".join(pieces), origin
+
+    def replace(self, old: str, new: str) -> None:
+        self.sub(re.escape(old), lambda _: new)
+
+    def strip(self) -> None:
+        start = len(self.text) - len(self.text.lstrip())
+        end = len(self.text.rstrip())
+        self.text, self.origin = self.text[start:end], self.origin[start:end]
+
+
 def normalize_english(text: str, british: bool = False) -> str:
     """Rewrite numbers, dates, times, money, units and abbreviations as the words a reader would say."""
-    text = text.replace("\u2018", "'").replace("\u2019", "'")
-    text = re.sub(r"[^\S\n]+", " ", text)
+    return normalize_english_tracked(text, british).text
+
+
+def normalize_english_tracked(text: str, british: bool = False) -> TrackedText:
+    """normalize_english, keeping for each character of the result the span of `text` it came from."""
+    tracked = TrackedText(text)
+    tracked.replace("\u2018", "'")
+    tracked.replace("\u2019", "'")
+    tracked.sub(r"[^\S\n]+", " ")
     for pattern, words in _ABBREVIATIONS:
-        text = re.sub(pattern, words, text)
+        tracked.sub(pattern, words)
     # ISO dates 2026-11-26; slashed dates 11/26/2026 (US) or 26/11/2026 (British).
-    text = re.sub(r"\b(\d{4})-(\d{2})-(\d{2})\b",
-                  lambda m: _date(int(m[2]), int(m[3]), m[1], british) or m[0], text)
+    tracked.sub(r"\b(\d{4})-(\d{2})-(\d{2})\b",
+                lambda m: _date(int(m[2]), int(m[3]), m[1], british) or m[0])
 
     def slashed(m: re.Match[str]) -> str:
         a, b = int(m[1]), int(m[2])
@@ -170,34 +218,37 @@ def normalize_english(text: str, british: bool = False) -> str:
         year_text = m[3] if m[3] is None or len(m[3]) == 4 else str(2000 + int(m[3]))
         return _date(month, day, year_text, british) or m[0]
 
-    text = re.sub(r"\b(\d{1,2})/(\d{1,2})(?:/(\d{4}|\d{2}))?\b", slashed, text)
+    tracked.sub(r"\b(\d{1,2})/(\d{1,2})(?:/(\d{4}|\d{2}))?\b", slashed)
     # "November 26" / "26 November" / "Nov 26th"
     month_re = "|".join(MONTHS)
-    text = re.sub(rf"\b({month_re}) (\d{{1,2}})(?:st|nd|rd|th)?\b(?!:)",
-                  lambda m: f"{m[1]} {ordinal(int(m[2]))}" if int(m[2]) <= 31 else m[0], text)
-    text = re.sub(rf"\b(\d{{1,2}})(?:st|nd|rd|th)? ({month_re})\b",
-                  lambda m: f"the {ordinal(int(m[1]))} of {m[2]}" if int(m[1]) <= 31 else m[0], text)
+    tracked.sub(rf"\b({month_re}) (\d{{1,2}})(?:st|nd|rd|th)?\b(?!:)",
+                lambda m: f"{m[1]} {ordinal(int(m[2]))}" if int(m[2]) <= 31 else m[0])
+    tracked.sub(rf"\b(\d{{1,2}})(?:st|nd|rd|th)? ({month_re})\b",
+                lambda m: f"the {ordinal(int(m[1]))} of {m[2]}" if int(m[1]) <= 31 else m[0])
     # Times 3:05, 15:30, 7:00 pm.
-    text = re.sub(r"\b([01]?\d|2[0-3]):([0-5]\d)(?:\s*([AaPp]\.?[Mm]\.?)(?=\W|$))?",
-                  lambda m: _time(int(m[1]), int(m[2]), m[3]), text)
+    tracked.sub(r"\b([01]?\d|2[0-3]):([0-5]\d)(?:\s*([AaPp]\.?[Mm]\.?)(?=\W|$))?",
+                lambda m: _time(int(m[1]), int(m[2]), m[3]))
     # Money: $5, $5.20, £3.5m, €1,200.
-    text = re.sub(rf"(?P<sym>[$£€¥])\s?(?P<amount>{_NUM})(?:\s?(?P<scale>{_SCALE_WORDS}))?",
-                  lambda m: _money(m, british), text)
+    tracked.sub(rf"(?P<sym>[$£€¥])\s?(?P<amount>{_NUM})(?:\s?(?P<scale>{_SCALE_WORDS}))?",
+                lambda m: _money(m, british))
     # Decades and years: the 1990s, in 1984 (four digits that look like a year, not after other digits).
-    text = re.sub(r"\b(1\d|20)(\d0)s\b", lambda m: year(int(m[1] + m[2])).removesuffix("y") + (
-        "ies" if year(int(m[1] + m[2])).endswith("y") else "s"), text)
-    text = re.sub(r"(?<![\d.,$£€])\b(1[1-9]\d\d|20\d\d)\b(?![.,]\d|\s?%)", lambda m: year(int(m[1]), british), text)
+    tracked.sub(r"\b(1\d|20)(\d0)s\b", lambda m: year(int(m[1] + m[2])).removesuffix("y") + (
+        "ies" if year(int(m[1] + m[2])).endswith("y") else "s"))
+    tracked.sub(r"(?<![\d.,$£€])\b(1[1-9]\d\d|20\d\d)\b(?![.,]\d|\s?%)", lambda m: year(int(m[1]), british))
     # Ordinals 1st, 22nd, 103rd.
-    text = re.sub(r"\b(\d+)(?:st|nd|rd|th)\b", lambda m: ordinal(int(m[1]), british), text)
+    tracked.sub(r"\b(\d+)(?:st|nd|rd|th)\b", lambda m: ordinal(int(m[1]), british))
     # Numbers with units: 5 km, 20%, 3.5GB, 21°C.
-    text = re.sub(rf"({_NUM})\s?({_UNIT_RE})(?![\w])",
-                  lambda m: f"{_number(m[1], british)} {_singular(_UNITS[m[2]], m[1])}", text)
+    tracked.sub(rf"({_NUM})\s?({_UNIT_RE})(?![\w])",
+                lambda m: f"{_number(m[1], british)} {_singular(_UNITS[m[2]], m[1])}")
     # Ranges 10-20 and negatives -5.
-    text = re.sub(r"(?<=\d)\s?[-–]\s?(?=\d)", " to ", text)
-    text = re.sub(rf"(?<![\w-])-({_NUM})\b", lambda m: "minus " + _number(m[1], british), text)
-    text = re.sub(rf"\b({_NUM})\b", lambda m: _number(m[1], british), text)
-    text = text.replace("&", " and ").replace("+", " plus ").replace("@", " at ")
-    return re.sub(r" {2,}", " ", text).strip()
+    tracked.sub(r"(?<=\d)\s?[-–]\s?(?=\d)", " to ")
+    tracked.sub(rf"(?<![\w-])-({_NUM})\b", lambda m: "minus " + _number(m[1], british))
+    tracked.sub(rf"\b({_NUM})\b", lambda m: _number(m[1], british))
+    for symbol, word in (("&", " and "), ("+", " plus "), ("@", " at ")):
+        tracked.replace(symbol, word)
+    tracked.sub(r" {2,}", " ")
+    tracked.strip()
+    return tracked
 
 
 def _singular(unit: str, amount: str) -> str:

@@ -20,7 +20,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from models.kokoro.normalize import normalize_english
+from models.kokoro.normalize import TrackedText, normalize_english, normalize_english_tracked
+from models.kokoro.words import WordSpan, sentence_words, whole_sentence
 
 MAX_PHONEMES = 510  # Kokoro's context is 512 ids, two of which are the wrapping 0s
 TARGET_PHONEMES = 250  # merge sentences up to this length: fewer, longer chunks give smoother prosody
@@ -153,6 +154,15 @@ class G2P:
                 ps = re.sub(r"\d|(?<=\S)\.(?=\S)", "", ps)
             return ps.replace("«", "(").replace("»", ")").strip()
 
+    def words_alone(self, words: list[str], lang: Language) -> list[str]:
+        """Phonemes of each (already normalised) word said on its own: only to measure words for captions."""
+        with self._lock:
+            out = self._backend(lang.espeak).phonemize(words)  # type: ignore[arg-type]
+        if len(out) != len(words):  # espeak dropped a line: measure by letters instead
+            return list(words)
+        return [english_from_espeak(ps, lang.code == "b") if lang.code in "ab" else other_from_espeak(ps)
+                for ps in out]
+
 
 _G2P = G2P()
 _JAPANESE_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f]")
@@ -189,48 +199,87 @@ def split_sentences(text: str) -> list[str]:
 def split_phonemes(ps: str, limit: int = MAX_PHONEMES) -> list[str]:
     """Cut a phoneme string into pieces of at most `limit` symbols: after the last clause punctuation that fits,
     else at the last space, else anywhere."""
-    pieces = []
-    while len(ps) > limit:
-        head = ps[:limit + 1]
+    return [ps[start:end] for start, end in split_phoneme_spans(ps, limit)]
+
+
+def _stripped(ps: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and ps[start].isspace():
+        start += 1
+    while end > start and ps[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def split_phoneme_spans(ps: str, limit: int = MAX_PHONEMES) -> list[tuple[int, int]]:
+    """split_phonemes as [start, end) spans of ps, so that word spans can follow the cuts."""
+    spans = []
+    start, stop = 0, len(ps)
+    while stop - start > limit:
+        head = ps[start:start + limit + 1]
         cut = max((m.end() for m in _CLAUSE_END.finditer(head)), default=-1)
         if cut <= 0:
             cut = head.rfind(" ")
         if cut <= 0:
             cut = limit
-        pieces.append(ps[:cut].strip())
-        ps = ps[cut:].strip()
-    if ps:
-        pieces.append(ps)
-    return [p for p in pieces if p]
+        spans.append(_stripped(ps, start, start + cut))
+        start, stop = _stripped(ps, start + cut, stop)
+    if stop > start:
+        spans.append((start, stop))
+    return [(s, e) for s, e in spans if e > s]
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One piece of a request that the model synthesises at once."""
+    """One piece of a request that the model synthesises at once; with captions, the written words it says and
+    their phoneme spans (indices into phonemes, which are also indices into ids)."""
 
     phonemes: str
     ids: tuple[int, ...]
+    words: tuple[WordSpan, ...] = ()
+
+
+def _words_of(sentence: str, ps: str, lang: Language, vocab: dict[str, int]) -> list[WordSpan]:
+    """The caption words of a sentence and their spans in its phonemes ps."""
+    if lang.code == "j":  # no spaces between words, and a G2P of its own: the sentence is one caption
+        return whole_sentence(sentence, ps)
+    if lang.code in "ab":
+        tracked = normalize_english_tracked(sentence, british=lang.code == "b")
+    else:
+        tracked = TrackedText(sentence)
+
+    def alone(words: list[str]) -> list[str]:
+        return ["".join(p for p in said if p in vocab) for said in _G2P.words_alone(words, lang)]
+
+    return sentence_words(sentence, tracked, ps, alone)
 
 
 def chunk_text(text: str, lang: str | Language, vocab: dict[str, int], *, max_phonemes: int = MAX_PHONEMES,
-               target: int = TARGET_PHONEMES) -> list[Chunk]:
+               target: int = TARGET_PHONEMES, words: bool = False) -> list[Chunk]:
     """The text as chunks of at most max_phonemes vocabulary ids, cut at sentence and clause boundaries.
 
     Sentences are phonemised one at a time and merged while a chunk stays within `target` phonemes; the first
     sentence goes alone (so the first audio comes sooner). PhonemizerError when nothing speakable is left.
+    words: also find each written word's phonemes (for captions; the phonemes and ids are the same either way).
     """
     lang = lang if isinstance(lang, Language) else language(lang)
-    pieces: list[str] = []
+    pieces: list[tuple[str, list[WordSpan]]] = []
     for sentence in split_sentences(text):
         ps = "".join(p for p in _G2P(sentence, lang) if p in vocab).strip()
-        pieces.extend(split_phonemes(ps, max_phonemes))
-    pieces = [p for p in pieces if any(s not in _PUNCTUATION for s in p)]
+        spoken = _words_of(sentence, ps, lang, vocab) if words else []
+        for start, end in split_phoneme_spans(ps, max_phonemes):
+            mine = [WordSpan(w.text, w.start - start, min(w.end, end) - start) for w in spoken
+                    if start <= w.start < end]
+            pieces.append((ps[start:end], mine))
+    pieces = [(p, w) for p, w in pieces if any(s not in _PUNCTUATION for s in p)]
     if not pieces:
         raise PhonemizerError("the text has nothing to say (no speakable phonemes after normalisation)")
     merged = [pieces[0]]
-    for i, piece in enumerate(pieces[1:]):
-        if i > 0 and len(merged[-1]) + 1 + len(piece) <= min(target, max_phonemes):
-            merged[-1] = f"{merged[-1]} {piece}"
+    for i, (piece, piece_words) in enumerate(pieces[1:]):
+        head, head_words = merged[-1]
+        if i > 0 and len(head) + 1 + len(piece) <= min(target, max_phonemes):
+            shift = len(head) + 1
+            merged[-1] = (f"{head} {piece}", [*head_words, *(WordSpan(w.text, w.start + shift, w.end + shift)
+                                                              for w in piece_words)])
         else:
-            merged.append(piece)
-    return [Chunk(ps, tuple(to_ids(ps, vocab))) for ps in merged]
+            merged.append((piece, piece_words))
+    return [Chunk(ps, tuple(to_ids(ps, vocab)), tuple(spoken)) for ps, spoken in merged]

@@ -26,13 +26,21 @@ def get_speech_service(request: Request) -> SpeechService:
 
 @router.post("/audio/speech", response_class=Response,
              responses={200: {"content": {"audio/mpeg": {}, "audio/wav": {}, "audio/flac": {}, "audio/opus": {},
-                                          "audio/aac": {}, "audio/pcm": {}, "text/event-stream": {}}}})
+                                          "audio/aac": {}, "audio/pcm": {}, "text/event-stream": {},
+                                          "application/json": {}, "application/x-ndjson": {}}}})
 async def create_speech(
     body: SpeechRequest, request: Request, service: Annotated[SpeechService, Depends(get_speech_service)]
 ) -> Response:
-    """Speech from text: one audio file, or with `stream_format` chunked audio or SSE events as it is made."""
+    """Speech from text: one audio file, or with `stream_format` chunked audio or SSE events as it is made; with
+    `return_timestamps`, the audio in JSON with each word's start and end."""
+    return await send_speech(service, body, request)
+
+
+async def send_speech(service: SpeechService, body: SpeechRequest, request: Request, *,
+                      captioned: bool = False) -> Response:
+    """The response for a speech request, whole or streamed as its result says."""
     # A client that leaves before the audio is ready cancels its synthesis, queued or mid-chunk.
-    result = await until_disconnected(request, service.create(body, request))
+    result = await until_disconnected(request, service.create(body, request, captioned=captioned))
     if result.events is not None:
         return sse_response(request, result.events)
     if result.stream is not None:

@@ -40,6 +40,11 @@ class SpeechRequest(OpenAIRequest):
                           "Japanese script sent to a Japanese voice")
     seed: int | None = Field(0, description="seed of the vocoder's noise source; None: a fresh one per request")
     keep_alive: KeepAlive = None
+    return_timestamps: bool = Field(
+        False, description="captions, as Kokoro-FastAPI's: each written word with its start and end in seconds. "
+                           "Unset stream_format: one JSON object {audio (base64), audio_format, timestamps}; sse: "
+                           "each speech.audio.delta carries the timestamps of the words its audio holds; audio: "
+                           "one such JSON object a line (NDJSON) per piece of audio")
 
     @field_validator("input")
     @classmethod
@@ -62,14 +67,48 @@ class SpeechUsage(BaseModel):
     total_tokens: int
 
 
+class WordTimestamp(BaseModel):
+    """One written word of the input and when it is said, in seconds from the start of the audio
+    (Kokoro-FastAPI's shape)."""
+
+    word: str
+    start_time: float
+    end_time: float
+
+
 class SpeechAudioDelta(BaseModel):
     type: Literal["speech.audio.delta"] = "speech.audio.delta"
     audio: str = Field(description="base64 of the next bytes of the encoded audio (response_format)")
+    timestamps: list[WordTimestamp] | None = Field(
+        None, description="with return_timestamps: the words whose audio this event holds (absent otherwise)")
 
 
 class SpeechAudioDone(BaseModel):
     type: Literal["speech.audio.done"] = "speech.audio.done"
     usage: SpeechUsage
+
+
+class CaptionedSpeech(BaseModel):
+    """Audio with its captions, as Kokoro-FastAPI's /dev/captioned_speech answers: the whole response, or one line
+    of a streamed one (NDJSON), holding the next piece of audio and the words it says."""
+
+    audio: str = Field(description="base64 of the encoded audio (or of its next bytes, when streamed)")
+    audio_format: str = Field(description="the audio's media type (audio/mpeg, audio/wav, ...)")
+    timestamps: list[WordTimestamp] | None = Field(description="the words said; null unless return_timestamps")
+
+
+class CaptionedSpeechRequest(SpeechRequest):
+    """Kokoro-FastAPI's /dev/captioned_speech body: /v1/audio/speech's, streamed by default as NDJSON lines of
+    CaptionedSpeech, with timestamps on by default."""
+
+    model: str = "kokoro"
+    stream: bool = Field(True, description="one CaptionedSpeech a line as audio is made; false: one JSON object")
+    return_timestamps: bool = True
+
+    def speech_request(self) -> SpeechRequest:
+        """The /v1/audio/speech request this one is."""
+        fields = self.model_dump(exclude={"stream", "stream_format"})
+        return SpeechRequest(**fields, stream_format=self.stream_format or ("audio" if self.stream else None))
 
 
 class VoiceInfo(BaseModel):

