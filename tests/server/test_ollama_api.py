@@ -206,6 +206,16 @@ def test_generate_refuses_what_it_cannot_honour(server: ThreadServer, extra: dic
     assert message in error_of(post(server, "/api/generate", {"model": MODEL, "prompt": "hi", **extra}), 400)
 
 
+def test_logprobs_per_token_as_ollama_sends_them(server: ThreadServer) -> None:
+    ask = {"model": MODEL, "logprobs": True, "top_logprobs": 2, "options": {"temperature": 0, "num_predict": 3}}
+    chat = post(server, "/api/chat", {**ask, "messages": [{"role": "user", "content": "hi"}], "stream": False}).json()
+    assert [lp["token"] for lp in chat["logprobs"]] == ["H", "e", "l"]
+    assert all(len(lp["top_logprobs"]) == 2 and lp["logprob"] <= 0 for lp in chat["logprobs"])
+    streamed = lines(post(server, "/api/generate", {**ask, "prompt": "hi", "raw": True}))
+    assert [lp["token"] for line in streamed[:-1] for lp in line["logprobs"]] == ["H", "e", "l"]
+    assert all(len(lp["top_logprobs"]) == 2 for line in streamed[:-1] for lp in line["logprobs"])
+
+
 # -- options, format, think, tools: the translation ---------------------------------------------------------------
 def test_options_map_to_sampling_with_ollamas_defaults() -> None:
     defaults = sampling_fields(None, "max_completion_tokens")
