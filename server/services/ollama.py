@@ -10,6 +10,7 @@ sampled token and `eval_duration` from the first to the last, both from the work
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -296,9 +297,11 @@ def human_number(count: int) -> str:
     return f"{count / 1e3:.0f}K" if count >= 1000 else str(count)
 
 
-def _gguf_facts(path: Path) -> tuple[ModelDetails, dict[str, Any], str | None]:
+@functools.lru_cache(maxsize=256)
+def _gguf_facts(path: Path, mtime: float) -> tuple[ModelDetails, dict[str, Any], str | None]:
     """Details, scalar metadata (arrays left empty, as Ollama's non-verbose show) and the chat template of a
-    GGUF; what a file that is not a readable GGUF gives is its architecture at most."""
+    GGUF, read once per file version (mtime); a file that is not a readable GGUF gives its architecture at most.
+    Callers copy what they change."""
     from gguf import GGUFValueType, LlamaFileType
 
     from models.formats.gguf_file import MetadataReader
@@ -333,19 +336,13 @@ def _gguf_facts(path: Path) -> tuple[ModelDetails, dict[str, Any], str | None]:
     return details, info, template
 
 
-_FACTS: dict[tuple[str, float], tuple[ModelDetails, dict[str, Any], str | None]] = {}
-
-
 def model_facts(entry: ModelEntry) -> ModelFacts:
     """What the entry's file says of itself (read once per file version); blocking: run it off the loop."""
     path = shipped_model_path() if entry.source == SHIPPED_MODEL else Path(entry.source)
-    if path is None or not path.is_file():
-        return ModelFacts(modified=entry.created)
+    if path is None or not path.is_file():  # a shipped model that is a directory, or a file not assembled yet
+        return ModelFacts(modified=entry.created, details=ModelDetails(format=""))
     stat = path.stat()
-    key = (str(path.resolve()), stat.st_mtime)
-    if key not in _FACTS:
-        _FACTS[key] = _gguf_facts(path)
-    details, info, template = _FACTS[key]
+    details, info, template = _gguf_facts(path.resolve(), stat.st_mtime)
     digest = path.name.removeprefix("sha256-") if path.name.startswith("sha256-") else ""
     return ModelFacts(path=path, size=stat.st_size, modified=float(entry.created), digest=digest, details=details,
                       model_info=info, template=template)
