@@ -82,6 +82,7 @@ _OPTION_OF = {"temperature": "options.temperature", "top_p": "options.top_p", "t
               "repetition_penalty": "options.repeat_penalty", "presence_penalty": "options.presence_penalty",
               "frequency_penalty": "options.frequency_penalty", "json_schema": "format", "response_format": "format",
               "reasoning_effort": "think", "input": "input"}
+_ECHOED = 200  # characters of a requested model name repeated back in an error, as ModelNotFound
 _FOREVER = timedelta(microseconds=(2**63 - 1) // 1000)  # Go's longest time.Duration: Ollama's "never expires"
 
 
@@ -89,6 +90,12 @@ def rfc3339(seconds: float | None = None) -> str:
     """A UTC time as Ollama writes it (`2024-07-22T20:33:28.123648Z`); now when seconds is None."""
     moment = datetime.now(UTC) if seconds is None else datetime.fromtimestamp(seconds, UTC)
     return moment.isoformat().replace("+00:00", "Z")
+
+
+def not_found(name: str) -> NotFound:
+    """Ollama's 404 for a model name, cut short past _ECHOED characters (the name comes from the client)."""
+    shown = name if len(name) <= _ECHOED else name[:_ECHOED] + "..."
+    return NotFound(f"model '{shown}' not found")
 
 
 def _ns(seconds: float) -> int:
@@ -367,7 +374,7 @@ class OllamaService:
             raise InvalidRequest("model is required", param="model")
         entry = await asyncio.to_thread(self.manager.registry.lookup, name)
         if entry is None:
-            raise NotFound(f"model '{name}' not found")
+            raise not_found(name)
         return entry
 
     async def _worker(self, name: str, kind: str, keep_alive: str | float | None, action: str,
@@ -380,7 +387,7 @@ class OllamaService:
         try:
             _, worker = await self.manager.worker_for(name, kind=kind, keep_alive=keep_alive)  # type: ignore[call-overload]
         except ModelNotFound as error:  # removed from the store since the lookup
-            raise NotFound(f"model '{name}' not found") from error
+            raise not_found(name) from error
         timings.load_s = time.perf_counter() - started
         return worker
 

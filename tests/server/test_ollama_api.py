@@ -378,6 +378,7 @@ def test_show_has_details_template_and_model_info(server: ThreadServer) -> None:
     assert post(server, "/api/show", {"name": "gemma3:270m"}).json()["details"] == body["details"]
     assert error_of(post(server, "/api/show", {"model": "nope:1b"}), 404) == "model 'nope:1b' not found"
     assert error_of(post(server, "/api/show", {}), 400) == "model is required"
+    assert len(error_of(post(server, "/api/show", {"model": "a" * 5000}), 404)) < 300
 
 
 def test_ps_lists_loaded_models_with_their_expiry(server: ThreadServer) -> None:
