@@ -131,6 +131,19 @@ def test_empty_messages_load_the_model_and_keep_alive_0_unloads_it(server: Threa
     assert unloaded["done_reason"] == "unload"
 
 
+def test_keep_alive_0_on_an_empty_request_unloads_a_loaded_model(server: ThreadServer) -> None:
+    def running() -> set[str]:
+        return {m["name"] for m in httpx.get(f"{server.url}/api/ps").json()["models"]}
+
+    assert post(server, "/api/generate", {"model": "gemma3:270m"}).json()["done_reason"] == "load"
+    assert "gemma3:270m" in running()
+    assert post(server, "/api/generate", {"model": "gemma3:270m", "keep_alive": 0}).json()["done_reason"] == "unload"
+    deadline = time.monotonic() + 10
+    while "gemma3:270m" in running():
+        assert time.monotonic() < deadline, "the model is still loaded"
+        time.sleep(0.05)
+
+
 def test_think_on_a_model_that_does_not_think_is_ollamas_400(server: ThreadServer) -> None:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "think": True}
     assert error_of(post(server, "/api/chat", body), 400) == '"gemma-3-270m" does not support thinking'
