@@ -145,6 +145,12 @@ class ModelManager:
         """Loaded (or loading) workers by model name."""
         return {worker.name: worker for worker in self._workers.values()}
 
+    def keep_alive_of(self, worker: Worker) -> float | None:
+        """Seconds a loaded worker's model stays loaded once idle; None: until the server stops (preloaded, or a
+        negative keep_alive)."""
+        key = next((k for k, w in self._workers.items() if w is worker), None)
+        return None if key is None or key in self._preloaded else self._keep_alive.get(key)
+
     def _unloadable(self, key: str, worker: Worker) -> bool:
         """An on-demand model that no request holds or waits for, and that is not loading."""
         return (key not in self._preloaded and not self._leases[key] and worker.idle

@@ -1,16 +1,16 @@
-"""GET /health (alive), /ready (default models loaded) and / (a pointer to the docs); HEAD too (server.middleware)."""
+"""GET /health (alive), /ready (default models loaded) and / (Ollama's probe, or the playground for a browser); HEAD
+too (server.middleware)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
-from server import __version__
 from server.dependencies import get_manager
 from server.model_manager import ModelManager, load_failure
-from server.schemas.health import HealthStatus, RootInfo, WorkerStatus
+from server.schemas.health import HealthStatus, WorkerStatus
 
 router = APIRouter(tags=["health"])
 
@@ -26,10 +26,13 @@ def _status(manager: ModelManager) -> HealthStatus:
     return HealthStatus(status=status, models=models)  # type: ignore[arg-type]
 
 
-@router.get("/", response_model=RootInfo)
-async def root() -> RootInfo:
-    """What this server is and where its API docs are."""
-    return RootInfo(version=__version__)
+@router.get("/", response_class=PlainTextResponse, responses={307: {"description": "a browser: to /playground"}})
+async def root(request: Request) -> Response:
+    """`Ollama is running`, as Ollama answers it: tools that speak Ollama's API probe this path. A browser (one that
+    accepts HTML) goes to the playground instead."""
+    if "text/html" in request.headers.get("accept", ""):
+        return RedirectResponse("/playground", status_code=307)
+    return PlainTextResponse("Ollama is running")
 
 
 @router.get("/health", response_model=HealthStatus)

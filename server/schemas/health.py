@@ -18,11 +18,3 @@ class WorkerStatus(BaseModel):
 class HealthStatus(BaseModel):
     status: Literal["ok", "loading", "unavailable"]
     models: dict[str, WorkerStatus]
-
-
-class RootInfo(BaseModel):
-    name: Literal["hearth"] = "hearth"
-    version: str
-    docs: str = "/docs"
-    openapi: str = "/openapi.json"
-    api: str = "/v1"

@@ -7,9 +7,10 @@ OpenAI responses or stream chunks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -114,9 +115,17 @@ def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: lis
     return Job(choices=choices, stop=tuple(getattr(request, "stop", [])), logprobs=top_logprobs is not None)
 
 
+# Called with each job submitted in the current context, before it is queued: a dialect whose replies carry
+# timings (Ollama's durations) wraps the job's emit there to read the worker's token times.
+job_observers: contextvars.ContextVar[tuple[Callable[[Job], None], ...]] = contextvars.ContextVar(
+    "hearth_job_observers", default=())
+
+
 def submit(worker: ChatHandler, job: Job, settings: Settings) -> JobHandle:
     """Queue a job; its tokens, time to first token and tokens/s go to the metrics (the one place for both)."""
     meter_job(job, worker.name)
+    for observe in job_observers.get():
+        observe(job)
     return worker.submit(job, settings.limits.retry_after_s)
 
 

@@ -307,7 +307,7 @@ def test_readme_has_curl_examples() -> None:
 
 def test_health_and_root(api: SubprocessServer) -> None:
     assert httpx.get(f"{api.url}/health").json()["status"] == "ok"
-    assert httpx.get(f"{api.url}/").json()["docs"] == "/docs"
+    assert httpx.get(f"{api.url}/").text == "Ollama is running"
 
 
 def test_server_log_has_no_tracebacks(api: SubprocessServer) -> None:

@@ -80,9 +80,12 @@ def test_a_failed_load_keeps_ready_at_503_and_requests_get_503() -> None:
         assert response.json()["error"]["code"] == "model_unavailable"
 
 
-def test_root_points_at_the_docs(server: ThreadServer) -> None:
-    body = httpx.get(f"{server.url}/").json()
-    assert body["docs"] == "/docs"
+def test_root_answers_as_ollama_and_sends_browsers_to_the_playground(server: ThreadServer) -> None:
+    response = httpx.get(f"{server.url}/")
+    assert (response.status_code, response.text) == (200, "Ollama is running")
+    assert response.headers["content-type"].startswith("text/plain")
+    browser = httpx.get(f"{server.url}/", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert (browser.status_code, browser.headers["location"]) == (307, "/playground")
     assert httpx.get(f"{server.url}/docs").status_code == 200
 
 
