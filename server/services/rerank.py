@@ -31,7 +31,7 @@ DOCUMENTS_PER_SEARCH_UNIT = 100  # Cohere bills one search unit per query and up
 
 def _longest_first(ids: list[int], types: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
     """Cut a `[CLS] a [SEP] b [SEP]` pair to max_tokens by taking one token at a time from the end of the longer
-    segment (the second on a tie), as transformers' longest_first truncation does."""
+    segment (the second on a tie): longest-first, for pairs whose document max_tokens_per_doc has already cut."""
     first = [i for i, t in enumerate(types) if t == 0][1:-1]  # a's rows, without [CLS] and its [SEP]
     second = [i for i, t in enumerate(types) if t == 1][:-1]  # b's rows, without the last [SEP]
     drop = set()

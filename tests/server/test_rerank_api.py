@@ -188,3 +188,21 @@ def test_an_embedding_model_configured_as_a_reranker_fails_to_load(tmp_path: Pat
     with ThreadServer(app) as srv:
         error = error_of(post(srv, {"model": "minilm", "query": "q", "documents": ["d"]}), 503)
         assert "minilm" in error["message"] and "NotAReranker" in error["message"]
+
+
+def test_a_cut_document_still_too_long_is_cut_longest_side_first(server: ThreadServer) -> None:
+    body = {"model": RERANKER, "query": "q" * 100, "documents": ["d" * 100], "max_tokens_per_doc": 90}
+    response = post(server, body)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["total_tokens"] == FakeReranker.max_tokens
+    error = post(server, {**body, "truncate": False}).json()["error"]
+    assert error["code"] == "context_length_exceeded"
+
+
+def test_longest_first_takes_from_the_longer_segment() -> None:
+    from server.services.rerank import _longest_first
+
+    ids = [1, 10, 11, 12, 13, 2, 20, 21, 2]
+    types = [0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert _longest_first(ids, types, 7) == ([1, 10, 11, 2, 20, 21, 2], [0, 0, 0, 0, 1, 1, 1])
+    assert _longest_first(ids, types, 5) == ([1, 10, 2, 20, 2], [0, 0, 0, 1, 1])
