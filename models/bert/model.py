@@ -278,6 +278,9 @@ def wordpiece_from_gguf(f: GGUFFile) -> Tokenizer:
     """The WordPiece tokenizer of a GGUF `bert` vocabulary: llama.cpp's "\u2581word" / "piece" spellings
     turned back into "word" / "##piece", lower-casing and accent stripping as llama.cpp's WPM does,
     and [CLS] ... [SEP] around each input."""
+    model = f.value(Keys.Tokenizer.MODEL, "bert")
+    if model != "bert":  # XLM-RoBERTa files (bge-reranker, multilingual-e5) carry a SentencePiece vocabulary
+        raise GGUFFormatError(f"{f.path.name}: tokenizer model {model!r} is not supported (only WordPiece, 'bert')")
     tokens = list(f.value(Keys.Tokenizer.LIST))
     types = list(f.value(Keys.Tokenizer.TOKEN_TYPE, [TokenType.NORMAL] * len(tokens)))
     vocab: dict[str, int] = {}
