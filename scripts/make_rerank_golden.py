@@ -92,40 +92,83 @@ def build(out: Path) -> None:
                         pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(SEED)
     model = BertForSequenceClassification(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("LayerNorm.weight"):
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
+    _perturb(model)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 
 
-def golden(hf_dir: Path) -> dict:
-    """CrossEncoder's scores and logits, the tokenizer's pairs, and the GGUF's head in torch."""
+def build_xlmr(out: Path) -> None:
+    """Write a tiny XLMRobertaForSequenceClassification (bge-reranker's architecture) with a Unigram tokenizer
+    trained on the pairs, XLM-R's `<s> A </s></s> B </s>` pair template, to out."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification, XLMRobertaTokenizerFast
+
+    out.mkdir(parents=True, exist_ok=True)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    unigram = Tokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    unigram.train_from_iterator([QUERY, *DOCUMENTS] * 4, trainers.UnigramTrainer(
+        vocab_size=150, special_tokens=specials, unk_token="<unk>"))
+    ids = {t: unigram.token_to_id(t) for t in specials}
+    unigram.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[(t, ids[t]) for t in ("<s>", "</s>")])
+    tokenizer = XLMRobertaTokenizerFast(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                        cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+                                        model_max_length=128)
+    config = XLMRobertaConfig(vocab_size=unigram.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=64, max_position_embeddings=130,
+                              type_vocab_size=1, num_labels=1, initializer_range=0.2, pad_token_id=ids["<pad>"],
+                              bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
+                              architectures=["XLMRobertaForSequenceClassification"])
+    torch.manual_seed(SEED + 1)
+    model = XLMRobertaForSequenceClassification(config).eval()
+    _perturb(model)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def _perturb(model: object) -> None:
+    """LayerNorm weights 1 +- 0.2 and biases N(0, 0.1^2), so no term of the network is trivially zero."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # type: ignore[attr-defined]
+            if name.endswith("LayerNorm.weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+
+
+def golden(hf_dir: Path, gguf_reference: bool = True) -> dict:
+    """CrossEncoder's scores and logits, the tokenizer's pairs, and (BERT) the GGUF's head in torch."""
     import torch
     from sentence_transformers import CrossEncoder
-    from transformers import AutoTokenizer, BertForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     pairs = [(QUERY, d) for d in DOCUMENTS]
     encoder = CrossEncoder(str(hf_dir), device="cpu")
     scores = encoder.predict(pairs, convert_to_numpy=True)
     logits = encoder.predict(pairs, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
-    model = BertForSequenceClassification.from_pretrained(hf_dir).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(hf_dir).eval()
     ids, types, gguf_logits = [], [], []
     for query, doc in pairs:
-        enc = tokenizer(query, doc, return_tensors="pt")
+        enc = tokenizer(query, doc, return_tensors="pt", return_token_type_ids=True)
         ids.append(enc["input_ids"][0].tolist())
         types.append(enc["token_type_ids"][0].tolist())
-        with torch.no_grad():
-            cls_row = model.bert(**enc).last_hidden_state[0, 0]
-            gguf_logits.append(float(model.classifier(cls_row)[0]))
-    return {"query": QUERY, "documents": DOCUMENTS, "ids": ids, "token_types": types,
+        if gguf_reference:
+            with torch.no_grad():
+                cls_row = model.bert(**enc).last_hidden_state[0, 0]
+                gguf_logits.append(float(model.classifier(cls_row)[0]))
+    data = {"query": QUERY, "documents": DOCUMENTS, "ids": ids, "token_types": types,
             "crossencoder_scores": np.asarray(scores, np.float64).tolist(),
-            "crossencoder_logits": np.asarray(logits, np.float64).tolist(), "gguf_logits": gguf_logits,
+            "crossencoder_logits": np.asarray(logits, np.float64).tolist(),
             "crossencoder": "sentence-transformers CrossEncoder.predict, default activation (sigmoid for one label)"}
+    if gguf_reference:
+        data["gguf_logits"] = gguf_logits
+    return data
 
 
 def _family_fixtures():
@@ -154,6 +197,13 @@ def main() -> None:
     data["converter"] = "llama.cpp convert_hf_to_gguf.py from llama-cpp-python 0.3.36, --outtype f32"
     (args.out / "rerank_tiny.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({k: data[k] for k in ("crossencoder_scores", "crossencoder_logits", "gguf_logits")}, indent=1))
+    xlmr_dir = args.out / "rerank_tiny_xlmr"
+    if xlmr_dir.exists():
+        shutil.rmtree(xlmr_dir)
+    build_xlmr(xlmr_dir)
+    data = golden(xlmr_dir, gguf_reference=False)
+    (args.out / "rerank_tiny_xlmr.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({k: data[k] for k in ("crossencoder_scores", "ids")}))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ through the pooler (dense + tanh) where the checkpoint has one, then the classif
 
     logits = W_c tanh(W_p h[CLS] + b_p) + b_c        # BertForSequenceClassification; h[CLS]: [D]
 
+XLM-RoBERTa's head (classifier.dense, tanh, classifier.out_proj on the <s> row) is the same computation.
+
 It runs on the host in float32: it reads one row per sequence, so the GPU pass ends at the pooled [CLS] rows
 (models/embeddings/engine.py's `cls` pooling) and the head is two small matrix products here.
 
@@ -49,17 +51,21 @@ def is_sequence_classifier(d: ModelDir) -> bool:
 
 
 def classifier_from_dir(d: ModelDir, prefix: str) -> SequenceClassifier:
-    """The head of a BertForSequenceClassification checkpoint (pooler under the model's prefix, classifier not)."""
+    """The head of a ...ForSequenceClassification checkpoint: BERT's pooler (under the model's prefix) and
+    `classifier`, or RoBERTa's `classifier.dense` and `classifier.out_proj` (the same computation)."""
     d_model = int(d.config["hidden_size"])
+
+    def linear(name: str) -> tuple[np.ndarray, np.ndarray]:
+        weight = d.tensor(f"{name}.weight").reshape(-1, d_model)
+        bias = d.tensor(f"{name}.bias").reshape(-1) if d.has(f"{name}.bias") else np.zeros(len(weight), np.float32)
+        return weight, bias
+
+    if d.has("classifier.out_proj.weight"):
+        return SequenceClassifier(linear("classifier.dense"), linear("classifier.out_proj"))
     if not d.has("classifier.weight"):
         raise ModelDirError(f"{d.path.name}: a sequence classifier without classifier.weight")
-    out = (d.tensor("classifier.weight").reshape(-1, d_model), d.tensor("classifier.bias").reshape(-1)
-           if d.has("classifier.bias") else np.zeros(1, np.float32))
-    pooler = None
-    if d.has(f"{prefix}pooler.dense.weight"):
-        pooler = (d.tensor(f"{prefix}pooler.dense.weight").reshape(d_model, d_model),
-                  d.tensor(f"{prefix}pooler.dense.bias").reshape(d_model))
-    return SequenceClassifier(pooler, out)
+    pooler = linear(f"{prefix}pooler.dense") if d.has(f"{prefix}pooler.dense.weight") else None
+    return SequenceClassifier(pooler, linear("classifier"))
 
 
 def classifier_from_gguf(f: GGUFFile, d_model: int) -> SequenceClassifier:

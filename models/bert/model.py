@@ -47,6 +47,7 @@ from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.safetensors_dir import ModelDir, ModelDirError
 from models.formats.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, fuse_rows
 
+_ROBERTA_TYPES = ("roberta", "xlm-roberta")  # BERT's network with offset positions and one token type
 _GGUF_POOLING = {PoolingType.MEAN: "mean", PoolingType.CLS: "cls", PoolingType.LAST: "last"}
 _PHANTOM = "\u2581"  # llama.cpp's mark of a word start in BERT vocabularies
 
@@ -60,6 +61,7 @@ class BertConfig:
     eps: float
     max_positions: int
     vocab_size: int
+    position_offset: int = 0  # rows of the position table before position 0 (RoBERTa's padding_idx + 1)
 
     @property
     def head_dim(self) -> int:
@@ -71,9 +73,11 @@ class BertConfig:
             raise ModelDirError(f"hidden_act {config['hidden_act']!r} is not supported (only exact gelu)")
         if config.get("position_embedding_type", "absolute") != "absolute":
             raise ModelDirError("only absolute position embeddings are supported")
+        # RoBERTa numbers positions from padding_idx + 1: its table's first rows are never read.
+        offset = int(config.get("pad_token_id", 1)) + 1 if config.get("model_type") in _ROBERTA_TYPES else 0
         return cls(config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"],
                    config["intermediate_size"], float(config.get("layer_norm_eps", 1e-12)),
-                   config["max_position_embeddings"], config["vocab_size"])
+                   config["max_position_embeddings"] - offset, config["vocab_size"], offset)
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> BertConfig:
@@ -138,7 +142,8 @@ class Bert:
         up = Uploader(executor, total, progress)
         # The tables stay on the host: each step looks up its rows there (float32, as the checkpoint).
         self.word = source.array(self._name(_EMBEDDINGS["word"]))
-        self.position_and_type = source.array(self._name(_EMBEDDINGS["position"]))[:c.max_positions]
+        positions = source.array(self._name(_EMBEDDINGS["position"]))
+        self.position_and_type = positions[c.position_offset:c.position_offset + c.max_positions]
         if source.has(self._name(_EMBEDDINGS["token_type"])):
             self.type_rows = source.array(self._name(_EMBEDDINGS["token_type"])).reshape(-1, c.d_model)
         else:
@@ -241,8 +246,9 @@ class Bert:
 
 
 def from_dir(d: ModelDir, executor: Executor, progress: Progress | None) -> tuple[Bert, HFTextEncoder]:
-    """A BERT sentence-transformers directory (weights named as BertModel's, with or without `bert.`)."""
-    prefix = "bert." if d.has("bert.embeddings.word_embeddings.weight") else ""
+    """A BERT sentence-transformers directory (weights named as BertModel's, with or without `bert.`), or a
+    (XLM-)RoBERTa one (under `roberta.`: the same network, positions offset, one token type)."""
+    prefix = next((p for p in ("bert.", "roberta.") if d.has(f"{p}embeddings.word_embeddings.weight")), "")
     config = BertConfig.from_hf(d.config)
     p = d.pipeline
     max_tokens = p.max_seq_length or config.max_positions

@@ -294,6 +294,7 @@ def resolve_embedding_path(name_or_path: str) -> Path:
 # Loaders by architecture, as `module:function` (imported on use: they import this module).
 DIR_LOADERS = {  # by the config's model_type
     "bert": "models.bert.model:from_dir",
+    "xlm-roberta": "models.bert.model:from_dir",
     "gemma3_text": "models.gemma.embedding_gemma:from_dir",
 }
 GGUF_LOADERS = {  # by general.architecture

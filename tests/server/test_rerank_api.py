@@ -157,15 +157,19 @@ def test_hostile_bodies_are_client_errors(server: ThreadServer, case: str) -> No
 @pytest.fixture(scope="module")
 def real_server() -> Iterator[ThreadServer]:
     models = rerank_models(**{"tiny-dir": str(GOLDEN / "rerank_tiny"),
-                              "tiny-gguf": str(GOLDEN / "rerank_tiny.f32.gguf")})
+                              "tiny-gguf": str(GOLDEN / "rerank_tiny.f32.gguf"),
+                              "tiny-xlmr": str(GOLDEN / "rerank_tiny_xlmr")})
     app = fake_app(**{"rerank.models": models, "rerank.loader": "server.rerank_worker:load_on_own_device"})
     with ThreadServer(app) as srv:
         yield srv
 
 
-@pytest.mark.parametrize("model, reference", [("tiny-dir", "crossencoder_logits"), ("tiny-gguf", "gguf_logits")])
-def test_the_real_model_ranks_as_the_reference(real_server: ThreadServer, model: str, reference: str) -> None:
-    golden = json.loads((GOLDEN / "rerank_tiny.json").read_text(encoding="utf-8"))
+@pytest.mark.parametrize("model, golden_file, reference", [
+    ("tiny-dir", "rerank_tiny.json", "crossencoder_logits"), ("tiny-gguf", "rerank_tiny.json", "gguf_logits"),
+    ("tiny-xlmr", "rerank_tiny_xlmr.json", "crossencoder_logits")])
+def test_the_real_model_ranks_as_the_reference(real_server: ThreadServer, model: str, golden_file: str,
+                                               reference: str) -> None:
+    golden = json.loads((GOLDEN / golden_file).read_text(encoding="utf-8"))
     body = {"model": model, "query": golden["query"], "documents": golden["documents"], "return_documents": True,
             "top_n": 5}
     response = post(real_server, body)
@@ -177,7 +181,7 @@ def test_the_real_model_ranks_as_the_reference(real_server: ThreadServer, model:
     np.testing.assert_allclose([r["relevance_score"] for r in results], scores[order], atol=1e-4, rtol=0)
     assert [r["document"]["text"] for r in results] == [golden["documents"][i] for i in order]
     assert response.json()["usage"]["total_tokens"] == sum(map(len, golden["ids"]))
-    if model == "tiny-dir":
+    if reference == "crossencoder_logits":
         np.testing.assert_allclose(scores, golden["crossencoder_scores"], atol=1e-6)
 
 
