@@ -16,7 +16,10 @@ sentence-transformers' CrossEncoder scores on it as golden data.
    - `crossencoder_logits`: the same with no activation,
    - `gguf_logits`: what the GGUF's network computes, in torch on the same checkpoint: the classifier on the last
      layer's [CLS] row without the pooler (llama.cpp's RANK pooling on this file), token types as the tokenizer
-     gives them.
+     gives them;
+5. the same for a tiny XLMRobertaForSequenceClassification (bge-reranker's architecture; a Unigram tokenizer
+   trained on the pairs, XLM-R's `<s> A </s></s> B </s>` template, positions from padding_idx + 1):
+   `tests/golden/rerank_tiny_xlmr/` and `rerank_tiny_xlmr.json` (no GGUF: its SentencePiece vocabulary is not read).
 
     /work/main/.venv/bin/python scripts/make_rerank_golden.py \
         --llama-cpp /tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp
