@@ -104,3 +104,18 @@ def test_embedding_models_are_not_rerankers() -> None:
     assert not model.reranker
     with pytest.raises(ValueError, match="not a cross-encoder"):
         model.score([[101, 102]], [[0, 0]])
+
+
+def test_a_gguf_with_a_sentencepiece_vocabulary_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLM-RoBERTa GGUFs (llama.cpp writes them as `bert` with tokenizer model t5) are not read as WordPiece."""
+    from gguf import Keys
+
+    from models.bert.model import wordpiece_from_gguf
+    from models.formats.gguf_file import GGUFFile, GGUFFormatError
+
+    f = GGUFFile(GOLDEN / "rerank_tiny.f32.gguf")
+    real_value = f.value
+    monkeypatch.setattr(f, "value", lambda key, *default: "t5" if key == Keys.Tokenizer.MODEL else
+                        real_value(key, *default))
+    with pytest.raises(GGUFFormatError, match="'t5' is not supported"):
+        wordpiece_from_gguf(f)

@@ -210,3 +210,9 @@ def test_longest_first_takes_from_the_longer_segment() -> None:
     types = [0, 0, 0, 0, 0, 0, 1, 1, 1]
     assert _longest_first(ids, types, 7) == ([1, 10, 11, 2, 20, 21, 2], [0, 0, 0, 0, 1, 1, 1])
     assert _longest_first(ids, types, 5) == ([1, 10, 2, 20, 2], [0, 0, 0, 1, 1])
+
+
+def test_a_reranker_sent_to_embeddings_is_a_400_naming_rerank(server: ThreadServer) -> None:
+    response = httpx.post(server.url + "/v1/embeddings", json={"model": RERANKER, "input": "x"}, timeout=60)
+    error = error_of(response, 400)
+    assert RERANKER in error["message"] and "/v1/rerank" in error["message"]
