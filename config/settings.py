@@ -128,6 +128,8 @@ class Limits(_Frozen):
     # 300,000: OpenAI's limit on the tokens of all inputs of one embeddings request together.
     max_embedding_tokens: int = Field(300_000, ge=1, description="most tokens of all inputs of one /v1/embeddings "
                                       "request together; then 400")
+    max_rerank_documents: int = Field(1000, ge=1, description="most documents one /v1/rerank request may rank; "
+                                      "then 400")
     max_audio_seconds: float = Field(1800.0, gt=0, description="longest decoded audio an upload may hold, checked "
                                      "while decoding; then 413")
     max_speech_phonemes: int = Field(6000, ge=1, description="most phonemes one /v1/audio/speech input may expand "
@@ -213,6 +215,8 @@ class Settings(_Frozen):
         models=(ModelConfig(id=SHIPPED_TRANSCRIPTION_MODEL, source=SHIPPED_TRANSCRIPTION_MODEL, preload=False),),
         default=SHIPPED_TRANSCRIPTION_MODEL, aliases={name: "" for name in OPENAI_TRANSCRIPTION_ALIASES},
         loader="server.transcription_worker:load_on_own_device")
+    # Cross-encoders for /v1/rerank: none is shipped; `[[rerank.models]]` names a directory or GGUF file.
+    rerank: ModelGroup = ModelGroup(loader="server.rerank_worker:load_on_own_device")
     limits: Limits = Limits()
     ollama: OllamaConfig = OllamaConfig()
     speech_voices: tuple[str, ...] = Field((), description="extra Kokoro voicepacks for every speech model: files "
@@ -269,7 +273,7 @@ class Settings(_Frozen):
         chat = ModelGroup.model_construct(models=self.models, default=self.default_model, aliases=self.aliases,
                                           loader=self.model_loader)
         return {"text": chat, "embedding": self.embeddings, "speech": self.speech,
-                "transcription": self.transcription}
+                "transcription": self.transcription, "rerank": self.rerank}
 
     def alias_target(self, alias: str) -> str | None:
         """The model id an alias names; an empty target means the default model."""
@@ -308,6 +312,7 @@ _ENV_KEYS = {
     "HEARTH_MAX_CHOICES": "limits.max_choices",
     "HEARTH_MAX_EMBEDDING_TOKENS": "limits.max_embedding_tokens",
     "HEARTH_MAX_AUDIO_SECONDS": "limits.max_audio_seconds",
+    "HEARTH_MAX_RERANK_DOCUMENTS": "limits.max_rerank_documents",
     "HEARTH_MAX_SPEECH_PHONEMES": "limits.max_speech_phonemes",
     "HEARTH_MAX_PREPARING": "limits.max_preparing",
     "HEARTH_SHUTDOWN_TIMEOUT": "limits.shutdown_timeout_s",
@@ -372,7 +377,7 @@ def load_settings(
         data["default_model"] = data["models"][0].get("id")
     # A group's table changes only the keys it names (a [speech] table with models keeps the OpenAI aliases and
     # the loader); models without a default: the first is the default.
-    for group in ("embeddings", "speech", "transcription"):
+    for group in ("embeddings", "speech", "transcription", "rerank"):
         table = data.get(group)
         if isinstance(table, dict):
             if "models" in table and "default" not in table:

@@ -1,7 +1,7 @@
 """The model registry: which names a request may use, and which file each one loads.
 
 Names come from three places, checked in this order: each endpoint family's configured models (chat, then
-embeddings, speech and transcription: config/settings.py's Settings.groups()), their aliases (OpenAI names
+embeddings, speech, transcription and rerank: config/settings.py's Settings.groups()), their aliases (OpenAI names
 such as `gpt-4o-mini` reach the family's default model), and the chat and embedding models in the user's
 Ollama store (models/ollama.py). Two names that reach the same file share one loaded model (the `key`).
 """
@@ -40,7 +40,7 @@ class ModelEntry:
     kv_dtype: str = "f16"
     int8_activations: bool = False  # prompts' matmuls on 8-bit activations (load_text_model)
     alias_of: str | None = None
-    kind: str = "text"  # "text" (chat, completions), "embedding", "speech" or "transcription"
+    kind: str = "text"  # "text" (chat, completions), "embedding", "speech", "transcription" or "rerank"
 
 
 def shipped_model_path() -> Path | None:
@@ -108,7 +108,7 @@ class ModelRegistry:
             return None
         found = ollama.find_model(name, root)
         if found is not None and _embeds(found):
-            return self._ollama_entry(found, name, kind="embedding")
+            return self._ollama_entry(found, name, kind=_encoder_kind(found))
         if found is None or found.architecture in ollama.EMBEDDING_ARCHITECTURES:
             return None
         return self._ollama_entry(found, name)
@@ -124,7 +124,7 @@ class ModelRegistry:
         if root is not None:
             entries += [self._ollama_entry(found, found.name) for found in ollama.list_models(root)
                         if not _embeds(found)]
-            entries += [self._ollama_entry(found, found.name, kind="embedding")
+            entries += [self._ollama_entry(found, found.name, kind=_encoder_kind(found))
                         for found in ollama.list_models(root, chat_only=False) if _embeds(found)]
         return entries
 
@@ -145,6 +145,29 @@ def _embeds(found: ollama.OllamaModel) -> bool:
         return _has_pooling(str(found.path), found.path.stat().st_mtime)
     except OSError:
         return False
+
+
+def _encoder_kind(found: ollama.OllamaModel) -> str:
+    """An encoder of the store: "rerank" for a BERT cross-encoder (a classifier head, `cls.output`, which
+    llama.cpp's converter keeps for BertForSequenceClassification), else "embedding"."""
+    if found.architecture != "bert":
+        return "embedding"
+    try:
+        return "rerank" if _has_classifier(str(found.path), found.path.stat().st_mtime) else "embedding"
+    except OSError:
+        return "embedding"
+
+
+@functools.lru_cache(maxsize=256)
+def _has_classifier(path: str, mtime: float) -> bool:
+    """Whether a GGUF holds a classification head's output projection (read once per file version)."""
+    from gguf import MODEL_TENSOR, TENSOR_NAMES, GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+    except (OSError, ValueError):
+        return False
+    return any(t.name == f"{TENSOR_NAMES[MODEL_TENSOR.CLS_OUT]}.weight" for t in reader.tensors)
 
 
 @functools.lru_cache(maxsize=256)

@@ -33,6 +33,7 @@ def load_on_own_device(source: str, **kwargs: object) -> EmbeddingModel:
 @dataclass
 class _Request:
     inputs: list[list[int]]
+    types: list[list[int]] | None = None  # each input's token types (a reranker's pairs)
     future: concurrent.futures.Future[np.ndarray] = field(default_factory=concurrent.futures.Future)
 
     @property
@@ -92,13 +93,17 @@ class EmbeddingWorker(ThreadWorker[EmbeddingModel]):
                     sequences += len(request.inputs)
             return batch
 
+    def _compute(self, batch: list[_Request]) -> np.ndarray:
+        """One row per input of the batch's requests, in order: their embeddings (a subclass's scores)."""
+        return self.model.embed([ids for r in batch for ids in r.inputs])
+
     def _serve(self) -> None:
         while (batch := self._next_batch()) is not None:
             if not batch:
                 continue
             self.running = len(batch)
             try:
-                vectors = self.model.embed([ids for r in batch for ids in r.inputs])
+                vectors = self._compute(batch)
                 self.batches += 1
                 start = 0
                 for request in batch:

@@ -9,7 +9,7 @@ or earlier when a new model needs its place under `limits.max_loaded_models` (le
 A request holds a lease on its model from `worker_for` until its response has ended (stream included), so a
 model is never unloaded between being handed out and being used.
 
-Every kind of model (chat, embeddings, speech, transcription) is one entry of WORKER_KINDS: its worker class,
+Every kind of model (chat, embeddings, speech, transcription, rerank) is one entry of WORKER_KINDS: its worker class,
 built from a registry entry by `for_entry`, and its settings group's loader. Services get their kind's worker
 through the protocols of server/protocols.py.
 """
@@ -33,6 +33,7 @@ from server.protocols import (
     ChatHandler,
     EmbeddingHandler,
     Loader,
+    RerankHandler,
     SpeechHandler,
     TranscriptionHandler,
     Worker,
@@ -67,6 +68,7 @@ WORKER_KINDS = {
     "speech": WorkerKind("server.speech_worker:SpeechWorker", "/v1/audio/speech", "a speech"),
     "transcription": WorkerKind("server.transcription_worker:TranscriptionWorker", "/v1/audio/transcriptions",
                                 "a transcription"),
+    "rerank": WorkerKind("server.rerank_worker:RerankWorker", "/v1/rerank", "a rerank"),
 }
 
 log = logging.getLogger("hearth.server")
@@ -224,12 +226,16 @@ class ModelManager:
     async def worker_for(self, name: str, kind: Literal["transcription"],
                          keep_alive: str | float | None = None) -> tuple[ModelEntry, TranscriptionHandler]: ...
 
+    @overload
+    async def worker_for(self, name: str, kind: Literal["rerank"],
+                         keep_alive: str | float | None = None) -> tuple[ModelEntry, RerankHandler]: ...
+
     async def worker_for(self, name: str, kind: str = "text",
                          keep_alive: str | float | None = None) -> tuple[ModelEntry, Worker]:
         """The registry entry and the ready worker for a request's model, loading it if needed.
 
-        kind: what the endpoint serves ("text", "embedding", "speech", "transcription"); a model of another kind
-        is a 400 that names the endpoint it belongs to. keep_alive: the request's (Ollama's) idle time for the
+        kind: what the endpoint serves ("text", "embedding", "speech", "transcription", "rerank"); a model of another
+        kind is a 400 that names the endpoint it belongs to. keep_alive: the request's (Ollama's) idle time for the
         model from now on.
         """
         entry = await asyncio.to_thread(self.registry.lookup, name)  # may read the Ollama store

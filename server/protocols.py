@@ -1,9 +1,9 @@
 """What the server needs of a loaded model and of the worker that holds it, one protocol per model kind.
 
 The model manager knows every worker as a `Worker`; each service asks it for the kind it serves and gets that
-kind's handler (`ChatHandler`, `EmbeddingHandler`, `SpeechHandler`, `TranscriptionHandler`), whose `model` is
-the loaded model seen through its own protocol. Models never import these: any class with the members fits, so
-the models in models/ and the tests' fakes satisfy them alike.
+kind's handler (`ChatHandler`, `EmbeddingHandler`, `SpeechHandler`, `TranscriptionHandler`, `RerankHandler`), whose
+`model` is the loaded model seen through its own protocol. Models never import these: any class with the members
+fits, so the models in models/ and the tests' fakes satisfy them alike.
 """
 
 from __future__ import annotations
@@ -123,6 +123,24 @@ class EmbeddingModel(Protocol):
     def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray: ...
 
 
+class RerankModel(Protocol):
+    """A loaded cross-encoder (models/embeddings/engine.py's EmbeddingModel over a BERT sequence classifier)."""
+
+    @property
+    def max_tokens(self) -> int: ...  # per (query, document) pair, special tokens included
+
+    @property
+    def reranker(self) -> bool: ...
+
+    def tokenize_pair(self, query: str, document: str, truncate: bool = False) -> tuple[list[int], list[int]]:
+        """(ids, token types) of `[CLS] query [SEP] document [SEP]`."""
+        ...
+
+    def score(self, batch: Sequence[Sequence[int]], token_types: Sequence[Sequence[int]]) -> np.ndarray:
+        """float32 [len(batch)]: each pair's relevance logit."""
+        ...
+
+
 class SpeechModel(Protocol):
     """A loaded speech model (models/kokoro.py)."""
 
@@ -239,7 +257,7 @@ def adapter_turns(model: object) -> Turns | None:
 class Worker(Protocol):
     """What the model manager and /health, /metrics read of any worker: its load and its queue."""
 
-    kind: str  # the ModelEntry kind it serves: "text", "embedding", "speech" or "transcription"
+    kind: str  # the ModelEntry kind it serves: "text", "embedding", "speech", "transcription" or "rerank"
     name: str
     source: str
     state: WorkerState
@@ -285,6 +303,14 @@ class EmbeddingHandler(Worker, Protocol):
     model: EmbeddingModel
 
     async def embed(self, inputs: Sequence[Sequence[int]], retry_after_s: int) -> np.ndarray: ...
+
+
+class RerankHandler(Worker, Protocol):
+    """A cross-encoder's worker: concurrent requests' pairs share its GPU passes."""
+
+    model: RerankModel
+
+    async def score(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], retry_after_s: int) -> np.ndarray: ...
 
 
 class SpeechHandler(Worker, Protocol):

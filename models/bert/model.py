@@ -11,6 +11,10 @@ One step over a packed batch of T tokens (gpu/ops/encoder.py):
         x = LayerNorm(gelu_erf(x Wup + bup) Wdown + bdown + x)
     e = pool(x) per sequence, then the Dense modules and L2 normalisation the model's pipeline names
 
+A cross-encoder (BertForSequenceClassification, or a GGUF with pooling type RANK) pools the [CLS] row and ends in
+its classification head (models/bert/classifier.py); its inputs are pairs, `[CLS] query [SEP] doc [SEP]`, whose
+second segment reads token type row 1.
+
 GGUF particulars: llama.cpp's converter stores the WordPiece vocabulary with a leading "\u2581" on word
 starts instead of "##" on continuations (undone here), CLS as BOS and SEP as EOS, the pooling in
 `bert.pooling_type`, and no normalisation flag: GGUF embeddings are L2-normalised, as llama.cpp does.
@@ -32,11 +36,18 @@ from gpu.ops.matmul import linear
 from gpu.program import Executor, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
+from models.bert.classifier import (
+    SequenceClassifier,
+    classifier_from_dir,
+    classifier_from_gguf,
+    is_sequence_classifier,
+)
 from models.embeddings.engine import EncoderInputs, Head, HFTextEncoder, record_head
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.safetensors_dir import ModelDir, ModelDirError
 from models.formats.weights import DirSource, GGUFSource, Matrix, Progress, Uploader, fuse_rows
 
+_ROBERTA_TYPES = ("roberta", "xlm-roberta")  # BERT's network with offset positions and one token type
 _GGUF_POOLING = {PoolingType.MEAN: "mean", PoolingType.CLS: "cls", PoolingType.LAST: "last"}
 _PHANTOM = "\u2581"  # llama.cpp's mark of a word start in BERT vocabularies
 
@@ -50,6 +61,7 @@ class BertConfig:
     eps: float
     max_positions: int
     vocab_size: int
+    position_offset: int = 0  # rows of the position table before position 0 (RoBERTa's padding_idx + 1)
 
     @property
     def head_dim(self) -> int:
@@ -61,9 +73,11 @@ class BertConfig:
             raise ModelDirError(f"hidden_act {config['hidden_act']!r} is not supported (only exact gelu)")
         if config.get("position_embedding_type", "absolute") != "absolute":
             raise ModelDirError("only absolute position embeddings are supported")
+        # RoBERTa numbers positions from padding_idx + 1: its table's first rows are never read.
+        offset = int(config.get("pad_token_id", 1)) + 1 if config.get("model_type") in _ROBERTA_TYPES else 0
         return cls(config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"],
                    config["intermediate_size"], float(config.get("layer_norm_eps", 1e-12)),
-                   config["max_position_embeddings"], config["vocab_size"])
+                   config["max_position_embeddings"] - offset, config["vocab_size"], offset)
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> BertConfig:
@@ -116,7 +130,7 @@ class Bert:
 
     def __init__(self, executor: Executor, config: BertConfig, source: DirSource | GGUFSource, gguf: bool,
                  head: tuple[str, list[tuple[Matrix, np.ndarray | None]], bool], max_tokens: int,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, classifier: SequenceClassifier | None = None) -> None:
         self.config = c = config
         self.d_model = c.d_model
         self.vocab_size = c.vocab_size
@@ -128,12 +142,14 @@ class Bert:
         up = Uploader(executor, total, progress)
         # The tables stay on the host: each step looks up its rows there (float32, as the checkpoint).
         self.word = source.array(self._name(_EMBEDDINGS["word"]))
-        self.position_and_type = source.array(self._name(_EMBEDDINGS["position"]))[:c.max_positions]
+        positions = source.array(self._name(_EMBEDDINGS["position"]))
+        self.position_and_type = positions[c.position_offset:c.position_offset + c.max_positions]
         if source.has(self._name(_EMBEDDINGS["token_type"])):
-            type_row = source.array(self._name(_EMBEDDINGS["token_type"])).reshape(-1, c.d_model)[0]
+            self.type_rows = source.array(self._name(_EMBEDDINGS["token_type"])).reshape(-1, c.d_model)
         else:
-            type_row = np.zeros(c.d_model, np.float32)
-        self.type_row = type_row
+            self.type_rows = np.zeros((1, c.d_model), np.float32)
+        self.type_row = self.type_rows[0]
+        self.classifier = classifier  # the head of a cross-encoder, on the host; None for an embedding model
         up.host(self.word.nbytes + self.position_and_type.nbytes)
         self.embed_norm = self._norm(up, _EMBEDDINGS["norm"])
         self.layers = [self._layer(up, i) for i in range(c.n_layers)]
@@ -184,9 +200,13 @@ class Bert:
         return BertLayer(qkv, qkv_bias, o, o_bias, self._norm(up, _LAYER["attn_norm"], i), ffn_up, up_bias, down,
                          down_bias, self._norm(up, _LAYER["out_norm"], i))
 
-    def input_rows(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """word + token type 0 + position rows, added in HF's order (float32 [T, D])."""
-        return (self.word[ids] + self.type_row) + self.position_and_type[positions]
+    def input_rows(self, ids: np.ndarray, positions: np.ndarray, types: np.ndarray | None = None) -> np.ndarray:
+        """word + token type (0 unless given) + position rows, added in HF's order (float32 [T, D])."""
+        if types is None:
+            return (self.word[ids] + self.type_row) + self.position_and_type[positions]
+        if len(types) and (min(types) < 0 or max(types) >= len(self.type_rows)):
+            raise ValueError(f"token types outside [0, {len(self.type_rows)})")
+        return (self.word[ids] + self.type_rows[types]) + self.position_and_type[positions]
 
     def record(self, b: ProgramBuilder, inputs: EncoderInputs) -> None:
         c, t = self.config, inputs.t_max
@@ -226,21 +246,33 @@ class Bert:
 
 
 def from_dir(d: ModelDir, executor: Executor, progress: Progress | None) -> tuple[Bert, HFTextEncoder]:
-    """A BERT sentence-transformers directory (weights named as BertModel's, with or without `bert.`)."""
-    prefix = "bert." if d.has("bert.embeddings.word_embeddings.weight") else ""
+    """A BERT sentence-transformers directory (weights named as BertModel's, with or without `bert.`), or a
+    (XLM-)RoBERTa one (under `roberta.`: the same network, positions offset, one token type)."""
+    prefix = next((p for p in ("bert.", "roberta.") if d.has(f"{p}embeddings.word_embeddings.weight")), "")
     config = BertConfig.from_hf(d.config)
     p = d.pipeline
+    max_tokens = p.max_seq_length or config.max_positions
+    if is_sequence_classifier(d):  # a cross-encoder: [CLS] row, then its classification head
+        arch = Bert(executor, config, DirSource(d, prefix), False, ("cls", [], False), max_tokens, progress,
+                    classifier_from_dir(d, prefix))
+        return arch, HFTextEncoder(d.tokenizer())
     dense = [(Matrix(GGMLQuantizationType.F32, m.weight.shape[1], m.weight.shape[0], m.weight), m.bias)
              for m in p.dense]
-    max_tokens = p.max_seq_length or config.max_positions
     arch = Bert(executor, config, DirSource(d, prefix), False, (p.pooling, dense, p.normalize), max_tokens, progress)
     return arch, HFTextEncoder(d.tokenizer())
 
 
 def from_gguf(f: GGUFFile, executor: Executor, progress: Progress | None) -> tuple[Bert, HFTextEncoder]:
-    """A GGUF `bert` file (llama.cpp's converter): pooling from bert.pooling_type, L2-normalised output."""
+    """A GGUF `bert` file (llama.cpp's converter): pooling from bert.pooling_type, L2-normalised output; pooling
+    type RANK, or none and a classifier (`cls.output`, which llama.cpp's converter writes for
+    BertForSequenceClassification with no pooling type): a cross-encoder, its [CLS] row through that head."""
     config = BertConfig.from_gguf(f)
-    kind = PoolingType(int(f.value(Keys.LLM.POOLING_TYPE, PoolingType.MEAN)))
+    classifier = TENSOR_NAMES[MODEL_TENSOR.CLS_OUT] + ".weight" in f.tensors
+    kind = PoolingType(int(f.value(Keys.LLM.POOLING_TYPE, PoolingType.RANK if classifier else PoolingType.MEAN)))
+    if kind == PoolingType.RANK:
+        arch = Bert(executor, config, GGUFSource(f), True, ("cls", [], False), config.max_positions, progress,
+                    classifier_from_gguf(f, config.d_model))
+        return arch, HFTextEncoder(wordpiece_from_gguf(f))
     if kind not in _GGUF_POOLING:
         raise GGUFFormatError(f"{f.path.name}: pooling type {kind.name} is not supported for embeddings")
     arch = Bert(executor, config, GGUFSource(f), True, (_GGUF_POOLING[kind], [], True), config.max_positions,
@@ -252,6 +284,9 @@ def wordpiece_from_gguf(f: GGUFFile) -> Tokenizer:
     """The WordPiece tokenizer of a GGUF `bert` vocabulary: llama.cpp's "\u2581word" / "piece" spellings
     turned back into "word" / "##piece", lower-casing and accent stripping as llama.cpp's WPM does,
     and [CLS] ... [SEP] around each input."""
+    model = f.value(Keys.Tokenizer.MODEL, "bert")
+    if model != "bert":  # XLM-RoBERTa files (bge-reranker, multilingual-e5) carry a SentencePiece vocabulary
+        raise GGUFFormatError(f"{f.path.name}: tokenizer model {model!r} is not supported (only WordPiece, 'bert')")
     tokens = list(f.value(Keys.Tokenizer.LIST))
     types = list(f.value(Keys.Tokenizer.TOKEN_TYPE, [TokenType.NORMAL] * len(tokens)))
     vocab: dict[str, int] = {}

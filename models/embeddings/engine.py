@@ -9,6 +9,8 @@ A batch of sequences of uneven lengths is packed row after row with no padding (
 its sequence's rows: the attention's padding mask), run through a step program recorded for the
 smallest bucket of TOKEN_BUCKETS rows that holds it, and pooled per sequence on the GPU. Batches
 larger than a pass (TOKEN_BUCKETS[-1] tokens or MAX_SEQUENCES sequences) take several passes.
+A cross-encoder (an architecture with a `classifier`) runs the same passes over (query, document) pairs, each
+token with its segment's token type, and `score` turns the pooled rows into one relevance logit per pair.
 Architectures (models/bert/model.py, models/gemma/embedding_gemma.py, models/qwen3_embedding.py) compute the input
 rows on the host (an embedding lookup, in float32) and record the layers; loaders are found by architecture name.
 """
@@ -59,6 +61,11 @@ class TextEncoder(Protocol):
         """Like encode, cut to at most max_tokens ids as the reference library cuts them."""
         ...
 
+    def encode_pair(self, first: str, second: str, max_tokens: int | None = None) -> tuple[list[int], list[int]]:
+        """(ids, token types) of a pair, `[CLS] first [SEP] second [SEP]` with types 0 then 1 (the tokenizer's
+        pair template); max_tokens: cut the longer side first, as transformers' longest_first truncation."""
+        ...
+
 
 class HFTextEncoder:
     """A Hugging Face `tokenizers` tokenizer (tokenizer.json) as sentence-transformers calls it: special
@@ -74,14 +81,22 @@ class HFTextEncoder:
     def encode(self, text: str) -> list[int]:
         return self._plain.encode(text).ids
 
-    def encode_truncated(self, text: str, max_tokens: int) -> list[int]:
+    def _truncating_to(self, max_tokens: int) -> Tokenizer:
         with self._lock:
             tokenizer = self._truncating.get(max_tokens)
             if tokenizer is None:
                 tokenizer = Tokenizer.from_str(self._plain.to_str())
-                tokenizer.enable_truncation(max_tokens)
+                tokenizer.enable_truncation(max_tokens, strategy="longest_first")
                 self._truncating[max_tokens] = tokenizer
-        return tokenizer.encode(text).ids
+        return tokenizer
+
+    def encode_truncated(self, text: str, max_tokens: int) -> list[int]:
+        return self._truncating_to(max_tokens).encode(text).ids
+
+    def encode_pair(self, first: str, second: str, max_tokens: int | None = None) -> tuple[list[int], list[int]]:
+        tokenizer = self._plain if max_tokens is None else self._truncating_to(max_tokens)
+        encoding = tokenizer.encode(first, second)
+        return encoding.ids, encoding.type_ids
 
 
 @dataclass
@@ -137,13 +152,24 @@ class EmbeddingModel:
         self.dimensions = arch.d_out
         self.matryoshka = arch.matryoshka
         self.vocab_size = arch.vocab_size
+        # A cross-encoder's head (models/bert/classifier.py); architectures without one are embedding models only.
+        self.classifier: Callable[[np.ndarray], np.ndarray] | None = getattr(arch, "classifier", None)
         self._steps: dict[int, _Step] = {}
+
+    @property
+    def reranker(self) -> bool:
+        """A cross-encoder with one output label: it scores (query, document) pairs."""
+        return self.classifier is not None and getattr(self.classifier, "labels", 1) == 1
 
     def tokenize(self, text: str, truncate: bool = False) -> list[int]:
         """Token ids of text; truncate: cut to max_tokens (else the caller checks the length)."""
         if truncate:
             return self.tokenizer.encode_truncated(text, self.max_tokens)
         return self.tokenizer.encode(text)
+
+    def tokenize_pair(self, query: str, document: str, truncate: bool = False) -> tuple[list[int], list[int]]:
+        """(ids, token types) of a (query, document) pair; truncate: cut to max_tokens, the longer side first."""
+        return self.tokenizer.encode_pair(query, document, self.max_tokens if truncate else None)
 
     def _step(self, t_max: int) -> _Step:
         if t_max not in self._steps:
@@ -173,19 +199,29 @@ class EmbeddingModel:
             ranges.append((start, len(lengths)))
         return ranges
 
-    def embed(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
-        """float32 [len(batch), dimensions]: one embedding per token sequence (each 1..max_tokens ids)."""
+    def embed(self, batch: Sequence[Sequence[int]],
+              token_types: Sequence[Sequence[int]] | None = None) -> np.ndarray:
+        """float32 [len(batch), dimensions]: one embedding per token sequence (each 1..max_tokens ids);
+        token_types: each token's segment (pairs), else all 0."""
         for i, ids in enumerate(batch):
             if not 0 < len(ids) <= self.max_tokens:
                 raise ValueError(f"input {i} has {len(ids)} tokens; this model takes 1 to {self.max_tokens}")
             if min(ids) < 0 or max(ids) >= self.vocab_size:
                 raise ValueError(f"input {i} has token ids outside [0, {self.vocab_size})")
+            if token_types is not None and len(token_types[i]) != len(ids):
+                raise ValueError(f"input {i} has {len(ids)} tokens but {len(token_types[i])} token types")
         out = np.empty((len(batch), self.dimensions), np.float32)
         for start, end in self.passes([len(ids) for ids in batch]):
-            out[start:end] = self._run(batch[start:end])
+            out[start:end] = self._run(batch[start:end], None if token_types is None else token_types[start:end])
         return out
 
-    def _run(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+    def score(self, batch: Sequence[Sequence[int]], token_types: Sequence[Sequence[int]]) -> np.ndarray:
+        """float32 [len(batch)]: a cross-encoder's relevance logit of each (query, document) pair's tokens."""
+        if self.classifier is None or not self.reranker:
+            raise ValueError(f"{self.name} is not a cross-encoder with one output label")
+        return self.classifier(self.embed(batch, token_types))[:, 0]
+
+    def _run(self, batch: Sequence[Sequence[int]], token_types: Sequence[Sequence[int]] | None = None) -> np.ndarray:
         lengths = np.array([len(ids) for ids in batch])
         total = int(lengths.sum())
         step = self._step(next(b for b in TOKEN_BUCKETS if b >= total))
@@ -196,7 +232,11 @@ class EmbeddingModel:
         ids = np.concatenate([np.asarray(s, np.int64) for s in batch])
         positions = np.concatenate([np.arange(n) for n in lengths])
         ex = self.executor
-        ex.write(inputs.x, self.arch.input_rows(ids, positions))
+        if token_types is None:
+            ex.write(inputs.x, self.arch.input_rows(ids, positions))
+        else:  # only a cross-encoder's architecture (models/bert/model.py) reads token types
+            types = np.concatenate([np.asarray(s, np.int64) for s in token_types])
+            ex.write(inputs.x, self.arch.input_rows(ids, positions, types))  # type: ignore[call-arg]
         ex.write(inputs.positions, positions.astype(np.uint32))
         spans = np.repeat(seqs[:len(batch)], lengths, axis=0)
         if self.arch.causal:  # a token's keys end at its own row
@@ -284,6 +324,7 @@ def resolve_embedding_path(name_or_path: str) -> Path:
 # Loaders by architecture, as `module:function` (imported on use: they import this module).
 DIR_LOADERS = {  # by the config's model_type
     "bert": "models.bert.model:from_dir",
+    "xlm-roberta": "models.bert.model:from_dir",
     "gemma3_text": "models.gemma.embedding_gemma:from_dir",
 }
 GGUF_LOADERS = {  # by general.architecture

@@ -98,6 +98,16 @@ def test_config_imports_nothing_of_the_project() -> None:
 
 def test_every_endpoint_family_is_a_group() -> None:
     groups = load_settings(env={}).groups()
-    assert list(groups) == ["text", "embedding", "speech", "transcription"]
+    assert list(groups) == ["text", "embedding", "speech", "transcription", "rerank"]
+    assert groups["rerank"].models == () and groups["rerank"].default is None  # no reranker is shipped
     assert groups["text"].default == SHIPPED_MODEL and "gpt-4o-mini" in groups["text"].aliases
     assert groups["text"].loader == "server.chat_worker:load_on_own_device"
+
+
+def test_rerank_models_and_limit_from_toml_and_env(tmp_path: Path) -> None:
+    config = tmp_path / "hearth.toml"
+    config.write_text('[[rerank.models]]\nid = "ms-marco"\nsource = "/models/ms-marco.gguf"\n', encoding="utf-8")
+    settings = load_settings(path=config, env={"HEARTH_MAX_RERANK_DOCUMENTS": "50"})
+    assert [m.id for m in settings.rerank.models] == ["ms-marco"] and settings.rerank.default == "ms-marco"
+    assert settings.rerank.loader == "server.rerank_worker:load_on_own_device"
+    assert settings.limits.max_rerank_documents == 50

@@ -106,3 +106,16 @@ def test_qwen3_embedding_in_the_store_is_an_embedding_model(tmp_path: Path) -> N
     assert registry.lookup("qwen3:0.6b").kind == "text"  # type: ignore[union-attr]
     kinds = {e.id: e.kind for e in registry.list() if e.owned_by == "ollama"}
     assert kinds == {"qwen3:0.6b": "text", "qwen3-embedding:0.6b": "embedding"}
+
+
+def test_a_bert_cross_encoder_in_the_store_is_a_reranker(tmp_path: Path) -> None:
+    """A bert GGUF with a classifier head (llama.cpp's `cls.output`) reranks; one without embeds."""
+    golden = Path(__file__).resolve().parent.parent / "golden"
+    root = tmp_path / "ollama"
+    add_model(root, golden / "rerank_tiny.f32.gguf", "tiny-rerank", "latest")
+    add_model(root, fake_gguf(tmp_path / "minilm.gguf", "bert"), "minilm", "latest")
+    registry = ModelRegistry(load_settings(env={"OLLAMA_MODELS": str(root)}))
+    assert registry.lookup("tiny-rerank").kind == "rerank"  # type: ignore[union-attr]
+    assert registry.lookup("minilm").kind == "embedding"  # type: ignore[union-attr]
+    kinds = {e.id: e.kind for e in registry.list() if e.owned_by == "ollama"}
+    assert kinds == {"tiny-rerank:latest": "rerank", "minilm:latest": "embedding"}

@@ -22,6 +22,7 @@ FAKE_LOADERS = {
     "embeddings.loader": "tests.server.fake_embedding:load",
     "speech.loader": "tests.server.fake_kokoro:load",
     "transcription.loader": "tests.server.fake_whisper:load_fake_whisper",
+    "rerank.loader": "tests.server.fake_rerank:load",
 }
 
 
@@ -112,4 +113,5 @@ SOAK_LOADERS = {
     "embeddings.loader": "tests.server.all_fakes:load_soak_embedding",
     "speech.loader": "tests.server.all_fakes:load_soak_kokoro",
     "transcription.loader": "tests.server.all_fakes:load_soak_whisper",
+    "rerank.loader": "tests.server.fake_rerank:load",
 }
