@@ -20,7 +20,7 @@ from server.metrics import Metrics
 from server.middleware import install_middleware
 from server.model_manager import ModelManager
 from server.protocols import Loader
-from server.routers import audio_speech, audio_transcriptions, chat, completions, embeddings, health, models
+from server.routers import audio_speech, audio_transcriptions, chat, completions, embeddings, health, models, playground
 from server.routers import metrics as metrics_router
 
 log = logging.getLogger("hearth.server")
@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
     )
     install_handlers(app)
     for router in (health.router, models.router, chat.router, completions.router, embeddings.router,
-                   audio_transcriptions.router, audio_speech.router):
+                   audio_transcriptions.router, audio_speech.router, playground.router):
         app.include_router(router)
     # Request ids, metrics, CORS, API keys, the response timeout and the body limits, for every route.
     app.state.metrics = Metrics(lambda: getattr(app.state, "manager", None))
