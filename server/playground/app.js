@@ -56,11 +56,18 @@ function setUpTabs() {
       next.focus();
     });
   });
-  const fromHash = tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash);
-  if (fromHash) select(fromHash);
+  const fromHash = () => {
+    const tab = tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash);
+    if (tab) select(tab);
+  };
+  window.addEventListener("hashchange", fromHash);
+  fromHash();
 }
 
 // -- models -----------------------------------------------------------------------------------------------------
+// Kokoro's language codes, as the voice list gives them.
+const LANGUAGES = { a: "en-US", b: "en-GB", e: "es", f: "fr", h: "hi", i: "it", j: "ja", p: "pt-BR", z: "zh" };
+
 // Listing a speech model's voices loads that model, so it waits until the Speak tab is opened.
 let voicesOf = null;
 
@@ -97,7 +104,8 @@ async function loadVoices() {
   form.voice.replaceChildren(new Option("loading voices…", ""));
   try {
     const list = await getJson(`v1/audio/voices?model=${encodeURIComponent(model)}`);
-    const options = list.data.map((v) => new Option([v.id, v.gender, v.language].filter(Boolean).join(" · "), v.id));
+    const describe = (v) => [v.id, v.gender, LANGUAGES[v.language] ?? v.language].filter(Boolean).join(" · ");
+    const options = list.data.map((v) => new Option(describe(v), v.id));
     form.voice.replaceChildren(...options);
   } catch (error) {
     // A server without a voice list still takes OpenAI's names.
@@ -156,7 +164,8 @@ async function sendChat(form) {
         model: form.model.value,
         messages: [...(system ? [{ role: "system", content: system }] : []), ...chat.history],
         temperature: Number(form.temperature.value),
-        max_tokens: Number(form.max_tokens.value),
+        // Empty: the server's default (to the context's end).
+        ...(form.max_tokens.value ? { max_tokens: Number(form.max_tokens.value) } : {}),
         stream: true,
         stream_options: { include_usage: true },
       },
