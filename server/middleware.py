@@ -27,8 +27,11 @@ from server.sse import DONE, sse_event
 
 access_log = logging.getLogger("hearth.access")
 # Paths that never need an API key: liveness and readiness probes (Docker's HEALTHCHECK, Kubernetes), and the
-# API's own description. /metrics joins them unless settings.metrics_need_key.
-OPEN_PATHS = frozenset({"/", "/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# API's own description, and the playground page with its assets (its API calls carry the key the user gives).
+# /metrics joins them unless settings.metrics_need_key.
+OPEN_PATHS = frozenset({"/", "/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
+                        "/playground", "/playground/"})
+OPEN_PREFIXES = ("/playground/",)
 PROBE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 # The multipart upload routes, whose bodies may be up to limits.max_upload_bytes.
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
@@ -201,7 +204,8 @@ class ApiKeyAuth:
         self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope.get("path", "") in self.open_paths:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not self.keys or path in self.open_paths or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         authorization = presented_key(dict(scope.get("headers") or []))
