@@ -73,7 +73,7 @@ class ChatService:
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
         prompt_ids = await self.manager.preparation.run(self._prompt_ids, worker, request)
-        thinking = _thinking_markers(model.tokenizer)
+        thinking = thinking_markers(model.tokenizer)
         tool_format = _tool_format(worker) if request.tool_mode != "none" else None
         wanted = output_grammar(request.response_format, request.json_schema, request.grammar,
                                 thinks=thinking is not None and request.enable_thinking,
@@ -227,7 +227,7 @@ def _tool_grammar(tool_format: ToolCallFormat, request: ChatCompletionRequest, m
     return OutputGrammar(grammar.lark(with_thoughts(source, markers) if markers else source), "tools")
 
 
-def _thinking_markers(tokenizer: TextTokenizer) -> ThinkingMarkers | None:
+def thinking_markers(tokenizer: TextTokenizer) -> ThinkingMarkers | None:
     """The thinking markers the model's vocabulary holds as single pieces (Gemma 4's channel, <think> tags), if
     any: its replies are split into reasoning_content and content."""
     for markers in THINKING_MARKERS:

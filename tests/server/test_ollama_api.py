@@ -29,11 +29,11 @@ from server.services.ollama import (
     Timings,
     chat_messages,
     format_fields,
-    human_number,
     internal_request,
     reasoning_effort,
     sampling_fields,
 )
+from server.services.ollama_models import human_number
 from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.all_fakes import FAKE_LOADERS, fake_app
 from tests.server.fake_model import fake_loader

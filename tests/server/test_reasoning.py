@@ -72,7 +72,7 @@ def thinking_server(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(fake_model, "SCRIPT", THINKING_SCRIPT)
     monkeypatch.setattr(fake_model.FakeTokenizer, "chat_template", GEMMA4_TEMPLATE)
-    monkeypatch.setattr(chat, "_thinking_markers", lambda tokenizer: GEMMA4_CHANNEL)  # its byte vocabulary has none
+    monkeypatch.setattr(chat, "thinking_markers", lambda tokenizer: GEMMA4_CHANNEL)  # its byte vocabulary has none
     app = create_app(load_settings(env={"HEARTH_OLLAMA": "false"}), loader=fake_model.fake_loader())
     with ThreadServer(app) as server:
         yield server

@@ -409,7 +409,7 @@ def thinker(monkeypatch: pytest.MonkeyPatch) -> Iterator[openai.OpenAI]:
 
     monkeypatch.setattr(fake_model, "SCRIPT", THINKING_SCRIPT)
     monkeypatch.setattr(fake_model.FakeTokenizer, "chat_template", GEMMA4_TEMPLATE)
-    monkeypatch.setattr(chat, "_thinking_markers", lambda tokenizer: GEMMA4_CHANNEL)  # its byte vocabulary has none
+    monkeypatch.setattr(chat, "thinking_markers", lambda tokenizer: GEMMA4_CHANNEL)  # its byte vocabulary has none
     with ThreadServer(_app_with(fake_loader())) as srv:
         yield sdk(srv)
 
