@@ -121,7 +121,9 @@ def wait_for(browser: object, script: str, timeout: float = 60) -> object:
 
 
 def open_page(browser: object, url: str, *, key: str = "") -> None:
-    """Load the page with `key` in its key field (localStorage), and wait for its model list (or the error)."""
+    """Load the page with `key` in its key field (localStorage), and wait for its model list (or the error). The
+    browser's log starts empty: what earlier pages logged (their own 401s and 400s) is dropped."""
+    browser.get_log("browser")
     browser.get(f"{url}/playground")
     browser.execute_script("localStorage.clear(); "
                            "if (arguments[0]) localStorage.setItem('hearth.apiKey', arguments[0])", key)
