@@ -124,12 +124,15 @@ class FakeGenerator:
         return len(self._seqs) + n_sequences <= self.model.max_batch
 
     def add(self, key: Any, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
-            logprobs: bool = False, stop_ids: frozenset[int] | None = None) -> None:
+            logprobs: bool = False, stop_ids: frozenset[int] | None = None, constraint: Any = None) -> None:
+        """constraint: a grammar the sequence follows, as models/text/batch.py does: tokens it refuses are masked
+        out before sampling, and its end ends the sequence (the fake's tokenizer needs is_special to build one)."""
         if len(prompt_ids) + max_tokens - 1 > self.model.context_length:
             raise ContextLengthExceeded(f"{len(prompt_ids)} + {max_tokens} tokens exceed the context")
         self._seqs[key] = {"session": FakeSession(self.model), "prompt": list(prompt_ids), "sampler": Sampler(sampling),
                            "history": list(prompt_ids), "max": max_tokens, "produced": 0, "last": None,
-                           "stops": self.model.tokenizer.eos_ids if stop_ids is None else stop_ids}
+                           "stops": self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
+                           "constraint": constraint}
 
     def cancel(self, key: Any) -> None:
         seq = self._seqs.pop(key, None)
@@ -147,6 +150,12 @@ class FakeGenerator:
                 if seq["max"] <= 0:
                     raise StopIteration("length")
                 logits = session.prefill(seq["prompt"]) if seq["last"] is None else session.decode(seq["last"])
+                constraint = seq["constraint"]
+                if constraint is not None:
+                    mask = np.empty(constraint.vocabulary.mask_words, np.uint32)
+                    constraint.fill_mask(mask)
+                    allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[:len(logits)].astype(bool)
+                    logits = np.where(allowed, logits, -np.inf).astype(np.float32)
                 token = seq["sampler"].sample(logits, seq["history"])
                 if token.id in seq["stops"]:
                     raise StopIteration("stop")
@@ -154,6 +163,10 @@ class FakeGenerator:
                 seq["produced"] += 1
                 seq["last"] = token.id
                 seq["history"].append(token.id)
+                if constraint is not None:
+                    constraint.advance(token.id)
+                    if constraint.finished:
+                        raise StopIteration("stop")
                 if seq["produced"] >= seq["max"]:
                     raise StopIteration("length")
             except StopIteration as end:

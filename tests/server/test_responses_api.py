@@ -15,17 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import numpy as np
 import openai
 import pytest
 from pydantic import BaseModel
 
-from models.text.batch import EndEvent, Event, TokenEvent
 from models.text.chat_template import GEMMA4_TEMPLATE
 from server.text_stream import GEMMA4_CHANNEL
 from tests.server import fake_model
 from tests.server.all_fakes import fake_app
-from tests.server.fake_model import BYTE0, SCRIPT, FakeGenerator, FakeTokenizer, fake_loader
+from tests.server.fake_model import BYTE0, SCRIPT, FakeTokenizer, fake_loader
 from tests.server.live_server import ThreadServer
 
 MODEL = "gemma-3-270m"
@@ -277,46 +275,6 @@ class GrammarTokenizer(FakeTokenizer):
         return token_id < BYTE0
 
 
-class ConstrainedGenerator(FakeGenerator):
-    """FakeGenerator following each sequence's grammar, as models/text/batch.py does: tokens the grammar refuses
-    are masked out before sampling, and a finished grammar ends the sequence."""
-
-    def add(self, key: Any, prompt_ids: list[int], sampling: Any, max_tokens: int, logprobs: bool = False,
-            stop_ids: frozenset[int] | None = None, constraint: Any = None) -> None:
-        super().add(key, prompt_ids, sampling, max_tokens, logprobs, stop_ids)
-        self._seqs[key]["constraint"] = constraint
-
-    def step(self) -> list[Event]:
-        events: list[Event] = []
-        for key, seq in list(self._seqs.items()):
-            constraint = seq["constraint"]
-            session = seq["session"]
-            try:
-                logits = session.prefill(seq["prompt"]) if seq["last"] is None else session.decode(seq["last"])
-                if constraint is not None:
-                    mask = np.empty(constraint.vocabulary.mask_words, np.uint32)
-                    constraint.fill_mask(mask)
-                    allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[:len(logits)].astype(bool)
-                    logits = np.where(allowed, logits, -np.inf).astype(np.float32)
-                token = seq["sampler"].sample(logits, seq["history"])
-                if token.id in seq["stops"]:
-                    raise StopIteration("stop")
-                events.append(TokenEvent(key, token))
-                seq["produced"] += 1
-                seq["last"] = token.id
-                seq["history"].append(token.id)
-                if constraint is not None:
-                    constraint.advance(token.id)
-                    if constraint.finished:
-                        raise StopIteration("stop")
-                if seq["produced"] >= seq["max"]:
-                    raise StopIteration("length")
-            except StopIteration as end:
-                events.append(EndEvent(key, str(end)))
-                self.cancel(key)
-        return events
-
-
 def _app_with(loader: Any, grammar: bool = False) -> Any:
     """The production app on a fake from loader; grammar: one that follows constrained decoding."""
 
@@ -324,7 +282,6 @@ def _app_with(loader: Any, grammar: bool = False) -> Any:
         model = loader(source, **kwargs)
         if grammar:
             model.tokenizer = GrammarTokenizer()
-            model.generator = lambda: ConstrainedGenerator(model)
         return model
 
     from server.app import create_app
