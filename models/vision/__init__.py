@@ -1,0 +1,31 @@
+"""Images into a chat model: a vision tower and projector that turn pictures into soft tokens.
+
+A multimodal chat model is a text decoder (models/text/decoder.py) and, beside it, an image encoder read from
+llama.cpp's projector file (`mmproj-*.gguf`, written by `convert_hf_to_gguf.py --mmproj`) or Ollama's projector
+blob. The encoder runs on the text model's executor. The text side splices its output into the prompt: an image
+becomes `tokens_per_image` rows whose input embeddings are the encoder's rows instead of token embeddings, at the
+positions of the template's image markers.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+from PIL import Image
+
+
+class ImageEncoder(Protocol):
+    """A model's vision tower and projector: images in, rows of the text model's input embeddings out."""
+
+    tokens_per_image: int  # soft tokens (prompt rows) each image becomes
+    embedding_size: int  # the text model's hidden size D
+
+    def preprocess(self, image: Image.Image) -> np.ndarray:
+        """The pixel values the tower takes, as the reference processor makes them: float32 [3, H, W]."""
+        ...
+
+    def encode(self, pixels: np.ndarray) -> np.ndarray:
+        """Soft tokens of N preprocessed images: [N, 3, H, W] float32 -> [N, tokens_per_image, D] float32,
+        already in the text model's embedding space (added to the prompt as they are, not scaled again)."""
+        ...
