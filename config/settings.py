@@ -81,7 +81,9 @@ class ModelConfig(_Frozen):
     id: str = Field(min_length=1, description="the name clients send as `model`")
     source: str = Field(min_length=1, description="a GGUF path, or the shipped model's name")
     preload: bool = Field(True, description="load at startup (/ready waits for it); else on first request")
-    context_length: int | None = Field(None, ge=16, description="tokens; None: the model's own")
+    context_length: int | None = Field(None, ge=16, description="tokens per sequence; None: the model's trained "
+                                       "context, at most 8192. More than it was trained on runs (as llama.cpp's -c "
+                                       "does), with a warning")
     kv_dtype: Literal["f16", "f32"] = "f16"
     int8_activations: bool | None = Field(
         None, description="GPU matmuls of prompts (and decode's output heads and large Q4_K matvecs) on activations "

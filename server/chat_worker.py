@@ -187,7 +187,9 @@ class ChatWorker(WorkerBase[ChatModel]):
             self._places += 1
             job.turn = self._places
             key = (id(job), spec.index)
-            stream: TextStream[TokenInfo] = TextStream(self.model.tokenizer.stream_decoder(), job.stop)
+            decoder = (self.model.tokenizer.stream_decoder(show=job.shown_ids) if job.shown_ids
+                       else self.model.tokenizer.stream_decoder())
+            stream: TextStream[TokenInfo] = TextStream(decoder, job.stop)
             runs[key] = _ChoiceRun(job, spec, stream)
             extra: dict[str, object] = {}  # only what is asked for, so that simpler generators (tests') still serve
             if spec.constraint is not None:

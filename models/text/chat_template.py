@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from jinja2 import TemplateError, nodes
 from jinja2.exceptions import SecurityError
@@ -233,6 +233,26 @@ def _compile(source: str) -> Any:
     return env.from_string(source)
 
 
+_PROBE = "\u2063probe\u2063"  # text no conversation holds
+_PROBE_NAME = "probe_function_4c7a"
+
+
+class ToolSyntax(Protocol):
+    """How a model writes tool calls (models/text/tool_calls' formats), for templates without tools."""
+
+    def prompt(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """The functions and how to call them, as a system message."""
+        ...
+
+    def render_calls(self, calls: Sequence[tuple[str, str | Mapping[str, Any]]]) -> str:
+        """Calls as the model writes them."""
+        ...
+
+    def render_result(self, content: str) -> str:
+        """A tool's result as the user turn that gives it back."""
+        ...
+
+
 class ChatTemplate:
     """A compiled chat template with the special tokens it refers to."""
 
@@ -250,6 +270,29 @@ class ChatTemplate:
                 log.warning("the model's chat template does not compile (%s); using the built-in Gemma format",
                             error)
         self._template = _compile(self.source)
+        # What the template has a place for, found by rendering probes (as llama.cpp's template polyfills do);
+        # render() moves what it lacks into places it has.
+        self.handles_developer = "developer" in self.source
+        user = {"role": "user", "content": "hello"}
+        self.supports_system_role = self._renders(_PROBE, [{"role": "system", "content": _PROBE}, user])
+        self.supports_tools = self._renders(_PROBE_NAME, [user], tools=[
+            {"type": "function", "function": {"name": _PROBE_NAME, "parameters": {"type": "object"}}}])
+        call = {"id": "probe0123", "type": "function", "function": {"name": _PROBE_NAME, "arguments": {}}}
+        self.supports_tool_calls = self._renders(_PROBE_NAME, [user, {"role": "assistant", "content": "",
+                                                                       "tool_calls": [call]}])
+        self.supports_tool_results = self._renders(_PROBE, [
+            user, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "probe0123", "name": _PROBE_NAME, "content": _PROBE}])
+
+    def _renders(self, needle: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                 ) -> bool:
+        """Whether rendering these messages writes `needle` (and does not fail)."""
+        try:
+            text = self._template.render(messages=messages, tools=tools, documents=None, add_generation_prompt=True,
+                                         bos_token=self.bos_token, eos_token=self.eos_token)
+        except Exception:  # noqa: BLE001 - any failure of a probe means "no"; real renders report their errors
+            return False
+        return needle in text
 
     def render(
         self,
@@ -257,11 +300,16 @@ class ChatTemplate:
         *,
         add_generation_prompt: bool = True,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_syntax: ToolSyntax | None = None,
         **extra: Any,
     ) -> str:
         """The prompt text for these messages (each with `role` and string `content`; assistant messages may
         have OpenAI `tool_calls`, whose JSON `arguments` templates get as objects, as transformers' users pass
-        them; `tool` messages a `tool_call_id`)."""
+        them; `tool` messages a `tool_call_id`). tool_syntax: how the model writes calls, for a template that has
+        no place for tools, calls or their results (Gemma 1 and 2, Phi-3): they then go in as text."""
+        if tool_syntax is not None:
+            messages, tools = self._with_tool_text(messages, tools, tool_syntax)
+        messages = _with_system_role(messages, self.supports_system_role, self.handles_developer)
         try:
             return self._template.render(
                 messages=[_for_template(m) for m in messages],
@@ -276,6 +324,70 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template rejected the messages: {error}") from error
         except (TypeError, KeyError, AttributeError, ValueError) as error:
             raise ChatTemplateError(f"the chat template could not render the messages: {error}") from error
+
+
+    def _with_tool_text(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                        syntax: ToolSyntax) -> tuple[list[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None]:
+        """Tools as a system message, calls as the assistant's text, results as user turns, where the template
+        lacks a place for them."""
+        out: list[Mapping[str, Any]] = []
+        if tools and not self.supports_tools:
+            out.append({"role": "system", "content": syntax.prompt(tools)})
+            tools = None
+        for message in messages:
+            calls = message.get("tool_calls")
+            if calls and not self.supports_tool_calls:
+                text = syntax.render_calls([(c["function"]["name"], c["function"]["arguments"]) for c in calls])
+                content = _text_of(message.get("content"))
+                message = {"role": message["role"], "content": f"{content}\n{text}" if content else text}
+            elif message.get("role") == "tool" and not self.supports_tool_results:
+                result = syntax.render_result(_text_of(message.get("content")))
+                if out and out[-1].get("tool_results"):  # consecutive results share one user turn
+                    result = out.pop()["content"] + "\n" + result
+                message = {"role": "user", "content": result, "tool_results": True}
+            out.append(message)
+        return [{k: v for k, v in m.items() if k != "tool_results"} for m in out], tools
+
+
+def _with_system_role(messages: Sequence[Mapping[str, Any]], supported: bool, developer: bool,
+                      ) -> Sequence[Mapping[str, Any]]:
+    """Messages as the template can take them. OpenAI's `developer` role is the system role for a template that
+    does not name it. For a template without a system role, system text goes at the start of the next user turn
+    (joined by a newline, as llama.cpp's template polyfill does), or in a user turn of its own when no user turn
+    follows."""
+    if not developer:
+        messages = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
+    if supported or not any(m.get("role") == "system" for m in messages):
+        return messages
+    folded: list[Mapping[str, Any]] = []
+    pending: list[str] = []
+    for message in messages:
+        if message.get("role") == "system":
+            pending.append(_text_of(message.get("content")))
+            continue
+        if pending and message.get("role") == "user":
+            content = message.get("content")
+            system = "\n".join(pending)
+            if isinstance(content, list):
+                content = [{"type": "text", "text": system + "\n"}, *content]
+            else:
+                content = system + ("\n" + content if content else "")
+            message = {**message, "content": content}
+            pending = []
+        elif pending:
+            folded.append({"role": "user", "content": "\n".join(pending)})
+            pending = []
+        folded.append(message)
+    if pending:
+        folded.append({"role": "user", "content": "\n".join(pending)})
+    return folded
+
+
+def _text_of(content: Any) -> str:
+    """A message's content as text: a string as it is, text parts joined."""
+    if isinstance(content, list):
+        return "".join(part.get("text") or "" for part in content if isinstance(part, Mapping))
+    return content or ""
 
 
 def _for_template(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -499,7 +499,10 @@ def load_text_model(
     tokenizer = getattr(decoder, "load_tokenizer", Tokenizer.from_gguf)(f.reader)
     executor = Executor(device or default_device(), int8_matmuls=int8_activations)
     n_ctx_train = int(f.value("{arch}.context_length"))
-    n_ctx = min(context_length or DEFAULT_CONTEXT, n_ctx_train)
+    n_ctx = context_length or min(DEFAULT_CONTEXT, n_ctx_train)
+    if n_ctx > n_ctx_train:  # asked for explicitly, as llama.cpp's -c allows; positions past training may degrade
+        log.warning("%s: context %d exceeds the %d positions the model was trained on", path.name, n_ctx,
+                    n_ctx_train)
     arch = decoder(executor, f, n_ctx, progress)
     name = name_or_path if name_or_path == DEFAULT_MODEL else path.stem
     log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s%s) in %.1f s", name, f.arch,

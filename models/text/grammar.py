@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -99,9 +100,33 @@ class _TokenizerSource:
         self.bos_token_id = tokenizer.bos_id if tokenizer.bos_id >= 0 else None
 
     def __call__(self, text: str | bytes) -> list[int]:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", errors="replace")
-        return self._tokenizer.encode(text, add_bos=False)
+        """Tokens whose bytes are exactly `text`'s, as llguidance needs (it forces tokens by them). A SentencePiece
+        tokenizer that prefixes a space (Mistral, Gemma 1, Phi-3) adds one byte in front: that byte is taken off
+        the first token, whose rest becomes the one token of those bytes or single-byte tokens."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        ids = self._tokenizer.encode(data.decode("utf-8", errors="replace"), add_bos=False)
+        if not ids or self._bytes(ids) != b" " + data:
+            return ids
+        rest = self._tokenizer.id_to_bytes(ids[0])[1:]
+        if not rest:
+            return ids[1:]
+        exact = self._by_bytes.get(rest)
+        singles = [self._by_bytes.get(bytes([b])) for b in rest]
+        head = [exact] if exact is not None else [i for i in singles if i is not None]
+        return head + ids[1:] if self._bytes(head) == rest else ids
+
+    def _bytes(self, ids: list[int]) -> bytes:
+        return b"".join(self._tokenizer.id_to_bytes(i) for i in ids)
+
+    @cached_property
+    def _by_bytes(self) -> dict[bytes, int]:
+        """Each byte string's token (the first that is not special)."""
+        found: dict[bytes, int] = {}
+        special = set(self.special_token_ids)
+        for i, piece in enumerate(self.tokens):
+            if i not in special:
+                found.setdefault(piece, i)
+        return found
 
 
 _vocabularies: dict[int, GrammarVocabulary] = {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -394,13 +394,15 @@ def _closing_s_is_text(vocab: GGUFVocab) -> bool:
 class StreamDecoder:
     """Turns token ids into text one at a time, holding back bytes of an unfinished UTF-8 character."""
 
-    def __init__(self, pieces: list[bytes]) -> None:
+    def __init__(self, pieces: list[bytes], shown: Mapping[int, bytes] | None = None) -> None:
         self._pieces = pieces
+        self._shown = shown or {}
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes (possibly empty)."""
-        return self._utf8.decode(self._pieces[token_id])
+        piece = self._shown.get(token_id)
+        return self._utf8.decode(self._pieces[token_id] if piece is None else piece)
 
     def flush(self) -> str:
         """End of stream: return what is held back (an unfinished character becomes U+FFFD)."""
@@ -460,13 +462,14 @@ class Tokenizer:
             text = text[1:]
         return text
 
-    def stream_decoder(self, skip_special: bool = True) -> StreamDecoder:
+    def stream_decoder(self, skip_special: bool = True, show: Iterable[int] = ()) -> StreamDecoder:
         """A decoder for generated tokens: push ids one by one, never getting half a UTF-8 character.
 
         Control and unused pieces give no text unless `skip_special` is False (for callers that need the raw
-        markers); the caller still sees every id, so stop ids work on what is not printed.
+        markers), or unless named in `show` (a tool-call format's control pieces, which its parser reads); the
+        caller still sees every id, so stop ids work on what is not printed.
         """
-        return StreamDecoder(self._plain if skip_special else self._shown)
+        return StreamDecoder(self._plain if skip_special else self._shown, {i: self._shown[i] for i in show})
 
     def id_to_piece(self, token_id: int) -> str:
         """The vocabulary's text for `token_id` as stored ("▁world", "<0x0A>", "<start_of_turn>")."""

@@ -54,7 +54,7 @@ class ChatService:
         tools = [tool.model_dump(exclude_none=True) for tool in offered or []]
         try:
             text = template.render([m.for_template() for m in request.messages], tools=tools or None,
-                                   enable_thinking=request.enable_thinking)
+                                   tool_syntax=_tool_format(worker), enable_thinking=request.enable_thinking)
         except ChatTemplateError as error:
             raise InvalidRequest(str(error), param="messages") from error
         # A template that writes the BOS token itself must not get a second one from the tokenizer.
@@ -93,6 +93,7 @@ class ChatService:
             markers = tool_format.stop_markers
             job.stop_ids = frozenset(m.token for m in markers if m.token is not None)
             job.stop = (*job.stop, *(m.text for m in markers if m.token is None))
+            job.shown_ids = frozenset(m.token for m in tool_format.control_markers if m.token is not None)
         if request.user:
             log.info("chat request for %s from user %r", entry.id, request.user)
         handle = gen.submit(worker, job, self.settings)
@@ -108,8 +109,8 @@ class ChatService:
             if tool_format is not None:
                 text, parsed = tool_format.parse(content)
                 content = text or ""
-                calls = [ToolCall(id=gen.new_id("call"), function=ToolCallFunction(name=c.name, arguments=c.arguments))
-                         for c in parsed]
+                calls = [ToolCall(id=tool_format.new_call_id(),
+                                  function=ToolCallFunction(name=c.name, arguments=c.arguments)) for c in parsed]
             message = ChatCompletionMessage(content=content or (None if calls else ""), reasoning_content=reasoning,
                                             tool_calls=calls or None)
             choices.append(ChatCompletionChoice(
@@ -172,6 +173,7 @@ class _ChoiceStream:
 
     def __init__(self, markers: ThinkingMarkers | None, tool_format: ToolCallFormat | None) -> None:
         self._splitter = ReasoningSplitter(markers) if markers is not None else None
+        self._format = tool_format
         self._calls = tool_format.stream() if tool_format is not None else None
         self.called = False  # a tool call began
 
@@ -192,8 +194,9 @@ class _ChoiceStream:
                 continue
             first = piece.name is not None
             self.called = self.called or first
+            call_id = self._format.new_call_id() if first and self._format is not None else None
             out.append(DeltaMessage(tool_calls=[DeltaToolCall(
-                index=piece.index, id=gen.new_id("call") if first else None, type="function" if first else None,
+                index=piece.index, id=call_id, type="function" if first else None,
                 function=DeltaFunctionCall(name=piece.name, arguments=piece.arguments if piece.arguments or first
                                            else None))]))
         return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ from models.text.tool_calls import (
     render_gemma_value,
 )
 from scripts.make_gemma4_fixtures import MERGES, TOKEN_TYPES, VOCAB
+
+FAMILIES_DIR = Path(__file__).resolve().parents[1] / "golden" / "families"
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -338,6 +341,39 @@ def test_family_grammars(family: str) -> None:
         check(tokenizer, vocabulary, fmt.grammar(TOOLS, "auto"), ["Let me check. " + one], ["Let me " + wrong])
     if family == "llama3":
         check(tokenizer, vocabulary, required, ["<|python_tag|>" + one], [])
+
+
+@pytest.mark.parametrize("family", ["mistral", "phi3", "gemma2"])
+def test_family_grammars_on_sentencepiece_vocabularies(family: str) -> None:
+    """SentencePiece tokenizers that put a space before text (Mistral, Phi-3, Gemma 1 and 2): llguidance forces tokens
+    by their exact bytes, so the tokenizer it is given must not add that space (it once offered only "▁" where
+    Mistral's grammar forces "[" after [TOOL_CALLS], and then refused it). Random walks through the masks all end in
+    a call the format parses."""
+    path = FAMILIES_DIR / f"{family}.q8_0.gguf"
+    if not path.exists():
+        pytest.skip("tests/golden/families is missing")
+    tokenizer = Tokenizer.from_gguf(path)
+    vocabulary = grammar_vocabulary(tokenizer)
+    fmt = format_for(tokenizer, "", None)
+    bounded = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 6}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}]
+    grammar = compile_grammar(vocabulary, lark(fmt.grammar(bounded, "required", parallel=False)))
+    rng = random.Random(7)
+    mask = np.zeros(vocabulary.mask_words, np.uint32)
+    for _ in range(8):
+        constraint, ids = TokenConstraint(vocabulary, grammar), []
+        while not constraint.finished and len(ids) < 400:
+            mask[:] = 0
+            constraint.fill_mask(mask)
+            allowed = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[:tokenizer.vocab_size])
+            ids.append(int(rng.choice(allowed)))
+            constraint.advance(ids[-1])
+        assert constraint.finished, tokenizer.decode(ids, skip_special=False)
+        eos = set(tokenizer.eos_ids)
+        content, calls = fmt.parse(tokenizer.decode([i for i in ids if i not in eos], skip_special=False))
+        assert content is None and len(calls) == 1 and calls[0].name == "get_weather", ids
+        assert json.loads(calls[0].arguments)["unit"] in ("c", "f")
 
 
 # -- parsing, whole and streamed -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,32 @@ class ToolCallFormat(ABC):
     def render_calls(self, calls: Sequence[tuple[str, str | Mapping[str, Any]]]) -> str:
         """Several calls as the model writes them in one reply."""
         return self._separator.join(self.render_call(name, args) for name, args in calls)
+
+    def prompt(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """The functions and the syntax of a call, for a template with no place for tools (Google's documented
+        function-calling prompt for Gemma, with this format's call as the example)."""
+        example = self.render_call("NAME", {"ARGUMENT": "VALUE"})
+        functions = json.dumps([t.get("function", t) for t in tools], indent=2, ensure_ascii=False)
+        return ("You have access to functions. If you decide to invoke any of the function(s), you MUST put it in "
+                f"the format of\n{example}\n(NAME a function's name, then its arguments by name)\n\nYou SHOULD NOT "
+                f"include any other text in the response if you call a function\n{functions}")
+
+    def render_result(self, content: str) -> str:
+        """A tool's result given back in a user turn (Gemma's documented ```tool_output block)."""
+        return f"```tool_output\n{content.strip()}\n```"
+
+    def new_call_id(self) -> str:
+        """An id for a call the model made, in the form the family's template accepts back."""
+        return f"call_{secrets.token_hex(12)}"
+
+    @property
+    def control_markers(self) -> tuple[Marker, ...]:
+        """The control pieces of the format that its parser reads: a decoder that drops control pieces must print
+        these (Mistral's `[TOOL_CALLS]`)."""
+        return tuple(m for m in self._markers() if m is not None and m.special and m.token is not None)
+
+    def _markers(self) -> tuple[Marker | None, ...]:
+        return (self._opener,)
 
     # what subclasses fill in
     _separator = ""  # between parallel calls

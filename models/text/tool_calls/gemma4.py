@@ -40,6 +40,9 @@ class Gemma4Format(ToolCallFormat):
         response = _marker(tokenizer, "<|tool_response>")
         self.stop_markers = (response,) if response.token is not None else ()
 
+    def _markers(self) -> tuple[Marker | None, ...]:
+        return (self._opener, self._close, self._quote)
+
     def render_call(self, name: str, arguments: str | Mapping[str, Any]) -> str:
         args = json.loads(arguments) if isinstance(arguments, str) else arguments
         if not isinstance(args, Mapping):

@@ -4,12 +4,15 @@ their grammar with llguidance's `%json` arguments, and the reader that streams t
 from __future__ import annotations
 
 import json
+import secrets
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from models.text.grammar import JSON_LAYOUT
 from models.text.tool_calls.base import (
+    Marker,
     TokenizerLike,
     ToolCallFormat,
     _auto_start,
@@ -55,6 +58,14 @@ class JsonCallFormat(ToolCallFormat):
 
     def render_call(self, name: str, arguments: str | Mapping[str, Any]) -> str:
         return self.render_calls([(name, arguments)])
+
+    def _markers(self) -> tuple[Marker | None, ...]:
+        return (self._opener, self._close, self._prefix)
+
+    def new_call_id(self) -> str:
+        if self.name == "mistral":  # Mistral's templates refuse any id but nine letters or digits
+            return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+        return super().new_call_id()
 
     def render_calls(self, calls: Sequence[tuple[str, str | Mapping[str, Any]]]) -> str:
         spec = self.spec
