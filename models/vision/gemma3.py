@@ -24,6 +24,7 @@ kernels.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,18 +79,21 @@ class Gemma3VisionConfig:
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> Gemma3VisionConfig:
         v = Keys.ClipVision
-        config = cls(int(f.value(v.IMAGE_SIZE)), int(f.value(v.PATCH_SIZE)), int(f.value(v.EMBEDDING_LENGTH)),
-                     int(f.value(v.FEED_FORWARD_LENGTH)), int(f.value(v.BLOCK_COUNT)),
-                     int(f.value(v.Attention.HEAD_COUNT)), float(f.value(v.Attention.LAYERNORM_EPS, 1e-6)),
-                     int(f.value(v.PROJECTION_DIM)), int(f.value(v.Projector.SCALE_FACTOR, DEFAULT_MERGE)),
-                     _triple(f, v.IMAGE_MEAN), _triple(f, v.IMAGE_STD))
-        if config.image_size % config.patch_size or config.side % config.merge:
-            raise GGUFFormatError(f"{f.path.name}: image size {config.image_size} is not a whole grid of "
-                                  f"{config.patch_size}-pixel patches pooled by {config.merge}")
-        if config.d_model % config.n_heads or config.head_dim % 4:
-            raise GGUFFormatError(f"{f.path.name}: {config.n_heads} heads of width {config.d_model} are not supported "
+        return cls(int(f.value(v.IMAGE_SIZE)), int(f.value(v.PATCH_SIZE)), int(f.value(v.EMBEDDING_LENGTH)),
+                   int(f.value(v.FEED_FORWARD_LENGTH)), int(f.value(v.BLOCK_COUNT)),
+                   int(f.value(v.Attention.HEAD_COUNT)), float(f.value(v.Attention.LAYERNORM_EPS, 1e-6)),
+                   int(f.value(v.PROJECTION_DIM)), int(f.value(v.Projector.SCALE_FACTOR, DEFAULT_MERGE)),
+                   _triple(f, v.IMAGE_MEAN), _triple(f, v.IMAGE_STD)).checked(f.path.name)
+
+    def checked(self, file_name: str) -> Gemma3VisionConfig:
+        """This config, when the encoder can run it (else a GGUFFormatError naming the file)."""
+        if self.image_size % self.patch_size or self.side % self.merge:
+            raise GGUFFormatError(f"{file_name}: image size {self.image_size} is not a whole grid of "
+                                  f"{self.patch_size}-pixel patches pooled by {self.merge}")
+        if self.d_model % self.n_heads or self.head_dim % 4:
+            raise GGUFFormatError(f"{file_name}: {self.n_heads} heads of width {self.d_model} are not supported "
                                   "(head size must be a multiple of 4)")
-        return config
+        return self
 
 
 def _triple(f: GGUFFile, key: str) -> tuple[float, float, float]:
@@ -99,8 +103,11 @@ def _triple(f: GGUFFile, key: str) -> tuple[float, float, float]:
     return values[0], values[1], values[2]
 
 
-def _name(kind: MODEL_TENSOR, i: int | None = None, suffix: str = "weight") -> str:
-    base = TENSOR_NAMES[kind]
+TensorNames = Mapping[MODEL_TENSOR, str]  # name templates ("v.blk.{bid}.attn_q") of the tensors a file holds
+
+
+def _name(names: TensorNames, kind: MODEL_TENSOR, i: int | None = None, suffix: str = "weight") -> str:
+    base = names[kind]
     return f"{base.format(bid=i) if i is not None else base}.{suffix}"
 
 
@@ -120,45 +127,47 @@ class _Layer:
 
 class Gemma3ImageEncoder:
     """Gemma 3's vision tower and projector on an executor (models/vision's ImageEncoder): weights uploaded once,
-    one program run per image."""
+    one program run per image. names and config: where the file keeps them, by default as llama.cpp's projector
+    files do (gguf-py's tensor names, `clip.vision.*` keys)."""
 
-    def __init__(self, f: GGUFFile, executor: Executor, progress: Progress | None = None) -> None:
+    def __init__(self, f: GGUFFile, executor: Executor, progress: Progress | None = None, *,
+                 names: TensorNames = TENSOR_NAMES, config: Gemma3VisionConfig | None = None) -> None:
         self.path = f.path
         self.executor = ex = executor
-        self.config = c = Gemma3VisionConfig.from_gguf(f)
+        self.config = c = config or Gemma3VisionConfig.from_gguf(f)
         self.tokens_per_image = c.tokens_per_image
         self.embedding_size = c.d_text
         src = GGUFSource(f)
         up = Uploader(ex, src.total_bytes, progress)
 
         def vector(kind: MODEL_TENSOR, i: int | None = None, suffix: str = "weight") -> Tensor:
-            name = _name(kind, i, suffix)
+            name = _name(names, kind, i, suffix)
             return up.vector(name, src.array(name))
 
         def norm(kind: MODEL_TENSOR, i: int | None = None) -> tuple[Tensor, Tensor]:
             return vector(kind, i), vector(kind, i, "bias")
 
         def matrix(kind: MODEL_TENSOR, i: int) -> QuantWeight:
-            name = _name(kind, i)
+            name = _name(names, kind, i)
             return up.matrix(name, src.matrix(name))
 
         # The patch embedding: a conv weight [D_v, 3, p, p] (GGUF ne p, p, 3, D_v) as a matrix of 3 p p columns.
-        patch = src.array(_name(MODEL_TENSOR.V_ENC_EMBD_PATCH)).reshape(c.d_model, -1)
+        patch = src.array(_name(names, MODEL_TENSOR.V_ENC_EMBD_PATCH)).reshape(c.d_model, -1)
         self.patch_k = -(-patch.shape[1] // PATCH_K_ALIGN) * PATCH_K_ALIGN
         padded = np.zeros((c.d_model, self.patch_k), np.float32)
         padded[:, :patch.shape[1]] = patch
         self.patch = up.matrix("v.patch_embd", Matrix(GGMLQuantizationType.F32, self.patch_k, c.d_model, padded))
         self.patch_bias = vector(MODEL_TENSOR.V_ENC_EMBD_PATCH, suffix="bias")
-        positions = src.array(_name(MODEL_TENSOR.V_ENC_EMBD_POS)).reshape(-1, c.d_model)
+        positions = src.array(_name(names, MODEL_TENSOR.V_ENC_EMBD_POS)).reshape(-1, c.d_model)
         if positions.shape[0] != c.n_patches:
             raise GGUFFormatError(f"{f.path.name}: {positions.shape[0]} position embeddings for {c.n_patches} patches")
         self.positions = up.tensor("v.position_embd", positions)
-        self.layers = [self._layer(up, src, i, vector, norm, matrix) for i in range(c.n_layers)]
+        self.layers = [self._layer(up, src, names, i, vector, norm, matrix) for i in range(c.n_layers)]
         self.post_norm = norm(MODEL_TENSOR.V_POST_NORM)
         self.soft_norm = vector(MODEL_TENSOR.V_MM_SOFT_EMB_NORM)
         # HF's mm_input_projection_weight [D_v, D] (y = x W), stored so: GGUF rows of D values. Transposed to D rows
         # of D_v values for y = W x; float16 stays float16 (exact), other types are dequantised.
-        proj_name = _name(MODEL_TENSOR.V_MM_INP_PROJ)
+        proj_name = _name(names, MODEL_TENSOR.V_MM_INP_PROJ)
         stored = src.matrix(proj_name)
         if stored.k != c.d_text or stored.n != c.d_model:
             raise GGUFFormatError(f"{f.path.name}: {proj_name} is {stored.n} x {stored.k}, expected "
@@ -175,17 +184,18 @@ class Gemma3ImageEncoder:
         self.program = self._record()
 
     @staticmethod
-    def _layer(up: Uploader, src: GGUFSource, i: int, vector, norm, matrix) -> _Layer:  # type: ignore[no-untyped-def]
+    def _layer(up: Uploader, src: GGUFSource, names: TensorNames, i: int, vector, norm,  # type: ignore[no-untyped-def]
+               matrix) -> _Layer:
         kinds = (MODEL_TENSOR.V_ENC_ATTN_Q, MODEL_TENSOR.V_ENC_ATTN_K, MODEL_TENSOR.V_ENC_ATTN_V)
-        names = [_name(kind, i) for kind in kinds]
-        fused = fuse_rows([src.matrix(n) for n in names])
-        biases = [src.array(_name(kind, i, "bias")) for kind in kinds]
+        qkv_names = [_name(names, kind, i) for kind in kinds]
+        fused = fuse_rows([src.matrix(n) for n in qkv_names])
+        biases = [src.array(_name(names, kind, i, "bias")) for kind in kinds]
         if fused is not None:
             qkv = [up.matrix(f"v.blk.{i}.attn_qkv", fused)]
             qkv_bias = [up.vector(f"v.blk.{i}.attn_qkv.bias", np.concatenate(biases))]
         else:
-            qkv = [up.matrix(n, src.matrix(n)) for n in names]
-            qkv_bias = [up.vector(f"{n}.bias", b) for n, b in zip(names, biases)]
+            qkv = [up.matrix(n, src.matrix(n)) for n in qkv_names]
+            qkv_bias = [up.vector(f"{n}.bias", b) for n, b in zip(qkv_names, biases)]
         return _Layer(norm(MODEL_TENSOR.V_ENC_INPUT_NORM, i), qkv, qkv_bias, matrix(MODEL_TENSOR.V_ENC_ATTN_O, i),
                       vector(MODEL_TENSOR.V_ENC_ATTN_O, i, "bias"), norm(MODEL_TENSOR.V_ENC_POST_ATTN_NORM, i),
                       matrix(MODEL_TENSOR.V_ENC_FFN_UP, i), vector(MODEL_TENSOR.V_ENC_FFN_UP, i, "bias"),

@@ -22,6 +22,7 @@ from gguf import GGUFWriter
 from gpu.program import Executor
 from models.formats.gguf_file import GGUFFormatError
 from models.vision.projector import load_image_encoder
+from tests.models.vision_files import ollama_combined
 
 VISION_DIR = Path(__file__).resolve().parent.parent / "golden" / "vision"
 META = json.loads((VISION_DIR / "meta.json").read_text())
@@ -85,3 +86,13 @@ def test_unsupported_projector_type(ex: Executor, tmp_path: Path) -> None:
     writer.close()
     with pytest.raises(GGUFFormatError, match="projector type 'qwen2vl_merger' is not supported.*gemma3"):
         load_image_encoder(path, ex)
+
+
+def test_ollama_combined_blob(ex: Executor, golden: dict[str, np.ndarray], tmp_path: Path) -> None:
+    """Ollama's layout of the same weights gives the same soft tokens (checks the name and key mapping; no Ollama
+    blob is at hand to test against)."""
+    path = ollama_combined(tmp_path, _projector("f16"))
+    encoder = load_image_encoder(path, ex)
+    assert (encoder.tokens_per_image, encoder.embedding_size) == (16, 128)
+    pixels = pixel_values(golden[f"pixels/{golden['features/images'][0]}/pil"])[None]
+    np.testing.assert_allclose(encoder.encode(pixels)[0], golden["features/f16"][0], rtol=0, atol=MAX_ABS)
