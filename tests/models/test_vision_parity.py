@@ -96,3 +96,13 @@ def test_ollama_combined_blob(ex: Executor, golden: dict[str, np.ndarray], tmp_p
     assert (encoder.tokens_per_image, encoder.embedding_size) == (16, 128)
     pixels = pixel_values(golden[f"pixels/{golden['features/images'][0]}/pil"])[None]
     np.testing.assert_allclose(encoder.encode(pixels)[0], golden["features/f16"][0], rtol=0, atol=MAX_ABS)
+
+
+def test_numpy_reference_matches_transformers(golden: dict[str, np.ndarray]) -> None:
+    """tests/models/vision_reference.py (used at the real model's shapes) computes what transformers does."""
+    from tests.models.vision_reference import reference_features
+
+    names = [str(n) for n in golden["features/images"]]
+    pixels = np.stack([pixel_values(golden[f"pixels/{n}/pil"]) for n in names])
+    np.testing.assert_allclose(reference_features(_projector("f32"), pixels), golden["features/f32"], rtol=0,
+                               atol=MAX_ABS)
