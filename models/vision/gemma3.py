@@ -32,6 +32,7 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, Keys
 from PIL import Image
 
 from gpu.ops import encoder as ops
+from gpu.ops.full_attention import full_attention
 from gpu.ops.matmul import linear
 from gpu.ops.rows import residual_add
 from gpu.program import Executor, ProgramBuilder, StepParams
@@ -225,8 +226,11 @@ class Gemma3ImageEncoder:
                     ops.bias_add(b, y, bias)
                 offsets = (0, 0, 0)
             a = b.activation(f"attn{i}", (n, d))
-            ops.attention(b, q, k, v, self._spans, a, heads=c.n_heads, kv_heads=c.n_heads, head_dim=c.head_dim,
-                          scale=scale, offsets=offsets)
+            if len(w.qkv) == 1:  # scores by register tiles: 5x faster than encoder_attention on lavapipe at 1024 rows
+                full_attention(b, qkv, a, n, c.n_heads, c.head_dim, scale)
+            else:
+                ops.attention(b, q, k, v, self._spans, a, heads=c.n_heads, kv_heads=c.n_heads, head_dim=c.head_dim,
+                              scale=scale, offsets=offsets)
             o = b.activation(f"o{i}", (n, d))
             linear(b, w.o, a, o, n)
             residual_add(b, x, o, w.o_bias)
