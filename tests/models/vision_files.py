@@ -82,3 +82,42 @@ def synthetic_projector(path: Path, *, image_size: int = 896, patch_size: int = 
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def requantized(path: Path, projector: Path, choose: dict[str, str]) -> Path:
+    """A copy of a projector GGUF with some matrices stored in another type, quantised by gguf-py as llama.cpp's
+    converter does. choose: tensor-name substring -> "q8_0" or "f16" for 2-D weights (the first that matches; other
+    tensors kept)."""
+    from gguf import GGMLQuantizationType, quants
+
+    reader = GGUFReader(projector)
+    writer = GGUFWriter(path, "clip")
+    for key, field in reader.fields.items():
+        if key.startswith("clip."):
+            value = field.contents()
+            if isinstance(value, bool):
+                writer.add_bool(key, value)
+            elif isinstance(value, str):
+                writer.add_string(key, value)
+            elif isinstance(value, list):
+                writer.add_array(key, value)
+            elif isinstance(value, float):
+                writer.add_float32(key, value)
+            else:
+                writer.add_uint32(key, value)
+    for t in reader.tensors:
+        data = np.asarray(t.data).astype(np.float32)
+        matrix = t.name.endswith(".weight") and data.ndim == 2
+        kind = next((v for k, v in choose.items() if k in t.name), None) if matrix else None
+        if kind == "q8_0":
+            q = quants.quantize(data, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(t.name, q, raw_dtype=GGMLQuantizationType.Q8_0)
+        elif kind == "f16":
+            writer.add_tensor(t.name, data.astype(np.float16))
+        else:
+            writer.add_tensor(t.name, np.asarray(t.data))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
