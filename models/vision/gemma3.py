@@ -35,7 +35,7 @@ from gpu.ops import encoder as ops
 from gpu.ops.full_attention import full_attention
 from gpu.ops.matmul import linear
 from gpu.ops.rows import residual_add
-from gpu.program import Executor, ProgramBuilder, StepParams
+from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
@@ -126,6 +126,55 @@ class _Layer:
     down_bias: Tensor
 
 
+class _Loader:
+    """Reads a file's tower weights by kind (through its tensor names) and uploads them."""
+
+    def __init__(self, f: GGUFFile, executor: Executor, names: TensorNames, progress: Progress | None) -> None:
+        self.file_name = f.path.name
+        self.src = GGUFSource(f)
+        self.up = Uploader(executor, self.src.total_bytes, progress)
+        self.names = names
+
+    def vector(self, kind: MODEL_TENSOR, i: int | None = None, suffix: str = "weight") -> Tensor:
+        name = _name(self.names, kind, i, suffix)
+        return self.up.vector(name, self.src.array(name))
+
+    def norm(self, kind: MODEL_TENSOR, i: int | None = None) -> tuple[Tensor, Tensor]:
+        return self.vector(kind, i), self.vector(kind, i, "bias")
+
+    def matrix(self, kind: MODEL_TENSOR, i: int, rows: int, k: int) -> QuantWeight:
+        name = _name(self.names, kind, i)
+        m = self.src.matrix(name)
+        if (m.n, m.k) != (rows, k):
+            raise GGUFFormatError(f"{self.file_name}: {name} is {m.n} x {m.k}, expected {rows} x {k}")
+        return self.up.matrix(name, m)
+
+    def layer(self, i: int, c: Gemma3VisionConfig) -> _Layer:
+        d = c.d_model
+        kinds = (MODEL_TENSOR.V_ENC_ATTN_Q, MODEL_TENSOR.V_ENC_ATTN_K, MODEL_TENSOR.V_ENC_ATTN_V)
+        names = [_name(self.names, kind, i) for kind in kinds]
+        matrices = [self.src.matrix(n) for n in names]
+        for name, m in zip(names, matrices):
+            if (m.n, m.k) != (d, d):
+                raise GGUFFormatError(f"{self.file_name}: {name} is {m.n} x {m.k}, expected {d} x {d}")
+        fused = fuse_rows(matrices)
+        biases = [self.src.array(_name(self.names, kind, i, "bias")) for kind in kinds]
+        if fused is not None:
+            qkv = [self.up.matrix(f"v.blk.{i}.attn_qkv", fused)]
+            qkv_bias = [self.up.vector(f"v.blk.{i}.attn_qkv.bias", np.concatenate(biases))]
+        else:
+            qkv = [self.up.matrix(n, m) for n, m in zip(names, matrices)]
+            qkv_bias = [self.up.vector(f"{n}.bias", b) for n, b in zip(names, biases)]
+        return _Layer(self.norm(MODEL_TENSOR.V_ENC_INPUT_NORM, i), qkv, qkv_bias,
+                      self.matrix(MODEL_TENSOR.V_ENC_ATTN_O, i, d, d),
+                      self.vector(MODEL_TENSOR.V_ENC_ATTN_O, i, "bias"),
+                      self.norm(MODEL_TENSOR.V_ENC_POST_ATTN_NORM, i),
+                      self.matrix(MODEL_TENSOR.V_ENC_FFN_UP, i, c.d_ffn, d),
+                      self.vector(MODEL_TENSOR.V_ENC_FFN_UP, i, "bias"),
+                      self.matrix(MODEL_TENSOR.V_ENC_FFN_DOWN, i, d, c.d_ffn),
+                      self.vector(MODEL_TENSOR.V_ENC_FFN_DOWN, i, "bias"))
+
+
 class Gemma3ImageEncoder:
     """Gemma 3's vision tower and projector on an executor (models/vision's ImageEncoder): weights uploaded once,
     one program run per image. names and config: where the file keeps them, by default as llama.cpp's projector
@@ -138,34 +187,22 @@ class Gemma3ImageEncoder:
         self.config = c = config or Gemma3VisionConfig.from_gguf(f)
         self.tokens_per_image = c.tokens_per_image
         self.embedding_size = c.d_text
-        src = GGUFSource(f)
-        up = Uploader(ex, src.total_bytes, progress)
-
-        def vector(kind: MODEL_TENSOR, i: int | None = None, suffix: str = "weight") -> Tensor:
-            name = _name(names, kind, i, suffix)
-            return up.vector(name, src.array(name))
-
-        def norm(kind: MODEL_TENSOR, i: int | None = None) -> tuple[Tensor, Tensor]:
-            return vector(kind, i), vector(kind, i, "bias")
-
-        def matrix(kind: MODEL_TENSOR, i: int) -> QuantWeight:
-            name = _name(names, kind, i)
-            return up.matrix(name, src.matrix(name))
-
+        load = _Loader(f, ex, names, progress)
+        src, up = load.src, load.up
         # The patch embedding: a conv weight [D_v, 3, p, p] (GGUF ne p, p, 3, D_v) as a matrix of 3 p p columns.
         patch = src.array(_name(names, MODEL_TENSOR.V_ENC_EMBD_PATCH)).reshape(c.d_model, -1)
         self.patch_k = -(-patch.shape[1] // PATCH_K_ALIGN) * PATCH_K_ALIGN
         padded = np.zeros((c.d_model, self.patch_k), np.float32)
         padded[:, :patch.shape[1]] = patch
         self.patch = up.matrix("v.patch_embd", Matrix(GGMLQuantizationType.F32, self.patch_k, c.d_model, padded))
-        self.patch_bias = vector(MODEL_TENSOR.V_ENC_EMBD_PATCH, suffix="bias")
+        self.patch_bias = load.vector(MODEL_TENSOR.V_ENC_EMBD_PATCH, suffix="bias")
         positions = src.array(_name(names, MODEL_TENSOR.V_ENC_EMBD_POS)).reshape(-1, c.d_model)
         if positions.shape[0] != c.n_patches:
             raise GGUFFormatError(f"{f.path.name}: {positions.shape[0]} position embeddings for {c.n_patches} patches")
         self.positions = up.tensor("v.position_embd", positions)
-        self.layers = [self._layer(up, src, names, i, vector, norm, matrix) for i in range(c.n_layers)]
-        self.post_norm = norm(MODEL_TENSOR.V_POST_NORM)
-        self.soft_norm = vector(MODEL_TENSOR.V_MM_SOFT_EMB_NORM)
+        self.layers = [load.layer(i, c) for i in range(c.n_layers)]
+        self.post_norm = load.norm(MODEL_TENSOR.V_POST_NORM)
+        self.soft_norm = load.vector(MODEL_TENSOR.V_MM_SOFT_EMB_NORM)
         # HF's mm_input_projection_weight [D_v, D] (y = x W), stored so: GGUF rows of D values. Transposed to D rows
         # of D_v values for y = W x; float16 stays float16 (exact), other types are dequantised.
         proj_name = _name(names, MODEL_TENSOR.V_MM_INP_PROJ)
@@ -184,25 +221,7 @@ class Gemma3ImageEncoder:
                                 data=np.tile(np.array([0, c.n_patches], np.uint32), (c.n_patches, 1)))
         self.program = self._record()
 
-    @staticmethod
-    def _layer(up: Uploader, src: GGUFSource, names: TensorNames, i: int, vector, norm,  # type: ignore[no-untyped-def]
-               matrix) -> _Layer:
-        kinds = (MODEL_TENSOR.V_ENC_ATTN_Q, MODEL_TENSOR.V_ENC_ATTN_K, MODEL_TENSOR.V_ENC_ATTN_V)
-        qkv_names = [_name(names, kind, i) for kind in kinds]
-        fused = fuse_rows([src.matrix(n) for n in qkv_names])
-        biases = [src.array(_name(names, kind, i, "bias")) for kind in kinds]
-        if fused is not None:
-            qkv = [up.matrix(f"v.blk.{i}.attn_qkv", fused)]
-            qkv_bias = [up.vector(f"v.blk.{i}.attn_qkv.bias", np.concatenate(biases))]
-        else:
-            qkv = [up.matrix(n, src.matrix(n)) for n in qkv_names]
-            qkv_bias = [up.vector(f"{n}.bias", b) for n, b in zip(qkv_names, biases)]
-        return _Layer(norm(MODEL_TENSOR.V_ENC_INPUT_NORM, i), qkv, qkv_bias, matrix(MODEL_TENSOR.V_ENC_ATTN_O, i),
-                      vector(MODEL_TENSOR.V_ENC_ATTN_O, i, "bias"), norm(MODEL_TENSOR.V_ENC_POST_ATTN_NORM, i),
-                      matrix(MODEL_TENSOR.V_ENC_FFN_UP, i), vector(MODEL_TENSOR.V_ENC_FFN_UP, i, "bias"),
-                      matrix(MODEL_TENSOR.V_ENC_FFN_DOWN, i), vector(MODEL_TENSOR.V_ENC_FFN_DOWN, i, "bias"))
-
-    def _record(self):  # type: ignore[no-untyped-def]
+    def _record(self) -> Program:
         c = self.config
         n, d = c.n_patches, c.d_model
         b = ProgramBuilder(self.executor, "vision")

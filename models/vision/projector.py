@@ -25,7 +25,7 @@ from models.vision.gemma3 import Gemma3ImageEncoder
 
 PROJECTOR_MEDIA_TYPE = "application/vnd.ollama.image.projector"
 CLIP_ARCHITECTURE = "clip"
-SUPPORTED_PROJECTORS = {VisionProjectorType.GEMMA3: Gemma3ImageEncoder}
+SUPPORTED_PROJECTORS: dict[str, type[Gemma3ImageEncoder]] = {VisionProjectorType.GEMMA3: Gemma3ImageEncoder}
 _DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
 
 
@@ -50,7 +50,7 @@ def load_image_encoder(path: str | Path, executor: Executor, progress: Progress 
     if f.arch != CLIP_ARCHITECTURE and ollama_gemma3.holds_vision(f):
         return Gemma3ImageEncoder(f, executor, progress, names=ollama_gemma3.NAMES, config=ollama_gemma3.config(f))
     kind = projector_type(f)
-    encoder = SUPPORTED_PROJECTORS.get(kind)  # type: ignore[call-overload]
+    encoder = SUPPORTED_PROJECTORS.get(kind)
     if encoder is None:
         supported = ", ".join(str(k) for k in SUPPORTED_PROJECTORS)
         raise GGUFFormatError(f"{f.path.name}: projector type {kind!r} is not supported (supported: {supported})")
@@ -67,8 +67,9 @@ def find_projector(model_path: str | Path) -> Path | None:
     (models/vision/ollama_gemma3.py).
     """
     path = Path(model_path)
-    if path.parent.name == "blobs" and _DIGEST.match(path.name):
-        found = _ollama_projector(path)
+    digest = _DIGEST.match(path.name)
+    if path.parent.name == "blobs" and digest:
+        found = _ollama_projector(path.parent.parent, f"sha256:{digest.group(1)}")
     else:
         found = next(iter(sorted(p for p in path.parent.glob("mmproj*.gguf") if p.is_file() and p != path)), None)
     if found is None and gguf_architecture(path) == ollama_gemma3.ARCHITECTURE:
@@ -80,9 +81,8 @@ def find_projector(model_path: str | Path) -> Path | None:
     return found
 
 
-def _ollama_projector(blob: Path) -> Path | None:
-    root = blob.parent.parent
-    digest = "sha256:" + _DIGEST.match(blob.name).group(1)  # type: ignore[union-attr]
+def _ollama_projector(root: Path, digest: str) -> Path | None:
+    """The projector blob of the manifest whose model layer has this digest."""
     manifests = root / "manifests"
     if not manifests.is_dir():
         return None
