@@ -219,6 +219,9 @@ class Gemma3ImageEncoder:
         self.out = ex.tensor("vision.soft_tokens", (c.tokens_per_image, c.d_text))
         self._spans = ex.tensor("vision.spans", (c.n_patches, 2), "u32",
                                 data=np.tile(np.array([0, c.n_patches], np.uint32), (c.n_patches, 1)))
+        # The program runs as one part per layer (cut before each), each holding the adapter's turn (gpu/turns.py),
+        # so that the text model's steps on this executor and other models on the adapter get in between.
+        self._cuts: list[int] = []
         self.program = self._record()
 
     def _record(self) -> Program:
@@ -230,6 +233,7 @@ class Gemma3ImageEncoder:
         residual_add(b, x, self.positions, self.patch_bias)
         scale = 1.0 / math.sqrt(c.head_dim)
         for i, w in enumerate(self.layers):
+            self._cuts.append(len(b._dispatches))
             h = b.activation(f"h{i}", (n, d))
             ops.layer_norm(b, x, w.ln1[0], h, c.eps, beta=w.ln1[1])
             if len(w.qkv) == 1:
@@ -288,15 +292,41 @@ class Gemma3ImageEncoder:
         return out
 
     def encode(self, pixels: np.ndarray) -> np.ndarray:
-        """[N, 3, S, S] float32 -> [N, tokens_per_image, D] float32, one GPU step per image."""
+        """[N, 3, S, S] float32 -> [N, tokens_per_image, D] float32, one image after another."""
         c = self.config
         pixels = np.asarray(pixels, np.float32)
         if pixels.ndim != 4 or pixels.shape[1:] != (3, c.image_size, c.image_size):
             raise ValueError(f"pixels must be [N, 3, {c.image_size}, {c.image_size}], not {list(pixels.shape)}")
-        ex = self.executor
         out = np.empty((pixels.shape[0], c.tokens_per_image, c.d_text), np.float32)
         for i, image in enumerate(pixels):
-            with ex.device.turns.turn():
-                ex.write(self.pixels_in, self.patches(image))
-                out[i], = ex.run(self.program, StepParams(n_tokens=c.n_patches), read=[self.out])
+            out[i] = self._encode_one(self.patches(image))
         return out
+
+    def _encode_one(self, patches: np.ndarray) -> np.ndarray:
+        """The program's parts in turn; each part is waited for where the device pauses between steps (a software
+        adapter, or another model waiting), else left running while the next is recorded."""
+        ex = self.executor
+        step = StepParams(n_tokens=self.config.n_patches).pack()
+        bounds = [*self._cuts, len(self.program.dispatches)]
+        parts = [(start, stop) for start, stop in zip([0, *bounds], bounds) if start < stop]
+        for index, (start, stop) in enumerate(parts):
+            last = index == len(parts) - 1
+            with ex.device.turns.turn():
+                if index == 0:
+                    ex.write(self.pixels_in, patches)
+                # Re-set before every part: other steps on this executor's queue may have run in between.
+                ex.device.queue.write_buffer(ex.step_tensor.buffer, 0, step)
+                submission = ex.submission()
+                compute_pass = submission.encoder.begin_compute_pass()
+                self.program.encode(compute_pass, start, stop)
+                compute_pass.end()
+                if last:
+                    submission.read(self.out)
+                    result, = submission.submit().wait()
+                    return result.reshape(self.out.shape)
+                if ex.device.pauses_between_steps():
+                    submission.read(self.out, nbytes=4)  # only to wait until it has run
+                    submission.submit().wait()
+                else:
+                    submission.submit()
+        raise AssertionError("the program has no dispatches")

@@ -134,3 +134,37 @@ def test_quantised_projector(ex: Executor, golden: dict[str, np.ndarray], tmp_pa
     np.testing.assert_allclose(got, reference_features(path, pixels), rtol=0, atol=MAX_ABS)
     for a, b in zip(got, golden["features/f32"].astype(np.float64)):
         assert a.ravel() @ b.ravel() / (np.linalg.norm(a) * np.linalg.norm(b)) >= MIN_COSINE
+
+
+@pytest.mark.parametrize("pauses", [True, False])
+def test_other_steps_between_layers(ex: Executor, golden: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch,
+                                    pauses: bool) -> None:
+    """The tower runs a part per layer, each in the adapter's turn: another program's step on the same executor at
+    every turn (with its own n_tokens) leaves the soft tokens as they were, whether each part is waited for (a
+    software adapter) or left running (a GPU with no one waiting)."""
+    from contextlib import contextmanager
+
+    from gpu.ops import encoder as ops
+    from gpu.program import ProgramBuilder, StepParams
+
+    encoder = load_image_encoder(_projector("f32"), ex)
+    other = ex.tensor("other", (4, 8), data=np.zeros((4, 8), np.float32))
+    b = ProgramBuilder(ex, "other")
+    ops.bias_add(b, other, ex.tensor("other.bias", (8,), data=np.ones(8, np.float32)))
+    program = b.build()
+    real_turn, turns = ex.device.turns.turn, []
+
+    @contextmanager
+    def turn():  # type: ignore[no-untyped-def]
+        with real_turn():
+            ex.run(program, StepParams(n_tokens=1))
+            turns.append(1)
+            yield
+
+    monkeypatch.setattr(ex.device.turns, "turn", turn)
+    monkeypatch.setattr(ex.device, "pauses_between_steps", lambda: pauses)
+    name = str(golden["features/images"][0])
+    got = encoder.encode(pixel_values(golden[f"pixels/{name}/pil"])[None])[0]
+    assert len(turns) == encoder.config.n_layers + 1
+    np.testing.assert_allclose(got, golden["features/f32"][0], rtol=0, atol=MAX_ABS)
+    assert (ex.read(other)[0] == len(turns)).all() and (ex.read(other)[1:] == 0).all()
