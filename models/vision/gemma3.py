@@ -126,6 +126,12 @@ class _Layer:
     down_bias: Tensor
 
 
+def _linear(b: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, t_max: int) -> None:
+    """y = W x in f32 whatever the executor's int8_matmuls asks for the text model's prompts: the tower runs once
+    an image, and its products stay those of the reference."""
+    linear(b, weight, x, y, t_max, int8=False)
+
+
 class _Loader:
     """Reads a file's tower weights by kind (through its tensor names) and uploads them."""
 
@@ -229,7 +235,7 @@ class Gemma3ImageEncoder:
         n, d = c.n_patches, c.d_model
         b = ProgramBuilder(self.executor, "vision")
         x = b.activation("x", (n, d))
-        linear(b, self.patch, self.pixels_in, x, n)
+        _linear(b, self.patch, self.pixels_in, x, n)
         residual_add(b, x, self.positions, self.patch_bias)
         scale = 1.0 / math.sqrt(c.head_dim)
         for i, w in enumerate(self.layers):
@@ -238,14 +244,14 @@ class Gemma3ImageEncoder:
             ops.layer_norm(b, x, w.ln1[0], h, c.eps, beta=w.ln1[1])
             if len(w.qkv) == 1:
                 qkv = b.activation(f"qkv{i}", (n, 3 * d))
-                linear(b, w.qkv[0], h, qkv, n)
+                _linear(b, w.qkv[0], h, qkv, n)
                 ops.bias_add(b, qkv, w.qkv_bias[0])
                 q = k = v = qkv
                 offsets = (0, d, 2 * d)
             else:
                 q, k, v = (b.activation(f"{name}{i}", (n, d)) for name in "qkv")
                 for weight, bias, y in zip(w.qkv, w.qkv_bias, (q, k, v)):
-                    linear(b, weight, h, y, n)
+                    _linear(b, weight, h, y, n)
                     ops.bias_add(b, y, bias)
                 offsets = (0, 0, 0)
             a = b.activation(f"attn{i}", (n, d))
@@ -255,16 +261,16 @@ class Gemma3ImageEncoder:
                 ops.attention(b, q, k, v, self._spans, a, heads=c.n_heads, kv_heads=c.n_heads, head_dim=c.head_dim,
                               scale=scale, offsets=offsets)
             o = b.activation(f"o{i}", (n, d))
-            linear(b, w.o, a, o, n)
+            _linear(b, w.o, a, o, n)
             residual_add(b, x, o, w.o_bias)
             h2 = b.activation(f"h2_{i}", (n, d))
             ops.layer_norm(b, x, w.ln2[0], h2, c.eps, beta=w.ln2[1])
             u = b.activation(f"up{i}", (n, c.d_ffn))
-            linear(b, w.up, h2, u, n)
+            _linear(b, w.up, h2, u, n)
             g = b.activation(f"gelu{i}", (n, c.d_ffn))
             ops.gelu(b, u, g, bias=w.up_bias, tanh=True)
             down = b.activation(f"down{i}", (n, d))
-            linear(b, w.down, g, down, n)
+            _linear(b, w.down, g, down, n)
             residual_add(b, x, down, w.down_bias)
         y = b.activation("post", (n, d))
         ops.layer_norm(b, x, self.post_norm[0], y, c.eps, beta=self.post_norm[1])
@@ -273,7 +279,7 @@ class Gemma3ImageEncoder:
         ops.avg_pool2d(b, y, pooled, side=c.side, kernel=c.merge)
         normed = b.activation("soft", (t, d))
         ops.layer_norm(b, pooled, self.soft_norm, normed, c.eps, rms=True)
-        linear(b, self.proj, normed, self.out, t)
+        _linear(b, self.proj, normed, self.out, t)
         return b.build()
 
     def preprocess(self, image: Image.Image) -> np.ndarray:
