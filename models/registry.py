@@ -41,6 +41,7 @@ class ModelEntry:
     int8_activations: bool = False  # prompts' matmuls on 8-bit activations (load_text_model)
     alias_of: str | None = None
     kind: str = "text"  # "text" (chat, completions), "embedding", "speech", "transcription" or "rerank"
+    projector: str | None = None  # a chat model's image encoder file named in its settings (load_text_model)
 
 
 def shipped_model_path() -> Path | None:
@@ -75,9 +76,11 @@ class ModelRegistry:
         default = self.settings.int8_activations
         int8 = default if config.int8_activations is None else config.int8_activations
         key = _key(config.source, config.context_length, config.kv_dtype, int8)
+        if config.projector is not None:
+            key += f"|projector={os.path.realpath(Path(config.projector).expanduser())}"
         return ModelEntry(id=config.id, source=config.source, key=key, owned_by="hearth", created=_STARTED,
                           preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype,
-                          int8_activations=int8)
+                          int8_activations=int8, projector=config.projector)
 
     @property
     def ollama_root(self) -> Path | None:

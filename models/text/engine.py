@@ -30,7 +30,7 @@ from gpu.tensor import Tensor
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
-from models.text.images import ImageSpan, check_spans, chunk_end, rows_in
+from models.text.images import IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
 from models.text.tokenizer import Tokenizer
 from models.vision import ImageEncoder
@@ -436,6 +436,11 @@ class TextModel:
     def input_modalities(self) -> tuple[str, ...]:
         """What a prompt may hold: text, and images where the model has an image encoder."""
         return ("text", "image") if self.image_encoder is not None else ("text",)
+
+    @property
+    def image_markers(self) -> ImageMarkers | None:
+        """How the family's prompts mark images (models/text/images.py), None where it has no image format."""
+        return IMAGE_MARKERS.get(getattr(self.arch, "architecture", ""))
 
     def attach_image_encoder(self, encoder: ImageEncoder) -> None:
         """Give the model its image encoder (its soft tokens must be rows of the decoder's embedding width)."""

@@ -79,3 +79,47 @@ def rows_in(spans: Sequence[ImageSpan], start: int, end: int) -> list[tuple[int,
         elif span.start < end and span.end > start:
             raise ValueError(f"image rows [{span.start}, {span.end}) straddle the chunk [{start}, {end})")
     return inside
+
+
+@dataclass(frozen=True)
+class ImageMarkers:
+    """The pieces a family's prompt marks images with: the template writes `start` where an image goes, and the
+    reference processor puts the image's rows (soft tokens) there, between newlines and `start` ... `end`."""
+
+    start: str
+    soft: str
+    end: str
+
+    def expansion(self, tokens_per_image: int) -> str:
+        """The text an image's `start` marker becomes (Gemma3Processor's full_image_sequence)."""
+        return f"\n\n{self.start}{self.soft * tokens_per_image}{self.end}\n\n"
+
+
+GEMMA3_MARKERS = ImageMarkers("<start_of_image>", "<image_soft_token>", "<end_of_image>")
+IMAGE_MARKERS = {"gemma3": GEMMA3_MARKERS}  # by GGUF architecture
+
+
+def expand_images(text: str, n_images: int, markers: ImageMarkers, tokens_per_image: int) -> str:
+    """A rendered prompt with each image marker expanded into the image's rows, as the reference processor does.
+    ValueError unless the text holds exactly n_images markers and no soft tokens of its own (a client's text that
+    spells them out must not forge or hide an image)."""
+    found = text.count(markers.start)
+    if found != n_images:
+        raise ValueError(f"the prompt holds {found} image markers ({markers.start}) for {n_images} images: the chat "
+                         "template does not place the images, or the text spells the marker out")
+    if markers.soft in text or markers.end in text:
+        raise ValueError(f"the text spells out an image piece ({markers.soft} or {markers.end})")
+    return text.replace(markers.start, markers.expansion(tokens_per_image))
+
+
+def soft_token_runs(ids: Sequence[int], soft_id: int, tokens_per_image: int) -> list[int]:
+    """The first row of each image in tokenised prompt ids: runs of exactly tokens_per_image soft tokens.
+    ValueError where the ids hold soft tokens in any other arrangement."""
+    at = np.flatnonzero(np.asarray(ids) == soft_id)
+    if len(at) % tokens_per_image:
+        raise ValueError(f"{len(at)} image soft tokens are not whole images of {tokens_per_image}")
+    starts = at[::tokens_per_image] if len(at) else at
+    for k, s in enumerate(starts.tolist()):
+        if at[k * tokens_per_image + tokens_per_image - 1] != s + tokens_per_image - 1:
+            raise ValueError("an image's soft tokens are not contiguous")
+    return [int(s) for s in starts]

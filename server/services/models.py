@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from models.registry import ModelEntry, ModelRegistry
 from server.errors import ModelNotFound
@@ -10,7 +11,23 @@ from server.schemas.models import Model, ModelList
 
 
 def _model(entry: ModelEntry) -> Model:
-    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by, alias_of=entry.alias_of)
+    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by, alias_of=entry.alias_of,
+                 input_modalities=input_modalities(entry))
+
+
+def input_modalities(entry: ModelEntry) -> list[str] | None:
+    """What a chat model's prompts may hold without loading it: images where its settings name a projector file
+    or one lies beside the model file (models/vision's find_projector); None for other kinds of model."""
+    if entry.kind != "text":
+        return None
+    if entry.projector is not None:
+        return ["text", "image"]
+    from models import vision
+
+    finder = getattr(vision, "find_projector", None)
+    path = Path(entry.source).expanduser()
+    found = finder(path) if finder is not None and path.is_file() else None
+    return ["text", "image"] if found is not None else ["text"]
 
 
 class ModelService:
