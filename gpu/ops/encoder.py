@@ -132,3 +132,17 @@ def l2_normalize(b: ProgramBuilder, x: Tensor, *, eps: float = 1e-12, subgroups:
     rows, d = x.shape
     b.dispatch("l2_normalize", {"D": d, "ROWS": rows, "EPS": eps, "REDUCE": b.device.reduction(subgroups)}, [b.step, x],
                workgroup_grid(rows))
+
+
+def avg_pool2d(b: ProgramBuilder, x: Tensor, out: Tensor, *, side: int, kernel: int) -> None:
+    """out = each image's side x side grid of rows of x averaged over kernel x kernel blocks
+    (kernels/avg_pool2d.wgsl), for the step's n_tokens / side^2 images. x: [images * side^2, D] (grid rows in
+    row-major order), out: [images * (side / kernel)^2, D]."""
+    if side % kernel:
+        raise ValueError(f"a grid of side {side} is not a whole number of {kernel}-blocks")
+    d = x.shape[1]
+    _check(out, d, "out")
+    if x.shape[0] % (side * side) or out.shape[0] * kernel * kernel != x.shape[0]:
+        raise ValueError(f"avg_pool2d: x {x} must hold whole {side}x{side} grids and out {out} one row per block")
+    b.dispatch("avg_pool2d", {"D": d, "SIDE": side, "K": kernel}, [b.step, x, out],
+               workgroup_grid(math.ceil(out.shape[0] * d / ELEMENTWISE_GROUP)))
