@@ -60,6 +60,19 @@ def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16", 
     return f"{where}|context={context_length or 'model'}|kv={kv_dtype}" + ("|int8" if int8 else "")
 
 
+def has_projector(entry: ModelEntry) -> bool:
+    """Whether a chat model comes with an image encoder: a projector file named in its settings, or one beside its
+    model file or in its Ollama manifest (models/vision/projector.py's find_projector)."""
+    if entry.projector is not None:
+        return True
+    path = shipped_model_path() if entry.source == SHIPPED_MODEL else Path(entry.source).expanduser()
+    if path is None or not path.is_file():
+        return False
+    from models.vision.projector import find_projector
+
+    return find_projector(path) is not None
+
+
 class ModelRegistry:
     """Resolves request names to models; reads the Ollama store on every call (a few small files)."""
 

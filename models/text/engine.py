@@ -530,7 +530,7 @@ def load_text_model(
     """Load a GGUF model onto the GPU (the shipped default when no name is given).
 
     projector: the model's image encoder file (llama.cpp's mmproj GGUF); by default one found beside the model
-    file (models/vision/), if any.
+    file or in its Ollama manifest (models/vision/projector.py), if any.
 
     int8_activations: matmuls of steps with more than 32 tokens (prompts, decode batches past 32
     sequences), and the decode matvecs where it pays (output heads, large Q4_K linears, the feed-forward's
@@ -563,18 +563,13 @@ def load_text_model(
 
 
 def _load_image_encoder(path: Path, executor: Executor, projector: str | Path | None) -> ImageEncoder | None:
-    """The image encoder of the projector file named, or of one beside the model (models/vision's find_projector),
-    on the model's executor; None for a text-only model."""
-    from models import vision
+    """The image encoder of the projector file named, or of one beside the model (models/vision/projector.py's
+    find_projector), on the model's executor; None for a text-only model."""
+    from models.vision.projector import find_projector, load_image_encoder
 
-    finder, loader = getattr(vision, "find_projector", None), getattr(vision, "load_image_encoder", None)
-    if loader is None:  # no vision tower in this build
-        if projector is not None:
-            raise GGUFFormatError(f"{projector}: this build cannot load image encoders")
-        return None
-    found = Path(projector).expanduser() if projector is not None else (finder(path) if finder else None)
+    found = Path(projector).expanduser() if projector is not None else find_projector(path)
     if found is None:
         return None
     if not found.is_file():
         raise ModelNotFound(f"no projector file {str(found)!r}")
-    return loader(found, executor)
+    return load_image_encoder(found, executor)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-from models.registry import ModelEntry, ModelRegistry
+from models.registry import ModelEntry, ModelRegistry, has_projector
 from server.errors import ModelNotFound
 from server.schemas.models import Model, ModelList
 
@@ -16,18 +15,11 @@ def _model(entry: ModelEntry) -> Model:
 
 
 def input_modalities(entry: ModelEntry) -> list[str] | None:
-    """What a chat model's prompts may hold without loading it: images where its settings name a projector file
-    or one lies beside the model file (models/vision's find_projector); None for other kinds of model."""
+    """What a chat model's prompts may hold, known without loading it: images where its settings name a projector
+    file or one goes with the model file (models/vision/projector.py); None for other kinds of model."""
     if entry.kind != "text":
         return None
-    if entry.projector is not None:
-        return ["text", "image"]
-    from models import vision
-
-    finder = getattr(vision, "find_projector", None)
-    path = Path(entry.source).expanduser()
-    found = finder(path) if finder is not None and path.is_file() else None
-    return ["text", "image"] if found is not None else ["text"]
+    return ["text", "image"] if has_projector(entry) else ["text"]
 
 
 class ModelService:
