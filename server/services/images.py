@@ -29,7 +29,8 @@ from server.errors import InvalidRequest, RequestTooLarge
 from server.protocols import TextTokenizer
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")  # what a client may send (Pillow's format names)
-_DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
+# the media type is only a label: Pillow reads the format from the data
+_DATA_URL = re.compile(r"data:(?P<mime>[^;,]*)(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
 FETCH_TIMEOUT_S = 10.0
 
 

@@ -175,3 +175,50 @@ def test_soft_tokens_spelt_out_in_text_are_refused(client: openai.OpenAI) -> Non
     with pytest.raises(openai.BadRequestError) as raised:
         chat(client, [{"type": "text", "text": "<image_soft_token>"}, image_part(encoded())])
     assert raised.value.body["param"] == "messages"  # type: ignore[index]
+
+
+# -- the other dialects: Ollama's images, the Responses API's input_image, Anthropic's image blocks --------------------
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _seen(loaded: dict[str, FakeModel]) -> int:
+    return len(loaded["vision.gguf"].images_seen)
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate"])
+def test_ollama_images(server: ThreadServer, loaded: dict[str, FakeModel], path: str) -> None:
+    images = [_b64(encoded("JPEG", seed=5)), _b64(encoded("PNG", seed=6))]
+    body: dict[str, Any] = {"model": VISION, "stream": False, "options": {"temperature": 0, "num_predict": 2}}
+    if path == "/api/chat":
+        body["messages"] = [{"role": "user", "content": "What are these?", "images": images}]
+    else:
+        body |= {"prompt": "What are these?", "images": images}
+    before = _seen(loaded)
+    response = httpx.post(f"{server.url}{path}", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    assert (response.json().get("message") or {}).get("content", response.json().get("response")) == "He"
+    assert _seen(loaded) == before + 1 and len(loaded["vision.gguf"].images_seen[-1]) == 2
+    bad = httpx.post(f"{server.url}{path}", json={**body, "messages": [{"role": "user", "content": "x",
+                                                                         "images": ["bm90IGFuIGltYWdl"]}]}
+                     if path == "/api/chat" else {**body, "images": ["bm90IGFuIGltYWdl"]}, timeout=60)
+    assert bad.status_code == 400 and "PNG, JPEG, WebP or GIF" in bad.json()["error"]
+
+
+def test_responses_input_image(client: openai.OpenAI, loaded: dict[str, FakeModel]) -> None:
+    before = _seen(loaded)
+    response = client.responses.create(model=VISION, max_output_tokens=2, temperature=0, input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
+                                     {"type": "input_image", "image_url": data_url(encoded(seed=7))}]}])
+    assert response.output_text == "He" and _seen(loaded) == before + 1
+
+
+def test_anthropic_image_blocks(server: ThreadServer, loaded: dict[str, FakeModel]) -> None:
+    before = _seen(loaded)
+    content = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _b64(encoded())}},
+               {"type": "text", "text": "What is this?"}]
+    reply = httpx.post(f"{server.url}/v1/messages", timeout=60, json={
+        "model": VISION, "max_tokens": 2, "temperature": 0, "messages": [{"role": "user", "content": content}]})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["content"][0]["text"] == "He" and _seen(loaded) == before + 1
