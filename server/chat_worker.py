@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
+from PIL import Image
 
 from config.settings import Settings
 from models.registry import ModelEntry
@@ -123,6 +124,9 @@ class ChatWorker(WorkerBase[ChatModel]):
                 with turns.turn() if turns is not None else contextlib.nullcontext():
                     logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
                     session.decode(int(logits.argmax()))
+                    encoder = getattr(self.model, "image_encoder", None)
+                    if encoder is not None:  # its pipelines too, so the first image waits for no compiling
+                        encoder.encode(encoder.preprocess(Image.new("RGB", (64, 64)))[None])
             finally:
                 session.close()
         self.progress = 1.0

@@ -6,7 +6,9 @@ already in the text model's embedding space. The step takes those rows as they a
 them attend to each other both ways (Gemma 3's bidirectional attention within an image; the row table's token
 source 2 and later keys, gpu/kernels/common/rows.wgsl). A row sees later rows of its image only once their keys are
 in the cache, so an image's rows go in one prompt chunk: chunk_end moves a chunk's end to before an image it would
-cut.
+cut. On sliding-window layers a row's first key stays bounded by its own position, as llama.cpp's non-causal image
+batches do (transformers lets an image's rows see the whole image past a window); the two agree wherever the window
+is wider than an image, as Gemma 3's are (512 or 1024 positions, 256 rows an image).
 """
 
 from __future__ import annotations
