@@ -488,7 +488,7 @@ class Session:
 
     def prefill(self, ids: list[int], images: Sequence[ImageSpan] = ()) -> np.ndarray:
         """Run the prompt (in chunks of at most 512 tokens, an image's rows within one); logits of its last
-        position. images: the prompt's images (models/text/images.py), at positions from the session's start."""
+        position. images: the prompt's images (models/text/images.py), their rows counted from the start of ids."""
         if not ids:
             raise ValueError("prefill needs at least one token")
         self._check_ids(ids)
