@@ -30,7 +30,7 @@ from server.protocols import TextTokenizer
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")  # what a client may send (Pillow's format names)
 # the media type is only a label: Pillow reads the format from the data
-_DATA_URL = re.compile(r"data:(?P<mime>[^;,]*)(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
+_DATA_URL = re.compile(r"data:(?P<mime>[^;,]*)(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.DOTALL)
 FETCH_TIMEOUT_S = 10.0
 
 
@@ -94,7 +94,7 @@ def _too_large(part: ImagePart, limits: Limits) -> RequestTooLarge:
 
 def _fetch(url: str, part: ImagePart, limits: Limits) -> bytes:
     try:
-        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310 - http(s) only, above
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:  # http(s) only: read_bytes checks
             raw = response.read(limits.max_image_bytes + 1)
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise InvalidRequest(f"The image URL could not be fetched: {error}.", param=part.param,
