@@ -11,9 +11,11 @@ lists what each model takes; a text-only model answers an image with a 400 namin
 from __future__ import annotations
 
 import base64
+import http.server
 import io
 import itertools
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +26,9 @@ import openai
 import pytest
 from PIL import Image
 
+from models.text.images import pixel_digest
 from server.app import create_app
+from tests.fake_image_encoder import FakeImageEncoder
 from tests.server.all_fakes import fake_settings
 from tests.server.fake_model import FakeModel, fake_loader
 from tests.server.live_server import ThreadServer
@@ -223,3 +227,45 @@ def test_anthropic_image_blocks(server: ThreadServer, loaded: dict[str, FakeMode
         "model": VISION, "max_tokens": 2, "temperature": 0, "messages": [{"role": "user", "content": content}]})
     assert reply.status_code == 200, reply.text
     assert reply.json()["content"][0]["text"] == "He" and _seen(loaded) == before + 1
+
+
+def test_http_image_urls_where_the_server_allows_them(loaded: dict[str, FakeModel]) -> None:
+    """With limits.allow_image_urls, an http URL is fetched (here from a loopback server); one that fails is a 400."""
+    png = encoded(seed=9)
+
+    class Images(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            found = self.path == "/cat.png"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "image/png")
+            self.end_headers()
+            self.wfile.write(png if found else b"")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    images = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Images)
+    threading.Thread(target=images.serve_forever, daemon=True).start()
+    base = fake_loader()
+
+    def load(source: str, **kwargs: Any) -> FakeModel:
+        loaded[f"urls:{source}"] = model = base(source, **kwargs)
+        return model
+
+    models = [{"id": VISION, "source": "vision.gguf", "projector": "mmproj.gguf"}]
+    settings = fake_settings(env={"HEARTH_ALLOW_IMAGE_URLS": "true"}, models=models, default_model=VISION)
+    try:
+        with ThreadServer(create_app(settings, loader=load, warm_up=False)) as srv:
+            assert wait_ready(srv)
+            client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
+            url = f"http://127.0.0.1:{images.server_address[1]}"
+            part = {"type": "image_url", "image_url": {"url": f"{url}/cat.png"}}
+            assert chat(client, [part]).choices[0].message.content == "Hel"
+            assert loaded["urls:vision.gguf"].images_seen[-1][0][2] == pixel_digest(
+                FakeImageEncoder(16, tokens_per_image=4).preprocess(Image.open(io.BytesIO(png))))
+            with pytest.raises(openai.BadRequestError) as raised:
+                chat(client, [{"type": "image_url", "image_url": {"url": f"{url}/missing.png"}}])
+            assert raised.value.body["code"] == "invalid_image_url"  # type: ignore[index]
+    finally:
+        images.shutdown()
+        images.server_close()
