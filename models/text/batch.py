@@ -230,7 +230,7 @@ class BatchGenerator:
         prompt = list(prompt_ids)
         if not prompt:
             raise ValueError("a sequence needs at least one prompt token")
-        spans = check_spans(images, len(prompt), self.model.embedding_size)
+        spans = check_spans(images, len(prompt), self.model.embedding_size) if images else []
         session = self.engine.new_session()
         try:
             session._check_ids(prompt)
@@ -405,10 +405,12 @@ class BatchGenerator:
         last = end == len(seq.prompt)
         on_cpu = last and seq.gpu is None
         mask = self._mask(seq) if last and seq.constraint is not None else None
+        inside = rows_in(seq.images, seq.prefilled, end)  # passed only when there are some: engines without
+        # images (tests' fakes) still serve
         pending = self.engine.submit_prefill(seq.session, chunk, sampling=seq.gpu, last=last,
                                              read_logits=on_cpu and not seq.candidates,
                                              read_candidates=on_cpu and seq.candidates, mask=mask,
-                                             images=rows_in(seq.images, seq.prefilled, end))
+                                             **({"images": inside} if inside else {}))
         seq.prefilled += len(chunk)
         self._chunks += 1
         seq.turn = self._chunks  # behind every sequence waiting now
