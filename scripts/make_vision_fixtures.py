@@ -34,7 +34,8 @@ Outputs in --out (tests/golden/vision):
   embeddings (get_image_features) on the weights of each projector file (F16 matrices rounded as the file holds them);
   prompt/text (rendered chat), prompt/expanded, prompt/ids int32 [T], prompt/token_type_ids int32 [T] (1 on the soft
   tokens), prompt/image (the photo), prompt/greedy int32 [32], prompt/logits float32 [33, V] (row 0 after the prompt,
-  row k after greedy token k; a full forward per step with token_type_ids, so transformers applies its bidirectional
+  row k after greedy token k; prompt/min_top2_margin, the smallest top-two gap on the way; a full forward per step
+  with token_type_ids, so transformers applies its bidirectional
   mask over the image's rows);
 - meta.json: configs, seeds, ids of the special tokens, sha256 of each file.
 

@@ -19,13 +19,13 @@ from gguf import Keys, VisionProjectorType
 from gpu.program import Executor
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.weights import Progress
-from models.ollama import MODEL_MEDIA_TYPE
-from models.vision import ImageEncoder
+from models.ollama import MODEL_MEDIA_TYPE, gguf_architecture
+from models.vision import ImageEncoder, ollama_gemma3
 from models.vision.gemma3 import Gemma3ImageEncoder
 
 PROJECTOR_MEDIA_TYPE = "application/vnd.ollama.image.projector"
 CLIP_ARCHITECTURE = "clip"
-SUPPORTED_PROJECTORS = {VisionProjectorType.GEMMA3: Gemma3ImageEncoder}
+SUPPORTED_PROJECTORS: dict[str, type[Gemma3ImageEncoder]] = {VisionProjectorType.GEMMA3: Gemma3ImageEncoder}
 _DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
 
 
@@ -44,10 +44,13 @@ def projector_type(f: GGUFFile) -> str:
 
 
 def load_image_encoder(path: str | Path, executor: Executor, progress: Progress | None = None) -> ImageEncoder:
-    """The image encoder of a projector GGUF, its weights on the executor (the text model's)."""
+    """The image encoder of a projector GGUF (or of an Ollama gemma3 model blob that holds its vision tower), its
+    weights on the executor (the text model's)."""
     f = GGUFFile(path)
+    if f.arch != CLIP_ARCHITECTURE and ollama_gemma3.holds_vision(f):
+        return Gemma3ImageEncoder(f, executor, progress, names=ollama_gemma3.NAMES, config=ollama_gemma3.config(f))
     kind = projector_type(f)
-    encoder = SUPPORTED_PROJECTORS.get(kind)  # type: ignore[call-overload]
+    encoder = SUPPORTED_PROJECTORS.get(kind)
     if encoder is None:
         supported = ", ".join(str(k) for k in SUPPORTED_PROJECTORS)
         raise GGUFFormatError(f"{f.path.name}: projector type {kind!r} is not supported (supported: {supported})")
@@ -60,19 +63,26 @@ def find_projector(model_path: str | Path) -> Path | None:
     A plain file: an `mmproj*.gguf` in the same folder (the first by name when there are several: llama.cpp's
     converter names one per output type, `mmproj-<model>-<type>.gguf`). An Ollama blob (`<root>/blobs/sha256-<hex>`):
     the projector layer (mediaType application/vnd.ollama.image.projector) of the manifest whose model layer is that
-    blob. Ollama's own gemma3 models keep the vision tower inside the model blob instead, with its own tensor names;
-    those are not read here (None).
+    blob. Failing those, the model file itself where it holds the vision tower, as Ollama's own gemma3 models do
+    (models/vision/ollama_gemma3.py).
     """
     path = Path(model_path)
-    if path.parent.name == "blobs" and _DIGEST.match(path.name):
-        return _ollama_projector(path)
-    found = sorted(p for p in path.parent.glob("mmproj*.gguf") if p.is_file() and p != path)
-    return found[0] if found else None
+    digest = _DIGEST.match(path.name)
+    if path.parent.name == "blobs" and digest:
+        found = _ollama_projector(path.parent.parent, f"sha256:{digest.group(1)}")
+    else:
+        found = next(iter(sorted(p for p in path.parent.glob("mmproj*.gguf") if p.is_file() and p != path)), None)
+    if found is None and gguf_architecture(path) == ollama_gemma3.ARCHITECTURE:
+        try:
+            if ollama_gemma3.holds_vision(GGUFFile(path)):
+                return path
+        except GGUFFormatError:
+            return None
+    return found
 
 
-def _ollama_projector(blob: Path) -> Path | None:
-    root = blob.parent.parent
-    digest = "sha256:" + _DIGEST.match(blob.name).group(1)  # type: ignore[union-attr]
+def _ollama_projector(root: Path, digest: str) -> Path | None:
+    """The projector blob of the manifest whose model layer has this digest."""
     manifests = root / "manifests"
     if not manifests.is_dir():
         return None

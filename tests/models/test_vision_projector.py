@@ -9,6 +9,7 @@ from pathlib import Path
 
 from models.vision.projector import PROJECTOR_MEDIA_TYPE, find_projector
 from tests.models.ollama_store import add_model, fake_gguf
+from tests.models.vision_files import ollama_combined
 
 
 def test_mmproj_beside_the_model(tmp_path: Path) -> None:
@@ -46,3 +47,15 @@ def test_ollama_manifest_projector_layer(tmp_path: Path) -> None:
     assert find_projector(by_tag["1b"]) is None
     # Other mmproj files in the blob folder are not the model's.
     assert find_projector(root / "blobs" / ("sha256-" + "f" * 64)) is None
+
+
+def test_ollama_blob_holding_the_tower(tmp_path: Path) -> None:
+    """An Ollama gemma3 model whose blob holds the vision tower (no projector layer) is its own projector."""
+    vision_dir = Path(__file__).resolve().parent.parent / "golden" / "vision"
+    combined = ollama_combined(tmp_path, vision_dir / "mmproj-gemma3_tiny.f16.gguf")
+    root = tmp_path / "store"
+    add_model(root, combined, "gemma3", "4b")
+    blob = next((root / "blobs").iterdir())
+    assert find_projector(blob) == blob
+    text_only = fake_gguf(tmp_path / "text.gguf", "gemma3")
+    assert find_projector(text_only) is None
