@@ -212,7 +212,8 @@ class ChatWorker(WorkerBase[ChatModel]):
 
     def _image_spans(self, job: Job, spec: ChoiceSpec) -> list[ImageSpan]:
         """The choice's images as rows of the model's embeddings: each image of the job encoded once (its choices
-        share them), images of one size in one batch, on the adapter's turn."""
+        share them), images of one size in one call (the encoder takes the adapter's turn itself, a part at a time,
+        so other models' steps get in between)."""
         encoder = getattr(self.model, "image_encoder", None)
         if encoder is None:
             raise ValueError(f"{self.name} has no image encoder")
@@ -220,10 +221,8 @@ class ChatWorker(WorkerBase[ChatModel]):
         by_shape: dict[tuple[int, ...], list[str]] = {}
         for digest, pixels in missing.items():
             by_shape.setdefault(pixels.shape, []).append(digest)
-        turns = adapter_turns(self.model)
         for digests in by_shape.values():
-            with turns.turn() if turns is not None else contextlib.nullcontext():
-                rows = encoder.encode(np.stack([missing[d] for d in digests]))
+            rows = encoder.encode(np.stack([missing[d] for d in digests]))
             job.image_rows.update(zip(digests, np.asarray(rows, np.float32), strict=True))
         return [ImageSpan(i.start, job.image_rows[i.digest], i.digest) for i in spec.images]
 
