@@ -93,6 +93,8 @@ class ModelConfig(_Frozen):
         None, description="idle time before unloading (Ollama style: '5m', seconds, -1 for ever); None: the "
         "server's keep_alive. Preloaded models never unload: /ready promises them")
     max_queue: int | None = Field(None, ge=0, description="requests waiting for this model; None: limits.max_queue")
+    projector: str | None = Field(None, description="the model's image encoder (llama.cpp's mmproj GGUF); None: one "
+                                  "found beside the model file, if any")
 
     @field_validator("keep_alive")
     @classmethod
@@ -142,6 +144,15 @@ class Limits(_Frozen):
                                       "before it is cancelled and the server exits")
     responses_store_size: int = Field(1000, ge=0, description="responses kept in memory for /v1/responses' "
                                       "previous_response_id, least recently used dropped first; 0 keeps none")
+    max_images: int = Field(8, ge=0, description="most images one chat request may carry (all messages together); "
+                            "then 400")
+    # 33,554,432 pixels: an 8K photo (7680 x 4320) and more; Pillow's decompression-bomb guard is set from it.
+    max_image_pixels: int = Field(1 << 25, ge=1, description="most pixels (width x height) of one image, read from "
+                                  "its header before it is decoded; then 413")
+    max_image_bytes: int = Field(10 << 20, ge=1, description="largest encoded image (after base64) of one content "
+                                 "part; then 413. Base64 images also count against max_body_bytes")
+    allow_image_urls: bool = Field(False, description="fetch http(s) image URLs in chat content parts; off: only "
+                                   "data: URLs are taken, others are a 400")
 
 
 class OllamaConfig(_Frozen):
@@ -317,6 +328,10 @@ _ENV_KEYS = {
     "HEARTH_MAX_RERANK_DOCUMENTS": "limits.max_rerank_documents",
     "HEARTH_MAX_SPEECH_PHONEMES": "limits.max_speech_phonemes",
     "HEARTH_MAX_PREPARING": "limits.max_preparing",
+    "HEARTH_MAX_IMAGES": "limits.max_images",
+    "HEARTH_MAX_IMAGE_PIXELS": "limits.max_image_pixels",
+    "HEARTH_MAX_IMAGE_BYTES": "limits.max_image_bytes",
+    "HEARTH_ALLOW_IMAGE_URLS": "limits.allow_image_urls",
     "HEARTH_SHUTDOWN_TIMEOUT": "limits.shutdown_timeout_s",
     "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",

@@ -41,6 +41,7 @@ class ModelEntry:
     int8_activations: bool = False  # prompts' matmuls on 8-bit activations (load_text_model)
     alias_of: str | None = None
     kind: str = "text"  # "text" (chat, completions), "embedding", "speech", "transcription" or "rerank"
+    projector: str | None = None  # a chat model's image encoder file named in its settings (load_text_model)
 
 
 def shipped_model_path() -> Path | None:
@@ -59,6 +60,19 @@ def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16", 
     return f"{where}|context={context_length or 'model'}|kv={kv_dtype}" + ("|int8" if int8 else "")
 
 
+def has_projector(entry: ModelEntry) -> bool:
+    """Whether a chat model comes with an image encoder: a projector file named in its settings, or one beside its
+    model file or in its Ollama manifest (models/vision/projector.py's find_projector)."""
+    if entry.projector is not None:
+        return True
+    path = shipped_model_path() if entry.source == SHIPPED_MODEL else Path(entry.source).expanduser()
+    if path is None or not path.is_file():
+        return False
+    from models.vision.projector import find_projector
+
+    return find_projector(path) is not None
+
+
 class ModelRegistry:
     """Resolves request names to models; reads the Ollama store on every call (a few small files)."""
 
@@ -75,9 +89,11 @@ class ModelRegistry:
         default = self.settings.int8_activations
         int8 = default if config.int8_activations is None else config.int8_activations
         key = _key(config.source, config.context_length, config.kv_dtype, int8)
+        if config.projector is not None:
+            key += f"|projector={os.path.realpath(Path(config.projector).expanduser())}"
         return ModelEntry(id=config.id, source=config.source, key=key, owned_by="hearth", created=_STARTED,
                           preload=config.preload, context_length=config.context_length, kv_dtype=config.kv_dtype,
-                          int8_activations=int8)
+                          int8_activations=int8, projector=config.projector)
 
     @property
     def ollama_root(self) -> Path | None:

@@ -26,10 +26,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
+import numpy as np
+from PIL import Image
+
 from config.settings import Settings
 from models.registry import ModelEntry
 from models.text.batch import EndEvent, Event
 from models.text.chat_template import ChatTemplate
+from models.text.images import ImageSpan
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
@@ -60,17 +64,19 @@ class ChatWorker(WorkerBase[ChatModel]):
         """The worker for a chat model's registry entry: its context, KV type and matmul numerics."""
         return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
-                   int8_activations=entry.int8_activations, warm_up=warm_up)
+                   int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
-                 int8_activations: bool = False) -> None:
+                 int8_activations: bool = False, projector: str | None = None) -> None:
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
         self._load_kwargs: dict[str, object] = {"kv_dtype": kv_dtype, "context_length": context_length}
         if int8_activations:  # only then, so that loaders without the argument (tests' fakes) still work
             self._load_kwargs["int8_activations"] = True
         if max_batch is not None:
             self._load_kwargs["max_batch"] = max_batch
+        if projector is not None:
+            self._load_kwargs["projector"] = projector
         self._queue = JobQueue(max_queue)
         self.chat_template: ChatTemplate | None = None
         self._current: Job | None = None
@@ -118,6 +124,9 @@ class ChatWorker(WorkerBase[ChatModel]):
                 with turns.turn() if turns is not None else contextlib.nullcontext():
                     logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
                     session.decode(int(logits.argmax()))
+                    encoder = getattr(self.model, "image_encoder", None)
+                    if encoder is not None:  # its pipelines too, so the first image waits for no compiling
+                        encoder.encode(encoder.preprocess(Image.new("RGB", (64, 64)))[None])
             finally:
                 session.close()
         self.progress = 1.0
@@ -197,9 +206,27 @@ class ChatWorker(WorkerBase[ChatModel]):
             if job.stop_ids:
                 extra["stop_ids"] = self.model.tokenizer.eos_ids | job.stop_ids
             try:
+                if spec.images:
+                    extra["images"] = self._image_spans(job, spec)
                 generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs, **extra)
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
+
+    def _image_spans(self, job: Job, spec: ChoiceSpec) -> list[ImageSpan]:
+        """The choice's images as rows of the model's embeddings: each image of the job encoded once (its choices
+        share them), images of one size in one call (the encoder takes the adapter's turn itself, a part at a time,
+        so other models' steps get in between)."""
+        encoder = getattr(self.model, "image_encoder", None)
+        if encoder is None:
+            raise ValueError(f"{self.name} has no image encoder")
+        missing: dict[str, np.ndarray] = {i.digest: i.pixels for i in spec.images if i.digest not in job.image_rows}
+        by_shape: dict[tuple[int, ...], list[str]] = {}
+        for digest, pixels in missing.items():
+            by_shape.setdefault(pixels.shape, []).append(digest)
+        for digests in by_shape.values():
+            rows = encoder.encode(np.stack([missing[d] for d in digests]))
+            job.image_rows.update(zip(digests, np.asarray(rows, np.float32), strict=True))
+        return [ImageSpan(i.start, job.image_rows[i.digest], i.digest) for i in spec.images]
 
     def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
                      ) -> tuple[Job, deque[ChoiceSpec] | None, ChoiceSpec] | None:

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from models.text.grammar import TokenConstraint
 from models.text.sampler import SamplingParams
 from server.errors import to_hearth_error
@@ -21,6 +23,7 @@ from server.request_context import current_request_id
 
 if TYPE_CHECKING:
     from server.protocols import ChatHandler
+    from server.services.images import PromptImage
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class ChoiceSpec:
     sampling: SamplingParams
     max_tokens: int
     constraint: TokenConstraint | None = None  # the grammar its tokens follow (its own copy)
+    images: tuple[PromptImage, ...] = ()  # the prompt's images, encoded by the worker as the choice joins the batch
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class Job:
     finished_sent: bool = False  # worker side: its end (done or failed) has been emitted
     arrival: int = 0  # its place in the order of arrival (JobQueue.put)
     turn: int = -1  # worker side: its place in the admission rotation (-1 until the worker has seen it)
+    image_rows: dict[str, np.ndarray] = field(default_factory=dict)  # worker side: encoded images by pixel digest
     _loop: asyncio.AbstractEventLoop | None = None
     _events: asyncio.Queue[JobEvent] | None = None
 

@@ -1,6 +1,7 @@
 // attention: causal multi-head attention of the step's queries over a layer's KV cache.
 //   out[t, h, :] = sum_j softmax_j(SCALE * q[t, h] . k[j, g]) v[j, g],  g = h / (HEADS / KV_HEADS)
-// for keys j in [lo, p] of the token's sequence, where p = rows[t].x is the token's position and,
+// for keys j in [lo, hi] of the token's sequence, where p = rows[t].x is the token's position, hi = p +
+// rows[t].w (an image's rows also see its later rows, common/rows.wgsl) and,
 // on sliding-window layers, lo = max(0, p + 1 - WINDOW) (a key is visible while p - j < WINDOW, as
 // HF and llama.cpp do). Key j sits in the pool row its sequence's pages give (common/rows.wgsl),
 // so one step may hold queries of many sequences (batched decode).
@@ -70,7 +71,7 @@ const NEG_BIG: f32 = -3.4028235e38;
 @group(0) @binding(0) var<uniform> step: Step;
 // bindings 1 (q), 2 (k_cache) and 3 (v_cache): attention/q_${Q_SOURCE}.wgsl
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;  // [T_MAX, HEADS, D] or partials
-@group(0) @binding(5) var<storage, read> rows: array<vec4<u32>>; // [T_MAX] (position, slot, -, -)
+@group(0) @binding(5) var<storage, read> rows: array<vec4<u32>>; // [T_MAX] (position, slot, -, later keys)
 @group(0) @binding(6) var<storage, read> page_table: array<u32>; // [slots, MAX_PAGES]
 
 var<workgroup> q_row: array<f32, D>;
@@ -124,9 +125,10 @@ fn attention_main(group: u32, tid: u32) {
     let kv_base = kv_head * D;
     let p = rows[t].x;
     let slot = rows[t].y;
-    let cut = key_parts(p);  // attention/key_parts.wgsl
+    let hi = p + rows[t].w;
+    let cut = key_parts(p, hi);  // attention/key_parts.wgsl
     let start = cut.lo + part * cut.per_part;
-    let end = min(start + cut.per_part, p + 1u);   // keys [start, end); empty when start >= end
+    let end = min(start + cut.per_part, hi + 1u);   // keys [start, end); empty when start >= end
     if (start >= end) {  // an empty part only marks itself so (weight 0 in the combine) and leaves
         let base = group * (D + 4u);
         for (var i = tid; i < D + 4u; i += WG) {

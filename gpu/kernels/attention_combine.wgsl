@@ -57,7 +57,8 @@ fn combine_main(row: u32, tid: u32) {
         return;
     }
     let first = row * SPLITS * STRIDE4;
-    let parts = key_parts(rows[row / HEADS].x).parts;  // parts past these hold no keys
+    let r = rows[row / HEADS];
+    let parts = key_parts(r.x, r.x + r.w).parts;  // parts past these hold no keys
     for (var s = tid; s < SPLITS; s += WG) {
         let ml = partials[first + s * STRIDE4 + D / 4u];
         part_max[s] = ml.x;

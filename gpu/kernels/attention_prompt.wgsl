@@ -1,6 +1,7 @@
 // attention_prompt: causal attention of a prompt chunk (many query tokens) over a layer's paged KV cache.
 //   out[t, h, :] = sum_j softmax_j(SCALE * q[t, h] . k[j, g]) v[j, g],  g = h / GROUP
-// for keys j in [lo, p] of the token's sequence: p = rows[t].x, lo = max(0, p + 1 - WINDOW) on
+// for keys j in [lo, hi] of the token's sequence: p = rows[t].x, hi = p + rows[t].w (the keys after its own
+// that the row also sees: an image's rows see the whole image, 0 elsewhere), lo = max(0, p + 1 - WINDOW) on
 // sliding-window layers (0 on global ones), keys found through the sequence's pages (common/rows.wgsl).
 // Same contract as attention.wgsl; a step may hold tokens of several sequences.
 //
@@ -59,7 +60,7 @@ const NEG_BIG: f32 = -3.4028235e38;
 @group(0) @binding(2) var<storage, read> k_cache: array<vec4<u32>>;   // [pool rows, KV_HEADS, D] words
 @group(0) @binding(3) var<storage, read> v_cache: array<vec4<u32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>; // [T_MAX, HEADS, D], or the scratch
-@group(0) @binding(5) var<storage, read> rows: array<vec4<u32>>;      // [T_MAX] (position, slot, -, -)
+@group(0) @binding(5) var<storage, read> rows: array<vec4<u32>>;      // [T_MAX] (position, slot, -, later keys)
 @group(0) @binding(6) var<storage, read> page_table: array<u32>;      // [slots, MAX_PAGES]
 
 var<workgroup> k_tile: array<vec4<f32>, KC * VEC>;  // [KC][D] the chunk's keys, f32
@@ -142,7 +143,7 @@ fn values4x2(b: u32, wa: vec4<f32>, wb: vec4<f32>) -> mat2x4<f32> {
 struct Row {
     live: bool,
     out_row: u32,
-    p: u32,
+    hi: u32,  // the last key it sees: its position, or the last of its image's rows
     lo: u32,
 }
 
@@ -150,12 +151,12 @@ fn row_info(qr: u32, n_rows: u32, g: u32) -> Row {
     let r = min(qr, n_rows - 1u);
     let t = r / GROUP;
     let p = rows[t].x;
-    return Row(qr < n_rows, t * HEADS + g * GROUP + r % GROUP, p, first_key(p));
+    return Row(qr < n_rows, t * HEADS + g * GROUP + r % GROUP, p + rows[t].w, first_key(p));
 }
 
 // Scores s of keys `key` (four) of a row, masked to its range and the part's end (-big where masked).
 fn masked(s: vec4<f32>, key: vec4<u32>, in_run: bool, row: Row, k_end: u32) -> vec4<f32> {
-    let valid = vec4<bool>(in_run) & (key >= vec4<u32>(row.lo)) & (key <= vec4<u32>(row.p)) & (key < vec4<u32>(k_end));
+    let valid = vec4<bool>(in_run) & (key >= vec4<u32>(row.lo)) & (key <= vec4<u32>(row.hi)) & (key < vec4<u32>(k_end));
     var capped = s;
     if (SOFTCAP > 0.0) {  // s is in log2 units (q prescaled by SCALE * LOG2E): cap the score, not its log2
         let cap = SOFTCAP * LOG2E;
@@ -215,14 +216,14 @@ fn prompt_main(group: u32, me: u32) {
         let t_first = run_first / GROUP;
         let slot = rows[t_first].y;
         var lo = first_key(rows[t_first].x);
-        var hi = rows[t_first].x + 1u;
+        var hi = rows[t_first].x + rows[t_first].w + 1u;
         var t_next = t_first + 1u;
         loop {
             if (t_next >= t_stop || rows[t_next].y != slot) {
                 break;
             }
             lo = min(lo, first_key(rows[t_next].x));
-            hi = max(hi, rows[t_next].x + 1u);
+            hi = max(hi, rows[t_next].x + rows[t_next].w + 1u);
             t_next += 1u;
         }
         let run_end = min(t_next * GROUP, row_end);

@@ -4,7 +4,9 @@
 // W is read as GGUF stores it (quant/${WEIGHT_TYPE}.wgsl decodes 16 values at a time).
 // TOKEN_SOURCE: a row whose row-table entry says so (rows[t].z == 1, see common/rows.wgsl) takes
 // its id from slot_tokens[rows[t].y], the token the GPU sampled last for its sequence, instead of
-// ids[t]; without TOKEN_SOURCE, rows and slot_tokens are bound but not read.
+// ids[t]; a row with rows[t].z == 2 (an image's soft token) takes images[t] as it is, unscaled (the
+// encoder's rows are already in the embedding space), written by the shard with ROW_START 0 alone.
+// Without TOKEN_SOURCE, rows, slot_tokens and images are bound but not read.
 //
 // Work split: one workgroup per token; its 64 threads dequantise the row's 16-value groups
 // lid, lid + 64, ... and write them as four vec4 each.
@@ -30,6 +32,7 @@ const GROUPS_PER_ROW: u32 = K / GROUP_VALUES;
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;  // [T_MAX, K]
 @group(0) @binding(4) var<storage, read> rows: array<vec4<u32>>;       // [T_MAX] (position, slot, source, -)
 @group(0) @binding(5) var<storage, read> slot_tokens: array<u32>;      // [slots] last sampled token
+@group(0) @binding(6) var<storage, read> images: array<vec4<f32>>;     // [T_MAX, K] image rows' embeddings
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -43,6 +46,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let row = rows[t];
         if (row.z == 1u) {
             id = slot_tokens[row.y];
+        } else if (row.z == 2u) {
+            if (ROW_START == 0u) {
+                for (var i = lid; i < K / 4u; i += WG) {
+                    out[t * K / 4u + i] = images[t * K / 4u + i];
+                }
+            }
+            return;
         }
     }
     if (id < ROW_START || id - ROW_START >= N_ROWS) {

@@ -411,13 +411,14 @@ def linear_stacked(
 
 def embedding(
     builder: ProgramBuilder, weight: QuantWeight, ids: Tensor, out: Tensor, t_max: int, scale: float = 1.0, *,
-    rows: Tensor | None = None, slot_tokens: Tensor | None = None,
+    rows: Tensor | None = None, slot_tokens: Tensor | None = None, images: Tensor | None = None,
 ) -> None:
     """out[t, :] = W[ids[t], :] * scale for the step's first min(n_tokens, t_max) tokens (kernels/get_rows.wgsl).
 
     ids: u32 [>= t_max]; out: f32 [>= t_max, K]. An id outside [0, N) leaves its row of out as it was.
     rows and slot_tokens (given together): the row table and the per-sequence last sampled tokens;
-    a row marked as decoding (rows[t].z == 1) then takes its id from slot_tokens[rows[t].y].
+    a row marked as decoding (rows[t].z == 1) then takes its id from slot_tokens[rows[t].y]. images
+    (f32 [>= t_max, K], with rows): a row marked as an image's (rows[t].z == 2) takes images[t], unscaled.
     """
     _check_weight(weight)
     _check_activation(out, weight.k, t_max, "out")
@@ -425,11 +426,14 @@ def embedding(
         raise ValueError(f"ids {ids} must be u32 with at least {t_max} values")
     if (rows is None) != (slot_tokens is None):
         raise ValueError("rows and slot_tokens go together")
+    if images is not None and (rows is None or images.dtype != "f32" or images.numel < t_max * weight.k):
+        raise ValueError(f"images {images} must be f32 [>= {t_max}, {weight.k}] and come with rows")
     for shard in weight.shards:
         constants = {
             "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": shard.n_rows,
             "ROW_START": shard.row_start, "T_MAX": t_max, "SCALE": scale, "TOKEN_SOURCE": rows is not None,
         }
-        # without a token source the two extra bindings are not read: ids stands in for both
-        tensors = [builder.step, ids, shard.tensor, out, rows or ids, slot_tokens or ids]
+        # unused bindings are not read: ids stands in for rows and slot_tokens, the weight (read-only, large
+        # enough) for images
+        tensors = [builder.step, ids, shard.tensor, out, rows or ids, slot_tokens or ids, images or shard.tensor]
         builder.dispatch("get_rows", constants, tensors, workgroup_grid(t_max))

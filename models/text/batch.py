@@ -50,7 +50,8 @@ sequences waiting to prefill (fewer than max_batch):
   no more than prefill_chunk rows, which k * c <= prefill_chunk ensures: a prompt of up to 16 tokens
   behind fewer than 32 others is prefilled in the next round, however long their prompts.
 Where KV pages are short a round holds one chunk or none. Chunk boundaries are those of a sequence
-prefilling alone (every prefill_chunk tokens), so the arithmetic does not depend on who else prefills.
+prefilling alone (every prefill_chunk tokens, moved to keep each image's rows in one chunk:
+models/text/images.py), so the arithmetic does not depend on who else prefills.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ import numpy as np
 from gpu.kv_cache import PoolExhausted
 from models.text.generate import STEPS_PER_SUBMIT, gpu_sampling
 from models.text.grammar import fill_masks
+from models.text.images import ImageSpan, check_spans, chunk_end, rows_in
 from models.text.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
 
@@ -118,6 +120,11 @@ class _Sequence:
     finished: bool = False
     in_flight: int = 0  # submissions not yet handled that hold this sequence (and an open split step)
     constraint: TokenConstraint | None = None  # the grammar its tokens must follow
+    images: list[ImageSpan] = field(default_factory=list)  # the request's images, in prompt order
+
+    def next_chunk(self, chunk: int) -> int:
+        """How many prompt tokens its next chunk takes: up to `chunk`, an image's rows never cut."""
+        return chunk_end(self.images, self.prefilled, len(self.prompt), chunk) - self.prefilled
 
     @property
     def stepwise(self) -> bool:
@@ -214,14 +221,16 @@ class BatchGenerator:
 
     def add(self, key: Hashable, prompt_ids: Sequence[int], sampling: SamplingParams, max_tokens: int,
             logprobs: bool = False, stop_ids: frozenset[int] | None = None,
-            constraint: TokenConstraint | None = None) -> None:
+            constraint: TokenConstraint | None = None, images: Sequence[ImageSpan] = ()) -> None:
         """Start a sequence (it prefills over the next rounds, then decodes with the batch); constraint: a
-        grammar every token must keep to (the sequence ends with "stop" once the grammar is complete)."""
+        grammar every token must keep to (the sequence ends with "stop" once the grammar is complete);
+        images: the prompt's images (models/text/images.py), each prefilled within one chunk."""
         if key in self._sequences:
             raise ValueError(f"a sequence {key!r} is already running")
         prompt = list(prompt_ids)
         if not prompt:
             raise ValueError("a sequence needs at least one prompt token")
+        spans = check_spans(images, len(prompt), self.model.embedding_size) if images else []
         session = self.engine.new_session()
         try:
             session._check_ids(prompt)
@@ -235,7 +244,8 @@ class BatchGenerator:
             key, next(self._order), self._chunks, session, prompt, max_tokens,
             self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
             on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(),
-            on_gpu is None and candidates_can_serve(sampling, CANDIDATES), prompt.copy(), constraint=constraint)
+            on_gpu is None and candidates_can_serve(sampling, CANDIDATES), prompt.copy(), constraint=constraint,
+            images=spans)
 
     def cancel(self, key: Hashable) -> None:
         """End a sequence without an event (its client left, or a stop string matched)."""
@@ -308,7 +318,7 @@ class BatchGenerator:
 
     def _chunk_rows(self, seq: _Sequence) -> int:
         """The token rows a sequence's next chunk runs at (models/text/engine.py's prefill_program): its cost."""
-        n = min(self.prefill_chunk, len(seq.prompt) - seq.prefilled)
+        n = seq.next_chunk(self.prefill_chunk)
         return 1 if n == 1 else next((b for b in PREFILL_BUCKETS if b >= n), n)
 
     def _pages_wanted(self, plan: _Plan) -> int:
@@ -316,7 +326,7 @@ class BatchGenerator:
         wanted = 0
         for prefilling in prefills:  # its chunk, and its first decode steps if the chunk is its last
             held = prefilling.session.n_past if prefilling.session is not None else 0
-            chunk = min(self.prefill_chunk, len(prefilling.prompt) - prefilling.prefilled)
+            chunk = prefilling.next_chunk(self.prefill_chunk)
             last = prefilling.prefilled + chunk == len(prefilling.prompt)
             upto = held + chunk + (self.steps_per_submit if last else 0)
             wanted += self.pool.pages_for(upto) - self.pool.pages_for(held)
@@ -390,13 +400,17 @@ class BatchGenerator:
     def _submit_prefill(self, seq: _Sequence) -> _Submission:
         if seq.session is None:  # a preempted sequence comes back
             seq.session = self.engine.new_session()
-        chunk = seq.prompt[seq.prefilled:seq.prefilled + self.prefill_chunk]
-        last = seq.prefilled + len(chunk) == len(seq.prompt)
+        end = seq.prefilled + seq.next_chunk(self.prefill_chunk)
+        chunk = seq.prompt[seq.prefilled:end]
+        last = end == len(seq.prompt)
         on_cpu = last and seq.gpu is None
         mask = self._mask(seq) if last and seq.constraint is not None else None
+        inside = rows_in(seq.images, seq.prefilled, end)  # passed only when there are some: engines without
+        # images (tests' fakes) still serve
         pending = self.engine.submit_prefill(seq.session, chunk, sampling=seq.gpu, last=last,
                                              read_logits=on_cpu and not seq.candidates,
-                                             read_candidates=on_cpu and seq.candidates, mask=mask)
+                                             read_candidates=on_cpu and seq.candidates, mask=mask,
+                                             **({"images": inside} if inside else {}))
         seq.prefilled += len(chunk)
         self._chunks += 1
         seq.turn = self._chunks  # behind every sequence waiting now

@@ -44,6 +44,14 @@ GEMMA3_TOOL_PREAMBLE = (
 # is "model", its tool calls are the JSON objects of that prompt, one per line; tool results come back in a user
 # turn, each in a ```tool_output block (one turn for consecutive results).
 GEMMA_TEMPLATE = (
+    # content: a string, or (a message with images) text and image items, written as Gemma 3's own template does
+    "{%- macro content(c) -%}"
+    "{%- if c is string or not c -%}{{- (c or '') | trim -}}"
+    "{%- else -%}{%- for item in c -%}"
+    "{%- if item['type'] == 'image' -%}{{- '<start_of_image>' -}}"
+    "{%- elif item['type'] == 'text' -%}{{- item['text'] | trim -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
     "{{- bos_token -}}"
     "{%- set ns = namespace(prefix='', tools='') -%}"
     "{%- if tools -%}"
@@ -52,7 +60,7 @@ GEMMA_TEMPLATE = (
     "{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] in ['system', 'developer'] -%}"
-    "{%- set ns.prefix = ns.prefix + (message['content'] or '') | trim + '\\n\\n' -%}"
+    "{%- set ns.prefix = ns.prefix + content(message['content']) + '\\n\\n' -%}"
     "{%- elif message['role'] == 'tool' -%}"
     "{%- if not (loop.previtem and loop.previtem['role'] == 'tool') -%}{{- '<start_of_turn>user\\n' -}}{%- endif -%}"
     "{{- '```tool_output\\n' + (message['content'] or '') | trim + '\\n```' -}}"
@@ -62,7 +70,7 @@ GEMMA_TEMPLATE = (
     "{{- '<start_of_turn>' + role + '\\n' -}}"
     "{%- if role == 'user' -%}{{- ns.prefix + ns.tools -}}{%- set ns.prefix = '' -%}{%- set ns.tools = '' -%}"
     "{%- endif -%}"
-    "{{- (message['content'] or '') | trim -}}"
+    "{{- content(message['content']) -}}"
     "{%- for call in message['tool_calls'] or [] -%}"
     "{{- '\\n' if message['content'] or not loop.first -}}"
     "{%- set args = call['function']['arguments'] -%}"
@@ -303,7 +311,8 @@ class ChatTemplate:
         tool_syntax: ToolSyntax | None = None,
         **extra: Any,
     ) -> str:
-        """The prompt text for these messages (each with `role` and string `content`; assistant messages may
+        """The prompt text for these messages (each with `role` and `content`: a string, or for a message with
+        images a list of {"type": "text", "text"} and {"type": "image"} items; assistant messages may
         have OpenAI `tool_calls`, whose JSON `arguments` templates get as objects, as transformers' users pass
         them; `tool` messages a `tool_call_id`). tool_syntax: how the model writes calls, for a template that has
         no place for tools, calls or their results (Gemma 1 and 2, Phi-3): they then go in as text."""

@@ -3,6 +3,7 @@
 One step, for T token rows of any sequences in the KV pool (models/text/step_io.py):
 
     x = embed(ids) * embed_scale                                        # x: [T, D]
+        (an image's rows: its encoder's rows as they are, io.images; they attend to each other both ways)
     for each layer i (sliding or full attention; head_dims[i], kv_heads[i], d_ffn[i]):
         h = rms_norm(x) * attn_norm
         q = rope(rms_norm(h Wq + bq) * q_norm)                          # q: [T, H, Dh_i]
@@ -375,7 +376,8 @@ class Decoder:
         b = ProgramBuilder(self.executor, f"{self.architecture}.t{t_max}r{r_max}{tail}")
         rows = io.rows
         x = b.activation("x", (t_max, c.d_model))  # residual stream
-        embedding(b, self.token_embd, io.ids, x, t_max, scale=c.embed_scale, rows=rows, slot_tokens=io.slot_tokens)
+        embedding(b, self.token_embd, io.ids, x, t_max, scale=c.embed_scale, rows=rows, slot_tokens=io.slot_tokens,
+                  images=io.images)
         per_row = self.begin_step(b, io, x, t_max)
         h: BlockInput = b.activation("h0", (t_max, c.d_model))  # the next block's normalised input
         ops.rms_norm(b, x, self.layers[0].attn_norm, h, c.eps)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -30,8 +30,10 @@ from gpu.tensor import Tensor
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
+from models.text.images import IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
 from models.text.tokenizer import Tokenizer
+from models.vision import ImageEncoder
 
 log = logging.getLogger("hearth.models")
 
@@ -45,6 +47,8 @@ MAX_STEPS_PER_SUBMIT = 16  # decode steps recorded into one submission
 # A prompt chunk's dispatches go to the GPU in parts of this many, so that it starts while the host records the rest
 # (Submission.step); GPUs only: a software adapter's "GPU" is the same CPU cores.
 PREFILL_EARLY_DISPATCHES = 64
+TOKEN_SOURCE_IMAGE = 2  # the row table's token source of an image's rows (gpu/kernels/common/rows.wgsl)
+ChunkImage = tuple[int, np.ndarray]  # an image inside a prompt chunk: (its first row there, embeddings f32 [n, D])
 
 
 class Architecture(Protocol):
@@ -93,7 +97,8 @@ class Engine:
         n_ctx = n_ctx or model.context_length
         pool_tokens = pool_tokens or model.pool_tokens or DEFAULT_POOL_CONTEXTS * n_ctx
         self.pool = arch.new_pool(kv_dtype, n_ctx, pool_tokens, n_slots, page_tokens or model.page_tokens)
-        self.io = StepIO(executor, f"io_{kv_dtype}", PREFILL_BUCKETS[-1], model.max_batch, n_slots, model.vocab_size)
+        self.io = StepIO(executor, f"io_{kv_dtype}", PREFILL_BUCKETS[-1], model.max_batch, n_slots, model.vocab_size,
+                         embedding_size=arch.config.d_model)  # type: ignore[attr-defined]
         self.max_steps = MAX_STEPS_PER_SUBMIT
         self.history = executor.tensor(f"history_{kv_dtype}", (self.max_steps, model.max_batch), "u32")
         self.rows_ring = executor.tensor(f"rows_ring_{kv_dtype}", (self.max_steps, model.max_batch, 4), "u32")
@@ -183,10 +188,12 @@ class Engine:
         return self.program(t_max, 1, masked), t_max
 
     def stage_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
-                      mask: np.ndarray | None = None) -> tuple[Program, StepParams]:
+                      mask: np.ndarray | None = None, images: Sequence[ChunkImage] = ()) -> tuple[Program, StepParams]:
         """Write the inputs of a prompt chunk at the session's next positions (pages reserved);
         the program and step values that run it. The session's position is not advanced.
-        mask: the tokens the one after the chunk may be (u32 bits; constrained decoding)."""
+        mask: the tokens the one after the chunk may be (u32 bits; constrained decoding).
+        images: (first row in the chunk, embeddings f32 [n, D]) of each image inside the chunk: those rows take
+        the embeddings as inputs and see each other both ways (models/text/images.py)."""
         n = len(ids)
         program, _ = self.prefill_program(n, mask is not None)
         session._reserve(n)
@@ -194,6 +201,16 @@ class Engine:
         rows[:, 0], rows[:, 1] = np.arange(session.n_past, session.n_past + n), session.slot
         ex = self.executor
         ex.write(self.io.ids, np.asarray(ids, np.uint32))
+        for first, embeddings in images:
+            if self.io.images is None or embeddings.shape[1:] != (self.io.images.shape[1],):
+                raise ValueError(f"image rows must be [n, {self.model.embedding_size}], not {embeddings.shape}")
+            last = first + len(embeddings) - 1
+            if first < 0 or last >= n:
+                raise ValueError(f"image rows [{first}, {last}] lie outside the chunk of {n} rows")
+            rows[first:last + 1, 2] = TOKEN_SOURCE_IMAGE
+            rows[first:last + 1, 3] = last - np.arange(first, last + 1)  # each row sees the image's rest
+            ex.write(self.io.images, np.ascontiguousarray(embeddings, np.float32),
+                     offset_elements=first * self.io.images.shape[1])
         ex.write(self.io.rows, rows)
         ex.write(self.io.out_rows, np.array([n - 1], np.uint32))
         words = (sampling or GpuSampling()).words(session.n_past + n - 1, mask is not None)
@@ -204,13 +221,14 @@ class Engine:
 
     def submit_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
                        read_logits: bool = False, last: bool = True, read_candidates: bool = False,
-                       mask: np.ndarray | None = None) -> PendingStep:
+                       mask: np.ndarray | None = None, images: Sequence[ChunkImage] = ()) -> PendingStep:
         """Run one chunk of a sequence's prompt (at most PREFILL_BUCKETS[-1] tokens) at its next
         positions; the GPU samples the token after the chunk's last (kept for the next decode step).
         last=False: a chunk before the prompt's last, whose result nobody reads (nothing comes back).
         read_candidates: the last position's candidates come back (PendingStep.candidates[0]).
-        mask: the tokens the one after the chunk may be (u32 bits; constrained decoding)."""
-        program, step = self.stage_prefill(session, ids, sampling, mask)
+        mask: the tokens the one after the chunk may be (u32 bits; constrained decoding).
+        images: the images inside the chunk (stage_prefill)."""
+        program, step = self.stage_prefill(session, ids, sampling, mask, images)
         out = self.io.outputs(1)
         submission = self.executor.submission()
         submission.step(program, step, 0 if self.executor.device.is_software else PREFILL_EARLY_DISPATCHES)
@@ -406,6 +424,30 @@ class TextModel:
         self.pool_tokens = pool_tokens
         self.page_tokens = page_tokens
         self._engines: dict[str, Engine] = {}
+        # the vision tower and projector beside the decoder (models/vision/), None for a text-only model
+        self.image_encoder: ImageEncoder | None = None
+
+    @property
+    def embedding_size(self) -> int:
+        """D: the width of the decoder's input embeddings (an image encoder's rows too)."""
+        return int(self.arch.config.d_model)  # type: ignore[attr-defined]
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """What a prompt may hold: text, and images where the model has an image encoder."""
+        return ("text", "image") if self.image_encoder is not None else ("text",)
+
+    @property
+    def image_markers(self) -> ImageMarkers | None:
+        """How the family's prompts mark images (models/text/images.py), None where it has no image format."""
+        return IMAGE_MARKERS.get(getattr(self.arch, "architecture", ""))
+
+    def attach_image_encoder(self, encoder: ImageEncoder) -> None:
+        """Give the model its image encoder (its soft tokens must be rows of the decoder's embedding width)."""
+        if encoder.embedding_size != self.embedding_size:
+            raise GGUFFormatError(f"the image encoder's rows are {encoder.embedding_size} wide, the model's "
+                                  f"embeddings {self.embedding_size}")
+        self.image_encoder = encoder
 
     def engine(self, kv_dtype: str | None = None) -> Engine:
         """The engine (KV pool and programs) for a cache type, the model's own by default."""
@@ -444,16 +486,21 @@ class Session:
         if min(ids) < 0 or max(ids) >= vocab:
             raise ValueError(f"token ids must lie in [0, {vocab})")
 
-    def prefill(self, ids: list[int]) -> np.ndarray:
-        """Run the prompt (in chunks of at most 512 tokens); logits of its last position."""
+    def prefill(self, ids: list[int], images: Sequence[ImageSpan] = ()) -> np.ndarray:
+        """Run the prompt (in chunks of at most 512 tokens, an image's rows within one); logits of its last
+        position. images: the prompt's images (models/text/images.py), their rows counted from the start of ids."""
         if not ids:
             raise ValueError("prefill needs at least one token")
         self._check_ids(ids)
+        spans = check_spans(images, len(ids), self.model.embedding_size)
         self._reserve(len(ids))
-        chunk = PREFILL_BUCKETS[-1]
-        for start in range(0, len(ids), chunk):
-            last = start + chunk >= len(ids)
-            pending = self.engine.submit_prefill(self, list(ids[start:start + chunk]), read_logits=last, last=last)
+        start = 0
+        while start < len(ids):
+            end = chunk_end(spans, start, len(ids), PREFILL_BUCKETS[-1])
+            last = end == len(ids)
+            pending = self.engine.submit_prefill(self, list(ids[start:end]), read_logits=last, last=last,
+                                                 images=rows_in(spans, start, end))
+            start = end
         _, logits = pending.wait()
         return logits[0].reshape(-1)
 
@@ -478,9 +525,12 @@ def load_text_model(
     name_or_path: str = DEFAULT_MODEL, *, progress: Callable[[int, int], None] | None = None,
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
     max_batch: int = MAX_BATCH, pool_tokens: int | None = None, page_tokens: int = PAGE_TOKENS,
-    int8_activations: bool = False,
+    int8_activations: bool = False, projector: str | Path | None = None,
 ) -> TextModel:
     """Load a GGUF model onto the GPU (the shipped default when no name is given).
+
+    projector: the model's image encoder file (llama.cpp's mmproj GGUF); by default one found beside the model
+    file or in its Ollama manifest (models/vision/projector.py), if any.
 
     int8_activations: matmuls of steps with more than 32 tokens (prompts, decode batches past 32
     sequences), and the decode matvecs where it pays (output heads, large Q4_K linears, the feed-forward's
@@ -508,4 +558,21 @@ def load_text_model(
     log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s%s) in %.1f s", name, f.arch,
              arch.weight_bytes / 1e6, n_ctx, kv_dtype, ", int8 activations" if int8_activations else "",
              time.perf_counter() - started)
-    return TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens)
+    model = TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens)
+    encoder = _load_image_encoder(path, executor, projector)
+    if encoder is not None:
+        model.attach_image_encoder(encoder)
+    return model
+
+
+def _load_image_encoder(path: Path, executor: Executor, projector: str | Path | None) -> ImageEncoder | None:
+    """The image encoder of the projector file named, or of one beside the model (models/vision/projector.py's
+    find_projector), on the model's executor; None for a text-only model."""
+    from models.vision.projector import find_projector, load_image_encoder
+
+    found = Path(projector).expanduser() if projector is not None else find_projector(path)
+    if found is None:
+        return None
+    if not found.is_file():
+        raise ModelNotFound(f"no projector file {str(found)!r}")
+    return load_image_encoder(found, executor)

@@ -7,6 +7,7 @@ so the host writes a step's inputs once whichever program runs it:
     rows         u32 [T, 4]    row table: (position, slot, token source, 0) per row (gpu/kernels/common/rows.wgsl)
     out_rows     u32 [R]       the token row of each output row (the last token of each sequence)
     slot_tokens  u32 [slots]   each sequence's last GPU-sampled token: decode rows read their input here
+    images       f32 [T, D]    input embeddings of image rows (token source 2): row t for the step's row t
 
 and each output width R (a program's r_max) has its own outputs, so a sampler or a readback
 touches only R rows of V logits. A StepIO made by sharing_slot_tokens has inputs and outputs of its own but the
@@ -58,9 +59,10 @@ class StepIO:
     """A model's step inputs (shared by all its programs) and its outputs per output width (module docstring)."""
 
     def __init__(self, executor: Executor, name: str, max_tokens: int, max_out: int, n_slots: int,
-                 vocab_size: int, slot_tokens: Tensor | None = None) -> None:
+                 vocab_size: int, slot_tokens: Tensor | None = None, embedding_size: int = 0) -> None:
         """slot_tokens: another StepIO's, for programs whose sampled tokens the others' steps read (see
-        sharing_slot_tokens); else its own."""
+        sharing_slot_tokens); else its own. embedding_size: the model's D, for an images input (0: none, and
+        no row may take its input from images)."""
         self.executor = executor
         self.name = name
         self.vocab_size = vocab_size
@@ -72,6 +74,8 @@ class StepIO:
         if slot_tokens is None:
             slot_tokens = executor.tensor(f"{name}.slot_tokens", (n_slots,), "u32")
         self.slot_tokens = slot_tokens
+        self.images = (executor.tensor(f"{name}.images", (max_tokens, embedding_size)) if embedding_size
+                       else None)
         self.n_slots = n_slots
         self._outputs: dict[int, StepOutputs] = {}
 

@@ -86,26 +86,57 @@ class RedactedThinkingBlockParam(OpenAIRequest):
 
 
 class UnreadableBlockParam(OpenAIRequest):
-    """An image or document block: named in a 400, since a text model cannot read it."""
+    """A document block: named in a 400, since no model here reads documents."""
 
     model_config = ConfigDict(extra="allow")
 
-    type: Literal["image", "document"]
+    type: Literal["document"]
 
     @model_validator(mode="after")
     def _refuse(self) -> UnreadableBlockParam:
         raise ValueError(f"{self.type}s are not supported by this model; send text blocks")
 
 
+class ImageSource(OpenAIRequest):
+    """An image block's image: base64 data with its media type, or a URL (fetched where the server allows it)."""
+
+    type: Literal["base64", "url"]
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ImageSource:
+        if self.type == "base64" and not self.data:
+            raise ValueError("a base64 image source needs data")
+        if self.type == "url" and not self.url:
+            raise ValueError("a url image source needs url")
+        return self
+
+    def data_url(self) -> str:
+        """The image as the chat path's image_url: a data: URL, or the URL itself."""
+        if self.type == "url":
+            return str(self.url)
+        return f"data:{self.media_type or 'image/*'};base64,{self.data}"
+
+
+class ImageBlockParam(OpenAIRequest):
+    """An image in a user message, for models that read images (input_modalities in /v1/models)."""
+
+    type: Literal["image"]
+    source: ImageSource
+    cache_control: CacheControl
+
+
 ContentBlockParam = Annotated[
     Annotated[TextBlockParam, Tag("type=text")] | Annotated[ToolUseBlockParam, Tag("type=tool_use")]
     | Annotated[ToolResultBlockParam, Tag("type=tool_result")] | Annotated[ThinkingBlockParam, Tag("type=thinking")]
     | Annotated[RedactedThinkingBlockParam, Tag("type=redacted_thinking")]
-    | Annotated[UnreadableBlockParam, Tag("type=image")] | Annotated[UnreadableBlockParam, Tag("type=document")],
-    by_type("a content block's type is one of text, tool_use, tool_result, thinking, redacted_thinking (image and "
-            "document are not supported by this model)")]
+    | Annotated[ImageBlockParam, Tag("type=image")] | Annotated[UnreadableBlockParam, Tag("type=document")],
+    by_type("a content block's type is one of text, image, tool_use, tool_result, thinking, redacted_thinking "
+            "(document is not supported by this model)")]
 _ASSISTANT_ONLY = {"tool_use", "thinking", "redacted_thinking"}
-_USER_ONLY = {"tool_result"}
+_USER_ONLY = {"tool_result", "image"}
 
 
 class MessageParam(OpenAIRequest):

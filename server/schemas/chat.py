@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from server.schemas.common import (
     Bias,
@@ -33,27 +33,38 @@ from server.schemas.common import (
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
-class ContentPart(OpenAIRequest):
-    """One part of a message's content; only text parts are understood by a text model."""
+class ImageURL(OpenAIRequest):
+    """An image_url part's image: a data: URL (base64 PNG, JPEG, WebP or GIF) or, where the server allows it, an
+    http(s) URL. detail is accepted and has no effect (the model's encoder takes one size)."""
 
-    model_config = ConfigDict(extra="allow")  # image_url, input_audio, ... are named in the error below
+    url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ContentPart(OpenAIRequest):
+    """One part of a message's content: text, or an image (for models that take images: /v1/models lists their
+    input_modalities; a text-only model answers an image with a 400)."""
+
+    model_config = ConfigDict(extra="allow")  # input_audio, ... are named in the error below
 
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None
 
     @field_validator("type")
     @classmethod
-    def _text_only(cls, value: str) -> str:
-        if value != "text":
-            raise ValueError(f"content parts of type {value!r} are not supported by this model; send text parts")
+    def _known_type(cls, value: str) -> str:
+        if value not in ("text", "image_url"):
+            raise ValueError(f"content parts of type {value!r} are not supported; send text or image_url parts")
         return value
 
-    @field_validator("text")
-    @classmethod
-    def _has_text(cls, value: str | None) -> str:
-        if value is None:
+    @model_validator(mode="after")
+    def _has_its_field(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
             raise ValueError("a text part needs `text`")
-        return value
+        if self.type == "image_url" and self.image_url is None:
+            raise ValueError("an image_url part needs `image_url` with its `url`")
+        return self
 
 
 class ToolCallFunction(OpenAIRequest):
@@ -92,9 +103,21 @@ class ChatMessage(OpenAIRequest):
             return self.content
         return "".join(part.text or "" for part in self.content)
 
+    def image_urls(self) -> list[str]:
+        """The URLs of its image parts, in order."""
+        if not isinstance(self.content, list):
+            return []
+        return [part.image_url.url for part in self.content if part.image_url is not None and part.type == "image_url"]
+
     def for_template(self) -> dict[str, Any]:
-        """The message as chat templates expect it: string content, tool fields only when present."""
-        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        """The message as chat templates expect it: string content (a list of text and {"type": "image"} items,
+        as transformers' processors pass them, where it has images), tool fields only when present."""
+        content: str | list[dict[str, Any]] = self.text()
+        if self.image_urls():
+            assert isinstance(self.content, list)
+            content = [{"type": "text", "text": part.text or ""} if part.type == "text" else {"type": "image"}
+                       for part in self.content]
+        message: dict[str, Any] = {"role": self.role, "content": content}
         if self.name is not None:
             message["name"] = self.name
         if self.tool_calls:

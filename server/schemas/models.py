@@ -14,6 +14,9 @@ class Model(BaseModel):
     owned_by: str
     # Hearth's extension: the model an alias (OpenAI's `gpt-4o-mini`, say) reaches; None for a model itself.
     alias_of: str | None = None
+    # Hearth's extension: what a chat model's prompts may hold ("text", and "image" where it has an image encoder);
+    # None for other kinds of model
+    input_modalities: list[str] | None = None
 
 
 class ModelList(BaseModel):

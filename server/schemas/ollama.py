@@ -37,7 +37,7 @@ class ToolCall(OllamaRequest):
 
 
 class Message(OllamaRequest):
-    """A chat message; `images` are refused (no model here reads images)."""
+    """A chat message; `images` (base64) go to models that read images (input_modalities in /v1/models)."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""

@@ -40,6 +40,12 @@ from server.schemas.common import (
 _TEXT_PARTS = ("input_text", "output_text", "refusal")
 
 
+def _message_part(value: Any) -> Any:
+    """A message's parts may be images too; other kinds (input_file, input_audio) are named in a 400."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return value if kind == "input_image" else _text_part_only(value)
+
+
 def _text_part_only(value: Any) -> Any:
     """Content parts other than text (input_image, input_file, input_audio) are named in a 400."""
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
@@ -68,6 +74,24 @@ class RefusalPart(OpenAIRequest):
     refusal: str
 
 
+class InputImage(OpenAIRequest):
+    """An image in a message, for models that read images: image_url a base64 data: URL (or http(s) where the
+    server fetches them); file_id is not supported (Hearth keeps no files)."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+
+    @model_validator(mode="after")
+    def _has_url(self) -> InputImage:
+        if self.file_id is not None:
+            raise ValueError("file_id is not supported: send the image as image_url (a base64 data: URL)")
+        if not self.image_url:
+            raise ValueError("an input_image part needs image_url")
+        return self
+
+
 def _part_type(value: Any) -> str:
     """The union member a part is validated as (tags with a space: errors name the parameter, not the tag)."""
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
@@ -77,6 +101,11 @@ def _part_type(value: Any) -> str:
 ContentPart = Annotated[
     Annotated[InputText, Tag("input_text part")] | Annotated[OutputTextPart, Tag("output_text part")]
     | Annotated[RefusalPart, Tag("refusal part")], Discriminator(_part_type), BeforeValidator(_text_part_only)]
+# a message's parts: text, or images (the model decides whether it reads them)
+MessagePart = Annotated[
+    Annotated[InputText, Tag("input_text part")] | Annotated[OutputTextPart, Tag("output_text part")]
+    | Annotated[RefusalPart, Tag("refusal part")] | Annotated[InputImage, Tag("input_image part")],
+    Discriminator(_part_type), BeforeValidator(_message_part)]
 
 
 class MessageItem(OpenAIRequest):
@@ -84,7 +113,7 @@ class MessageItem(OpenAIRequest):
 
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[ContentPart]
+    content: str | list[MessagePart]
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     phase: Literal["commentary", "final_answer"] | None = None
@@ -93,7 +122,16 @@ class MessageItem(OpenAIRequest):
         """The content as one string (text parts joined; a refusal is the assistant's text)."""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.refusal if isinstance(part, RefusalPart) else part.text for part in self.content)
+        return "".join(part.refusal if isinstance(part, RefusalPart) else getattr(part, "text", "")
+                       for part in self.content)
+
+    def chat_content(self) -> str | list[dict[str, Any]]:
+        """The content as a chat message's: its text, or (with images) text and image_url parts in order."""
+        if isinstance(self.content, str) or not any(isinstance(p, InputImage) for p in self.content):
+            return self.text()
+        return [{"type": "image_url", "image_url": {"url": part.image_url}} if isinstance(part, InputImage)
+                else {"type": "text", "text": part.refusal if isinstance(part, RefusalPart) else part.text}
+                for part in self.content]
 
 
 class FunctionCallItem(OpenAIRequest):

@@ -24,6 +24,7 @@ from server.schemas.anthropic import (
     AnthropicUsage,
     ContentBlock,
     CountTokensRequest,
+    ImageBlockParam,
     Message,
     MessageParam,
     MessagesRequest,
@@ -129,10 +130,13 @@ def chat_messages(system: str | None, messages: list[MessageParam]) -> list[dict
     does (chat templates want roles to alternate)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
 
-    def add(role: str, text: str, calls: list[dict[str, Any]] | None = None) -> None:
+    def add(role: str, text: str | list[dict[str, Any]], calls: list[dict[str, Any]] | None = None) -> None:
         last = out[-1] if out else None
         if last is not None and last["role"] == role and role in ("user", "assistant") and not last.get("tool_calls"):
-            last["content"] = "\n\n".join(part for part in (last["content"], text) if part)
+            if isinstance(last["content"], str) and isinstance(text, str):
+                last["content"] = "\n\n".join(part for part in (last["content"], text) if part)
+            else:  # images among them: the parts one after the other
+                last["content"] = _parts(last["content"]) + _parts(text)
             if calls:
                 last["tool_calls"] = calls
             return
@@ -152,19 +156,32 @@ def chat_messages(system: str | None, messages: list[MessageParam]) -> list[dict
                      for block in message.content if block.type == "tool_use"]
             add("assistant", text, calls)
             continue
-        pending: list[str] = []
+        pending: list[dict[str, Any]] = []  # the user's text and image parts since the last tool result
         for block in message.content:
             if isinstance(block, ToolResultBlockParam):
                 if pending:
-                    add("user", "".join(pending))
+                    add("user", _content(pending))
                     pending = []
                 result = ("Error: " if block.is_error else "") + block.text()
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": result})
+            elif isinstance(block, ImageBlockParam):
+                pending.append({"type": "image_url", "image_url": {"url": block.source.data_url()}})
             elif block.type == "text":
-                pending.append(block.text)  # type: ignore[union-attr]
+                pending.append({"type": "text", "text": block.text})  # type: ignore[union-attr]
         if pending or not message.content:
-            add("user", "".join(pending))
+            add("user", _content(pending))
     return out
+
+
+def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A user turn's content: its text joined, or where it holds images, the parts (chat's image_url parts)."""
+    if any(part["type"] == "image_url" for part in parts):
+        return parts
+    return "".join(part["text"] for part in parts)
+
+
+def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return content if isinstance(content, list) else [{"type": "text", "text": content}] if content else []
 
 
 # -- responses ------------------------------------------------------------------------------------------------------

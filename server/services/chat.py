@@ -12,7 +12,9 @@ from config.settings import Settings
 from models.text import grammar
 from models.text.chat_template import ChatTemplateError
 from models.text.grammar import GrammarError
+from models.text.images import ImageMarkers
 from models.text.tool_calls import ContentDelta, ToolCallFormat, format_for
+from models.vision import ImageEncoder
 from server.errors import InvalidRequest
 from server.jobs import ChoiceDone, TextDelta
 from server.model_manager import ModelManager
@@ -33,7 +35,9 @@ from server.schemas.chat import (
 )
 from server.schemas.common import Usage
 from server.services import generation as gen
+from server.services import images
 from server.services.constraints import OutputGrammar, build_constraint, output_grammar, with_thoughts
+from server.services.images import PromptImage
 from server.text_stream import THINKING_MARKERS, ReasoningSplitter, ThinkingMarkers, split_reasoning
 
 log = logging.getLogger("hearth.server")
@@ -46,9 +50,14 @@ class ChatService:
         self.manager = manager
         self.settings = settings
 
-    def _prompt_ids(self, worker: ChatHandler, request: ChatCompletionRequest) -> list[int]:
+    def _prompt(self, worker: ChatHandler, request: ChatCompletionRequest) -> tuple[list[int], list[PromptImage]]:
+        """The prompt's token ids (an image's rows counted as its soft tokens) and its images, decoded and
+        preprocessed (server/services/images.py)."""
         template = worker.chat_template
         assert template is not None
+        parts = image_parts(request)
+        encoder, markers = _image_input(worker, request.model, parts)
+        prepared = images.prepare(parts, encoder, self.settings.limits) if parts and encoder else []
         # tool_choice "none": the tools are not offered at all, so the model cannot call one
         offered = request.tools if request.tool_mode != "none" else None
         tools = [tool.model_dump(exclude_none=True) for tool in offered or []]
@@ -59,12 +68,16 @@ class ChatService:
             raise InvalidRequest(str(error), param="messages") from error
         # A template that writes the BOS token itself must not get a second one from the tokenizer.
         add_bos = not (template.bos_token and text.startswith(template.bos_token))
-        return worker.model.tokenizer.encode(text, add_bos=add_bos)
+        if not prepared:
+            return worker.model.tokenizer.encode(text, add_bos=add_bos), []
+        assert encoder is not None and markers is not None
+        return images.prompt_with_images(text, prepared, markers, encoder, worker.model.tokenizer, add_bos)
 
     async def prompt_tokens(self, request: ChatCompletionRequest) -> int:
         """How many tokens the request's messages and tools take once rendered, as create would send them."""
         _, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
-        return len(await self.manager.preparation.run(self._prompt_ids, worker, request))
+        ids, _ = await self.manager.preparation.run(self._prompt, worker, request)
+        return len(ids)
 
     async def create(self, request: ChatCompletionRequest, http: Request) -> ChatCompletion | AsyncIterator[dict]:
         """The whole completion, or (with stream) an iterator of chunk payloads for the SSE helper."""
@@ -72,7 +85,7 @@ class ChatService:
         entry, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
-        prompt_ids = await self.manager.preparation.run(self._prompt_ids, worker, request)
+        prompt_ids, prompt_images = await self.manager.preparation.run(self._prompt, worker, request)
         thinking = thinking_markers(model.tokenizer)
         tool_format = _tool_format(worker) if request.tool_mode != "none" else None
         wanted = output_grammar(request.response_format, request.json_schema, request.grammar,
@@ -88,7 +101,7 @@ class ChatService:
         max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
                                 "messages")
         n = request.n or 1
-        job = gen.make_job(request, [prompt_ids], [max_tokens], n, request.alternatives(), constraint)
+        job = gen.make_job(request, [prompt_ids], [max_tokens], n, request.alternatives(), constraint, prompt_images)
         if tool_format is not None:  # pieces that begin the tool's answer end the reply (they are not sent)
             markers = tool_format.stop_markers
             job.stop_ids = frozenset(m.token for m in markers if m.token is not None)
@@ -165,6 +178,26 @@ class ChatService:
         if include_usage:
             yield chunk([], Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                   total_tokens=prompt_tokens + completion_tokens))
+
+
+def image_parts(request: ChatCompletionRequest) -> list[images.ImagePart]:
+    """The request's image_url parts in prompt order, each named by where it sits (for errors)."""
+    return [images.ImagePart(part.image_url.url, f"messages[{i}].content[{j}].image_url")
+            for i, message in enumerate(request.messages) if isinstance(message.content, list)
+            for j, part in enumerate(message.content) if part.type == "image_url" and part.image_url is not None]
+
+
+def _image_input(worker: ChatHandler, name: str, parts: list[images.ImagePart],
+                 ) -> tuple[ImageEncoder | None, ImageMarkers | None]:
+    """The model's image encoder and markers; a 400 naming the first image where images are sent to a model that
+    cannot take them."""
+    model = worker.model
+    encoder, markers = getattr(model, "image_encoder", None), getattr(model, "image_markers", None)
+    if parts and (encoder is None or markers is None):
+        raise InvalidRequest(f"The model {name!r} takes text only: it does not accept images. Send text parts, or "
+                             "use a model whose input_modalities (GET /v1/models) include \"image\".",
+                             param=parts[0].param.removesuffix(".image_url"), code="image_input_not_supported")
+    return encoder, markers
 
 
 class _ChoiceStream:

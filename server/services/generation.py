@@ -10,9 +10,9 @@ import asyncio
 import contextvars
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import Request
 
@@ -23,6 +23,9 @@ from server.jobs import ChoiceDone, ChoiceSpec, Job, JobHandle, TextDelta, Token
 from server.metrics import meter_job
 from server.protocols import ChatHandler
 from server.schemas.common import SamplingRequest, TokenLogprob, TopLogprob
+
+if TYPE_CHECKING:
+    from server.services.images import PromptImage
 
 T = TypeVar("T")
 SYSTEM_FINGERPRINT = "fp_hearth"
@@ -103,13 +106,16 @@ def budget(prompt_tokens: int, max_tokens: int | None, context_length: int, sett
 
 
 def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: list[int], n: int,
-             top_logprobs: int | None, constraint: TokenConstraint | None = None) -> Job:
+             top_logprobs: int | None, constraint: TokenConstraint | None = None,
+             images: Sequence[PromptImage] = ()) -> Job:
     """One choice per prompt and n; choice index = prompt index * n + i, seeded with seed + i; each choice follows
-    its own copy of the constraint."""
+    its own copy of the constraint. images: the prompt's images (one prompt only)."""
+    if images and len(prompts) != 1:
+        raise ValueError("images go with a single prompt")
     choices = [
         ChoiceSpec(index=p * n + i, prompt_ids=ids, max_tokens=max_tokens[p],
                    sampling=request.sampling_params(choice=i, top_logprobs=top_logprobs or 0),
-                   constraint=None if constraint is None else constraint.copy())
+                   constraint=None if constraint is None else constraint.copy(), images=tuple(images))
         for p, ids in enumerate(prompts) for i in range(n)
     ]
     return Job(choices=choices, stop=tuple(getattr(request, "stop", [])), logprobs=top_logprobs is not None)

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import asyncio
 
-from models.registry import ModelEntry, ModelRegistry
+from models.registry import ModelEntry, ModelRegistry, has_projector
 from server.errors import ModelNotFound
 from server.schemas.models import Model, ModelList
 
 
 def _model(entry: ModelEntry) -> Model:
-    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by, alias_of=entry.alias_of)
+    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by, alias_of=entry.alias_of,
+                 input_modalities=input_modalities(entry))
+
+
+def input_modalities(entry: ModelEntry) -> list[str] | None:
+    """What a chat model's prompts may hold, known without loading it: images where its settings name a projector
+    file or one goes with the model file (models/vision/projector.py); None for other kinds of model."""
+    if entry.kind != "text":
+        return None
+    return ["text", "image"] if has_projector(entry) else ["text"]
 
 
 class ModelService:

@@ -62,7 +62,7 @@ from server.services.ollama_models import ModelFacts, capabilities, model_facts
 log = logging.getLogger("hearth.server")
 R = TypeVar("R", bound=BaseModel)
 
-IMAGES_REFUSED = "this model does not accept images: no model Hearth serves reads images yet"
+IMAGES_IN_RAW = "raw mode does not accept images: send them without raw (the chat template places them)"
 # Ollama's sampling defaults (api.DefaultOptions), applied where a request's options leave a parameter out.
 DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9}
 # Options by the JSON type Ollama's Options.FromMap requires; any other option is ignored, as Ollama does.
@@ -177,10 +177,8 @@ def reasoning_effort(think: bool | str | None) -> str | None:
 def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
     """Ollama's messages as OpenAI's: tool calls' arguments as JSON strings, a tool's name on its result."""
     out = []
-    for i, message in enumerate(messages):
-        if message.images:
-            raise InvalidRequest(IMAGES_REFUSED, param=f"messages[{i}].images")
-        converted: dict[str, Any] = {"role": message.role, "content": message.content}
+    for message in messages:
+        converted: dict[str, Any] = {"role": message.role, "content": with_images(message.content, message.images)}
         if message.tool_calls:
             converted["tool_calls"] = [
                 {"id": call.id or gen.new_id("call"), "type": "function",
@@ -193,6 +191,16 @@ def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
                 converted["tool_call_id"] = message.tool_call_id
         out.append(converted)
     return out
+
+
+def with_images(text: str, images: list[str] | None) -> str | list[dict[str, Any]]:
+    """A message's content as OpenAI's: the text, or (with Ollama's base64 images) the images, then the text, as
+    image_url parts (a model that cannot read images answers with a 400 naming the model)."""
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": f"data:image/*;base64,{image}"}}
+                                   for image in images]
+    return parts + ([{"type": "text", "text": text}] if text else [])
 
 
 def internal_request(cls: type[R], fields: dict[str, Any]) -> R:
@@ -332,7 +340,7 @@ class OllamaService:
     # -- /api/chat ------------------------------------------------------------------------------------------------
     async def chat(self, body: ChatRequest, http: Request) -> ChatResponse | AsyncIterator[dict[str, Any]]:
         timings = Timings()
-        messages = chat_messages(body.messages)  # images are refused before any model loads
+        messages = chat_messages(body.messages)
         if not body.messages:
             reason = await self._load_or_unload(body.model, "text", body.keep_alive, "chat", timings)
             return ChatResponse(model=body.model, created_at=rfc3339(), message=ReplyMessage(), done=True,
@@ -408,8 +416,8 @@ class OllamaService:
     # -- /api/generate --------------------------------------------------------------------------------------------
     async def generate(self, body: GenerateRequest, http: Request) -> GenerateResponse | AsyncIterator[dict[str, Any]]:
         timings = Timings()
-        if body.images:
-            raise InvalidRequest(IMAGES_REFUSED, param="images")
+        if body.images and body.raw:
+            raise InvalidRequest(IMAGES_IN_RAW, param="images")
         if body.raw and (body.template or body.system or body.context):
             raise InvalidRequest("raw mode does not support template, system, or context", param="raw")
         if body.template:
@@ -435,7 +443,7 @@ class OllamaService:
         else:
             self._check_think(body.model, worker, body.think)
             messages = ([{"role": "system", "content": body.system}] if body.system else []) + [
-                {"role": "user", "content": body.prompt}]
+                {"role": "user", "content": with_images(body.prompt, body.images)}]
             request = internal_request(ChatCompletionRequest, {
                 **common, "messages": messages, "reasoning_effort": reasoning_effort(body.think),
                 "logprobs": bool(body.logprobs), "top_logprobs": body.top_logprobs if body.logprobs else None,

@@ -216,7 +216,7 @@ def _chat_messages(items: Sequence[Item]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for item in items:
         if isinstance(item, MessageItem):
-            messages.append({"role": item.role, "content": item.text()})
+            messages.append({"role": item.role, "content": item.chat_content()})
         elif isinstance(item, FunctionCallItem):
             call = {"id": item.call_id, "type": "function",
                     "function": {"name": item.name, "arguments": item.arguments}}

@@ -4,7 +4,9 @@ One step holds tokens of three sequences, as a batched prefill would: a chunk of
 positions are already in the pool (chunked prefill), a whole short prompt, and a single token, so that
 workgroup blocks straddle sequences; the sequences' pages interleave in the pool. Every variant (subgroup
 and workgroup row sums, split and whole key ranges, f16 and f32 cache, sliding window, grouped-query
-heads, head dims 64 to 512) is compared with a float64 softmax over the cache's stored values.
+heads, head dims 64 to 512) is compared with a float64 softmax over the cache's stored values. Image rows
+(rows[t].w > 0: a row also sees its image's later rows, Gemma 3's bidirectional attention within an image) are
+checked the same way, their reference softmax running to the image's last row.
 """
 
 from __future__ import annotations
@@ -24,24 +26,26 @@ RTOL, ATOL = 1e-4, 2e-5
 
 
 
-def _reference(q, k, v, p, heads, kv_heads, window, scale, softcap=0.0):
-    """q: [heads, d]; k, v: [n, kv_heads, d] of one sequence; the token at position p -> [heads, d]."""
+def _reference(q, k, v, p, heads, kv_heads, window, scale, softcap=0.0, later=0):
+    """q: [heads, d]; k, v: [n, kv_heads, d] of one sequence; the token at position p, seeing `later` keys
+    past its own -> [heads, d]."""
     lo = max(0, p + 1 - window) if window else 0
     out = np.zeros(q.shape)
     for h in range(heads):
         g = h // (heads // kv_heads)
-        s = (k[lo:p + 1, g] @ q[h]) * scale
+        s = (k[lo:p + 1 + later, g] @ q[h]) * scale
         if softcap:
             s = softcap * np.tanh(s / softcap)
         e = np.exp(s - s.max())
-        out[h] = (e / e.sum()) @ v[lo:p + 1, g]
+        out[h] = (e / e.sum()) @ v[lo:p + 1 + later, g]
     return out
 
 
 def _step(ex: Executor, kv_f16: bool, heads: int, kv_heads: int, d: int, segments: list[tuple[int, int]],
-          t_max: int, seed: int = 0):
+          t_max: int, seed: int = 0, images: Images = ()):
     """A pool holding sequences with keys at positions [0, start + n) for each (start, n) segment, and
-    the step's row table and q for tokens [start, start + n) of each, in order. Returns what to run."""
+    the step's row table and q for tokens [start, start + n) of each, in order; images: (segment, first,
+    last) positions of an image's rows, which see up to its last. Returns what to run."""
     rng = np.random.default_rng(seed)
     width = kv_heads * d
     lengths = [start + n for start, n in segments]
@@ -69,14 +73,23 @@ def _step(ex: Executor, kv_f16: bool, heads: int, kv_heads: int, d: int, segment
     rows = np.zeros((t_max, 4), np.uint32)
     rows[:len(tokens), 0] = [p for _, p in tokens]
     rows[:len(tokens), 1] = [slots[i] for i, _ in tokens]
+    rows[:len(tokens), 3] = [_later(images, i, p) for i, p in tokens]
     q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
     return pool, keys, values, tokens, ex.tensor("rows", rows.shape, "u32", data=rows), q
 
 
+Images = tuple[tuple[int, int, int], ...]  # (segment, first position, last position) of each image's rows
+
+
+def _later(images: Images, segment: int, p: int) -> int:
+    """The keys past its own that the token at position p of a segment sees: the rest of its image, if any."""
+    return next((last - p for i, first, last in images if i == segment and first <= p <= last), 0)
+
+
 def _check(ex: Executor, *, kv_f16: bool, heads: int, kv_heads: int, d: int, window: int,
            segments: list[tuple[int, int]], t_max: int, config: PromptConfig | None = None,
-           softcap: float = 0.0, scale: float | None = None) -> None:
-    pool, keys, values, tokens, rows, q = _step(ex, kv_f16, heads, kv_heads, d, segments, t_max)
+           softcap: float = 0.0, scale: float | None = None, images: Images = ()) -> None:
+    pool, keys, values, tokens, rows, q = _step(ex, kv_f16, heads, kv_heads, d, segments, t_max, images=images)
     qt, out = ex.tensor("q", q.shape, data=q), ex.tensor("o", (t_max, heads * d))
     scale = scale or 1 / np.sqrt(d)
     b = ProgramBuilder(ex, "t")
@@ -85,7 +98,7 @@ def _check(ex: Executor, *, kv_f16: bool, heads: int, kv_heads: int, d: int, win
     got, = ex.run(b.build(), StepParams(len(tokens)), read=[out])
     for t, (i, p) in enumerate(tokens):
         want = _reference(q[t].reshape(heads, d).astype(np.float64), keys[i], values[i], p, heads, kv_heads,
-                          window, scale, softcap)
+                          window, scale, softcap, _later(images, i, p))
         np.testing.assert_allclose(got[t].reshape(heads, d), want, rtol=RTOL, atol=ATOL,
                                    err_msg=f"token {t} (sequence {i}, position {p})")
     np.testing.assert_array_equal(got[len(tokens):], 0)  # rows past n_tokens untouched
@@ -155,3 +168,23 @@ def test_prompt_attention_pairs(ex: Executor, kv_f16: bool, d: int, heads: int, 
     config = PromptConfig(base.reduce, base.threads, base.keys, splits, min_part=8, pairs=True)
     _check(ex, kv_f16=kv_f16, heads=heads, kv_heads=kv_heads, d=d, window=window, segments=SEGMENTS, t_max=40,
            config=config)
+
+
+# an image of rows 75-84 in the chunk of the first segment, one of rows 2-9 in the second
+IMAGES = ((0, 75, 84), (1, 2, 9))
+
+
+@pytest.mark.parametrize("splits,pairs", [(1, False), (4, False), (2, True)])
+def test_prompt_attention_image_rows(ex: Executor, splits: int, pairs: bool) -> None:
+    """An image's rows see each other (rows[t].w), with whole and split key ranges, one or two rows a thread;
+    the rows around them stay causal. Gemma 3 4B's grouping, a sliding window wider than the images."""
+    base = prompt_config(ex.device, head_dim=256, kv_f16=True, t_max=40, heads=8, kv_heads=4, pairs=pairs)
+    config = PromptConfig(base.reduce, base.threads, base.keys, splits, min_part=8, pairs=pairs)
+    _check(ex, kv_f16=True, heads=8, kv_heads=4, d=256, window=30, segments=SEGMENTS, t_max=40, config=config,
+           images=IMAGES)
+
+
+def test_prompt_attention_image_rows_fallback(ex: Executor) -> None:
+    """Head dims attention_prompt does not cover go to attention.wgsl, whose key parts and their merge
+    (attention_combine.wgsl) follow an image's rows too."""
+    _check(ex, kv_f16=False, heads=2, kv_heads=1, d=80, window=0, segments=SEGMENTS, t_max=40, images=IMAGES)

@@ -60,3 +60,31 @@ def test_get_rows_sharded(ex: Executor, qtype: Q, shard_rows: int) -> None:
     shards = run_embedding(ex, qtype, k, 13, ids, len(ids), len(ids), scale=1.0, seed=1,
                            max_shard_bytes=shard_rows * row_bytes(qtype, k) + 4)
     assert shards == -(-13 // shard_rows) >= 3
+
+
+@pytest.mark.parametrize("qtype,shard_rows", [(Q.Q8_0, None), (Q.Q6_K, 3)], ids=["Q8_0", "Q6_K-5-shards"])
+def test_get_rows_token_sources(ex: Executor, qtype: Q, shard_rows: int | None) -> None:
+    """The row table picks each row's input: ids (source 0), the slot's last sampled token (1), or row t of the
+    step's images taken as it is, unscaled (2: an image's soft tokens), written once however many shards."""
+    rng = np.random.default_rng(3)
+    k, n, t_max = block_values(qtype) * 2, 13, 8
+    raw = random_weight_bytes(rng, qtype, k, n)
+    weight = upload_weight(ex, "embd", qtype, k, n, raw,
+                           max_shard_bytes=None if shard_rows is None else shard_rows * row_bytes(qtype, k) + 4)
+    ids = np.array([4, 262, 262, 262, 9, 0, 262, 3], np.uint32)  # 262 (past the table): the image rows' ids
+    sources = np.array([0, 2, 2, 2, 1, 0, 2, 1], np.uint32)
+    rows = np.zeros((t_max, 4), np.uint32)
+    rows[:, 1], rows[:, 2] = [0, 0, 0, 0, 1, 0, 0, 2], sources
+    slot_tokens = np.array([7, 12, 1], np.uint32)
+    images = rng.standard_normal((t_max, k)).astype(np.float32)
+    out = ex.tensor("out", (t_max, k), data=np.full((t_max, k), SENTINEL, np.float32))
+    b = ProgramBuilder(ex, "embedding")
+    embedding(b, weight, ex.tensor("ids", (t_max,), "u32", data=ids), out, t_max, scale=3.5,
+              rows=ex.tensor("rows", rows.shape, "u32", data=rows),
+              slot_tokens=ex.tensor("slot_tokens", (3,), "u32", data=slot_tokens),
+              images=ex.tensor("images", images.shape, data=images))
+    got, = ex.run(b.build(), StepParams(t_max, 0), read=[out])
+    table = dequantize(raw, qtype).astype(np.float64) * 3.5
+    for t in range(t_max):
+        want = images[t] if sources[t] == 2 else table[slot_tokens[rows[t, 1]] if sources[t] == 1 else ids[t]]
+        np.testing.assert_allclose(got[t], want, rtol=RTOL, atol=1e-7 * np.abs(want).max(), err_msg=f"row {t}")

@@ -5,6 +5,8 @@ next character of SCRIPT, so greedy output is SCRIPT repeated, and each step can
 exercise queueing and cancellation. It counts open sessions, so tests can see KV caches being released,
 and batch rounds (`steps`, with an optional `on_step` hook), so tests can count rounds rather than seconds.
 Given `turns`, it sits on a fake device of that adapter (model.executor.device.turns, as real models do).
+Given an image encoder (tests/fake_image_encoder.py), it takes images as Gemma 3 does: its vocabulary has Gemma 3's
+three image pieces (after the bytes) and its generator records the images each sequence got (`images_seen`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import codecs
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,12 +25,16 @@ from gpu.errors import GPUFailure
 from gpu.turns import Turns
 from models.text.batch import EndEvent, Event, TokenEvent
 from models.text.engine import ContextLengthExceeded
+from models.text.images import GEMMA3_MARKERS, ImageSpan, check_spans
 from models.text.sampler import Sampler, SamplingParams
+from tests.fake_image_encoder import FakeImageEncoder
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
 BYTE0 = len(SPECIALS)
+IMAGE_PIECES = [GEMMA3_MARKERS.start, GEMMA3_MARKERS.soft, GEMMA3_MARKERS.end]  # ids BYTE0 + 256 + k
+IMAGE0 = BYTE0 + 256
 SCRIPT = "Hello world. "
-_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS) + ")")
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS + IMAGE_PIECES) + ")")
 
 
 class FakeDecoder:
@@ -36,7 +42,7 @@ class FakeDecoder:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token_id: int) -> str:
-        return self._utf8.decode(bytes([token_id - BYTE0])) if token_id >= BYTE0 else ""
+        return self._utf8.decode(bytes([token_id - BYTE0])) if BYTE0 <= token_id < IMAGE0 else ""
 
     def flush(self) -> str:
         return self._utf8.decode(b"", final=True)
@@ -49,25 +55,36 @@ class FakeTokenizer:
     vocab_size = BYTE0 + 256
     chat_template: str | None = None
 
+    def __init__(self, images: bool = False) -> None:
+        self.images = images  # whether Gemma 3's image pieces are in the vocabulary
+        if images:
+            self.vocab_size = IMAGE0 + len(IMAGE_PIECES)
+
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         ids = [self.bos_id] if add_bos else []
         for part in _SPECIAL_RE.split(text):
             if part in SPECIALS:
                 ids.append(SPECIALS.index(part))
+            elif part in IMAGE_PIECES and self.images:
+                ids.append(IMAGE0 + IMAGE_PIECES.index(part))
             else:
                 ids.extend(BYTE0 + b for b in part.encode("utf-8"))
         return ids
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
-        return bytes(i - BYTE0 for i in ids if i >= BYTE0).decode("utf-8", "replace")
+        return bytes(i - BYTE0 for i in ids if BYTE0 <= i < IMAGE0).decode("utf-8", "replace")
 
     def stream_decoder(self) -> FakeDecoder:
         return FakeDecoder()
 
     def id_to_piece(self, token_id: int) -> str:
+        if token_id >= IMAGE0:
+            return IMAGE_PIECES[token_id - IMAGE0]
         return SPECIALS[token_id] if token_id < BYTE0 else f"<0x{token_id - BYTE0:02X}>"
 
     def id_to_bytes(self, token_id: int) -> bytes:
+        if token_id >= IMAGE0:
+            return IMAGE_PIECES[token_id - IMAGE0].encode()
         return SPECIALS[token_id].encode() if token_id < BYTE0 else bytes([token_id - BYTE0])
 
 
@@ -124,11 +141,17 @@ class FakeGenerator:
         return len(self._seqs) + n_sequences <= self.model.max_batch
 
     def add(self, key: Any, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
-            logprobs: bool = False, stop_ids: frozenset[int] | None = None, constraint: Any = None) -> None:
+            logprobs: bool = False, stop_ids: frozenset[int] | None = None, constraint: Any = None,
+            images: Sequence[ImageSpan] = ()) -> None:
         """constraint: a grammar the sequence follows, as models/text/batch.py does: tokens it refuses are masked
-        out before sampling, and its end ends the sequence (the fake's tokenizer needs is_special to build one)."""
+        out before sampling, and its end ends the sequence (the fake's tokenizer needs is_special to build one).
+        images: checked as models/text/batch.py checks them, and recorded in model.images_seen."""
         if len(prompt_ids) + max_tokens - 1 > self.model.context_length:
             raise ContextLengthExceeded(f"{len(prompt_ids)} + {max_tokens} tokens exceed the context")
+        if images:
+            check_spans(images, len(prompt_ids), self.model.embedding_size)
+            with self.model.lock:
+                self.model.images_seen.append([(span.start, len(span.embeddings), span.digest) for span in images])
         self._seqs[key] = {"session": FakeSession(self.model), "prompt": list(prompt_ids), "sampler": Sampler(sampling),
                            "history": list(prompt_ids), "max": max_tokens, "produced": 0, "last": None,
                            "stops": self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
@@ -193,11 +216,16 @@ class FakeModel:
 
     def __init__(self, name: str = "fake", step_s: float = 0.0, context_length: int = 256,
                  eos_after: int | None = None, fail_after: int | None = None, max_batch: int = 4,
-                 turns: Turns | None = None, on_step: Callable[[int], None] | None = None) -> None:
+                 turns: Turns | None = None, on_step: Callable[[int], None] | None = None,
+                 image_encoder: Any = None) -> None:
         self.name = name
-        self.tokenizer = FakeTokenizer()
+        self.tokenizer = FakeTokenizer(images=image_encoder is not None)
         self.context_length = context_length
-        self.vocab_size = FakeTokenizer.vocab_size
+        self.vocab_size = self.tokenizer.vocab_size
+        self.embedding_size = 16
+        self.image_encoder = image_encoder  # tests/fake_image_encoder.py's, for a model that takes images
+        self.image_markers = GEMMA3_MARKERS if image_encoder is not None else None
+        self.images_seen: list[list[tuple[int, int, str]]] = []  # per sequence with images: (start, rows, digest)
         self.step_s = step_s
         self.eos_after = eos_after
         self.fail_after = fail_after  # decode raises a GPUFailure at this many generated tokens
@@ -217,15 +245,20 @@ class FakeModel:
 
 
 def fake_loader(step_s: float = 0.0, fail: bool = False, **model_kwargs: Any) -> Callable[..., FakeModel]:
-    """A loader with the signature of load_text_model, reporting progress over four steps."""
+    """A loader with the signature of load_text_model, reporting progress over four steps. A model whose settings
+    name a projector gets the fake image encoder (tests/fake_image_encoder.py, 16 wide, 4 rows an image)."""
 
-    def load(source: str, *, progress: Callable[[int, int], None] | None = None, **_: Any) -> FakeModel:
+    def load(source: str, *, progress: Callable[[int, int], None] | None = None, projector: str | None = None,
+             **_: Any) -> FakeModel:
         for done in range(1, 5):
             if progress is not None:
                 progress(done, 4)
         if fail:
             raise RuntimeError(f"cannot load {source}")
-        return FakeModel(source, step_s=step_s, **model_kwargs)
+        kwargs = dict(model_kwargs)
+        if projector is not None:
+            kwargs.setdefault("image_encoder", FakeImageEncoder(16, tokens_per_image=4))
+        return FakeModel(source, step_s=step_s, **kwargs)
 
     return load
 

@@ -353,7 +353,9 @@ def test_thoughts_are_thinking_blocks() -> None:
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "data": "x"}}]}]},
-     "images are not supported by this model"),
+     "takes text only: it does not accept images"),  # the fake model reads text only
+    ({"messages": [{"role": "assistant", "content": [{"type": "image", "source": {"type": "base64", "data": "x"}}]}]},
+     "image blocks cannot be in a assistant message"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "not supported"),
     ({"messages": HI, "frequency_penalty": 1}, "frequency_penalty"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f", "input": {}}]}]},

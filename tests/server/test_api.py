@@ -221,7 +221,7 @@ def _chat(**kwargs: object) -> dict[str, object]:
     ({"model": "gemma-3-270m", "messages": [{"role": "user"}]}, "messages[0].content"),
     ({"model": "gemma-3-270m", "messages": [{"role": "user", "content": [{"type": "image_url",
                                                                            "image_url": {"url": "x"}}]}]},
-     "messages[0].content[0].type"),
+     "messages[0].content[0]"),
 ])
 def test_invalid_chat_parameters_are_400_naming_the_field(client: openai.OpenAI, body: dict, param: str) -> None:
     with pytest.raises(openai.BadRequestError) as raised:

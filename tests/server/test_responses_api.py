@@ -236,6 +236,10 @@ def test_streamed_response_is_kept(client: openai.OpenAI) -> None:
     ({"tools": [{"type": "web_search"}]}, 400, "tools[0]"),
     ({"tools": [{"type": "file_search", "vector_store_ids": ["vs"]}]}, 400, "tools[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]}, 400,
+     "input"),  # the fake model takes text only
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}]}, 400,
+     "input[0].content[0]"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}, 400,
      "input[0].content[0]"),
     ({"input": [{"type": "web_search_call", "id": "ws_1", "status": "completed"}]}, 400, "input[0]"),
     ({"input": [{"type": "function_call_output", "output": "4"}]}, 400, "input[0].call_id"),

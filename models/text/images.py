@@ -1,0 +1,127 @@
+"""Images in a prompt: spans of rows whose input embeddings an image encoder made (models/vision/).
+
+A prompt with images is its token ids (an image's rows hold the template's soft-token id, so that lengths, usage
+and penalties count them as tokens) and, for each image, an ImageSpan: where its rows start and their embeddings,
+already in the text model's embedding space. The step takes those rows as they are (no embedding scale) and lets
+them attend to each other both ways (Gemma 3's bidirectional attention within an image; the row table's token
+source 2 and later keys, gpu/kernels/common/rows.wgsl). A row sees later rows of its image only once their keys are
+in the cache, so an image's rows go in one prompt chunk: chunk_end moves a chunk's end to before an image it would
+cut. On sliding-window layers a row's first key stays bounded by its own position, as llama.cpp's non-causal image
+batches do (transformers lets an image's rows see the whole image past a window); the two agree wherever the window
+is wider than an image, as Gemma 3's are (512 or 1024 positions, 256 rows an image).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.text.step_io import PREFILL_BUCKETS
+
+
+@dataclass(frozen=True, eq=False)
+class ImageSpan:
+    """An image's rows in a prompt: rows [start, start + len(embeddings)) take embeddings (f32 [n, D]) as inputs.
+    digest: a hash of the image's pixels, the image's identity wherever rows of prompts are compared or reused."""
+
+    start: int
+    embeddings: np.ndarray
+    digest: str = field(default="")
+
+    @property
+    def end(self) -> int:
+        """One past the image's last row."""
+        return self.start + len(self.embeddings)
+
+
+def pixel_digest(pixels: np.ndarray) -> str:
+    """A hash of an image's preprocessed pixels (its shape too): two images share rows only if it matches."""
+    data = np.ascontiguousarray(pixels)
+    return hashlib.sha256(repr((data.dtype.str, data.shape)).encode() + data.tobytes()).hexdigest()
+
+
+def check_spans(spans: Sequence[ImageSpan], n_prompt: int, embedding_size: int) -> list[ImageSpan]:
+    """The spans in prompt order, checked: inside the prompt, apart, of f32 [n, D] rows, each at most one chunk
+    (PREFILL_BUCKETS[-1] rows) long. ValueError otherwise."""
+    ordered = sorted(spans, key=lambda s: s.start)
+    at = 0
+    for span in ordered:
+        e = span.embeddings
+        if e.ndim != 2 or e.shape[1] != embedding_size or e.dtype != np.float32 or not len(e):
+            raise ValueError(f"an image's embeddings must be f32 [n >= 1, {embedding_size}], not {e.dtype} {e.shape}")
+        if len(e) > PREFILL_BUCKETS[-1]:
+            raise ValueError(f"an image of {len(e)} rows exceeds a prompt chunk ({PREFILL_BUCKETS[-1]} rows)")
+        if span.start < at or span.end > n_prompt:
+            raise ValueError(f"image rows [{span.start}, {span.end}) overlap another image or leave the prompt of "
+                             f"{n_prompt} tokens")
+        at = span.end
+    return ordered
+
+
+def chunk_end(spans: Sequence[ImageSpan], start: int, n_prompt: int, chunk: int) -> int:
+    """The end of the prompt chunk that starts at `start` and would take `chunk` tokens: before an image that
+    chunk would cut, or (an image that starts the chunk and is longer than it) after that image."""
+    end = min(start + chunk, n_prompt)
+    for span in spans:
+        if span.start < end < span.end:
+            return span.start if span.start > start else span.end
+    return end
+
+
+def rows_in(spans: Sequence[ImageSpan], start: int, end: int) -> list[tuple[int, np.ndarray]]:
+    """The images inside chunk [start, end) as (first row within the chunk, embeddings); spans do not straddle
+    chunk edges (chunk_end)."""
+    inside = []
+    for span in spans:
+        if span.start >= start and span.end <= end:
+            inside.append((span.start - start, span.embeddings))
+        elif span.start < end and span.end > start:
+            raise ValueError(f"image rows [{span.start}, {span.end}) straddle the chunk [{start}, {end})")
+    return inside
+
+
+@dataclass(frozen=True)
+class ImageMarkers:
+    """The pieces a family's prompt marks images with: the template writes `start` where an image goes, and the
+    reference processor puts the image's rows (soft tokens) there, between newlines and `start` ... `end`."""
+
+    start: str
+    soft: str
+    end: str
+
+    def expansion(self, tokens_per_image: int) -> str:
+        """The text an image's `start` marker becomes (Gemma3Processor's full_image_sequence)."""
+        return f"\n\n{self.start}{self.soft * tokens_per_image}{self.end}\n\n"
+
+
+GEMMA3_MARKERS = ImageMarkers("<start_of_image>", "<image_soft_token>", "<end_of_image>")
+IMAGE_MARKERS = {"gemma3": GEMMA3_MARKERS}  # by GGUF architecture
+
+
+def expand_images(text: str, n_images: int, markers: ImageMarkers, tokens_per_image: int) -> str:
+    """A rendered prompt with each image marker expanded into the image's rows, as the reference processor does.
+    ValueError unless the text holds exactly n_images markers and no soft tokens of its own (a client's text that
+    spells them out must not forge or hide an image)."""
+    found = text.count(markers.start)
+    if found != n_images:
+        raise ValueError(f"the prompt holds {found} image markers ({markers.start}) for {n_images} images: the chat "
+                         "template does not place the images, or the text spells the marker out")
+    if markers.soft in text or markers.end in text:
+        raise ValueError(f"the text spells out an image piece ({markers.soft} or {markers.end})")
+    return text.replace(markers.start, markers.expansion(tokens_per_image))
+
+
+def soft_token_runs(ids: Sequence[int], soft_id: int, tokens_per_image: int) -> list[int]:
+    """The first row of each image in tokenised prompt ids: runs of exactly tokens_per_image soft tokens.
+    ValueError where the ids hold soft tokens in any other arrangement."""
+    at = np.flatnonzero(np.asarray(ids) == soft_id)
+    if len(at) % tokens_per_image:
+        raise ValueError(f"{len(at)} image soft tokens are not whole images of {tokens_per_image}")
+    starts = at[::tokens_per_image] if len(at) else at
+    for k, s in enumerate(starts.tolist()):
+        if at[k * tokens_per_image + tokens_per_image - 1] != s + tokens_per_image - 1:
+            raise ValueError("an image's soft tokens are not contiguous")
+    return [int(s) for s in starts]
