@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +189,7 @@ class ReplicaSet:
                 if replica.take(job):
                     self._chosen += 1
                     self._last_chosen[replica.replica] = self._chosen
-                    replica.last_used = self.last_used
+                    replica.last_used = time.monotonic()
                     return JobHandle(self, job)
             if not any(self._serving(r) for r in self.replicas):
                 raise ModelUnavailable(f"Every replica of `{self.name}` has stopped: " + (self.error or "stopped"))

@@ -191,3 +191,29 @@ def test_the_server_serves_replicas_and_reports_each_in_health_and_metrics() -> 
         assert 'hearth_replica_requests_total{adapter=' in metrics
     finally:
         srv.__exit__()
+
+
+def test_over_http_a_lost_gpu_is_a_503_in_the_apis_shape_and_the_server_goes_on() -> None:
+    srv = start(env={"HEARTH_ADAPTERS": "0,0"}, loader=loader_per_replica({"fail_after": 2}, {"fail_after": 2}))
+    try:
+        body = {"model": "gemma-3-270m", "max_tokens": 5, "messages": [{"role": "user", "content": "Hi"}]}
+        first = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=30)
+        assert first.status_code == 503 and first.headers["retry-after"] == "1"
+        error = first.json()["error"]
+        assert (error["type"], error["code"]) == ("server_error", "device_lost") and "was lost" in error["message"]
+        model = health(srv)["gemma-3-270m"]
+        assert [r["state"] for r in model["replicas"]] == ["failed", "ready"] and model["state"] == "ready"
+        assert "device was lost" in model["replicas"][0]["error"]
+        assert httpx.get(f"{srv.url}/ready").status_code == 200
+        # A stream on the other replica: its device goes too, mid-stream: the stream ends with an error event.
+        with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json={**body, "stream": True}, timeout=30) as r:
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert any('"device_lost"' in event for event in events), events
+        # No replica left: the model is failed, its requests get a 503 at once, and /ready says so.
+        again = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=30)
+        assert again.status_code == 503 and again.json()["error"]["code"] == "model_unavailable"
+        assert httpx.get(f"{srv.url}/ready").status_code == 503
+        metrics = httpx.get(f"{srv.url}/metrics").text
+        assert metrics.count('hearth_replica_up{') == 2 and 'replica="0"} 0.0' in metrics
+    finally:
+        srv.__exit__()
