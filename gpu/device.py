@@ -292,16 +292,13 @@ class AdapterSlot:
 
 
 def list_adapters() -> list[AdapterSlot]:
-    """The machine's adapters, best first (GPUs before CPU rasterisers), each physical device once: a device that
-    several backends offer (Vulkan and OpenGL) counts on the best of them only. Equal adapters keep the driver's
-    order, so index 0 and 1 are the same GPUs on every call."""
+    """The machine's adapters, best first (GPUs before CPU rasterisers), each physical device once: only those of
+    the best backend present count (Vulkan's, not the OpenGL ones that name the same GPUs otherwise, as "NVIDIA
+    H200/PCIe/SSE2", and lack compute features). Equal adapters keep the driver's order, so index 0 and 1 are the
+    same GPUs on every call."""
     adapters = list(wgpu.gpu.enumerate_adapters_sync())
-    best_backend: dict[tuple[str, int], int] = {}
-    for adapter in adapters:
-        info = adapter.info
-        key = (info["device"], info.get("device_id", 0))
-        best_backend[key] = min(best_backend.get(key, 9), _rank(adapter)[1])
-    kept = [a for a in adapters if _rank(a)[1] == best_backend[(a.info["device"], a.info.get("device_id", 0))]]
+    best_backend = min((_rank(a)[1] for a in adapters), default=0)
+    kept = [a for a in adapters if _rank(a)[1] == best_backend]
     kept.sort(key=_rank)  # stable: the driver's order among equals
     slots: dict[str, int] = {}
     listed = []
