@@ -291,12 +291,30 @@ class AdapterSlot:
         return Device(self.adapter, self.slot)
 
 
+_enumerated: list[Any] = []  # every adapter list_adapters saw, kept for the process's life
+_listed: list[AdapterSlot] | None = None
+_listed_lock = threading.Lock()
+
+
 def list_adapters() -> list[AdapterSlot]:
     """The machine's adapters, best first (GPUs before CPU rasterisers), each physical device once: only those of
     the best backend present count (Vulkan's, not the OpenGL ones that name the same GPUs otherwise, as "NVIDIA
     H200/PCIe/SSE2", and lack compute features). Equal adapters keep the driver's order, so index 0 and 1 are the
-    same GPUs on every call."""
+    same GPUs on every call.
+
+    Enumerated once per process, and never released: replicas' threads enumerating and dropping adapters at once
+    aborted the process on the H200 machine (a panic in wgpuAdapterRelease). Each replica makes its own device
+    from the listed adapter (an adapter gives any number of devices)."""
+    global _listed
+    with _listed_lock:
+        if _listed is None:
+            _listed = _enumerate_adapters()
+        return list(_listed)
+
+
+def _enumerate_adapters() -> list[AdapterSlot]:
     adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    _enumerated.extend(adapters)
     best_backend = min((_rank(a)[1] for a in adapters), default=0)
     kept = [a for a in adapters if _rank(a)[1] == best_backend]
     kept.sort(key=_rank)  # stable: the driver's order among equals
