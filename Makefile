@@ -2,7 +2,7 @@
 # when nothing changed), so `make serve` and `make test` work on a fresh clone.
 #   make setup   virtual environment, packages, Vulkan driver check, default model file
 #   make serve   run the OpenAI-compatible server on the default models
-#   make test    the whole pytest suite (heavy tests included, as in CI)
+#   make test    the whole pytest suite (heavy tests included, as in CI), with the ray extra its Ray Serve test needs
 #   make bench   Hearth against its peers on this machine (installs them first): llama-cpp-python on the
 #                shipped GGUF, sentence-transformers on the shipped embedding model, onnxruntime on Kokoro's
 #                ONNX file, faster-whisper on Whisper tiny.en; the same warm-up and repetitions for every
@@ -34,6 +34,7 @@ serve: setup
 # pytest exits 5 when it collected no tests: say so, and fail rather than pass silently. The slowest tests are
 # listed at the end, where a CI log's tail shows them.
 test: setup
+	HEARTH_EXTRAS=test,models,ray bash scripts/setup.sh
 	@rc=0; $(PY) -m pytest -q --durations=25 $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc

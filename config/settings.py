@@ -71,6 +71,13 @@ def _comma_list(value: Any) -> Any:
     return value
 
 
+def _check_adapter_list(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Adapter indices or names, or 'all' alone (gpu.device.resolve_adapters reads them)."""
+    if value is not None and "all" in value and len(value) > 1:
+        raise ValueError("'all' takes no other adapters with it")
+    return value
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -95,6 +102,12 @@ class ModelConfig(_Frozen):
     max_queue: int | None = Field(None, ge=0, description="requests waiting for this model; None: limits.max_queue")
     projector: str | None = Field(None, description="the model's image encoder (llama.cpp's mmproj GGUF); None: one "
                                   "found beside the model file, if any")
+    adapters: tuple[str, ...] | None = Field(
+        None, description="chat models: the GPUs it runs on, one replica each (server/replicas.py): adapter indices, "
+        "names or 'all'; None: the server's `adapters`")
+
+    _split_adapters = field_validator("adapters", mode="before")(_comma_list)
+    _check_adapters = field_validator("adapters")(_check_adapter_list)
 
     @field_validator("keep_alive")
     @classmethod
@@ -235,6 +248,9 @@ class Settings(_Frozen):
     speech_voices: tuple[str, ...] = Field((), description="extra Kokoro voicepacks for every speech model: files "
                                            "(.pt, .npz, voices-v1.0.bin) or folders of them; ids from the file names "
                                            "(.pt) or the archive's keys")
+    adapters: tuple[str, ...] = Field((), description="the GPUs each chat model runs on, one replica per adapter "
+                                      "(indices of `hearth adapters`, names, or 'all'; an index may repeat); "
+                                      "comma-separated in HEARTH_ADAPTERS; empty: one worker on HEARTH_ADAPTER's")
     model_loader: str = Field(
         "server.chat_worker:load_on_own_device",
         description="module:function that loads a model; tests point it at a fake",
@@ -242,6 +258,8 @@ class Settings(_Frozen):
 
     _split_origins = field_validator("cors_origins", mode="before")(_comma_list)
     _split_voices = field_validator("speech_voices", mode="before")(_comma_list)
+    _split_adapters = field_validator("adapters", mode="before")(_comma_list)
+    _check_adapters = field_validator("adapters")(_check_adapter_list)
 
     @field_validator("keep_alive")
     @classmethod
@@ -274,6 +292,9 @@ class Settings(_Frozen):
         seen: dict[str, str] = {}
         for kind, group in self.groups().items():
             family = "chat" if kind == "text" else kind
+            replicated = [m.id for m in group.models if m.adapters is not None]
+            if kind != "text" and replicated:
+                raise ValueError(f"{family} models {replicated} name adapters: replicas are for chat models only")
             for name in [m.id for m in group.models] + list(group.aliases):
                 if name in seen:
                     raise ValueError(f"{family} model or alias {name!r} is also a {seen[name]} model or alias")
@@ -335,6 +356,7 @@ _ENV_KEYS = {
     "HEARTH_SHUTDOWN_TIMEOUT": "limits.shutdown_timeout_s",
     "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",
+    "HEARTH_ADAPTERS": "adapters",
 }
 
 

@@ -3,6 +3,10 @@
 A real GPU adapter is preferred over a software one (lavapipe); `HEARTH_ADAPTER` picks an
 adapter by a substring of its name. The device asks for the adapter's maximum limits and
 for the optional features Hearth's kernels can use.
+
+Several GPUs: `list_adapters` numbers the machine's adapters (one per physical device, on its best
+backend), and `resolve_adapters` turns a setting ("0,1", "H200", "all") into the adapters a model's
+replicas run on (server/replicas.py), one device each.
 """
 
 from __future__ import annotations
@@ -11,13 +15,13 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import wgpu
 
-from gpu.errors import GPUFailure, gpu_stage
+from gpu.errors import DeviceLost, GPUFailure, gpu_stage
 
 try:  # wgpu-native's C API under wgpu-py: submission indices (see Device.submit)
     from wgpu.backends.wgpu_native import _api as _native
@@ -85,7 +89,9 @@ class DeviceLimits:
 class Device:
     """One wgpu device with its queue, a pipeline cache and buffer helpers."""
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: Any, slot: int = 0) -> None:
+        """slot: which of several adapters with the same description this is (two GPUs of one model), so each
+        has turns of its own; 0 for the first (AdapterSlot.slot)."""
         self.adapter = adapter
         info = adapter.info
         self.name: str = info["device"]
@@ -108,7 +114,7 @@ class Device:
         )
         self.queue = self.device.queue
         # Every device on this adapter shares one Turns: models take the adapter's work in turn (gpu/turns.py).
-        self.turns = turns_for(f"{self.backend}:{self.name}:{info.get('vendor_id', '')}:{info.get('device_id', '')}")
+        self.turns = turns_for(f"{_identity(info)}#{slot}")
         self._pipelines: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         log.info(
@@ -212,7 +218,8 @@ class Device:
         while status[0] < 0:  # the map resolves in a poll after its submission has run
             libf.wgpuDevicePoll(self.device._internal, False, ffi.NULL)
             if time.monotonic() > deadline:  # a lost device may never call back: fail rather than spin
-                raise RuntimeError(f"a read-back buffer did not map within {MAP_TIMEOUT_S} s of its submission")
+                raise DeviceLost("reading back", "a staging buffer", TimeoutError(
+                    f"a read-back buffer did not map within {MAP_TIMEOUT_S} s of its submission: the device is lost"))
         if status[0] != lib.WGPUMapAsyncStatus_Success:
             raise RuntimeError(f"could not map a read-back buffer (status {status[0]})")
         try:
@@ -262,6 +269,92 @@ def choose_adapter(name: str | None = None) -> Any:
             raise GPUFailure("finding an adapter", "device", f"HEARTH_ADAPTER={name!r} matches none of {names}")
         adapters = wanted
     return min(adapters, key=_rank)
+
+
+def _identity(info: Any) -> str:
+    """What tells adapters apart, short of a bus address WebGPU does not give (two GPUs of one model share it)."""
+    return f"{info['backend_type']}:{info['device']}:{info.get('vendor_id', '')}:{info.get('device_id', '')}"
+
+
+@dataclass(frozen=True)
+class AdapterSlot:
+    """One of the machine's adapters as `list_adapters` numbers them."""
+
+    index: int  # its place in list_adapters()
+    name: str  # the adapter's device name
+    adapter_type: str  # "DiscreteGPU", "CPU", ...
+    slot: int  # among adapters of the same description, which one (Device's slot)
+    adapter: Any = field(default=None, compare=False)  # the wgpu adapter
+
+    def device(self) -> Device:
+        """A device of its own on this adapter."""
+        return Device(self.adapter, self.slot)
+
+
+_enumerated: list[Any] = []  # every adapter list_adapters saw, kept for the process's life
+_listed: list[AdapterSlot] | None = None
+_listed_lock = threading.Lock()
+
+
+def list_adapters() -> list[AdapterSlot]:
+    """The machine's adapters, best first (GPUs before CPU rasterisers), each physical device once: only those of
+    the best backend present count (Vulkan's, not the OpenGL ones that name the same GPUs otherwise, as "NVIDIA
+    H200/PCIe/SSE2", and lack compute features). Equal adapters keep the driver's order, so index 0 and 1 are the
+    same GPUs on every call.
+
+    Enumerated once per process, and never released: replicas' threads enumerating and dropping adapters at once
+    aborted the process on the H200 machine (a panic in wgpuAdapterRelease). Each replica makes its own device
+    from the listed adapter (an adapter gives any number of devices)."""
+    global _listed
+    with _listed_lock:
+        if _listed is None:
+            _listed = _enumerate_adapters()
+        return list(_listed)
+
+
+def _enumerate_adapters() -> list[AdapterSlot]:
+    adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    _enumerated.extend(adapters)
+    best_backend = min((_rank(a)[1] for a in adapters), default=0)
+    kept = [a for a in adapters if _rank(a)[1] == best_backend]
+    kept.sort(key=_rank)  # stable: the driver's order among equals
+    slots: dict[str, int] = {}
+    listed = []
+    for index, adapter in enumerate(kept):
+        identity = _identity(adapter.info)
+        slot = slots.get(identity, 0)
+        slots[identity] = slot + 1
+        listed.append(AdapterSlot(index, adapter.info["device"], adapter.info["adapter_type"], slot, adapter))
+    return listed
+
+
+def resolve_adapters(spec: tuple[str, ...] | list[str], available: list[AdapterSlot] | None = None,
+                     ) -> list[AdapterSlot]:
+    """The adapters named by a setting, one replica each: "all" (every adapter of the best kind: all the GPUs,
+    or the CPU rasteriser where there is none), an index of list_adapters(), or a substring of a name (each
+    such name takes the next adapter it matches that is not taken yet). An index may repeat: replicas then share
+    one adapter (their rounds take its turns), which serves tests on a machine of one adapter."""
+    available = list_adapters() if available is None else available
+    if not available:
+        raise GPUFailure("finding an adapter", "device", "no WebGPU adapter; install a Vulkan driver")
+    if list(spec) == ["all"]:
+        best = _ADAPTER_RANK.get(available[0].adapter_type, 3)
+        return [a for a in available if _ADAPTER_RANK.get(a.adapter_type, 3) == best]
+    chosen: list[AdapterSlot] = []
+    names = ", ".join(f"{a.index}: {a.name!r}" for a in available)
+    for item in spec:
+        item = item.strip()
+        if item.isdigit():
+            if int(item) >= len(available):
+                raise ValueError(f"adapter {item} does not exist; the adapters are {names}")
+            chosen.append(available[int(item)])
+            continue
+        matches = [a for a in available if item.lower() in a.name.lower()]
+        free = [a for a in matches if a not in chosen]
+        if not matches:
+            raise ValueError(f"no adapter's name contains {item!r}; the adapters are {names}")
+        chosen.append(free[0] if free else matches[0])
+    return chosen
 
 
 _default: Device | None = None

@@ -4,6 +4,7 @@
     hearth generate [--model PATH_OR_NAME] [--max-tokens N] [--temperature T] "prompt"
     hearth profile [--model PATH_OR_NAME] [--prompt-tokens N] [--batch B]
     hearth convert SOURCE OUTPUT.gguf [--voices FILE ...] [--vocab config.json] [--f32]
+    hearth adapters
 
 `generate` prints only the generated text on stdout, as it is produced; the loading progress bar and
 any messages go to stderr. Without --model it uses the shipped Gemma 3 270M (`gemma-3-270m`).
@@ -35,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="TOML settings file (default: env HEARTH_CONFIG, else config/hearth.toml if present)")
     serve.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 (env HEARTH_API_KEY)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--adapters", help="run each chat model on these GPUs, one replica each: indices of "
+                       "`hearth adapters`, names, or 'all' (env HEARTH_ADAPTERS)")
+
+    commands.add_parser("adapters", help="list the GPU adapters by the index `--adapters` takes")
 
     gen = commands.add_parser("generate", help="complete one prompt and print the generated text")
     gen.add_argument("prompt", help="the prompt text (completed as is; --chat wraps it in the chat template)")
@@ -69,7 +74,8 @@ def serve(args: argparse.Namespace) -> int:
     from server.app import create_app
     from server.request_context import configure_logging
 
-    overrides = {"host": args.host, "port": args.port, "api_key": args.api_key, "log_level": args.log_level}
+    overrides = {"host": args.host, "port": args.port, "api_key": args.api_key, "log_level": args.log_level,
+                 "adapters": args.adapters}
     try:
         settings = load_settings(args.config, overrides=overrides)
     except SettingsError as error:
@@ -199,9 +205,23 @@ def convert_kokoro(args: argparse.Namespace) -> int:
     return 0
 
 
+def list_adapters() -> int:
+    """Print the adapters as `--adapters` and HEARTH_ADAPTERS number them, and which ones 'all' means."""
+    from gpu.device import list_adapters as adapters
+    from gpu.device import resolve_adapters
+
+    everything = adapters()
+    chosen = {a.index for a in resolve_adapters(["all"], everything)} if everything else set()
+    for adapter in everything:
+        print(f"{adapter.index}: {adapter.name} ({adapter.adapter_type}){'  [all]' if adapter.index in chosen else ''}")
+    return 0 if everything else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `hearth` console script."""
     args = _parser().parse_args(argv)
+    if args.command == "adapters":
+        return list_adapters()
     if args.command == "serve":
         return serve(args)
     if args.command == "profile":

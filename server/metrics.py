@@ -8,7 +8,8 @@ What is measured where:
   the worker had each choice's tokens (ChoiceDone), not from when text was emitted;
 - speech and transcription: `meter_audio` around a worker job, or `observe_audio("generated" | "transcribed",
   model, seconds)`, from their services;
-- queue depth, running requests, state, loads and unloads per model, GPU memory held by wgpu buffers and
+- queue depth, running requests, state, loads and unloads per model (and per replica of a model on several
+  adapters: hearth_replica_*), GPU memory held by wgpu buffers and
   textures, and the process's memory and CPU: read when /metrics is scraped.
 
 Code that runs inside a request reaches the app's Metrics through a context variable the middleware sets
@@ -27,6 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from server.jobs import ChoiceDone, Job, JobEvent, _JobDone, _JobFailed
+from server.protocols import Worker
+from server.replicas import ReplicaSet
 
 if TYPE_CHECKING:
     from server.model_manager import ModelManager
@@ -58,6 +61,25 @@ def gpu_memory_bytes() -> int:
     return int(sum(v.get("resource_mem", 0) for k, v in counts.items() if k in ("Buffer", "Texture")))
 
 
+def _replica_metrics(workers: dict[str, Worker]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The replicas of models on several adapters (server/replicas.py), labelled by replica and adapter."""
+    labels = ["model", "replica", "adapter"]
+    up = GaugeMetricFamily("hearth_replica_up", "1 while the replica serves, 0 once it failed or lost its device",
+                           labels=labels)
+    queued = GaugeMetricFamily("hearth_replica_queue_depth", "Requests waiting for the replica", labels=labels)
+    running = GaugeMetricFamily("hearth_replica_running_requests", "Requests in the replica's batch", labels=labels)
+    given = CounterMetricFamily("hearth_replica_requests", "Requests routed to the replica", labels=labels)
+    for name, worker in workers.items():
+        if isinstance(worker, ReplicaSet):
+            for r in worker.status():
+                key = [name, str(r.replica), r.adapter]
+                up.add_metric(key, 1 if r.state == "ready" else 0)
+                queued.add_metric(key, r.queued)
+                running.add_metric(key, r.running)
+                given.add_metric(key, r.requests)
+    yield from (up, queued, running, given)
+
+
 class _ModelCollector(Collector):
     """Per-model gauges and lifecycle counts read from the model manager at scrape time (no bookkeeping on the
     request path)."""
@@ -83,6 +105,7 @@ class _ModelCollector(Collector):
             state.add_metric([name, worker.kind, worker.state], 1)
             idle.add_metric([name], max(0.0, now - worker.last_used) if worker.idle else 0.0)
         yield from (queued, running, state, idle)
+        yield from _replica_metrics(workers)
         yield GaugeMetricFamily("hearth_models_loaded", "Model workers loaded or loading", value=len(workers))
         loads = CounterMetricFamily("hearth_model_loads", "Models started loading", labels=["model"])
         unloads = CounterMetricFamily("hearth_model_unloads", "Models unloaded: idle past keep_alive, or evicted "

@@ -11,7 +11,8 @@ model is never unloaded between being handed out and being used.
 
 Every kind of model (chat, embeddings, speech, transcription, rerank) is one entry of WORKER_KINDS: its worker class,
 built from a registry entry by `for_entry`, and its settings group's loader. Services get their kind's worker
-through the protocols of server/protocols.py.
+through the protocols of server/protocols.py. A chat model with `adapters` set (its own or the server's) runs as a
+ReplicaSet instead, one replica per adapter (server/replicas.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal, cast, overload
 
 from config.settings import SHIPPED_MODEL, Settings, parse_keep_alive
+from gpu.device import AdapterSlot, resolve_adapters
 from models.registry import ModelEntry, ModelRegistry
 from server.errors import InvalidRequest, ModelNotFound, ModelUnavailable
 from server.preparation import Preparation
@@ -39,6 +41,7 @@ from server.protocols import (
     Worker,
     WorkerClass,
 )
+from server.replicas import ReplicaSet
 from server.request_context import at_request_end, outside_requests
 
 
@@ -116,12 +119,26 @@ class ModelManager:
         self.preparation = Preparation(settings.limits.max_preparing)
         self._aliases_told: set[str] = set()  # aliases whose target has been logged once
 
+    def _adapters_of(self, entry: ModelEntry) -> list[AdapterSlot] | None:
+        """The adapters a chat model's replicas run on (its `adapters`, else the server's); None: one worker."""
+        config = self.registry.config_of(entry)
+        spec = config.adapters if config is not None and config.adapters is not None else self.settings.adapters
+        if entry.kind != "text" or not spec:
+            return None
+        return resolve_adapters(spec)
+
     def _start(self, entry: ModelEntry) -> Worker:
         config = self.registry.config_of(entry)
         max_queue = self.settings.limits.max_queue if config is None or config.max_queue is None else config.max_queue
-        worker_class = cast(WorkerClass, import_object(WORKER_KINDS[entry.kind].worker_class))
-        worker = worker_class.for_entry(entry, self._loaders[entry.kind], self.settings, max_queue=max_queue,
-                                        warm_up=self._warm_up)
+        adapters = self._adapters_of(entry)
+        worker: Worker
+        if adapters is not None:
+            worker = ReplicaSet.for_entry(entry, self._loaders[entry.kind], self.settings, max_queue=max_queue,
+                                          warm_up=self._warm_up, adapters=adapters)
+        else:
+            worker_class = cast(WorkerClass, import_object(WORKER_KINDS[entry.kind].worker_class))
+            worker = worker_class.for_entry(entry, self._loaders[entry.kind], self.settings, max_queue=max_queue,
+                                            warm_up=self._warm_up)
         self._workers[entry.key] = worker
         self.loads[worker.name] += 1
         worker.start()

@@ -240,11 +240,17 @@ def _shutting_down() -> ModelUnavailable:
     return ModelUnavailable("The server is shutting down; the request was cancelled. Retry on another instance.")
 
 
-def load_on_own_device(load: Callable[..., M], source: str, **kwargs: object) -> M:
-    """load(source, device=..., **kwargs) on a wgpu device of its own, so workers never share a device or a queue."""
+def load_on_own_device(load: Callable[..., M], source: str, adapter: int | None = None, **kwargs: object) -> M:
+    """load(source, device=..., **kwargs) on a wgpu device of its own, so workers never share a device or a queue.
+
+    adapter: an index of gpu.device.list_adapters() (a replica's, server/replicas.py); None: the adapter
+    HEARTH_ADAPTER names, else the best one."""
     import os
 
-    from gpu.device import Device, choose_adapter
+    from gpu.device import Device, choose_adapter, list_adapters
 
-    device = Device(choose_adapter(os.environ.get("HEARTH_ADAPTER")))
+    if adapter is not None:
+        device = list_adapters()[adapter].device()
+    else:
+        device = Device(choose_adapter(os.environ.get("HEARTH_ADAPTER")))
     return load(source, device=device, **kwargs)

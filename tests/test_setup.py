@@ -46,6 +46,8 @@ def test_pyproject_packages_and_extras() -> None:
     assert {"test", "models", "bench"} <= set(extras)
     assert any(dep.startswith("pytest") for dep in extras["test"])
     assert any(dep.startswith("llama-cpp-python") for dep in extras["bench"])
+    assert any(dep.startswith("ray[serve]") for dep in extras["ray"])  # optional: never in the default install
+    assert not any(dep.startswith("ray") for dep in project["project"]["dependencies"])
 
 
 def test_every_kernel_is_package_data() -> None:

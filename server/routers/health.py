@@ -10,15 +10,26 @@ from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse,
 
 from server.dependencies import get_manager
 from server.model_manager import ModelManager, load_failure
-from server.schemas.health import HealthStatus, WorkerStatus
+from server.protocols import Worker
+from server.replicas import ReplicaSet
+from server.schemas.health import HealthStatus, ReplicaStatus, WorkerStatus
 
 router = APIRouter(tags=["health"])
+
+
+def _replicas(name: str, worker: Worker) -> list[ReplicaStatus] | None:
+    if not isinstance(worker, ReplicaSet):
+        return None
+    # A lost device's message is the server's own; a load failure's may hold a path, so clients get its kind only.
+    return [ReplicaStatus(replica=r.replica, adapter=r.adapter, state=r.state, queued=r.queued, running=r.running,
+                          requests=r.requests, error=r.error if r.error is None or r.error.startswith("the device")
+                          else load_failure(name, r.error)) for r in worker.status()]
 
 
 def _status(manager: ModelManager) -> HealthStatus:
     models = {
         name: WorkerStatus(state=w.state, queued=w.queued, running=w.running, load_progress=w.progress,
-                           error=w.error and load_failure(name, w.error))
+                           error=w.error and load_failure(name, w.error), replicas=_replicas(name, w))
         for name, w in manager.workers().items()
     }
     failed = any(w.state == "failed" for w in models.values())

@@ -266,3 +266,10 @@ def fake_loader(step_s: float = 0.0, fail: bool = False, **model_kwargs: Any) ->
 def load_fake_model(source: str, *, progress: Callable[[int, int], None] | None = None, **kwargs: Any) -> FakeModel:
     """`HEARTH_MODEL_LOADER=tests.server.fake_model:load_fake_model` serves the fake from `python -m server`."""
     return fake_loader()(source, progress=progress, **kwargs)
+
+
+def load_slow_fake_model(source: str, *, progress: Callable[[int, int], None] | None = None,
+                         **kwargs: Any) -> FakeModel:
+    """As load_fake_model, 20 ms a token: long enough that concurrent requests overlap (tests/server/test_ray_serve.py
+    serves it from Ray Serve replicas through HEARTH_MODEL_LOADER)."""
+    return fake_loader(step_s=0.02)(source, progress=progress, **kwargs)

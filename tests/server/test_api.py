@@ -185,7 +185,7 @@ def test_disconnected_stream_frees_the_worker(api: SubprocessServer, client: ope
     while httpx.get(f"{api.url}/health").json()["models"]["gemma-3-270m"]["running"] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert httpx.get(f"{api.url}/health").json()["models"]["gemma-3-270m"] == {
-        "state": "ready", "queued": 0, "running": 0, "load_progress": 1.0, "error": None}
+        "state": "ready", "queued": 0, "running": 0, "load_progress": 1.0, "error": None, "replicas": None}
 
 
 def _chat(**kwargs: object) -> dict[str, object]:
