@@ -2,7 +2,7 @@
 # llama.cpp with CUDA (sm_90: H100 and H200) for the GPU benchmarks, the peer of bench/gpu.py and bench/vision.py.
 #
 # The GPU machine has nvcc, cmake and ninja but no internet, starts bare on every call and takes
-# 64 MiB of files per call, so the sources travel as a stripped tarball (1.5 MB) and the build
+# 64 MiB of files per call, so the sources travel as a stripped tarball (2.5 MB) and the build
 # travels back as a bundle (about 17 MB) that later calls unpack in seconds instead of rebuilding
 # (about 3.5 minutes on a 16-core machine).
 #
