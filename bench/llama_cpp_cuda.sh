@@ -206,8 +206,13 @@ package() {
     tar -C "$PREFIX" -cf - bin | xz -6 -T0 | to_out bin.tar.xz
 }
 
+complete() {  # every target is in $DEST
+    local t
+    for t in "${TARGETS[@]}"; do [[ -x "$DEST/$t" ]] || return 1; done
+}
+
 install() {
-    if [[ -x "$DEST/llama-bench" && -x "$DEST/llama-mtmd-cli" ]] && grep -q "^llama.cpp $COMMIT " "$DEST/BUILD_INFO" 2> /dev/null; then
+    if complete && grep -q "^llama.cpp $COMMIT " "$DEST/BUILD_INFO" 2> /dev/null; then
         # A warm machine keeps /tmp between calls: the last call's build is still there.
         echo "llama.cpp already in $DEST: $(head -1 "$DEST/BUILD_INFO")"
     elif have bin.tar.xz; then
@@ -216,6 +221,7 @@ install() {
         mkdir -p "$PREFIX"
         unsplit bin.tar.xz | xz -d | tar -xf - -C "$PREFIX"
         echo "llama.cpp bundle unpacked in $((SECONDS - t0)) s: $(head -1 "$DEST/BUILD_INFO")"
+        complete || { echo "the bundle lacks some of ${TARGETS[*]} (an older one): building"; build; }
     else
         build
     fi
