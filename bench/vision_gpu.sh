@@ -8,10 +8,11 @@
 #                                                                #   .bench/llamacpp/src.tar.xz; writes
 #                                                                #   $OUT/MACHINE-vision.json (MACHINE: h200)
 #
-# A cold machine spends about 4 minutes building llama.cpp and 1 writing the files; a warm one keeps both in /tmp
-# (bench/llama_cpp_cuda.sh reuses /tmp/llamacpp/bin, the files are kept in /tmp/hearth-vision), so a call cut
-# short by its time limit can be repeated. The build also leaves its bundle in $OUT (bin.tar.xz[.part*]): copied
-# into .bench/llamacpp/, later cold machines unpack it instead of building.
+# A cold machine builds llama.cpp (3.5 minutes for the text benchmark's targets on 16 cores, before libmtmd and
+# llama-mtmd-cli were added) while it writes the files (the 2.5 GB text model: under a minute on 2 cores); a warm one
+# keeps both in /tmp (bench/llama_cpp_cuda.sh reuses /tmp/llamacpp/bin, the files stay in /tmp/hearth-vision), so a
+# call cut short by its time limit can be repeated. The build also leaves its bundle in $OUT (bin.tar.xz[.part*]):
+# copied into .bench/llamacpp/, later cold machines unpack it instead of building.
 # Environment: VISION_ARGS (more bench/vision.py arguments, e.g. "--warmup 10 --reps 7"), HEARTH_COMMIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
