@@ -95,11 +95,13 @@ class HearthVision:
         self.ids = before + [soft_id] * self.encoder.tokens_per_image + after
 
     def encode_ms(self) -> float:
+        """Milliseconds from the preprocessed pixels to the soft tokens on the host."""
         started = time.perf_counter()
         self.encoder.encode(self.pixels)
         return 1000 * (time.perf_counter() - started)
 
     def ttft_ms(self) -> float:
+        """Milliseconds from the preprocessed pixels to the first sampled token of the prompt, in a new session."""
         session = self.model.new_session()
         try:
             started = time.perf_counter()
