@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# llama.cpp with CUDA (sm_90: H100 and H200) for the GPU benchmark, the peer of bench/gpu.py.
+# llama.cpp with CUDA (sm_90: H100 and H200) for the GPU benchmarks, the peer of bench/gpu.py and bench/vision.py.
 #
 # The GPU machine has nvcc, cmake and ninja but no internet, starts bare on every call and takes
-# 64 MiB of files per call, so the sources travel as a stripped tarball (1.5 MB) and the build
+# 64 MiB of files per call, so the sources travel as a stripped tarball (2.5 MB) and the build
 # travels back as a bundle (about 17 MB) that later calls unpack in seconds instead of rebuilding
 # (about 3.5 minutes on a 16-core machine).
 #
@@ -38,7 +38,7 @@ DEST="$PREFIX/bin"
 # Kernels go into the library uncompressed (GGML_CUDA_COMPRESSION_MODE=none): xz packs them into a
 # smaller bundle than nvcc's own compression does.
 ARCHS="${LLAMA_CPP_ARCHS:-90-real}"
-TARGETS=(llama-bench llama-batched-bench llama-quantize)
+TARGETS=(llama-bench llama-batched-bench llama-quantize llama-mtmd-cli)  # libmtmd comes with llama-mtmd-cli
 PART_SIZE=15000000      # files back from $OUT: at most 16 MiB each
 
 pack_src() {
@@ -51,14 +51,15 @@ pack_src() {
     tar -xzf "$sdist" -C "$work" --wildcards "*/vendor/llama.cpp/*"
     local src=("$work"/llama_cpp_python-*/vendor/llama.cpp) out="$work/llama.cpp"
     mkdir -p "$out/ggml/src" "$out/tools" "$out/vendor"
-    # Allow-list: what the library, llama-common and the three tools need, CPU and CUDA backends only.
+    # Allow-list: what the library, llama-common, libmtmd and the four tools need, CPU and CUDA backends only.
     cp -a "$src"/{CMakeLists.txt,LICENSE,cmake,include,src,common,licenses} "$out/"
     cp -a "$src"/ggml/{CMakeLists.txt,cmake,include} "$out/ggml/"
     find "$src/ggml/src" -maxdepth 1 -type f -exec cp -a {} "$out/ggml/src/" \;
     cp -a "$src"/ggml/src/{ggml-cpu,ggml-cuda} "$out/ggml/src/"
     rm -rf "$out/ggml/src/ggml-cpu/spacemit" "$out/ggml/src/ggml-cpu/arch/"{arm,loongarch,powerpc,riscv,s390,wasm}
-    cp -a "$src"/tools/{llama-bench,batched-bench,quantize} "$out/tools/"
-    cp -a "$src"/vendor/{cpp-httplib,nlohmann,sheredom} "$out/vendor/"
+    cp -a "$src"/tools/{llama-bench,batched-bench,quantize,mtmd} "$out/tools/"
+    rm -f "$out"/tools/mtmd/test-*.{jpeg,mp3,mp4}   # its sample media (not built)
+    cp -a "$src"/vendor/{cpp-httplib,hash,miniaudio,nlohmann,sheredom,stb} "$out/vendor/"
     cat > "$out/tools/CMakeLists.txt" <<'EOF'
 # stripped by bench/llama_cpp_cuda.sh: only the tools the Hearth GPU benchmark runs
 find_package(Threads REQUIRED)
@@ -66,11 +67,15 @@ llama_add_compile_flags()
 add_subdirectory(batched-bench)
 add_subdirectory(llama-bench)
 add_subdirectory(quantize)
+add_subdirectory(mtmd)
 EOF
     cat > "$out/vendor/CMakeLists.txt" <<'EOF'
-# stripped by bench/llama_cpp_cuda.sh: what llama-common links
+# stripped by bench/llama_cpp_cuda.sh: what llama-common and libmtmd link
+add_subdirectory(hash)
+add_subdirectory(miniaudio)
 add_subdirectory(nlohmann)
 add_subdirectory(sheredom)
+add_subdirectory(stb)
 if (LLAMA_BUILD_COMMON)
     add_subdirectory(cpp-httplib)
 endif()
@@ -85,7 +90,7 @@ EOF
 cmake_flags() {
     echo -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DMTMD_VIDEO=OFF \
         -DLLAMA_BUILD_COMMIT="$COMMIT" -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DGGML_CUDA_COMPRESSION_MODE=none \
         ${CUDA_FIXUPS:-} ${LLAMA_CPP_CMAKE_ARGS:-}
 }
@@ -201,8 +206,13 @@ package() {
     tar -C "$PREFIX" -cf - bin | xz -6 -T0 | to_out bin.tar.xz
 }
 
+complete() {  # every target is in $DEST
+    local t
+    for t in "${TARGETS[@]}"; do [[ -x "$DEST/$t" ]] || return 1; done
+}
+
 install() {
-    if [[ -x "$DEST/llama-bench" ]] && grep -q "^llama.cpp $COMMIT " "$DEST/BUILD_INFO" 2> /dev/null; then
+    if complete && grep -q "^llama.cpp $COMMIT " "$DEST/BUILD_INFO" 2> /dev/null; then
         # A warm machine keeps /tmp between calls: the last call's build is still there.
         echo "llama.cpp already in $DEST: $(head -1 "$DEST/BUILD_INFO")"
     elif have bin.tar.xz; then
@@ -211,6 +221,7 @@ install() {
         mkdir -p "$PREFIX"
         unsplit bin.tar.xz | xz -d | tar -xf - -C "$PREFIX"
         echo "llama.cpp bundle unpacked in $((SECONDS - t0)) s: $(head -1 "$DEST/BUILD_INFO")"
+        complete || { echo "the bundle lacks some of ${TARGETS[*]} (an older one): building"; build; }
     else
         build
     fi

@@ -10,9 +10,12 @@ are small and finite, so the arithmetic is as costly as on real weights.
     python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape 1b out.gguf  # Gemma 3 1B shapes
     python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape gemma4-e2b out.gguf  # Gemma 4 E2B
     python scripts/make_synthetic_gguf.py --tokenizer ggml-vocab-llama-bpe.gguf --shape llama3.2-1b out.gguf
+    python scripts/make_synthetic_gguf.py --shape gemma3-4b-mmproj mmproj.gguf  # Gemma 3 4B's projector (F16)
 
 The other families' shapes (DECODER_SHAPES) take the tokenizer of a llama.cpp vocab file (models/ggml-vocab-*.gguf
 in its source tree: llama-bpe for Llama 3, qwen2 for Qwen 3); the embedding table gets the tokenizer's height.
+The projector (gemma3_projector) is a vision tower, not a decoder: its values matter (27 layers must keep activations
+finite on every engine), so it gets scaled normal weights rather than random blocks, and needs no tokenizer.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ SHAPES = {
     "4b": dict(d=2560, layers=34, heads=8, kv=4, ffn=10240, vocab=262144, window=1024, scale=8.0),
 }
 HEAD_DIM = 256
+PROJECTOR_SHAPE = "gemma3-4b-mmproj"  # gemma3_projector's default shapes: Gemma 3 4B's vision tower and projector
 
 
 def random_blocks(qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -274,6 +278,50 @@ def decoder_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
     _write(writer)
 
 
+def gemma3_projector(path: Path, *, image_size: int = 896, patch_size: int = 14, width: int = 1152, ffn: int = 4304,
+                     layers: int = 27, heads: int = 16, text_width: int = 2560, seed: int = 0) -> Path:
+    """A Gemma 3 projector GGUF as llama.cpp's converter writes one (`convert_hf_to_gguf.py --mmproj`: clip.* keys,
+    gguf-py's tensor names, matrices F16, embeddings, norms and biases F32), at Gemma 3 4B's shapes by default
+    (SigLIP so400m at 896 px: patch 14, width 1152, 27 layers of 16 heads, FFN 4304, 256 soft tokens of the text
+    width 2560), with seeded normal weights: matrices of std 1/sqrt(k) and norms near 1, so that every product has
+    unit-scale outputs and the residual stream grows only with the square root of the layer count (std about 6 and
+    largest values about 26 after 27 layers; soft tokens of std 1): finite in f16 on every engine. layers: fewer
+    layers, same widths (quick checks)."""
+    rng = np.random.default_rng(seed)
+
+    def normal(shape: tuple[int, ...], std: float, dtype: type = np.float32) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(dtype)
+
+    side = image_size // patch_size
+    writer = GGUFWriter(path, "clip")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string("clip.projector_type", "gemma3")
+    for key, value in (("image_size", image_size), ("patch_size", patch_size), ("embedding_length", width),
+                       ("feed_forward_length", ffn), ("block_count", layers), ("projection_dim", text_width),
+                       ("attention.head_count", heads)):
+        writer.add_uint32(f"clip.vision.{key}", value)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    writer.add_tensor("v.patch_embd.weight", normal((width, 3, patch_size, patch_size), (3 * patch_size ** 2) ** -0.5))
+    writer.add_tensor("v.patch_embd.bias", normal((width,), 0.1))
+    writer.add_tensor("v.position_embd.weight", normal((side * side, width), 0.5))
+    for i in range(layers):
+        for name in ("ln1", "ln2"):
+            writer.add_tensor(f"v.blk.{i}.{name}.weight", 1 + normal((width,), 0.1))
+            writer.add_tensor(f"v.blk.{i}.{name}.bias", normal((width,), 0.1))
+        for name, rows, k in (("attn_q", width, width), ("attn_k", width, width), ("attn_v", width, width),
+                              ("attn_out", width, width), ("ffn_up", ffn, width), ("ffn_down", width, ffn)):
+            writer.add_tensor(f"v.blk.{i}.{name}.weight", normal((rows, k), k ** -0.5, np.float16))
+            writer.add_tensor(f"v.blk.{i}.{name}.bias", normal((rows,), 0.1))
+    writer.add_tensor("v.post_ln.weight", 1 + normal((width,), 0.1))
+    writer.add_tensor("v.post_ln.bias", normal((width,), 0.1))
+    writer.add_tensor("mm.soft_emb_norm.weight", 1 + normal((width,), 0.2))
+    writer.add_tensor("mm.input_projection.weight", normal((width, text_width), width ** -0.5, np.float16))
+    _write(writer)
+    return path
+
+
 def _add(writer: GGUFWriter, name: str, qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> None:
     """Add a tensor of GGUF shape ne (innermost first); quantised data goes in as [rows, row bytes]."""
     data = random_blocks(qtype, shape, rng)
@@ -293,13 +341,17 @@ def main() -> None:
     parser.add_argument("--like", type=Path, help="copy shapes, types and metadata of this GGUF")
     parser.add_argument("--vocab-only", action="store_true", help="with --like: metadata only, no tensors")
     parser.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer metadata to copy (with --shape)")
-    parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b"] + sorted(DECODER_SHAPES),
-                        help="a Gemma 3 size, Gemma 4 E2B, or another family's model (DECODER_SHAPES)")
-    parser.add_argument("--layers", type=int, help="gemma4-e2b: this many layers, widths unchanged (quick checks)")
+    parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b", PROJECTOR_SHAPE] + sorted(DECODER_SHAPES),
+                        help="a Gemma 3 size, Gemma 4 E2B, Gemma 3 4B's projector (no --tokenizer), or another "
+                        "family's model (DECODER_SHAPES)")
+    parser.add_argument("--layers", type=int,
+                        help=f"gemma4-e2b, {PROJECTOR_SHAPE}: this many layers, widths unchanged (quick checks)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.like:
         like(args.like, args.out, args.vocab_only, args.seed)
+    elif args.shape == PROJECTOR_SHAPE:
+        gemma3_projector(args.out, layers=args.layers or 27, seed=args.seed)
     elif args.shape in DECODER_SHAPES and args.tokenizer:
         decoder_shape(args.tokenizer, args.shape, args.out, args.seed)
     elif args.shape == "gemma4-e2b" and args.tokenizer:

@@ -18,7 +18,7 @@ from PIL import Image
 
 from gpu.program import Executor
 from models.vision.projector import load_image_encoder
-from tests.models.vision_files import synthetic_projector
+from scripts.make_synthetic_gguf import gemma3_projector
 from tests.models.vision_reference import reference_features
 
 PHOTO = Path(__file__).resolve().parent.parent / "golden" / "vision" / "photos" / "china.jpg"
@@ -26,7 +26,7 @@ PHOTO = Path(__file__).resolve().parent.parent / "golden" / "vision" / "photos" 
 
 @pytest.mark.slow
 def test_real_shapes_match_reference(ex: Executor, tmp_path: Path) -> None:
-    path = synthetic_projector(tmp_path / "mmproj-real-shape.gguf")
+    path = gemma3_projector(tmp_path / "mmproj-real-shape.gguf", layers=1)
     encoder = load_image_encoder(path, ex)
     assert (encoder.tokens_per_image, encoder.embedding_size) == (256, 2560)
     pixels = encoder.preprocess(Image.open(PHOTO))[None]

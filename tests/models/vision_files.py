@@ -39,51 +39,6 @@ def ollama_combined(tmp_path: Path, projector: Path, tokens_per_image: int = 16)
 
 
 
-def synthetic_projector(path: Path, *, image_size: int = 896, patch_size: int = 14, width: int = 1152,
-                        ffn: int = 4304, layers: int = 1, heads: int = 16, text_width: int = 2560,
-                        seed: int = 0) -> Path:
-    """A Gemma 3 projector GGUF as llama.cpp's converter writes one (clip.* keys, gguf-py's tensor names, matrices
-    F16, embeddings, norms and biases F32), at the real model's shapes by default (Gemma 3 4B: 896 px, patch 14,
-    width 1152, 16 heads, FFN 4304, text 2560) with `layers` of its 27 layers, and seeded random weights scaled so
-    that activations stay O(1) and the attention is neither flat nor one-hot."""
-    rng = np.random.default_rng(seed)
-
-    def normal(shape: tuple[int, ...], std: float, dtype: type = np.float32) -> np.ndarray:
-        return (rng.standard_normal(shape) * std).astype(dtype)
-
-    side = image_size // patch_size
-    writer = GGUFWriter(path, "clip")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_string("clip.projector_type", "gemma3")
-    for key, value in (("image_size", image_size), ("patch_size", patch_size), ("embedding_length", width),
-                       ("feed_forward_length", ffn), ("block_count", layers), ("projection_dim", text_width),
-                       ("attention.head_count", heads)):
-        writer.add_uint32(f"clip.vision.{key}", value)
-    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
-    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-    writer.add_tensor("v.patch_embd.weight", normal((width, 3, patch_size, patch_size), (3 * patch_size ** 2) ** -0.5))
-    writer.add_tensor("v.patch_embd.bias", normal((width,), 0.1))
-    writer.add_tensor("v.position_embd.weight", normal((side * side, width), 0.5))
-    for i in range(layers):
-        for name in ("ln1", "ln2"):
-            writer.add_tensor(f"v.blk.{i}.{name}.weight", 1 + normal((width,), 0.1))
-            writer.add_tensor(f"v.blk.{i}.{name}.bias", normal((width,), 0.1))
-        for name, rows, k in (("attn_q", width, width), ("attn_k", width, width), ("attn_v", width, width),
-                              ("attn_out", width, width), ("ffn_up", ffn, width), ("ffn_down", width, ffn)):
-            writer.add_tensor(f"v.blk.{i}.{name}.weight", normal((rows, k), k ** -0.5, np.float16))
-            writer.add_tensor(f"v.blk.{i}.{name}.bias", normal((rows,), 0.1))
-    writer.add_tensor("v.post_ln.weight", 1 + normal((width,), 0.1))
-    writer.add_tensor("v.post_ln.bias", normal((width,), 0.1))
-    writer.add_tensor("mm.soft_emb_norm.weight", 1 + normal((width,), 0.2))
-    writer.add_tensor("mm.input_projection.weight", normal((width, text_width), width ** -0.5, np.float16))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def requantized(path: Path, projector: Path, choose: dict[str, str]) -> Path:
     """A copy of a projector GGUF with some matrices stored in another type, quantised by gguf-py as llama.cpp's
     converter does. choose: tensor-name substring -> "q8_0" or "f16" for 2-D weights (the first that matches; other
