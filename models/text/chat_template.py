@@ -334,14 +334,18 @@ class ChatTemplate:
         except (TypeError, KeyError, AttributeError, ValueError) as error:
             raise ChatTemplateError(f"the chat template could not render the messages: {error}") from error
 
-
     def _with_tool_text(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                         syntax: ToolSyntax) -> tuple[list[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None]:
         """Tools as a system message, calls as the assistant's text, results as user turns, where the template
         lacks a place for them."""
         out: list[Mapping[str, Any]] = []
         if tools and not self.supports_tools:
-            out.append({"role": "system", "content": syntax.prompt(tools)})
+            prompt = syntax.prompt(tools)
+            if messages and messages[0].get("role") in ("system", "developer"):  # one system message, tools last
+                first, *rest = messages
+                messages = [{**first, "content": f"{_text_of(first.get('content'))}\n\n{prompt}"}, *rest]
+            else:
+                out.append({"role": "system", "content": prompt})
             tools = None
         for message in messages:
             calls = message.get("tool_calls")

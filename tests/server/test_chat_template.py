@@ -139,6 +139,10 @@ def test_tools_calls_and_results_go_in_as_text_where_the_template_has_no_place_f
     assert text == (f"<bos><start_of_turn>user\n{prompt}\nWeather?<end_of_turn>\n<start_of_turn>model\n"
                     '{"name": "get_weather", "parameters": {"city": "Paris"}}<end_of_turn>\n<start_of_turn>user\n'
                     "```tool_output\n18\n```\n```tool_output\n19\n```<end_of_turn>\n<start_of_turn>model\n")
+    # a system message keeps its place, the tools after its text
+    with_system = template.render([{"role": "system", "content": "Be terse."}, messages[0]], tools=tools,
+                                  tool_syntax=syntax)
+    assert with_system.startswith(f"<bos><start_of_turn>user\nBe terse.\n\n{prompt}\nWeather?<end_of_turn>")
     # a template with a place for tools gets them as they are
     native = ChatTemplate("{{ tools | tojson }}{% for m in messages %}{{ m.content }}{% endfor %}")
     assert native.supports_tools and native.render(messages[:1], tools=tools, tool_syntax=syntax).startswith("[{")
