@@ -153,6 +153,7 @@ def test_chunks_keep_an_image_whole() -> None:
 def test_no_image_input_without_markers(model: TextModel, monkeypatch: pytest.MonkeyPatch) -> None:
     """An encoder alone (a Gemma 4 projector beside a Gemma 4 model, whose prompts do not place images yet) does not
     make the model list images among its inputs."""
+    monkeypatch.setattr(TextModel, "image_markers", property(lambda self: GEMMA3_MARKERS))
     assert model.input_modalities == ("text", "image")
     monkeypatch.setattr(TextModel, "image_markers", property(lambda self: None))
     assert model.input_modalities == ("text",)
