@@ -16,10 +16,12 @@ Weights: seeded (SEED), vision matrices and the position table N(0, 0.1^2) (text
 (Gemma 4's RMSNorms multiply by w as stored).
 
 Outputs in --out (tests/golden/vision):
-- mmproj-gemma4_tiny.f32.gguf;
+- mmproj-gemma4_tiny.f32.gguf; mmproj-gemma4_clipped_tiny.f32.gguf: the same weights with use_clipped_linears and
+  bounds that bind (set_bounds), the converter writing them as `<weight>.input_min` ... scalars;
 - gemma4_golden.npz: pixels/<photo>: uint8 [P, 3 p p] Gemma4ImageProcessorPil's pixel_values without the padding
   rows, times 255 (they are u8 / 255, checked to 1e-6); positions/<photo>: int32 [P, 2] its image_position_ids
   (x, y) likewise; features/<photo>: float32 [T, 128] (get_image_features, one image at a time) for FEATURE_PHOTOS;
+  clipped/features/<CLIPPED_PHOTO>: the clipped model's;
 - gemma4_meta.json: configs, seed, soft tokens per photo, sha256 of each file.
 
 Run (well under a minute; torch CPU, transformers 5.24, Pillow):
@@ -45,6 +47,8 @@ NAME = "gemma4_tiny"
 SEED = 4400
 MAX_SOFT_TOKENS = 70
 FEATURE_PHOTOS = ("china.jpg", "flower_tall.png")
+CLIPPED_NAME = "gemma4_clipped_tiny"
+CLIPPED_PHOTO = "flower_tall.png"
 TEXT_CONFIG = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, global_head_dim=32,
                    num_hidden_layers=2, intermediate_size=192, vocab_size=512, vocab_size_per_layer_input=512,
                    hidden_size_per_layer_input=0, layer_types=["sliding_attention", "full_attention"],
@@ -55,11 +59,12 @@ VISION_CONFIG = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
 PROCESSOR = dict(patch_size=16, pooling_kernel_size=3, max_soft_tokens=MAX_SOFT_TOKENS)
 
 
-def build_model(seed: int):  # noqa: ANN201 (torch is not imported at module level)
+def build_model(seed: int, clipped: bool = False):  # noqa: ANN201 (torch is not imported at module level)
     import torch
     from transformers import Gemma4Config, Gemma4ForConditionalGeneration
 
-    config = Gemma4Config(text_config=TEXT_CONFIG, vision_config=VISION_CONFIG, audio_config=None,
+    vision = dict(VISION_CONFIG, use_clipped_linears=clipped)
+    config = Gemma4Config(text_config=TEXT_CONFIG, vision_config=vision, audio_config=None,
                           attn_implementation="eager")
     torch.manual_seed(seed)
     model = Gemma4ForConditionalGeneration(config).eval()
@@ -71,7 +76,24 @@ def build_model(seed: int):  # noqa: ANN201 (torch is not imported at module lev
                 p.normal_(0, 0.1 if "vision" in name or "embed_vision" in name else 0.02)
             else:
                 p.normal_(0, 0.1)
+        if clipped:
+            set_bounds(model)
     return model
+
+
+def set_bounds(model) -> None:  # noqa: ANN001
+    """Bounds that bind (about a tenth of the values clipped), different per matrix; the value projections keep the
+    default infinite ones, as a checkpoint may."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4ClippableLinear
+
+    for j, (name, module) in enumerate(m for m in model.named_modules() if isinstance(m[1], Gemma4ClippableLinear)):
+        if name.endswith("v_proj"):
+            continue
+        module.input_min.fill_(-1.2 - 0.05 * j)
+        module.input_max.fill_(1.1 + 0.05 * j)
+        if not name.endswith("up_proj"):  # the up projections: input bounds only
+            module.output_min.fill_(-0.9 - 0.03 * j)
+            module.output_max.fill_(1.0 + 0.03 * j)
 
 
 def reference(photos: Path, model) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # noqa: ANN001
@@ -103,6 +125,28 @@ def reference(photos: Path, model) -> tuple[dict[str, np.ndarray], dict[str, int
     return out, tokens
 
 
+def features(path: Path, model) -> np.ndarray:  # noqa: ANN001
+    import torch
+    from PIL import Image
+    from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+
+    got = Gemma4ImageProcessorPil(**PROCESSOR)(images=Image.open(path), return_tensors="pt")
+    with torch.no_grad():
+        feats = model.model.get_image_features(got["pixel_values"], got["image_position_ids"],
+                                               return_dict=True).pooler_output
+    return torch.cat(feats).float().numpy()
+
+
+def write_mmproj(model, path: Path, llama_cpp: Path) -> None:  # noqa: ANN001
+    from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = Path(tmp) / path.stem
+        model.save_pretrained(hf_dir, safe_serialization=True)
+        Gemma4ImageProcessorPil(**PROCESSOR).save_pretrained(hf_dir)  # the converter reads its mean and std
+        convert(llama_cpp, hf_dir, path, "f32", True, Path(tempfile.gettempdir()) / f"{path.stem}.convert.log")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("tests/golden/vision"))
@@ -110,19 +154,18 @@ def main() -> None:
     args = ap.parse_args()
     model = build_model(SEED)
     golden, tokens = reference(args.out / "photos", model)
+    clipped = build_model(SEED, clipped=True)
+    golden[f"clipped/features/{CLIPPED_PHOTO}"] = features(args.out / "photos" / CLIPPED_PHOTO, clipped)
     mmproj = args.out / f"mmproj-{NAME}.f32.gguf"
-    with tempfile.TemporaryDirectory() as tmp:
-        hf_dir = Path(tmp) / NAME
-        model.save_pretrained(hf_dir, safe_serialization=True)
-        from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
-
-        Gemma4ImageProcessorPil(**PROCESSOR).save_pretrained(hf_dir)  # the converter reads its mean and std
-        convert(args.llama_cpp, hf_dir, mmproj, "f32", True, Path(tempfile.gettempdir()) / f"{NAME}.convert.log")
+    mmproj_clipped = args.out / f"mmproj-{CLIPPED_NAME}.f32.gguf"
+    for m, path in ((model, mmproj), (clipped, mmproj_clipped)):
+        write_mmproj(m, path, args.llama_cpp)
     np.savez_compressed(args.out / "gemma4_golden.npz", **golden)
     meta = {"name": NAME, "seed": SEED, "converter": CONVERTER_VERSION, "text_config": TEXT_CONFIG,
             "vision_config": VISION_CONFIG, "processor": PROCESSOR, "feature_photos": list(FEATURE_PHOTOS),
             "soft_tokens": tokens,
-            "sha256": {p.name: file_sha256(p) for p in (mmproj, args.out / "gemma4_golden.npz")}}
+            "clipped_photo": CLIPPED_PHOTO,
+            "sha256": {p.name: file_sha256(p) for p in (mmproj, mmproj_clipped, args.out / "gemma4_golden.npz")}}
     (args.out / "gemma4_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 

@@ -24,7 +24,8 @@ Two rearrangements make it run on the encoder kernels as they are, with the same
 - pooling: the patches go in block by block (each block's k^2 patches together, blocks row-major), so the pool is
   avg_pool2d over k x k "images"; attention does not depend on the order of its rows.
 The sqrt(D_v) scale before the weightless RMSNorm is folded into its epsilon (RMSNorm_eps(s x) = RMSNorm_{eps/s^2}(x)).
-Projector files with clipped linears (`*.input_min` ...), layer scalars or standardisation tensors are refused.
+Clipped linears (Gemma4ClippableLinear: `<weight>.input_min` ... beside a matrix) clamp its input and output
+(kernels/clamp.wgsl). Projector files with layer scalars or standardisation tensors are refused.
 """
 
 from __future__ import annotations
@@ -127,6 +128,21 @@ def _permute_rows(m: Matrix, perm: np.ndarray) -> Matrix:
     return Matrix(m.qtype, m.k, m.n, np.ascontiguousarray(data).reshape(np.asarray(m.data).shape))
 
 
+Bounds = tuple[float | None, float | None, float | None, float | None]  # input lo, hi, output lo, hi
+CLAMP_LIMIT = 3.0e38  # a bound past this (the buffers' +-inf default) clamps nothing a float32 can hold
+
+
+def _bounds(f: GGUFFile, base: str) -> Bounds | None:
+    """A clipped linear's bounds (`<base>.input_min` ... scalars, as the converter writes Gemma4ClippableLinear's
+    buffers), each None where the file has none or it is infinite; None where all are."""
+    values: list[float | None] = []
+    for suffix in ("input_min", "input_max", "output_min", "output_max"):
+        name = f"{base}.{suffix}"
+        value = float(f.f32(name).reshape(-1)[0]) if name in f.tensors else None
+        values.append(value if value is not None and abs(value) < CLAMP_LIMIT else None)
+    return None if all(v is None for v in values) else (values[0], values[1], values[2], values[3])
+
+
 @dataclass
 class _Layer:
     ln1: Tensor
@@ -166,10 +182,9 @@ class Gemma4ImageEncoder:
         self.embedding_size = c.d_text
         src = GGUFSource(f)
         for name in f.tensors:
-            if name.endswith((".input_min", ".input_max", ".output_min", ".output_max")) or "std_" in name \
-                    or "ls1" in name or "layer_scalar" in name:
-                raise GGUFFormatError(f"{f.path.name}: {name}: clipped linears, layer scalars and standardisation "
-                                      "are not supported")
+            if "std_" in name or "ls1" in name or "layer_scalar" in name:
+                raise GGUFFormatError(f"{f.path.name}: {name}: layer scalars and standardisation are not supported")
+        self.bounds: dict[str, Bounds] = {}  # a clipped linear's bounds, by its weight's name
         up = Uploader(ex, src.total_bytes, progress)
         d, hd = c.d_model, c.head_dim
         patch = src.array(_name(MODEL_TENSOR.V_ENC_EMBD_PATCH)).reshape(d, -1)
@@ -188,7 +203,11 @@ class Gemma4ImageEncoder:
             m = src.matrix(name)
             if (m.n, m.k) != (rows, k):
                 raise GGUFFormatError(f"{f.path.name}: {name} is {m.n} x {m.k}, expected {rows} x {k}")
-            return up.matrix(name, m if order is None else _permute_rows(m, order))
+            bounds = _bounds(f, name.removesuffix(".weight"))
+            weight = up.matrix(name, m if order is None else _permute_rows(m, order))
+            if bounds is not None:
+                self.bounds[weight.name] = bounds
+            return weight
 
         def vector(kind: MODEL_TENSOR, i: int | None = None, order: np.ndarray | None = None) -> Tensor:
             name = _name(kind, i)
@@ -226,6 +245,25 @@ class Gemma4ImageEncoder:
         self._cuts: list[int] = []
         self.program = self._record()
 
+    def _linear(self, b: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, rows: int, tag: str) -> None:
+        """y = W x, in f32 whatever the executor's int8_matmuls (the tower runs once an image); a clipped linear's
+        input and output held to its bounds (kernels/clamp.wgsl)."""
+        bounds = self.bounds.get(weight.name)
+        if bounds is None:
+            linear(b, weight, x, y, rows, int8=False)
+            return
+        lo, hi, out_lo, out_hi = bounds
+        if lo is not None or hi is not None:
+            clipped = b.activation(f"{tag}_in", x.shape)
+            ops.clamp(b, x, clipped, -CLAMP_LIMIT if lo is None else lo, CLAMP_LIMIT if hi is None else hi)
+            x = clipped
+        if out_lo is None and out_hi is None:
+            linear(b, weight, x, y, rows, int8=False)
+            return
+        raw = b.activation(f"{tag}_raw", y.shape)
+        linear(b, weight, x, raw, rows, int8=False)
+        ops.clamp(b, raw, y, -CLAMP_LIMIT if out_lo is None else out_lo, CLAMP_LIMIT if out_hi is None else out_hi)
+
     def _record(self) -> Program:
         c = self.config
         n, d, hd, t = self.max_patches, c.d_model, c.head_dim, self.max_soft_tokens
@@ -238,8 +276,8 @@ class Gemma4ImageEncoder:
             h = b.activation(f"h{i}", (n, d))
             ops.layer_norm(b, x, w.ln1, h, c.eps, rms=True)
             q, k, v = (b.activation(f"{name}{i}", (n, d)) for name in "qkv")
-            for weight, y in zip((w.q, w.k, w.v), (q, k, v)):
-                linear(b, weight, h, y, n, int8=False)
+            for weight, y, tag in zip((w.q, w.k, w.v), (q, k, v), "qkv"):
+                self._linear(b, weight, h, y, n, f"{tag}{i}")
             ops.qk_norm_rope(b, q, k, w.q_norm, w.k_norm, self.rows, self.rope_in, heads=c.n_heads,
                              kv_heads=c.n_heads, eps=c.eps)
             vn = b.activation(f"vn{i}", (n, d))
@@ -247,18 +285,18 @@ class Gemma4ImageEncoder:
             a = b.activation(f"attn{i}", (n, d))
             ops.attention(b, q, k, vn, self.spans, a, heads=c.n_heads, kv_heads=c.n_heads, head_dim=hd, scale=1.0)
             o = b.activation(f"o{i}", (n, d))
-            linear(b, w.o, a, o, n, int8=False)
+            self._linear(b, w.o, a, o, n, f"o{i}")
             ops.layer_norm(b, o, w.attn_post, x, c.eps, rms=True, accumulate=True)
             h2 = b.activation(f"h2_{i}", (n, d))
             ops.layer_norm(b, x, w.ln2, h2, c.eps, rms=True)
             g = b.activation(f"gate{i}", (n, c.d_ffn))
             u = b.activation(f"up{i}", (n, c.d_ffn))
-            linear(b, w.gate, h2, g, n, int8=False)
-            linear(b, w.up, h2, u, n, int8=False)
+            self._linear(b, w.gate, h2, g, n, f"gate{i}")
+            self._linear(b, w.up, h2, u, n, f"up{i}")
             act = b.activation(f"act{i}", (n, c.d_ffn))
             glu_mul(b, g, u, act)
             down = b.activation(f"down{i}", (n, d))
-            linear(b, w.down, act, down, n, int8=False)
+            self._linear(b, w.down, act, down, n, f"down{i}")
             ops.layer_norm(b, down, w.ffn_post, x, c.eps, rms=True, accumulate=True)
         pooled = b.activation("pooled", (t, d))
         ops.avg_pool2d(b, x, pooled, side=c.merge, kernel=c.merge)

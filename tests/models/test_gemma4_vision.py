@@ -147,3 +147,18 @@ def test_permuted_rows_of_a_quantised_matrix(tmp_path: Path) -> None:
     perm = np.concatenate([h * 16 + rope_permutation(16) for h in range(4)])
     got = quants.dequantize(np.asarray(_permute_rows(m, perm).data).reshape(m.n, -1), m.qtype)
     np.testing.assert_array_equal(got, src.array(name).reshape(m.n, m.k)[perm])
+
+
+def test_clipped_linears(ex: Executor, golden: dict[str, np.ndarray]) -> None:
+    """A tower with Gemma4ClippableLinear bounds that bind (scripts/make_gemma4_vision_fixtures.py's set_bounds; the
+    value projections' left infinite; they move the features by up to 1.7 from the plain tower's): the same bar as
+    the plain tower (measured max |diff| 1.8e-6)."""
+    name = META["clipped_photo"]
+    encoder = Gemma4ImageEncoder(GGUFFile(VISION_DIR / "mmproj-gemma4_clipped_tiny.f32.gguf"), ex,
+                                 max_soft_tokens=MAX_SOFT)
+    assert len(encoder.bounds) == 6 * encoder.config.n_layers  # q, k, o, gate, up, down
+    got = encoder.encode(encoder.preprocess(Image.open(VISION_DIR / "photos" / name))[None])[0].astype(np.float64)
+    ref = golden[f"clipped/features/{name}"].astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=MAX_ABS)
+    cos = (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
+    assert cos.min() >= MIN_COSINE
