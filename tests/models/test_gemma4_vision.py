@@ -162,3 +162,32 @@ def test_clipped_linears(ex: Executor, golden: dict[str, np.ndarray]) -> None:
     np.testing.assert_allclose(got, ref, rtol=0, atol=MAX_ABS)
     cos = (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
     assert cos.min() >= MIN_COSINE
+
+
+@pytest.mark.parametrize("clipped", [False, True])
+def test_reference_matches_transformers(golden: dict[str, np.ndarray], clipped: bool) -> None:
+    """The float64 reference (tests/models/gemma4_vision_reference.py) on the fixture files is transformers' float32
+    output to float32 rounding (measured max |diff| 2.2e-6), so it can stand in for it on other weights."""
+    from tests.models.gemma4_vision_reference import reference_features
+
+    name = META["clipped_photo"] if clipped else META["feature_photos"][0]
+    path = VISION_DIR / ("mmproj-gemma4_clipped_tiny.f32.gguf" if clipped else MMPROJ.name)
+    pixels = preprocess(Image.open(VISION_DIR / "photos" / name), 16, 3, MAX_SOFT)
+    ref = golden[f"clipped/features/{name}" if clipped else f"features/{name}"]
+    np.testing.assert_allclose(reference_features(path, pixels), ref, rtol=0, atol=MAX_ABS)
+
+
+def test_q8_0_projector(ex: Executor, tmp_path: Path) -> None:
+    """Q8_0 matrices (where rows are whole 32-value blocks; ffn_down's 176 columns F16, as the converter's q8_0 choice
+    leaves them): against the float64 reference on the same dequantised weights, the F32 file's bar (measured
+    1.5e-6)."""
+    from tests.models.gemma4_vision_reference import reference_features
+    from tests.models.vision_files import requantized
+
+    path = requantized(tmp_path / "mmproj-q8_0.gguf", MMPROJ,
+                       {"attn_": "q8_0", "ffn_gate": "q8_0", "ffn_up": "q8_0", "ffn_down": "f16"})
+    encoder = Gemma4ImageEncoder(GGUFFile(path), ex, max_soft_tokens=MAX_SOFT)
+    pixels = encoder.preprocess(Image.open(VISION_DIR / "photos" / META["feature_photos"][1]))
+    got = encoder.encode(pixels[None])[0].astype(np.float64)
+    ref = reference_features(path, pixels)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=MAX_ABS)
