@@ -191,3 +191,25 @@ def test_q8_0_projector(ex: Executor, tmp_path: Path) -> None:
     got = encoder.encode(pixels[None])[0].astype(np.float64)
     ref = reference_features(path, pixels)
     np.testing.assert_allclose(got, ref, rtol=0, atol=MAX_ABS)
+
+
+@pytest.mark.slow
+def test_real_shapes_match_reference(ex: Executor, tmp_path: Path) -> None:
+    """Gemma4VisionConfig's default shapes (width 768, 12 heads of 64, FFN 3072, tables of 10240; E4B's text width
+    2560), one of its 16 layers, seeded F16 weights, a real photo at the processor's default 280 soft tokens
+    (china.jpg: 2340 patches, 260 tokens), against the float64 reference: cosine >= 0.9999 per token and max |diff|
+    <= 1e-3 of the largest reference value (measured: cosine 1 - 1e-12, max |diff| 5.2e-6 of values up to 4.8;
+    about 35 s on 2-core lavapipe)."""
+    from scripts.make_synthetic_gguf import gemma4_projector
+    from tests.models.gemma4_vision_reference import reference_features
+
+    path = gemma4_projector(tmp_path / "mmproj-real-shape.gguf", layers=1)
+    encoder = load_image_encoder(path, ex)
+    assert (encoder.tokens_per_image, encoder.embedding_size) == (280, 2560)
+    pixels = encoder.preprocess(Image.open(VISION_DIR / "photos" / "china.jpg"))
+    got = encoder.encode(pixels[None])[0].astype(np.float64)
+    ref = reference_features(path, pixels)
+    assert got.shape == ref.shape == (encoder.soft_tokens(pixels), 2560)
+    cos = (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
+    assert cos.min() >= MIN_COSINE
+    assert np.abs(got - ref).max() <= 1e-3 * np.abs(ref).max()
