@@ -57,6 +57,9 @@ PATCH_K_ALIGN = 32
 
 @dataclass(frozen=True)
 class Gemma4VisionConfig:
+    """The tower's shapes as a gemma4v projector file states them (`clip.vision.*`; RoPE theta and the pooling
+    kernel as llama.cpp assumes them where the file is silent)."""
+
     patch_size: int  # p
     d_model: int  # D_v
     d_ffn: int
