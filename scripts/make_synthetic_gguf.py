@@ -322,6 +322,44 @@ def gemma3_projector(path: Path, *, image_size: int = 896, patch_size: int = 14,
     return path
 
 
+def gemma4_projector(path: Path, *, patch_size: int = 16, width: int = 768, ffn: int = 3072, layers: int = 16,
+                     heads: int = 12, positions: int = 10240, text_width: int = 2560, seed: int = 0) -> Path:
+    """A Gemma 4 projector GGUF (projector type "gemma4v") as llama.cpp's converter writes one, at
+    Gemma4VisionConfig's default shapes (patch 16, width 768, 16 layers of 12 heads of 64, FFN 3072, position
+    tables of 10240 a side; E4B's text width 2560), matrices F16, the patch embedding, tables and norms F32, with
+    seeded normal weights scaled as gemma3_projector's (unit-scale products). layers: fewer layers, same widths."""
+    rng = np.random.default_rng(seed)
+
+    def normal(shape: tuple[int, ...], std: float, dtype: type = np.float32) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(dtype)
+
+    writer = GGUFWriter(path, "clip")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string("clip.vision.projector_type", "gemma4v")
+    for key, value in (("image_size", 224), ("patch_size", patch_size), ("embedding_length", width),
+                       ("feed_forward_length", ffn), ("block_count", layers), ("projection_dim", text_width),
+                       ("attention.head_count", heads)):
+        writer.add_uint32(f"clip.vision.{key}", value)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
+    writer.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
+    writer.add_tensor("v.patch_embd.weight", normal((width, 3, patch_size, patch_size), (3 * patch_size ** 2) ** -0.5))
+    writer.add_tensor("v.position_embd.weight", normal((2, positions, width), 0.5))
+    hd = width // heads
+    for i in range(layers):
+        for name in ("ln1", "ln2", "attn_post_norm", "ffn_post_norm"):
+            writer.add_tensor(f"v.blk.{i}.{name}.weight", 1 + normal((width,), 0.1))
+        for name in ("attn_q_norm", "attn_k_norm"):
+            writer.add_tensor(f"v.blk.{i}.{name}.weight", 1 + normal((hd,), 0.1))
+        for name, rows, k in (("attn_q", width, width), ("attn_k", width, width), ("attn_v", width, width),
+                              ("attn_out", width, width), ("ffn_gate", ffn, width), ("ffn_up", ffn, width),
+                              ("ffn_down", width, ffn)):
+            writer.add_tensor(f"v.blk.{i}.{name}.weight", normal((rows, k), k ** -0.5, np.float16))
+    writer.add_tensor("mm.input_projection.weight", normal((text_width, width), width ** -0.5, np.float16))
+    _write(writer)
+    return path
+
+
 def _add(writer: GGUFWriter, name: str, qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> None:
     """Add a tensor of GGUF shape ne (innermost first); quantised data goes in as [rows, row bytes]."""
     data = random_blocks(qtype, shape, rng)

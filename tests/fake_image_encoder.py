@@ -27,6 +27,10 @@ class FakeImageEncoder:
         small = image.convert("RGB").resize((SIDE, SIDE), Image.Resampling.BILINEAR)
         return (np.asarray(small, np.float32).transpose(2, 0, 1) / 127.5 - 1.0).astype(np.float32)
 
+    def soft_tokens(self, pixels: np.ndarray) -> int:
+        """Every image becomes tokens_per_image rows."""
+        return self.tokens_per_image
+
     def encode(self, pixels: np.ndarray) -> np.ndarray:
         """[N, 3, 8, 8] -> [N, tokens_per_image, D]."""
         if pixels.ndim != 4 or pixels.shape[1:] != (3, SIDE, SIDE):

@@ -56,6 +56,16 @@ def bias_add(b: ProgramBuilder, x: Tensor, bias: Tensor) -> None:
                workgroup_grid(math.ceil(x.shape[0] * width / ELEMENTWISE_GROUP)))
 
 
+def clamp(b: ProgramBuilder, x: Tensor, out: Tensor, lo: float, hi: float) -> None:
+    """out = min(max(x, lo), hi) on the step's rows (kernels/clamp.wgsl); lo and hi are pipeline constants."""
+    width = x.shape[1]
+    _check(out, width, "out")
+    if not lo <= hi:
+        raise ValueError(f"clamp bounds [{lo}, {hi}] are empty")
+    b.dispatch("clamp", {"D": width, "LO": lo, "HI": hi}, [b.step, x, out],
+               workgroup_grid(math.ceil(x.shape[0] * width / ELEMENTWISE_GROUP)))
+
+
 def gelu(
     b: ProgramBuilder, x: Tensor, out: Tensor, *, bias: Tensor | None = None, up: Tensor | None = None,
     tanh: bool = False,

@@ -434,8 +434,9 @@ class TextModel:
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
-        """What a prompt may hold: text, and images where the model has an image encoder."""
-        return ("text", "image") if self.image_encoder is not None else ("text",)
+        """What a prompt may hold: text, and images where the model has an image encoder and its family a way to
+        place them (image_markers: a Gemma 4 projector loads, but Gemma 4's prompts do not take images yet)."""
+        return ("text", "image") if self.image_encoder is not None and self.image_markers is not None else ("text",)
 
     @property
     def image_markers(self) -> ImageMarkers | None:

@@ -101,27 +101,33 @@ GEMMA3_MARKERS = ImageMarkers("<start_of_image>", "<image_soft_token>", "<end_of
 IMAGE_MARKERS = {"gemma3": GEMMA3_MARKERS}  # by GGUF architecture
 
 
-def expand_images(text: str, n_images: int, markers: ImageMarkers, tokens_per_image: int) -> str:
-    """A rendered prompt with each image marker expanded into the image's rows, as the reference processor does.
-    ValueError unless the text holds exactly n_images markers and no soft tokens of its own (a client's text that
-    spells them out must not forge or hide an image)."""
+def expand_images(text: str, markers: ImageMarkers, soft_tokens: Sequence[int]) -> str:
+    """A rendered prompt with each image marker expanded into the image's rows (soft_tokens[k] for the k-th image:
+    a fixed count for Gemma 3, one per image's size elsewhere), as the reference processor does. ValueError unless
+    the text holds exactly one marker per image and no soft tokens of its own (a client's text that spells them out
+    must not forge or hide an image)."""
     found = text.count(markers.start)
-    if found != n_images:
-        raise ValueError(f"the prompt holds {found} image markers ({markers.start}) for {n_images} images: the chat "
-                         "template does not place the images, or the text spells the marker out")
+    if found != len(soft_tokens):
+        raise ValueError(f"the prompt holds {found} image markers ({markers.start}) for {len(soft_tokens)} images: "
+                         "the chat template does not place the images, or the text spells the marker out")
     if markers.soft in text or markers.end in text:
         raise ValueError(f"the text spells out an image piece ({markers.soft} or {markers.end})")
-    return text.replace(markers.start, markers.expansion(tokens_per_image))
+    pieces = text.split(markers.start)
+    out = [pieces[0]]
+    for count, piece in zip(soft_tokens, pieces[1:], strict=True):
+        out += [markers.expansion(count), piece]
+    return "".join(out)
 
 
-def soft_token_runs(ids: Sequence[int], soft_id: int, tokens_per_image: int) -> list[int]:
-    """The first row of each image in tokenised prompt ids: runs of exactly tokens_per_image soft tokens.
-    ValueError where the ids hold soft tokens in any other arrangement."""
+def soft_token_runs(ids: Sequence[int], soft_id: int, soft_tokens: Sequence[int]) -> list[int]:
+    """The first row of each image in tokenised prompt ids: one run of soft tokens per image, of soft_tokens[k] ids
+    for the k-th (images are apart: their markers lie between them). ValueError where the ids hold soft tokens in
+    any other arrangement."""
     at = np.flatnonzero(np.asarray(ids) == soft_id)
-    if len(at) % tokens_per_image:
-        raise ValueError(f"{len(at)} image soft tokens are not whole images of {tokens_per_image}")
-    starts = at[::tokens_per_image] if len(at) else at
-    for k, s in enumerate(starts.tolist()):
-        if at[k * tokens_per_image + tokens_per_image - 1] != s + tokens_per_image - 1:
-            raise ValueError("an image's soft tokens are not contiguous")
-    return [int(s) for s in starts]
+    breaks = np.flatnonzero(np.diff(at) != 1) + 1 if len(at) else at
+    runs = np.split(at, breaks) if len(at) else []
+    lengths = [len(r) for r in runs]
+    if lengths != list(soft_tokens):
+        raise ValueError(f"the prompt's runs of image soft tokens ({lengths}) are not the images' "
+                         f"({list(soft_tokens)})")
+    return [int(r[0]) for r in runs]

@@ -287,6 +287,10 @@ class Gemma3ImageEncoder:
         c = self.config
         return preprocess(image, c.image_size, c.image_mean, c.image_std)
 
+    def soft_tokens(self, pixels: np.ndarray) -> int:
+        """Every image becomes tokens_per_image soft tokens (the processor resizes it to S x S)."""
+        return self.tokens_per_image
+
     def patches(self, pixels: np.ndarray) -> np.ndarray:
         """[3, S, S] -> [P, patch_k]: each patch's values in the conv weight's order (channel, row, column), patches
         in row-major order of the grid, zero-padded to patch_k columns."""

@@ -22,10 +22,12 @@ from models.formats.weights import Progress
 from models.ollama import MODEL_MEDIA_TYPE, gguf_architecture
 from models.vision import ImageEncoder, ollama_gemma3
 from models.vision.gemma3 import Gemma3ImageEncoder
+from models.vision.gemma4 import Gemma4ImageEncoder
 
 PROJECTOR_MEDIA_TYPE = "application/vnd.ollama.image.projector"
 CLIP_ARCHITECTURE = "clip"
-SUPPORTED_PROJECTORS: dict[str, type[Gemma3ImageEncoder]] = {VisionProjectorType.GEMMA3: Gemma3ImageEncoder}
+SUPPORTED_PROJECTORS: dict[str, type[Gemma3ImageEncoder] | type[Gemma4ImageEncoder]] = {
+    VisionProjectorType.GEMMA3: Gemma3ImageEncoder, VisionProjectorType.GEMMA4V: Gemma4ImageEncoder}
 _DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
 
 

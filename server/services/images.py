@@ -145,7 +145,8 @@ def prompt_with_images(text: str, images: list[tuple[np.ndarray, str]], markers:
     """A rendered prompt's ids with each image's soft tokens in place of its marker (the reference processor's
     expansion), and the images with the row each starts at."""
     try:
-        expanded = expand_images(text, len(images), markers, encoder.tokens_per_image)
+        counts = [encoder.soft_tokens(pixels) for pixels, _ in images]
+        expanded = expand_images(text, markers, counts)
     except ValueError as error:
         raise InvalidRequest(f"The images cannot be placed in the prompt: {error}.", param="messages") from error
     ids = tokenizer.encode(expanded, add_bos=add_bos)
@@ -153,7 +154,7 @@ def prompt_with_images(text: str, images: list[tuple[np.ndarray, str]], markers:
     if len(soft) != 1:
         raise InvalidRequest(f"The model's vocabulary has no {markers.soft} piece.", param="messages")
     try:
-        starts = soft_token_runs(ids, soft[0], encoder.tokens_per_image)
+        starts = soft_token_runs(ids, soft[0], counts)
     except ValueError as error:
         raise InvalidRequest(f"The images cannot be placed in the prompt: {error}.", param="messages") from error
     if len(starts) != len(images):

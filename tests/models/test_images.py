@@ -19,7 +19,7 @@ from gguf import GGUFReader
 
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import TextModel, load_text_model
-from models.text.images import ImageSpan, check_spans, chunk_end
+from models.text.images import GEMMA3_MARKERS, ImageSpan, check_spans, chunk_end, expand_images, soft_token_runs
 from models.text.sampler import SamplingParams
 from tests.fake_image_encoder import FakeImageEncoder
 
@@ -148,6 +148,32 @@ def test_chunks_keep_an_image_whole() -> None:
                 [ImageSpan(0, np.zeros((2, 3), np.float32))], [ImageSpan(0, np.zeros((2, 4)))]):
         with pytest.raises(ValueError):
             check_spans(bad, 20, 4)
+
+
+def test_no_image_input_without_markers(model: TextModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An encoder alone (a Gemma 4 projector beside a Gemma 4 model, whose prompts do not place images yet) does not
+    make the model list images among its inputs."""
+    monkeypatch.setattr(TextModel, "image_markers", property(lambda self: GEMMA3_MARKERS))
+    assert model.input_modalities == ("text", "image")
+    monkeypatch.setattr(TextModel, "image_markers", property(lambda self: None))
+    assert model.input_modalities == ("text",)
+
+
+def test_images_of_different_soft_token_counts() -> None:
+    """Each image's marker expands to its own count of soft tokens (Gemma 4's vary with the image's size), and the
+    tokenised runs are found image by image; counts that do not match the ids are an error."""
+    m = GEMMA3_MARKERS
+    text = f"a{m.start}b{m.start}c"
+    assert expand_images(text, m, [2, 3]) == f"a{m.expansion(2)}b{m.expansion(3)}c"
+    with pytest.raises(ValueError, match="2 image markers"):
+        expand_images(text, m, [2])
+    with pytest.raises(ValueError, match="spells out"):
+        expand_images(text + m.soft, m, [2, 3])
+    ids = [1, 9, 7, 7, 8, 5, 9, 7, 7, 7, 8]
+    assert soft_token_runs(ids, 7, [2, 3]) == [2, 7]
+    for bad in ([3, 2], [2], [2, 3, 1]):
+        with pytest.raises(ValueError, match="runs"):
+            soft_token_runs(ids, 7, bad)
 
 
 def _greedy_alone(model: TextModel, ids: list[int], images: list[ImageSpan], n: int) -> list[int]:
