@@ -35,11 +35,12 @@ from gpu.ops import encoder as ops
 from gpu.ops.full_attention import full_attention
 from gpu.ops.matmul import linear
 from gpu.ops.rows import residual_add
-from gpu.program import Executor, Program, ProgramBuilder, StepParams
+from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.weights import GGUFSource, Matrix, Progress, Uploader, fuse_rows, host_matrix
+from models.vision.parts import run_in_parts
 from models.vision.preprocess import preprocess
 
 DEFAULT_MERGE = 4  # patches per side of a soft token when the file names none (every released Gemma 3)
@@ -313,30 +314,5 @@ class Gemma3ImageEncoder:
         return out
 
     def _encode_one(self, patches: np.ndarray) -> np.ndarray:
-        """The program's parts in turn; each part is waited for where the device pauses between steps (a software
-        adapter, or another model waiting), else left running while the next is recorded."""
-        ex = self.executor
-        step = StepParams(n_tokens=self.config.n_patches).pack()
-        bounds = [*self._cuts, len(self.program.dispatches)]
-        parts = [(start, stop) for start, stop in zip([0, *bounds], bounds) if start < stop]
-        for index, (start, stop) in enumerate(parts):
-            last = index == len(parts) - 1
-            with ex.device.turns.turn():
-                if index == 0:
-                    ex.write(self.pixels_in, patches)
-                # Re-set before every part: other steps on this executor's queue may have run in between.
-                ex.device.queue.write_buffer(ex.step_tensor.buffer, 0, step)
-                submission = ex.submission()
-                compute_pass = submission.encoder.begin_compute_pass()
-                self.program.encode(compute_pass, start, stop)
-                compute_pass.end()
-                if last:
-                    submission.read(self.out)
-                    result, = submission.submit().wait()
-                    return result.reshape(self.out.shape)
-                if ex.device.pauses_between_steps():
-                    submission.read(self.out, nbytes=4)  # only to wait until it has run
-                    submission.submit().wait()
-                else:
-                    submission.submit()
-        raise AssertionError("the program has no dispatches")
+        return run_in_parts(self.executor, self.program, self._cuts, self.config.n_patches,
+                            [(self.pixels_in, patches)], self.out)

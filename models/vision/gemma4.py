@@ -41,11 +41,12 @@ from gpu.ops import encoder as ops
 from gpu.ops.matmul import linear
 from gpu.ops.rows import residual_add
 from gpu.ops.transformer import glu_mul, rms_norm
-from gpu.program import Executor, Program, ProgramBuilder, StepParams
+from gpu.program import Executor, Program, ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.weights import GGUFSource, Matrix, Progress, Uploader
+from models.vision.parts import run_in_parts
 from models.vision.preprocess import to_rgb
 
 DEFAULT_MERGE = 3  # pooling_kernel_size, when the file names none (llama.cpp's default too)
@@ -357,33 +358,9 @@ class Gemma4ImageEncoder:
         return np.concatenate([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
 
     def _encode_one(self, patches: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        ex = self.executor
         n = patches.shape[0]
-        step = StepParams(n_tokens=n).pack()
         positions = (self.pos_table[0][pos[:, 0]] + self.pos_table[1][pos[:, 1]]).astype(np.float32)
         spans = np.tile(np.array([0, n], np.uint32), (n, 1))
-        bounds = [*self._cuts, len(self.program.dispatches)]
-        parts = [(start, stop) for start, stop in zip([0, *bounds], bounds) if start < stop]
-        for index, (start, stop) in enumerate(parts):
-            last = index == len(parts) - 1
-            with ex.device.turns.turn():
-                if index == 0:
-                    ex.write(self.pixels_in, patches)
-                    ex.write(self.pos_in, positions)
-                    ex.write(self.rope_in, self._rope(pos))
-                    ex.write(self.spans, spans)
-                ex.device.queue.write_buffer(ex.step_tensor.buffer, 0, step)
-                submission = ex.submission()
-                compute_pass = submission.encoder.begin_compute_pass()
-                self.program.encode(compute_pass, start, stop)
-                compute_pass.end()
-                if last:
-                    submission.read(self.out)
-                    result, = submission.submit().wait()
-                    return result.reshape(self.out.shape)
-                if ex.device.pauses_between_steps():
-                    submission.read(self.out, nbytes=4)
-                    submission.submit().wait()
-                else:
-                    submission.submit()
-        raise AssertionError("the program has no dispatches")
+        inputs = [(self.pixels_in, patches), (self.pos_in, positions), (self.rope_in, self._rope(pos)),
+                  (self.spans, spans)]
+        return run_in_parts(self.executor, self.program, self._cuts, n, inputs, self.out)
