@@ -10,9 +10,12 @@ Linear layers are gpu/ops/matmul.py's `linear` (W x only): biases are added here
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+from gpu.ops.matmul import linear
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
+from gpu.weights import QuantWeight
 
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
 ROWS_PER_GROUP = 64  # (token, head) rows per workgroup of encoder_attention.wgsl
@@ -54,6 +57,25 @@ def bias_add(b: ProgramBuilder, x: Tensor, bias: Tensor) -> None:
     _check(x, width, "x")
     b.dispatch("bias_add", {"D": width}, [b.step, x, bias],
                workgroup_grid(math.ceil(x.shape[0] * width / ELEMENTWISE_GROUP)))
+
+
+def qkv_projection(b: ProgramBuilder, weights: Sequence[QuantWeight], biases: Sequence[Tensor], x: Tensor,
+                   rows: int, layer: int, *, int8: bool | None = None,
+                   ) -> tuple[Tensor, Tensor, Tensor, tuple[int, int, int]]:
+    """An encoder layer's q, k, v = x W + b ([rows, D] each): one product into [rows, 3D] where the loader fused
+    the three matrices (weights and biases of one), else three; with q's, k's and v's column offsets in the tensors
+    returned (attention's `offsets`). int8: as `linear`'s (None: the executor's choice)."""
+    d = weights[-1].n // (3 if len(weights) == 1 else 1)
+    if len(weights) == 1:
+        qkv = b.activation(f"qkv{layer}", (rows, 3 * d))
+        linear(b, weights[0], x, qkv, rows, int8=int8)
+        bias_add(b, qkv, biases[0])
+        return qkv, qkv, qkv, (0, d, 2 * d)
+    q, k, v = (b.activation(f"{name}{layer}", (rows, d)) for name in "qkv")
+    for weight, bias, y in zip(weights, biases, (q, k, v), strict=True):
+        linear(b, weight, x, y, rows, int8=int8)
+        bias_add(b, y, bias)
+    return q, k, v, (0, 0, 0)
 
 
 def clamp(b: ProgramBuilder, x: Tensor, out: Tensor, lo: float, hi: float) -> None:

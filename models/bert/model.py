@@ -215,18 +215,7 @@ class Bert:
         ops.layer_norm(b, inputs.x, self.embed_norm[0], x, c.eps, beta=self.embed_norm[1])
         scale = 1.0 / math.sqrt(c.head_dim)
         for i, w in enumerate(self.layers):
-            if len(w.qkv) == 1:
-                qkv = b.activation(f"qkv{i}", (t, 3 * d))
-                linear(b, w.qkv[0], x, qkv, t)
-                ops.bias_add(b, qkv, w.qkv_bias[0])
-                q = k = v = qkv
-                offsets = (0, d, 2 * d)
-            else:
-                q, k, v = (b.activation(f"{n}{i}", (t, d)) for n in "qkv")
-                for weight, bias, y in zip(w.qkv, w.qkv_bias, (q, k, v)):
-                    linear(b, weight, x, y, t)
-                    ops.bias_add(b, y, bias)
-                offsets = (0, 0, 0)
+            q, k, v, offsets = ops.qkv_projection(b, w.qkv, w.qkv_bias, x, t, i)
             a = b.activation(f"attn{i}", (t, d))
             ops.attention(b, q, k, v, inputs.spans, a, heads=c.n_heads, kv_heads=c.n_heads, head_dim=c.head_dim,
                           scale=scale, offsets=offsets)
