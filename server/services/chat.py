@@ -50,9 +50,10 @@ class ChatService:
         self.manager = manager
         self.settings = settings
 
-    def _prompt(self, worker: ChatHandler, request: ChatCompletionRequest) -> tuple[list[int], list[PromptImage]]:
+    def _prompt(self, worker: ChatHandler, request: ChatCompletionRequest, tool_format: ToolCallFormat | None = None,
+                ) -> tuple[list[int], list[PromptImage]]:
         """The prompt's token ids (an image's rows counted as its soft tokens) and its images, decoded and
-        preprocessed (server/services/images.py)."""
+        preprocessed (server/services/images.py). tool_format: the model's (_tool_format), where the caller has it."""
         template = worker.chat_template
         assert template is not None
         parts = image_parts(request)
@@ -63,7 +64,8 @@ class ChatService:
         tools = [tool.model_dump(exclude_none=True) for tool in offered or []]
         try:
             text = template.render([m.for_template() for m in request.messages], tools=tools or None,
-                                   tool_syntax=_tool_format(worker), enable_thinking=request.enable_thinking)
+                                   tool_syntax=tool_format or _tool_format(worker),
+                                   enable_thinking=request.enable_thinking)
         except ChatTemplateError as error:
             raise InvalidRequest(str(error), param="messages") from error
         # A template that writes the BOS token itself must not get a second one from the tokenizer.
@@ -85,9 +87,10 @@ class ChatService:
         entry, worker = await self.manager.worker_for(request.model, keep_alive=request.keep_alive)
         model = worker.model
         gen.check_limits(request, self.settings, model.vocab_size)
-        prompt_ids, prompt_images = await self.manager.preparation.run(self._prompt, worker, request)
+        model_format = _tool_format(worker)  # calls in the messages are rendered in it even without tools
+        prompt_ids, prompt_images = await self.manager.preparation.run(self._prompt, worker, request, model_format)
         thinking = thinking_markers(model.tokenizer)
-        tool_format = _tool_format(worker) if request.tool_mode != "none" else None
+        tool_format = model_format if request.tool_mode != "none" else None
         wanted = output_grammar(request.response_format, request.json_schema, request.grammar,
                                 thinks=thinking is not None and request.enable_thinking,
                                 markers=thinking or THINKING_MARKERS[0])
