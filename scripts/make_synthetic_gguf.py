@@ -278,6 +278,33 @@ def decoder_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
     _write(writer)
 
 
+def _normal(seed: int) -> Callable[..., np.ndarray]:
+    """normal(shape, std, dtype=f32): seeded normal values of that spread."""
+    rng = np.random.default_rng(seed)
+
+    def normal(shape: tuple[int, ...], std: float, dtype: type = np.float32) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(dtype)
+
+    return normal
+
+
+def _clip_writer(path: Path, projector: tuple[str, str], sizes: tuple[int, ...], mean: float, std: float,
+                 ) -> GGUFWriter:
+    """A projector file's writer with the clip.* keys llama.cpp's converter writes: projector (its key, as the
+    converter names it for the model, and type); sizes (image, patch, width, FFN, layers, text width, heads)."""
+    writer = GGUFWriter(path, "clip")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string(*projector)
+    keys = ("image_size", "patch_size", "embedding_length", "feed_forward_length", "block_count", "projection_dim",
+            "attention.head_count")
+    for key, value in zip(keys, sizes, strict=True):
+        writer.add_uint32(f"clip.vision.{key}", value)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_array("clip.vision.image_mean", [mean] * 3)
+    writer.add_array("clip.vision.image_std", [std] * 3)
+    return writer
+
+
 def gemma3_projector(path: Path, *, image_size: int = 896, patch_size: int = 14, width: int = 1152, ffn: int = 4304,
                      layers: int = 27, heads: int = 16, text_width: int = 2560, seed: int = 0) -> Path:
     """A Gemma 3 projector GGUF as llama.cpp's converter writes one (`convert_hf_to_gguf.py --mmproj`: clip.* keys,
@@ -287,22 +314,10 @@ def gemma3_projector(path: Path, *, image_size: int = 896, patch_size: int = 14,
     unit-scale outputs and the residual stream grows only with the square root of the layer count (std about 6 and
     largest values about 26 after 27 layers; soft tokens of std 1): finite in f16 on every engine. layers: fewer
     layers, same widths (quick checks)."""
-    rng = np.random.default_rng(seed)
-
-    def normal(shape: tuple[int, ...], std: float, dtype: type = np.float32) -> np.ndarray:
-        return (rng.standard_normal(shape) * std).astype(dtype)
-
+    normal = _normal(seed)
     side = image_size // patch_size
-    writer = GGUFWriter(path, "clip")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_string("clip.projector_type", "gemma3")
-    for key, value in (("image_size", image_size), ("patch_size", patch_size), ("embedding_length", width),
-                       ("feed_forward_length", ffn), ("block_count", layers), ("projection_dim", text_width),
-                       ("attention.head_count", heads)):
-        writer.add_uint32(f"clip.vision.{key}", value)
-    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
-    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    writer = _clip_writer(path, ("clip.projector_type", "gemma3"), (image_size, patch_size, width, ffn, layers,
+                                                                     text_width, heads), 0.5, 0.5)
     writer.add_tensor("v.patch_embd.weight", normal((width, 3, patch_size, patch_size), (3 * patch_size ** 2) ** -0.5))
     writer.add_tensor("v.patch_embd.bias", normal((width,), 0.1))
     writer.add_tensor("v.position_embd.weight", normal((side * side, width), 0.5))
@@ -328,21 +343,9 @@ def gemma4_projector(path: Path, *, patch_size: int = 16, width: int = 768, ffn:
     Gemma4VisionConfig's default shapes (patch 16, width 768, 16 layers of 12 heads of 64, FFN 3072, position
     tables of 10240 a side; E4B's text width 2560), matrices F16, the patch embedding, tables and norms F32, with
     seeded normal weights scaled as gemma3_projector's (unit-scale products). layers: fewer layers, same widths."""
-    rng = np.random.default_rng(seed)
-
-    def normal(shape: tuple[int, ...], std: float, dtype: type = np.float32) -> np.ndarray:
-        return (rng.standard_normal(shape) * std).astype(dtype)
-
-    writer = GGUFWriter(path, "clip")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_string("clip.vision.projector_type", "gemma4v")
-    for key, value in (("image_size", 224), ("patch_size", patch_size), ("embedding_length", width),
-                       ("feed_forward_length", ffn), ("block_count", layers), ("projection_dim", text_width),
-                       ("attention.head_count", heads)):
-        writer.add_uint32(f"clip.vision.{key}", value)
-    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    writer.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
-    writer.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
+    normal = _normal(seed)
+    writer = _clip_writer(path, ("clip.vision.projector_type", "gemma4v"), (224, patch_size, width, ffn, layers,
+                                                                             text_width, heads), 0.0, 1.0)
     writer.add_tensor("v.patch_embd.weight", normal((width, 3, patch_size, patch_size), (3 * patch_size ** 2) ** -0.5))
     writer.add_tensor("v.position_embd.weight", normal((2, positions, width), 0.5))
     hd = width // heads
