@@ -327,6 +327,13 @@ class Submission:
         self._reads.append((tensor, offset, nbytes, self._read_bytes))
         self._read_bytes += (nbytes + 3) & ~3
 
+    def discard(self) -> None:
+        """Drop the recorded commands unsent (their step ring goes back to the executor)."""
+        if self._ring is not None:
+            self.executor._give_buffer(self.executor._rings, self._ring)
+            self._ring = None
+        self._params.clear()
+
     def submit(self) -> PendingResult:
         """Submit the commands; the result's wait() maps the reads back."""
         executor = self.executor

@@ -29,7 +29,8 @@ then covers its work). A round holds at most:
   of their next step right after it (before the round's other submissions), the token it reads left on the GPU
   by that sampling. So the GPU runs a step's network while the host reads the last token back and fills the
   grammar's masks, and these sequences advance a token a round (a sequence whose prompt ends in a round joins
-  them in the next).
+  them in the next). On a GPU both halves are recorded ahead (the sampling while the host waits for the round,
+  the network while another thread fills the masks), so that once the masks are known only the sending is left.
 A sequence's slot and KV pages go back to the pool once it has ended and no submission in flight
 still writes to them. Admission looks ahead, not to the end: a sequence is admitted when the
 pool's free pages cover its prompt and its next ADMIT_LOOKAHEAD tokens beside what the running
@@ -62,6 +63,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -75,8 +77,19 @@ from models.text.sampler import SampledToken, Sampler, SamplingParams, candidate
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
 
 if TYPE_CHECKING:  # annotations only: the engine builds on this module
-    from models.text.engine import Engine, LogitsStep, RecordedDecode, Session, TextModel
+    from models.text.engine import Engine, LogitsStep, RecordedDecode, RecordedLogits, Session, TextModel
     from models.text.grammar import TokenConstraint
+
+
+def _try_fill_masks(constraints: list[TokenConstraint]) -> np.ndarray | None:
+    """The token masks of these grammars (u32 [n, mask_words]) filled together, or None where one of them failed.
+    It touches nothing but the grammars, so it may run on another thread."""
+    masks = np.empty((len(constraints), constraints[0].vocabulary.mask_words), np.uint32)
+    try:
+        fill_masks(constraints, masks)
+    except Exception:  # noqa: BLE001 - the caller finds whose grammar failed
+        return None
+    return masks
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,9 @@ class BatchGenerator:
         self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
         self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
+        # the next split step's network half, recorded while the grammars fill their masks (_sample_split)
+        self._next_logits: tuple[RecordedLogits, list[_Sequence]] | None = None
+        self._mask_thread: ThreadPoolExecutor | None = None  # fills the masks meanwhile (llguidance drops the GIL)
 
     # -- admission ----------------------------------------------------------------------
     @property
@@ -276,6 +292,8 @@ class BatchGenerator:
                 events += failed
             if current.submissions:
                 self._rounds.append(current)
+            if self._split is not None and self.overlap_rounds:  # recorded while the GPU runs, sent once masked
+                self._split[0].record_sample()
             while self._rounds and (len(self._rounds) > 1 or not current.submissions or not self.overlap_rounds):
                 events += self._handle_round(self._rounds.popleft())
         except BaseException as error:  # noqa: BLE001 - every running sequence ends with the error
@@ -459,10 +477,15 @@ class BatchGenerator:
         return _Submission(recorded.submit(), rows, self._handle_stepwise), events
 
     def _submit_logits(self, rows: list[_Sequence]) -> None:
-        """The network half of a split step of these rows, each on the token the GPU sampled last; the rows stay
-        held (in flight) until their sampling half is handled."""
-        step = self.engine.submit_logits([DecodeRow(s.session, sampling=s.gpu) for s in rows])
-        self._split = (step, rows)
+        """The network half of a split step of these rows, each on the token the GPU sampled last (the one
+        _sample_split recorded, if it was for the same rows); the rows stay held (in flight) until their sampling
+        half is handled."""
+        recorded = self._take_next_logits()
+        if recorded is None or recorded[1] != rows:
+            if recorded is not None:
+                recorded[0].discard()
+            recorded = (self._record_logits(rows), rows)
+        self._split = (recorded[0].submit(), rows)
         for s in rows:
             s.in_flight += 1
 
@@ -484,7 +507,16 @@ class BatchGenerator:
                 self._release_if_done(s)
             return events
         masks = np.full((len(rows), rows[live[0]].constraint.vocabulary.mask_words), 0xFFFFFFFF, np.uint32)
-        filled, failed = self._fill_masks([rows[i] for i in live])
+        live_rows = [rows[i] for i in live]
+        if self.overlap_rounds:  # the masks fill on another thread while this one records the next network half
+            if self._mask_thread is None:
+                self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+            filling = self._mask_thread.submit(_try_fill_masks, [s.constraint for s in live_rows])
+            self._take_next_logits()
+            self._next_logits = (self._record_logits(live_rows), live_rows)
+            filled, failed = self._fill_masks(live_rows, filling)
+        else:
+            filled, failed = self._fill_masks(live_rows)
         masks[live] = filled
         masks[[i for i, s in enumerate(rows) if s.finished]] = 0xFFFFFFFF  # a grammar that failed: unmasked
         events += failed
@@ -495,19 +527,30 @@ class BatchGenerator:
         self._rounds.append(_Round([_Submission(pending, rows, self._handle_stepwise)]))
         return events
 
-    def _fill_masks(self, seqs: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
-        """The token masks of these constrained sequences (u32 [n, mask_words]), filled together; a sequence whose
-        grammar fails ends with its error (its row is left as it is)."""
-        events: list[Event] = []
-        masks = np.empty((len(seqs), seqs[0].constraint.vocabulary.mask_words), np.uint32)
-        try:
-            fill_masks([seq.constraint for seq in seqs], masks)
-        except Exception:  # noqa: BLE001 - a grammar failed: find whose, row by row
-            for i, seq in enumerate(seqs):
-                try:
-                    seq.constraint.fill_mask(masks[i])
-                except Exception as error:  # noqa: BLE001 - this sequence ends with its grammar's error
-                    events += self._finish(seq, "error", error)
+    def _record_logits(self, rows: list[_Sequence]) -> RecordedLogits:
+        return self.engine.record_logits([DecodeRow(s.session, sampling=s.gpu) for s in rows])
+
+    def _take_next_logits(self) -> tuple[RecordedLogits, list[_Sequence]] | None:
+        """The network half recorded ahead, if any, now the caller's to send or discard."""
+        recorded, self._next_logits = self._next_logits, None
+        return recorded
+
+    def _fill_masks(self, seqs: list[_Sequence], filling: Future[np.ndarray | None] | None = None
+                    ) -> tuple[np.ndarray, list[Event]]:
+        """The token masks of these constrained sequences (u32 [n, mask_words]), filled together (by `filling`, a
+        _try_fill_masks on another thread, where given); a sequence whose grammar fails ends with its error (its
+        row is left as it is)."""
+        constraints = [seq.constraint for seq in seqs]
+        filled = filling.result() if filling is not None else _try_fill_masks(constraints)
+        if filled is not None:
+            return filled, []
+        events: list[Event] = []  # a grammar failed: find whose, row by row
+        masks = np.empty((len(seqs), constraints[0].vocabulary.mask_words), np.uint32)
+        for i, seq in enumerate(seqs):
+            try:
+                seq.constraint.fill_mask(masks[i])
+            except Exception as error:  # noqa: BLE001 - this sequence ends with its grammar's error
+                events += self._finish(seq, "error", error)
         return masks, events
 
     def _mask(self, seq: _Sequence) -> np.ndarray:

@@ -306,30 +306,58 @@ class Engine:
         once the masks are known. So the GPU runs the network while the host reads the last tokens back and fills
         the masks. The sessions' positions advance now; until sample() is called, no other step of these sessions
         may be submitted, and no other split step of this engine (RuntimeError)."""
+        return self.record_logits(rows).submit()
+
+    def record_logits(self, rows: list[DecodeRow]) -> RecordedLogits:
+        """submit_logits in two halves: the network's commands are recorded now, and RecordedLogits.submit()
+        reserves the rows' pages, writes their inputs and sends them. So the host can record the next split step
+        while the GPU still runs this one, and send it the moment this one's sampling has gone."""
         n = len(rows)
         if not 1 <= n <= self.model.max_batch:
             raise ValueError(f"a decode batch holds 1 to {self.model.max_batch} sequences, not {n}")
-        if self._open_split is not None:
-            raise RuntimeError("the last split step's sampling has not been submitted")
         r_max = next(b for b in DECODE_BUCKETS if b >= n)
+        submission = self.executor.submission()
+        submission.step(self.split_program("logits", r_max), StepParams(n_tokens=n, n_out=n))
+        return RecordedLogits(self, rows, r_max, submission)
+
+
+class RecordedLogits:
+    """The network half of a split decode step, recorded (Engine.record_logits) and waiting to be sent."""
+
+    def __init__(self, engine: Engine, rows: list[DecodeRow], r_max: int, submission: Submission) -> None:
+        self.engine, self.rows, self.r_max = engine, rows, r_max
+        self._submission: Submission | None = submission
+
+    def submit(self) -> LogitsStep:
+        """Send the network half, from the sessions' positions now (Engine.submit_logits)."""
+        engine, rows, n = self.engine, self.rows, len(self.rows)
+        if self._submission is None:
+            raise RuntimeError("this split step has been sent or discarded already")
+        if engine._open_split is not None:
+            raise RuntimeError("the last split step's sampling has not been submitted")
         for r in rows:
             r.session._reserve(1)
         positions = [r.session.n_past for r in rows]
         table = np.zeros((n, 4), np.uint32)
         table[:, 0], table[:, 1] = positions, [r.session.slot for r in rows]
         table[:, 2] = [r.token is None for r in rows]  # the token the GPU sampled, or the host's from ids
-        ex, io = self.executor, self.split_io
+        ex, io = engine.executor, engine.split_io
         if any(r.token is not None for r in rows):
             ex.write(io.ids, np.array([r.token or 0 for r in rows], np.uint32))
         ex.write(io.rows, table)
         ex.write(io.out_rows, np.arange(n, dtype=np.uint32))
-        submission = ex.submission()
-        submission.step(self.split_program("logits", r_max), StepParams(n_tokens=n, n_out=n))
-        submission.submit()
+        self._submission.submit()
+        self._submission = None
         for r in rows:
             r.session.n_past += 1
-        self._open_split = LogitsStep(self, rows, positions, r_max)
-        return self._open_split
+        engine._open_split = LogitsStep(engine, rows, positions, self.r_max)
+        return engine._open_split
+
+    def discard(self) -> None:
+        """Drop the recorded commands unsent (the rows changed before they could go)."""
+        if self._submission is not None:
+            self._submission.discard()
+            self._submission = None
 
 
 class LogitsStep:
@@ -337,12 +365,26 @@ class LogitsStep:
 
     def __init__(self, engine: Engine, rows: list[DecodeRow], positions: list[int], r_max: int) -> None:
         self.engine, self.rows, self.positions, self.r_max = engine, rows, positions, r_max
+        self._sampling: Submission | None = None  # the sampling half's commands, once recorded
 
     def abandon(self) -> None:
         """Leave the logits unsampled (the rows ended, or the batch failed): the engine takes split steps again.
         The rows' next inputs on the GPU are then stale: their sessions must not decode on."""
         if self.engine._open_split is self:
             self.engine._open_split = None
+        if self._sampling is not None:
+            self._sampling.discard()
+            self._sampling = None
+
+    def record_sample(self) -> None:
+        """Record the sampling half's commands ahead of sample(), which then only writes the masks and sends
+        them: the host records while it waits on the GPU rather than once the masks are known."""
+        if self._sampling is None:
+            n, out = len(self.rows), self.engine.split_io.outputs(self.r_max)  # the rows the network half wrote
+            submission = self.engine.executor.submission()
+            submission.step(self.engine.split_program("sample", self.r_max), StepParams(n_tokens=n, n_out=n))
+            submission.read(out.sampled, n * 4)
+            self._sampling = submission
 
     def sample(self, masks: np.ndarray | None = None) -> PendingStep:
         """Draw each row's token from its logits, under row i's token mask masks[i] (u32 [n, ceil(V / 32)]; None:
@@ -353,7 +395,9 @@ class LogitsStep:
         if engine._open_split is not self:
             raise RuntimeError("this split step has been sampled already")
         engine._open_split = None
-        out = engine.split_io.outputs(self.r_max)  # the rows are those the network half wrote
+        self.record_sample()
+        submission, self._sampling = self._sampling, None
+        out = engine.split_io.outputs(self.r_max)
         masked = masks is not None
         ex = engine.executor
         ex.write(out.sampling, np.array([r.sampling.words(p, masked) for r, p in zip(self.rows, self.positions,
@@ -363,9 +407,6 @@ class LogitsStep:
                 raise ValueError(f"token masks are u32 [{n}, {out.token_mask.shape[1]}], not {masks.dtype} "
                                  f"{masks.shape}")
             ex.write(out.token_mask, masks)
-        submission = ex.submission()
-        submission.step(engine.split_program("sample", self.r_max), StepParams(n_tokens=n, n_out=n))
-        submission.read(out.sampled, n * 4)
         return PendingStep(submission.submit(), 1, n, [])
 
 
