@@ -24,7 +24,8 @@ the table shows median (min-max) per engine and Hearth/llama.cpp as the ratio of
   prompt, then all decode 128 tokens together (Hearth: one batched program per step, as its
   server's continuous batching runs them; llama.cpp: llama-batched-bench -npp 128 -ntg 128, one
   invocation per run);
-- share of the bandwidth bound: a decode step must read every weight once and the KV cache.
+- share of the bandwidth bound: a decode step must read every weight once (but one row of an embedding table it
+  only looks up) and the KV cache.
 With --profile, Hearth's per-kernel GPU time (timestamp queries) for prefill and decode steps.
 --json keeps every sample of every engine per model; a file that already holds other models keeps
 them, so the models can run in separate calls into one file.
@@ -251,14 +252,31 @@ def bench_transformers(path: str, warmup: int, reps: int) -> dict[str, Any]:
                         "decode_tok_s": timed(lambda: NEW / decode(), warmup, reps)}}
 
 
+# Tables a decode step looks one row up in rather than reading whole: Gemma 4's per-layer embeddings, and the token
+# embeddings where the file has an output head of its own (a tied table is read whole by the logits).
+LOOKUP_TABLES = ("per_layer_token_embd.weight", "token_embd.weight")
+
+
+def step_read_bytes(f: Any, n_ctx_read: int) -> int:
+    """Bytes one decode step of one sequence reads from a GGUFFile's weights and an f16 KV cache of n_ctx_read
+    positions."""
+    weights = 0
+    for name, tensor in f.tensors.items():
+        looked_up = name in LOOKUP_TABLES and (name != "token_embd.weight" or "output.weight" in f.tensors)
+        n_rows = int(np.prod([int(n) for n in tensor.shape[1:]])) or 1
+        weights += int(tensor.n_bytes) // n_rows if looked_up else int(tensor.n_bytes)
+    n_layers = int(f.value("{arch}.block_count"))
+    kv_heads = f.value("{arch}.attention.head_count_kv")  # per layer in some architectures (Gemma 4)
+    kv_heads = [int(h) for h in kv_heads] if isinstance(kv_heads, list) else [int(kv_heads)] * n_layers
+    key_length = int(f.value("{arch}.attention.key_length"))
+    return weights + sum(2 * n_ctx_read * h * key_length * 2 for h in kv_heads)  # f16 K and V read once
+
+
 def bandwidth_bound(model_path: str, n_ctx_read: int) -> tuple[float, str, float]:
     """(bytes a decode step reads, card name, tokens/s bound at the card's peak bandwidth)."""
     from models.formats.gguf_file import GGUFFile
 
-    f = GGUFFile(model_path)
-    n_layers = int(f.value("{arch}.block_count"))
-    kv_width = int(f.value("{arch}.attention.head_count_kv")) * int(f.value("{arch}.attention.key_length"))
-    step_bytes = f.tensor_bytes + 2 * n_layers * n_ctx_read * kv_width * 2  # f16 K and V read once
+    step_bytes = step_read_bytes(GGUFFile(model_path), n_ctx_read)
     try:
         name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                               capture_output=True, text=True).stdout.strip()
