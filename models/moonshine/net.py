@@ -9,7 +9,8 @@ The network (D = hidden_size, pre-norm blocks, LayerNorms without bias, eps 1e-5
     encoder (N rows):      per layer: x += o(attn(rope(qkv(ln(x))))); x += fc2(gelu(fc1(ln(x))))
                            enc = ln(x); per decoder layer: ckv_l = enc Wkv_l            # [N, 2D], kept
     decoder (1 row a step): x = embed[token]
-                           per layer: x += o(self_attn(rope(qkv(ln(x)))) over the cache); x += o(cross_attn(ln(x), ckv_l))
+                           per layer: x += o(self_attn(rope(qkv(ln(x)))) over the cache)
+                                      x += o(cross_attn(ln(x), ckv_l))
                            x += fc2(silu(gate(ln(x))) * up(ln(x)))
                            logits = ln(x) embed^T                                     # tied head
 
