@@ -84,7 +84,6 @@ class MoonshineModel:
     def __init__(self, name: str, net: MoonshineNet) -> None:
         self.name = name
         self.net = net
-        self.executor = net.executor
 
     def detect_language(self, audio: np.ndarray) -> tuple[str, float]:
         """English: the published Moonshine models know no other language."""

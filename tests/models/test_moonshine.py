@@ -88,3 +88,12 @@ def test_rotary_layout() -> None:
     assert neox_order(8, 3).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
     table = rope_table(16, 0.9, 10000.0, 3).reshape(3, 8, 2)
     assert np.all(table[:, 7] == [1.0, 0.0]) and not np.allclose(table[1, :7], [1.0, 0.0])
+
+
+def test_sampling_follows_the_seed(model: MoonshineModel) -> None:
+    def run(seed: int) -> list[list[int]]:
+        options = TranscribeOptions(temperature=(1.0,), seed=seed)
+        return [s.tokens for s in model.transcribe(clip(), options)]
+
+    assert run(3) == run(3)
+    assert any(run(seed) != run(3) for seed in (4, 5, 6))
