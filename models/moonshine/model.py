@@ -5,17 +5,15 @@ models/whisper/model.py's WhisperModel (server/protocols.py's TranscriptionModel
     for segment in model.transcribe(audio, TranscribeOptions()):  # float32 mono 16 kHz
         print(segment.start, segment.end, segment.text)
 
-Moonshine reads a clip of any length in one encoder pass (no 30 s padding); longer audio is cut into windows of at
-most WINDOW_S, each cut at the quietest 10 ms in the CUT_SEARCH_S before the limit, and each window is one segment.
-Decoding is greedy from <s> (sampling at a temperature above 0, no fallback), at most TOKENS_PER_SECOND tokens per
-second of audio as the reference implementations bound it. Moonshine is English-only, has no prompt conditioning (a
+Moonshine reads a clip of any length in one encoder pass (no 30 s padding); longer audio is cut into windows
+(models/moonshine/windows.py), each one segment. Decoding is greedy from <s> (sampling at a temperature above 0, no
+fallback), within windows.token_limit. Moonshine is English-only, has no prompt conditioning (a
 prompt is not used), no beam search and no word timing: the server refuses those requests naming the model.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -28,40 +26,17 @@ from gpu.device import Device, default_device
 from gpu.program import Executor
 from models.moonshine.checkpoint import is_moonshine_dir, load_checkpoint
 from models.moonshine.net import SAMPLE_RATE, MoonshineNet, Progress
+from models.moonshine.windows import MIN_SAMPLES, WINDOW_S, token_limit, windows
 from models.whisper.decode import Segment, TranscribeOptions, UnknownLanguage
 
 log = logging.getLogger("hearth.models")
 
-__all__ = ["MoonshineModel", "Segment", "TranscribeOptions", "UnknownLanguage", "load_moonshine", "windows"]
+__all__ = ["MoonshineModel", "Segment", "TranscribeOptions", "UnknownLanguage", "load_moonshine"]
 
-WINDOW_S = 30.0  # longest window the encoder reads
-CUT_SEARCH_S = 5.0  # a window's cut falls in its last seconds, at the quietest frame
-MIN_TAIL_S = 1.0  # shortest last window a cut leaves
-FRAME = 160  # samples of the 10 ms frames the cut compares
-MIN_SAMPLES = 895  # 127 + 64 * 12: the fewest samples whose stem gives an encoder row (3 rows of conv2)
-TOKENS_PER_SECOND = 6.5  # the decode bound of transformers' and useful-moonshine's examples
 
 
 class MoonshineModelNotFound(FileNotFoundError):
     """No Moonshine model at that path."""
-
-
-def windows(audio: np.ndarray, max_samples: int, search: int, min_tail: int) -> list[tuple[int, int]]:
-    """[start, end) sample bounds covering audio, each at most max_samples: a cut falls at the start of the quietest
-    FRAME in the `search` samples before the limit, leaving at least min_tail for the last window."""
-    n, start, bounds = audio.size, 0, []
-    while n - start > max_samples:
-        hi = min(start + max_samples, n - min_tail)
-        lo = max(start + 1, hi - search)
-        if hi - lo < FRAME:
-            cut = hi
-        else:
-            energy = np.square(audio[lo:hi - (hi - lo) % FRAME].astype(np.float64)).reshape(-1, FRAME).sum(1)
-            cut = lo + int(np.argmin(energy)) * FRAME
-        bounds.append((start, cut))
-        start = cut
-    bounds.append((start, n))
-    return bounds
 
 
 @dataclass(frozen=True)
@@ -114,7 +89,7 @@ class MoonshineModel:
         temps = options.temperature if isinstance(options.temperature, tuple) else (options.temperature,)
         temperature = float(temps[0]) if temps else 0.0
         rng = np.random.default_rng(options.seed)
-        bounds = windows(audio, self.net.max_samples, int(CUT_SEARCH_S * SAMPLE_RATE), int(MIN_TAIL_S * SAMPLE_RATE))
+        bounds = windows(audio, self.net.max_samples)
         index = 0
         for start, end in bounds:
             decoded = self._decode_window(audio[start:end], temperature, rng)
@@ -133,7 +108,7 @@ class MoonshineModel:
         if audio.size < MIN_SAMPLES:  # the stem needs this many samples for one encoder row
             audio = np.pad(audio, (0, MIN_SAMPLES - audio.size))
         self.net.encode(audio)
-        limit = min(math.ceil(audio.size / SAMPLE_RATE * TOKENS_PER_SECOND), c.n_text_ctx - 1)
+        limit = token_limit(audio.size, c.n_text_ctx)
         token, tokens, logprob = c.bos, [], 0.0
         for position in range(limit):
             logits = self.net.decode(token, position).astype(np.float64)

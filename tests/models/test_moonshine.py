@@ -18,8 +18,9 @@ import pytest
 from gpu.device import Device
 from gpu.program import Executor
 from models.moonshine.checkpoint import load_checkpoint, neox_order, rope_table
-from models.moonshine.model import MIN_SAMPLES, MoonshineModel, TranscribeOptions, UnknownLanguage, windows
+from models.moonshine.model import MoonshineModel, TranscribeOptions, UnknownLanguage
 from models.moonshine.net import MoonshineNet, frames
+from models.moonshine.windows import MIN_SAMPLES, windows
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "moonshine"
 
