@@ -85,3 +85,11 @@ def test_refusals_name_the_model(server: ThreadServer, clip: bytes, fields: dict
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and MODEL in error["message"], error
+
+
+def test_translation_needs_whisper(server: ThreadServer, clip: bytes) -> None:
+    response = httpx.post(f"{server.url}/v1/audio/translations", data={"model": MODEL},
+                          files={"file": ("clip.wav", clip)}, timeout=120)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "model" and MODEL in error["message"], error
