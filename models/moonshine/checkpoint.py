@@ -52,6 +52,8 @@ class MoonshineConfig:
                           ("decoder_num_attention_heads", "decoder_num_key_value_heads")):
             if c.get(kv) not in (None, c[heads]):
                 raise ModelDirError(f"Moonshine with {kv} != {heads} is not supported")
+        if c.get("attention_bias"):
+            raise ModelDirError("Moonshine with attention_bias is not supported (the published models have none)")
         if c.get("encoder_hidden_act", "gelu") != "gelu" or c.get("decoder_hidden_act", "silu") != "silu":
             raise ModelDirError("Moonshine's activations must be gelu (encoder) and silu (decoder)")
         eos = c.get("eos_token_id", 2)

@@ -98,3 +98,17 @@ def test_sampling_follows_the_seed(model: MoonshineModel) -> None:
 
     assert run(3) == run(3)
     assert any(run(seed) != run(3) for seed in (4, 5, 6))
+
+
+def test_unsupported_configs_are_refused(tmp_path: Path) -> None:
+    import json
+
+    from models.formats.safetensors_dir import ModelDirError
+    from models.moonshine.checkpoint import MoonshineConfig
+
+    base = json.loads((GOLDEN / "config.json").read_text())
+    assert MoonshineConfig.from_json(base).rotary_factor == 0.9
+    for change in ({"attention_bias": True}, {"decoder_num_key_value_heads": 1}, {"model_type": "whisper"},
+                   {"decoder_hidden_act": "gelu"}):
+        with pytest.raises(ModelDirError):
+            MoonshineConfig.from_json(base | change)
