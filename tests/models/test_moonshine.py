@@ -100,7 +100,7 @@ def test_sampling_follows_the_seed(model: MoonshineModel) -> None:
     assert any(run(seed) != run(3) for seed in (4, 5, 6))
 
 
-def test_unsupported_configs_are_refused(tmp_path: Path) -> None:
+def test_unsupported_configs_are_refused() -> None:
     import json
 
     from models.formats.safetensors_dir import ModelDirError
