@@ -232,7 +232,13 @@ class TranscriptionModel(Protocol):
     def languages(self) -> Sequence[str]: ...
 
     @property
-    def n_mels(self) -> int: ...
+    def n_mels(self) -> int: ...  # 0: the model reads raw audio
+
+    @property
+    def word_timestamps(self) -> bool: ...  # whether it can time words (timestamp_granularities[] word)
+
+    @property
+    def beam_search(self) -> bool: ...  # whether beam_size > 1 is offered
 
     def detect_language(self, audio: np.ndarray) -> tuple[str, float]:
         """(code, probability) of the language spoken in float32 mono 16 kHz audio."""

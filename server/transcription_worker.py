@@ -1,5 +1,5 @@
-"""A worker per loaded Whisper model: a thread that owns the model (its wgpu device, weights, programs) and runs one
-transcription at a time, handing back each segment as its 30 s window finishes.
+"""A worker per loaded transcription model (Whisper or Moonshine): a thread that owns the model (its wgpu device,
+weights, programs) and runs one transcription at a time, handing back each segment as its window finishes.
 
 A job first settles the language (the request's, "en" on an English-only model, or the multilingual model's
 detection) and yields it as a `Language`, then yields the model's `Segment`s. Leaving the stream early (the client
@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -26,7 +27,14 @@ _MODEL_MODULES = ("models.whisper.decode",)
 
 
 def load_on_own_device(source: str, **kwargs: object) -> TranscriptionModel:
-    """Load a Whisper model on a wgpu device of its own, so workers never share a device or a queue."""
+    """Load a transcription model on a wgpu device of its own, so workers never share a device or a queue: Moonshine
+    for a Hugging Face folder whose config.json says so, else Whisper (the shipped one, CTranslate2 or HF folders)."""
+    from models.moonshine.checkpoint import is_moonshine_dir
+
+    if is_moonshine_dir(Path(source).expanduser()):
+        from models.moonshine.model import load_moonshine
+
+        return _on_own_device(load_moonshine, source, **kwargs)
     from models.whisper.model import load_whisper
 
     return _on_own_device(load_whisper, source, **kwargs)
@@ -114,4 +122,4 @@ class TranscriptionWorker(ThreadWorker[TranscriptionModel]):
 
     def describe(self, model: TranscriptionModel) -> str:
         kind = f"multilingual ({len(model.languages)} languages)" if model.multilingual else "English-only"
-        return f"{kind}, {model.n_mels} mel bins"
+        return f"{kind}, {f'{model.n_mels} mel bins' if model.n_mels else 'raw audio'}"

@@ -178,3 +178,31 @@ def avg_pool2d(b: ProgramBuilder, x: Tensor, out: Tensor, *, side: int, kernel: 
         raise ValueError(f"avg_pool2d: x {x} must hold whole {side}x{side} grids and out {out} one row per block")
     b.dispatch("avg_pool2d", {"D": d, "SIDE": side, "K": kernel}, [b.step, x, out],
                workgroup_grid(math.ceil(out.shape[0] * d / ELEMENTWISE_GROUP)))
+
+
+def rope(b: ProgramBuilder, x: Tensor, table: Tensor, positions: Tensor, *, heads: int, head_dim: int,
+         offset: int = 0) -> None:
+    """In place: heads [offset + h * head_dim, ...) of each row of x rotated by RoPE (NeoX pairs i, i + D/2) at the
+    row's position (kernels/rope.wgsl). table: [positions, head_dim / 2] (cos, sin) pairs as f32 [P, head_dim];
+    positions: u32 [rows]."""
+    if head_dim % 2 or x.shape[1] < offset + heads * head_dim:
+        raise ValueError(f"rope: {heads} heads of {head_dim} (even) from column {offset} do not fit x {x}")
+    _check(table, head_dim, "rope table")
+    if positions.dtype != "u32" or positions.shape[0] < x.shape[0]:
+        raise ValueError(f"rope: positions {positions} must be u32 [>= {x.shape[0]}]")
+    constants = {"D": head_dim, "HEADS": heads, "STRIDE": x.shape[1], "OFFSET": offset}
+    b.dispatch("rope", constants, [b.step, x, table, positions],
+               workgroup_grid(math.ceil(x.shape[0] * heads * head_dim // 2 / ELEMENTWISE_GROUP)))
+
+
+def group_norm(b: ProgramBuilder, x: Tensor, gamma: Tensor, beta: Tensor, out: Tensor, *, groups: int = 1,
+               eps: float = 1e-5, tanh: bool = False) -> None:
+    """out = GroupNorm of the step's rows of time-major x [T, C] (tanh(x) first when tanh), per-channel gamma and
+    beta (kernels/group_norm.wgsl): each group's statistics over all its channels and rows."""
+    c = gamma.numel
+    _check(x, c, "x")
+    _check(out, c, "out")
+    if beta.numel != c or c % groups:
+        raise ValueError(f"group_norm: {c} channels, beta of {beta.numel}, {groups} groups")
+    b.dispatch("group_norm", {"C": c, "GROUPS": groups, "EPS": eps, "TANH": tanh}, [b.step, x, gamma, beta, out],
+               workgroup_grid(groups))

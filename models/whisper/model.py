@@ -34,6 +34,8 @@ class WhisperModel:
     window, its caches and programs are shared)."""
 
     sample_rate = 16000
+    word_timestamps = True  # from the alignment heads
+    beam_search = True
 
     def __init__(self, name: str, net: WhisperNet) -> None:
         self.name = name

@@ -19,6 +19,8 @@ Decisions where OpenAI leaves room:
   full-scale channels stays under 6.3, lossy codecs overshoot by a little), while float files written in integer
   units (peaks near 32768) do occur, and Whisper's log-mel of a peak far above 1 lies off its training range
   (samples of 1e30 turned a one-second clip into 42 s of fallback decoding). Scaling keeps such files usable.
+- Moonshine (models/moonshine/): English-only, a segment per window of up to 30 s, no word timing (`word` is a 400
+  naming the model), greedy only (beam_size > 1 is a 400), no prompt conditioning (a prompt is not used).
 - Segment and word times are clamped to the decoded audio's duration in every format: Whisper's last timestamp
   token can point past the end of the audio (a 1.175 s clip's cue ended at 2.000 s).
 """
@@ -147,6 +149,12 @@ class TranscriptionService:
             raise InvalidRequest(f"The model `{form.model}` is English-only and cannot translate: "
                                  "/v1/audio/translations needs a multilingual Whisper model.",
                                  param="model", code="model_not_supported")
+        if "word" in granularities and not model.word_timestamps:
+            raise InvalidRequest(f"The model `{form.model}` cannot time words: timestamp_granularities[] word needs a "
+                                 "Whisper model.", param="timestamp_granularities[]", code="model_not_supported")
+        if form.beam_size > 1 and not model.beam_search:
+            raise InvalidRequest(f"The model `{form.model}` decodes greedily: beam_size must be 1 "
+                                 f"(got {form.beam_size}).", param="beam_size", code="model_not_supported")
         if getattr(form, "language", None):
             language = language_code(form.language, form.model, tuple(model.languages), model.multilingual)
 

@@ -28,6 +28,8 @@ class FakeWhisper:
     name: str = "fake-whisper"
     multilingual: bool = False
     n_mels: int = 80
+    word_timestamps: bool = True
+    beam_search: bool = True
     languages: tuple[str, ...] = ("en",)
     sample_rate = SAMPLE_RATE
     step_s: float = 0.0  # time each segment takes

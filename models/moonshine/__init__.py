@@ -1,0 +1,1 @@
+"""Moonshine speech recognition: the checkpoint reader (checkpoint), the network (net) and the loaded model (model)."""
