@@ -278,6 +278,8 @@ class Submission:
         self._reads: list[tuple[Tensor, int, int, int]] = []  # (tensor, byte offset, bytes, staging offset)
         self._read_bytes = 0
         self._names: list[str] = []
+        self._staging: Any = None  # the buffer the reads come back through, once finish() has taken it
+        self._commands: Any = None  # the command buffer, once finish() has ended the recording
 
     def step(self, program: Program, params: StepParams, early_dispatches: int = 0) -> None:
         """Record one replay of program with these step values.
@@ -328,26 +330,39 @@ class Submission:
         self._read_bytes += (nbytes + 3) & ~3
 
     def discard(self) -> None:
-        """Drop the recorded commands unsent (their step ring goes back to the executor)."""
+        """Drop the recorded commands unsent (their step ring and staging buffer go back to the executor)."""
         if self._ring is not None:
             self.executor._give_buffer(self.executor._rings, self._ring)
             self._ring = None
+        if self._staging is not None:
+            self.executor._give_buffer(self.executor._staging, self._staging)
+            self._staging = None
         self._params.clear()
+
+    def finish(self) -> None:
+        """End the recording (the reads' copies appended), so that submit() only sends it: a submission recorded
+        ahead of the moment it can go (a split decode step's halves) leaves that moment the queue's part alone.
+        Nothing may be recorded into it after this."""
+        if self._commands is not None:
+            return
+        executor = self.executor
+        if self._reads:
+            self._staging = executor._take_buffer(executor._staging, self._read_bytes,
+                                                  wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "staging")
+            for tensor, offset, nbytes, at in self._reads:
+                self.encoder.copy_buffer_to_buffer(tensor.buffer, tensor.offset + offset, self._staging, at,
+                                                   (nbytes + 3) & ~3)
+        with gpu_stage("recording step", ", ".join(dict.fromkeys(self._names)) or "copies"):
+            self._commands = self.encoder.finish()
 
     def submit(self) -> PendingResult:
         """Submit the commands; the result's wait() maps the reads back."""
-        executor = self.executor
-        staging = None
-        if self._reads:
-            staging = executor._take_buffer(executor._staging, self._read_bytes,
-                                            wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, "staging")
-            for tensor, offset, nbytes, at in self._reads:
-                self.encoder.copy_buffer_to_buffer(tensor.buffer, tensor.offset + offset, staging, at,
-                                                   (nbytes + 3) & ~3)
+        self.finish()
+        executor, staging, self._staging = self.executor, self._staging, None
         with gpu_stage("running step", ", ".join(dict.fromkeys(self._names)) or "copies"):
             if self._params:
                 self.device.queue.write_buffer(self._ring, 0, b"".join(self._params))
-            index = self.device.submit(self.encoder.finish())
+            index = self.device.submit(self._commands)
         if self._ring is not None:
             # Reusable at once: a later write to it is a queue operation, ordered after this submission.
             executor._give_buffer(executor._rings, self._ring)

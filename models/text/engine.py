@@ -318,6 +318,7 @@ class Engine:
         r_max = next(b for b in DECODE_BUCKETS if b >= n)
         submission = self.executor.submission()
         submission.step(self.split_program("logits", r_max), StepParams(n_tokens=n, n_out=n))
+        submission.finish()
         return RecordedLogits(self, rows, r_max, submission)
 
 
@@ -384,6 +385,7 @@ class LogitsStep:
             submission = self.engine.executor.submission()
             submission.step(self.engine.split_program("sample", self.r_max), StepParams(n_tokens=n, n_out=n))
             submission.read(out.sampled, n * 4)
+            submission.finish()
             self._sampling = submission
 
     def sample(self, masks: np.ndarray | None = None) -> PendingStep:
