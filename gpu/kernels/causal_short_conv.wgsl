@@ -1,0 +1,41 @@
+// causal_short_conv: the gated short convolution of a step's rows (LFM2's conv layers), from the in-projection's
+// B, C and x columns:
+//   out[t, c] = C[t, c] * sum_j w[c, j] * (B * x)[position(t) - (K - 1) + j, c]
+// a depthwise causal convolution over each sequence's positions, its inputs before the step read from the
+// sequence's conv state (common/conv_state_rows.wgsl); causal_short_conv_state.wgsl then moves the state on.
+// Rows of several sequences may share a step (prompt chunks of one, decode rows of many).
+// Work split: one invocation per (row, channel), 256 per workgroup.
+#include "common/step.wgsl"
+
+override C: u32 = 1024u;       // channels
+override K: u32 = 3u;          // taps
+override STRIDE: u32 = 3072u;  // values per row of bcx
+override B_COL: u32 = 0u;      // first column of B in bcx
+override C_COL: u32 = 1024u;   // of C
+override X_COL: u32 = 2048u;   // of x
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> bcx: array<f32>;         // [T_MAX, STRIDE] in-projection output
+@group(0) @binding(2) var<storage, read> w: array<f32>;           // [C, K] taps, the oldest input's first
+@group(0) @binding(3) var<storage, read> state: array<f32>;       // [slots, K - 1, C] conv state
+@group(0) @binding(4) var<storage, read> rows: array<vec4<u32>>;  // [T_MAX] (position, slot, -, -)
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;   // [T_MAX, C]
+
+#include "common/conv_state_rows.wgsl"
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    if (i >= step.n_tokens * C) {
+        return;
+    }
+    let t = i / C;
+    let c = i % C;
+    let run = run_before(t);
+    var acc = 0.0;
+    for (var j = 0u; j < K; j++) {
+        acc += w[c * K + j] * input_back(t, c, K - 1u - j, run);
+    }
+    out[i] = bcx[t * STRIDE + C_COL + c] * acc;
+}

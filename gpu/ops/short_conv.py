@@ -1,0 +1,41 @@
+"""Host side of the causal short convolution (LFM2's gated conv layers): its output and its state's update.
+
+    bx = B * x                                                 # B, x, C: columns of the in-projection's output
+    y[t] = C[t] * sum_j w[:, j] * bx[position(t) - (K - 1) + j]  # per channel, over each sequence's positions
+    state[slot] = bx of the sequence's last K - 1 positions
+
+The inputs before a step's rows come from the sequence's conv state (gpu/recurrent_state.py); the same two
+dispatches serve prompt chunks (many rows of one sequence), decode rows of many sequences, and a mix.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpu.program import ProgramBuilder, workgroup_grid
+from gpu.tensor import Tensor
+
+GROUP = 256  # invocations per workgroup of both kernels
+MAX_KERNEL = 9  # taps the state kernel holds in registers (kernels/causal_short_conv_state.wgsl's MAX_K + 1)
+
+
+def causal_short_conv(b: ProgramBuilder, bcx: Tensor, columns: tuple[int, int, int], weight: Tensor, state: Tensor,
+                      rows: Tensor, out: Tensor) -> None:
+    """out = C * causal_conv(B * x) of the step's rows, then the state moved past them
+    (kernels/causal_short_conv.wgsl, kernels/causal_short_conv_state.wgsl).
+
+    bcx: [T, S] holding B, C and x from the first columns given (columns: B's, C's, x's); weight: [C, K] taps;
+    state: [slots, K - 1, C] (updated in place); rows: the step's row table; out: [T, C]."""
+    channels, kernel = weight.shape
+    if not 2 <= kernel <= MAX_KERNEL:
+        raise ValueError(f"causal_short_conv takes 2 to {MAX_KERNEL} taps, not {kernel}")
+    if state.shape[1:] != (kernel - 1, channels):
+        raise ValueError(f"a conv state of {state.shape[1:]} for {channels} channels and {kernel} taps")
+    stride = bcx.shape[1]
+    b_col, c_col, x_col = columns
+    if max(columns) + channels > stride or out.shape[1] != channels:
+        raise ValueError(f"columns {columns} of {channels} do not fit bcx {bcx.shape} / out {out.shape}")
+    common = {"C": channels, "K": kernel, "STRIDE": stride, "B_COL": b_col, "X_COL": x_col}
+    groups = workgroup_grid(math.ceil(bcx.shape[0] * channels / GROUP))
+    b.dispatch("causal_short_conv", common | {"C_COL": c_col}, [b.step, bcx, weight, state, rows, out], groups)
+    b.dispatch("causal_short_conv_state", common, [b.step, bcx, state, rows], groups)
