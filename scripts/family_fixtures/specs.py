@@ -245,6 +245,18 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
               "int(2 * 192 / 3) rounded up to a multiple of 64). Prompt 1 (40 tokens) runs in chunks of 16 in "
               "tests/models/test_lfm2.py (state carried between chunks)"),
     Family(
+        "lfm2_h256", "Lfm2ForCausalLM",
+        _base(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=None, num_hidden_layers=2,
+              layer_types=["conv", "full_attention"], intermediate_size=384, block_auto_adjust_ff_dim=True,
+              block_multiple_of=256, block_ffn_dim_multiplier=1.0, conv_L_cache=3, conv_bias=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, rms_norm_eps=None, norm_eps=1e-5),
+        "LFM2.5-Instruct.jinja", "bpe", "as lfm2", bos="<|startoftext|>", eos="<|im_end|>", gen_eos=("<|im_end|>",),
+        pad="<|pad|>", add_bos=True, specials=LFM2_SPECIALS, pre="lfm2", seed=1200, dtypes=("q4_k_m",),
+        notes="lfm2 at hidden 256 (rows a multiple of 256, as K-quants need), a conv and an attention layer, "
+              "feed_forward_length 256: Q4_K_M by llama.cpp's llama-quantize from the converter's F32 file (not "
+              "committed); golden on the dequantised weights. Its files (about 700 KB) are left out of the tree "
+              "for size: make them with --only lfm2_h256 --llama-quantize ..."),
+    Family(
         "qwen3_embedding", "Qwen3Model",
         _base(head_dim=48, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, hidden_act="silu",
               attention_bias=False, use_sliding_window=False),
