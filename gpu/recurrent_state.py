@@ -20,7 +20,6 @@ rounding would accumulate over a sequence where the KV cache's does not.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gpu.program import Executor
@@ -34,14 +33,6 @@ class RecurrentLayerState:
     channels: int  # C: convolution channels
     kernel: int  # K: the convolution's taps (the state keeps K - 1 inputs per channel)
     matrix: tuple[int, ...] = ()  # the matrix state's shape (DeltaNet: heads, key dim, value dim); () = none
-
-    @property
-    def conv_values(self) -> int:
-        return (self.kernel - 1) * self.channels
-
-    @property
-    def matrix_values(self) -> int:
-        return math.prod(self.matrix) if self.matrix else 0
 
 
 class RecurrentStatePool:
@@ -64,8 +55,3 @@ class RecurrentStatePool:
     @property
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.conv) + sum(t.nbytes for t in self.matrix if t is not None)
-
-    @staticmethod
-    def bytes_per_sequence(layers: list[RecurrentLayerState]) -> int:
-        """The state one sequence holds, in bytes (f32)."""
-        return 4 * sum(layer.conv_values + layer.matrix_values for layer in layers)

@@ -102,3 +102,30 @@ def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel, golde
     assert generator.preemptions > 0
     assert got == want
     assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == 80
+
+
+@pytest.mark.parametrize("dtype", ["f32", "q8_0"])
+def test_gpu_kernels_give_the_reference_tokens(golden: dict[str, np.ndarray], dtype: str) -> None:
+    """The kernels a GPU runs (residual norms folded into the matvecs that read them, the conv layers' in-projection
+    among them; rounds overlapped), run here on lavapipe by making the device claim not to be a CPU: transformers'
+    greedy tokens for both prompts decoded in one batch, the long one in chunks of 16, and its logits after the
+    prompt within the parity tests' cosine of 0.99999."""
+    from gpu.device import Device
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Device, "is_software", property(lambda self: False))
+        gpu_model = load_text_model(str(FAMILIES_DIR / f"lfm2.{dtype}.gguf"), kv_dtype="f32", context_length=128,
+                                    max_batch=4)
+        prompts = {str(i): [int(t) for t in golden[f"{dtype}/prompt_{i}"]] for i in range(2)}
+        session = gpu_model.new_session()
+        try:
+            logits = np.asarray(session.prefill(prompts["1"]), np.float64)
+        finally:
+            session.close()
+        generator = BatchGenerator(gpu_model, steps_per_submit=4, prefill_chunk=16)
+        for key, prompt in prompts.items():
+            generator.add(key, prompt, GREEDY, 32, stop_ids=frozenset())
+        got, _ = _run(generator)
+    want = golden[f"{dtype}/logits_1"][0].astype(np.float64)
+    assert float(logits @ want / np.linalg.norm(logits) / np.linalg.norm(want)) >= 0.99999
+    assert got == {key: [int(t) for t in golden[f"{dtype}/greedy_{key}"]] for key in prompts}
