@@ -1,8 +1,9 @@
-// causal_short_conv: the gated short convolution of a step's rows (LFM2's conv layers), from the in-projection's
-// B, C and x columns:
-//   out[t, c] = C[t, c] * sum_j w[c, j] * (B * x)[position(t) - (K - 1) + j, c]
-// a depthwise causal convolution over each sequence's positions, its inputs before the step read from the
-// sequence's conv state (common/conv_state_rows.wgsl); causal_short_conv_state.wgsl then moves the state on.
+// causal_short_conv: a depthwise causal convolution over each sequence's positions, of a step's rows:
+//   GATED (LFM2's gated short conv, from the in-projection's B, C and x columns):
+//     out[t, c] = C[t, c] * sum_j w[c, j] * (B * x)[position(t) - (K - 1) + j, c]
+//   else (Gated DeltaNet's q|k|v conv):  out[t, c] = act(sum_j w[c, j] * x[position(t) - (K - 1) + j, c])
+// with act SiLU where SILU, else none. Inputs before the step come from the sequence's conv state
+// (common/conv_state_rows.wgsl); causal_short_conv_state.wgsl then moves the state on.
 // Rows of several sequences may share a step (prompt chunks of one, decode rows of many).
 // Work split: one invocation per (row, channel), 256 per workgroup.
 #include "common/step.wgsl"
@@ -13,6 +14,8 @@ override STRIDE: u32 = 3072u;  // values per row of bcx
 override B_COL: u32 = 0u;      // first column of B in bcx
 override C_COL: u32 = 1024u;   // of C
 override X_COL: u32 = 2048u;   // of x
+override GATED: bool = true;   // B * x in, C * conv out; else x in (B_COL, C_COL not read)
+override SILU: bool = false;   // SiLU on the convolution's output (before any C gate)
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> bcx: array<f32>;         // [T_MAX, STRIDE] in-projection output
@@ -37,5 +40,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var j = 0u; j < K; j++) {
         acc += w[c * K + j] * input_back(t, c, K - 1u - j, run);
     }
-    out[i] = bcx[t * STRIDE + C_COL + c] * acc;
+    var y = acc;
+    if (SILU) {
+        y = y / (1.0 + exp(-y));
+    }
+    if (GATED) {
+        y = bcx[t * STRIDE + C_COL + c] * y;
+    }
+    out[i] = y;
 }

@@ -1,4 +1,4 @@
-// causal_short_conv_state: moves each sequence's conv state past a step's rows: the K - 1 gated inputs B * x up to
+// causal_short_conv_state: moves each sequence's conv state past a step's rows: the K - 1 inputs (B * x, or x) up to
 // the last row of the sequence in the step, oldest first (common/conv_state_rows.wgsl), taken from the step's rows
 // and the old state (a step shorter than K - 1 rows keeps part of it). Runs after causal_short_conv has read it.
 // Work split: one invocation per (row, channel), 256 per workgroup; only each sequence's last row of the step writes,
@@ -10,6 +10,7 @@ override K: u32 = 3u;          // taps (at most MAX_K)
 override STRIDE: u32 = 3072u;  // values per row of bcx
 override B_COL: u32 = 0u;      // first column of B in bcx
 override X_COL: u32 = 2048u;   // of x
+override GATED: bool = true;   // the input is B * x, else x
 
 const MAX_K: u32 = 8u;
 

@@ -8,12 +8,15 @@
 //   otherwise:    the slot's conv state, which holds the K - 1 inputs before the step's first row of the sequence,
 //                 oldest first: index K - 1 + run - back
 // The including kernel declares `step`, `rows: array<vec4<u32>>`, `bcx`, `state`, and the overrides C, K, STRIDE,
-// B_COL, X_COL.
+// GATED, B_COL, X_COL.
 
-// The gated input B * x of row t, channel c.
+// The convolution's input of row t, channel c: B * x where GATED (LFM2), else x.
 fn gated_input(t: u32, c: u32) -> f32 {
     let base = t * STRIDE;
-    return bcx[base + B_COL + c] * bcx[base + X_COL + c];
+    if (GATED) {
+        return bcx[base + B_COL + c] * bcx[base + X_COL + c];
+    }
+    return bcx[base + X_COL + c];
 }
 
 // How many rows right before row t (at most K - 1) belong to its sequence.
