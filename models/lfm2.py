@@ -15,7 +15,8 @@ NeoX RoPE.
 
 GGUF particulars: the conv layers are those with head_count_kv 0 (a per-layer array), the taps are
 shortconv.conv [D, K] (the converter squeezes HF's [D, 1, K]), and the final norm is token_embd_norm (HF's
-embedding_norm, applied after the last layer). No q/k row permutation: the converter writes NeoX order.
+embedding_norm, applied after the last layer). No q/k row permutation: the converter writes NeoX order. Where the
+file has attention.sliding_window, every attention layer attends within it (llama.cpp's reading).
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ class LFM2(Decoder):
         kv = per_layer(f.value(Keys.Attention.HEAD_COUNT_KV), n_layers)
         if all(int(v) == 0 for v in kv):
             raise GGUFFormatError("an lfm2 file without attention layers (every head_count_kv is 0)")
-        return standard_config(f, layer_kinds=tuple("attention" if int(v) else SHORT_CONV for v in kv))
+        kinds = tuple("attention" if int(v) else SHORT_CONV for v in kv)
+        # llama.cpp: a sliding window, where the file gives one, applies to every attention layer
+        window = int(f.value(Keys.Attention.SLIDING_WINDOW, 0) or 0)
+        return standard_config(f, layer_kinds=kinds, window=window,
+                               sliding=tuple(window > 0 and kind == "attention" for kind in kinds))
 
     def load_recurrent(self, source: GGUFSource, up: Uploader, i: int) -> tuple[list[Fused], QuantWeight, object]:
         d = self.config.d_model

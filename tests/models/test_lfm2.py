@@ -129,3 +129,20 @@ def test_gpu_kernels_give_the_reference_tokens(golden: dict[str, np.ndarray], dt
     want = golden[f"{dtype}/logits_1"][0].astype(np.float64)
     assert float(logits @ want / np.linalg.norm(logits) / np.linalg.norm(want)) >= 0.99999
     assert got == {key: [int(t) for t in golden[f"{dtype}/greedy_{key}"]] for key in prompts}
+
+
+def test_config_reads_layer_kinds_and_a_sliding_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gguf import Keys
+
+    from models.formats.gguf_file import GGUFFile
+    from models.lfm2 import LFM2
+
+    f = GGUFFile(FAMILIES_DIR / "lfm2.f32.gguf")
+    c = LFM2.read_config(f)
+    assert c.layer_kinds == ("short_conv", "attention", "short_conv") and not any(c.sliding)
+    assert [c.attention(i) for i in range(3)] == [False, True, False] and c.kv_heads == (0, 2, 0)
+    value = f.value
+    monkeypatch.setattr(f, "value", lambda key, *default: 64 if key == Keys.Attention.SLIDING_WINDOW
+                        else value(key, *default))
+    c = LFM2.read_config(f)
+    assert c.window == 64 and c.sliding == (False, True, False)
