@@ -82,11 +82,11 @@ class LFM2(Decoder):
         return [RecurrentLayerState(c.d_model, self.layers[i].recurrent.taps.shape[1]) for i in self._state_index]
 
     def recurrent_mixer(self, b: ProgramBuilder, pool: KVPool, w: LayerWeights, i: int, h: BlockInput, rows: Tensor,
-                        t_max: int) -> Tensor:
+                        t_max: int, *, prompt: bool) -> Tensor:
         assert pool.recurrent is not None and isinstance(w.recurrent, ShortConvWeights)
         (bcx, b_col), (c_tensor, c_col), (x_tensor, x_col) = projections(b, w.qkv, h, t_max, f"bcx.{i}")
         assert bcx is c_tensor is x_tensor  # one product: B, C and x are columns of one output
         out = b.activation(f"conv.{i}", (t_max, self.config.d_model))
         causal_short_conv(b, bcx, (b_col, c_col, x_col), w.recurrent.taps, pool.recurrent.conv[self._state_index[i]],
-                          rows, out)
+                          rows, out, prompt=prompt)
         return out

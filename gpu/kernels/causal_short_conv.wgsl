@@ -3,7 +3,9 @@
 //     out[t, c] = C[t, c] * sum_j w[c, j] * (B * x)[position(t) - (K - 1) + j, c]
 //   else (Gated DeltaNet's q|k|v conv):  out[t, c] = act(sum_j w[c, j] * x[position(t) - (K - 1) + j, c])
 // with act SiLU where SILU, else none. Inputs before the step come from the sequence's conv state
-// (common/conv_state_rows.wgsl); causal_short_conv_state.wgsl then moves the state on.
+// (common/conv_state_rows.wgsl); causal_short_conv_state.wgsl then moves the state on, or, where each sequence has
+// one row in the step (decode; STORE), this kernel does: each invocation is then the only one to touch its
+// sequence's channel of the state, and reads it before writing.
 // Rows of several sequences may share a step (prompt chunks of one, decode rows of many).
 // Work split: one invocation per (row, channel), 256 per workgroup.
 #include "common/step.wgsl"
@@ -16,11 +18,14 @@ override C_COL: u32 = 1024u;   // of C
 override X_COL: u32 = 2048u;   // of x
 override GATED: bool = true;   // B * x in, C * conv out; else x in (B_COL, C_COL not read)
 override SILU: bool = false;   // SiLU on the convolution's output (before any C gate)
+override STORE: bool = false;  // one row per sequence: move the state on here too
+
+const MAX_K: u32 = 8u;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> bcx: array<f32>;         // [T_MAX, STRIDE] in-projection output
 @group(0) @binding(2) var<storage, read> w: array<f32>;           // [C, K] taps, the oldest input's first
-@group(0) @binding(3) var<storage, read> state: array<f32>;       // [slots, K - 1, C] conv state
+@group(0) @binding(3) var<storage, read_write> state: array<f32>; // [slots, K - 1, C] conv state (STORE: updated)
 @group(0) @binding(4) var<storage, read> rows: array<vec4<u32>>;  // [T_MAX] (position, slot, -, -)
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;   // [T_MAX, C]
 
@@ -48,4 +53,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         y = bcx[t * STRIDE + C_COL + c] * y;
     }
     out[i] = y;
+    if (STORE) {
+        var kept: array<f32, MAX_K>;
+        for (var j = 0u; j < K - 1u; j++) {
+            kept[j] = input_back(t, c, K - 2u - j, run);
+        }
+        let slot = rows[t].y;
+        for (var j = 0u; j < K - 1u; j++) {
+            state[(slot * (K - 1u) + j) * C + c] = kept[j];
+        }
+    }
 }

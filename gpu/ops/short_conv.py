@@ -22,27 +22,29 @@ MAX_KERNEL = 9  # taps the state kernel holds in registers (kernels/causal_short
 
 
 def causal_short_conv(b: ProgramBuilder, bcx: Tensor, columns: tuple[int, int, int], weight: Tensor, state: Tensor,
-                      rows: Tensor, out: Tensor) -> None:
+                      rows: Tensor, out: Tensor, *, prompt: bool = True) -> None:
     """out = C * causal_conv(B * x) of the step's rows, then the state moved past them
     (kernels/causal_short_conv.wgsl, kernels/causal_short_conv_state.wgsl).
 
     bcx: [T, S] holding B, C and x from the first columns given (columns: B's, C's, x's); weight: [C, K] taps;
-    state: [slots, K - 1, C] (updated in place); rows: the step's row table; out: [T, C]."""
-    _dispatch(b, bcx, columns, weight, state, rows, out, gated=True, silu=False)
+    state: [slots, K - 1, C] (updated in place); rows: the step's row table; out: [T, C]. prompt False: every
+    sequence has one row in the step (decode), and one dispatch also moves the state on."""
+    _dispatch(b, bcx, columns, weight, state, rows, out, gated=True, silu=False, prompt=prompt)
 
 
 def causal_conv(b: ProgramBuilder, x: Tensor, column: int, weight: Tensor, state: Tensor, rows: Tensor, out: Tensor,
-                activation: str | None = "silu") -> None:
+                activation: str | None = "silu", *, prompt: bool = True) -> None:
     """out = activation(causal_conv(x)) of the step's rows, then the state moved past them (the same kernels, not
     gated). x: [T, S] holding the C input channels from `column`; activation: "silu" or None; the rest as
     causal_short_conv."""
     if activation not in ("silu", None):
         raise ValueError(f"causal_conv's activation is silu or None, not {activation!r}")
-    _dispatch(b, x, (column, column, column), weight, state, rows, out, gated=False, silu=activation == "silu")
+    _dispatch(b, x, (column, column, column), weight, state, rows, out, gated=False, silu=activation == "silu",
+              prompt=prompt)
 
 
 def _dispatch(b: ProgramBuilder, bcx: Tensor, columns: tuple[int, int, int], weight: Tensor, state: Tensor,
-              rows: Tensor, out: Tensor, *, gated: bool, silu: bool) -> None:
+              rows: Tensor, out: Tensor, *, gated: bool, silu: bool, prompt: bool) -> None:
     channels, kernel = weight.shape
     if not 2 <= kernel <= MAX_KERNEL:
         raise ValueError(f"causal_short_conv takes 2 to {MAX_KERNEL} taps, not {kernel}")
@@ -54,6 +56,7 @@ def _dispatch(b: ProgramBuilder, bcx: Tensor, columns: tuple[int, int, int], wei
         raise ValueError(f"columns {columns} of {channels} do not fit bcx {bcx.shape} / out {out.shape}")
     common = {"C": channels, "K": kernel, "STRIDE": stride, "B_COL": b_col, "X_COL": x_col, "GATED": gated}
     groups = workgroup_grid(math.ceil(bcx.shape[0] * channels / GROUP))
-    b.dispatch("causal_short_conv", common | {"C_COL": c_col, "SILU": silu}, [b.step, bcx, weight, state, rows, out],
-               groups)
-    b.dispatch("causal_short_conv_state", common, [b.step, bcx, state, rows], groups)
+    b.dispatch("causal_short_conv", common | {"C_COL": c_col, "SILU": silu, "STORE": not prompt},
+               [b.step, bcx, weight, state, rows, out], groups)
+    if prompt:  # rows of one sequence read the state the last of them moves on: a second pass
+        b.dispatch("causal_short_conv_state", common, [b.step, bcx, state, rows], groups)

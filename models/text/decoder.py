@@ -345,9 +345,10 @@ class Decoder:
         return []
 
     def recurrent_mixer(self, b: ProgramBuilder, pool: KVPool, w: LayerWeights, i: int, h: BlockInput, rows: Tensor,
-                        t_max: int) -> Tensor:
+                        t_max: int, *, prompt: bool) -> Tensor:
         """Hook: a recurrent layer's output [T, D] before its output projection, from its normalised input h, reading
-        and moving on each sequence's state in pool.recurrent (its index there: self._state_index[i])."""
+        and moving on each sequence's state in pool.recurrent (its index there: self._state_index[i]). prompt: rows of
+        prompt chunks, else decode rows (one per sequence)."""
         raise NotImplementedError(f"{self.architecture} has no recurrent layers")
 
     def _layer_matrix(self, source: GGUFSource, name: str, i: int) -> Matrix:
@@ -440,7 +441,7 @@ class Decoder:
                 t = r_max
             sliding = c.sliding[i]
             if not c.attention(i):
-                a = self.recurrent_mixer(b, pool, w, i, h, rows, t)
+                a = self.recurrent_mixer(b, pool, w, i, h, rows, t, prompt=t > r_max)
             else:
                 a = blocks.attention(
                     b, w.qkv, h, w.q_norm, w.k_norm, self.rope_of(i), pool, self._pool_index[c.cache_layer(i)], rows,

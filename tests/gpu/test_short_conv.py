@@ -42,7 +42,7 @@ def _state(history: list[np.ndarray], k: int) -> np.ndarray:
 
 
 def _run(ex: Executor, bcx: np.ndarray, w: np.ndarray, state: np.ndarray, rows: np.ndarray, t_max: int,
-         cols: tuple[int, int, int], gated: bool = True) -> tuple[np.ndarray, np.ndarray]:
+         cols: tuple[int, int, int], gated: bool = True, prompt: bool = True) -> tuple[np.ndarray, np.ndarray]:
     n = len(rows)
     padded = np.zeros((t_max, bcx.shape[1]), np.float32)
     padded[:n] = bcx
@@ -55,9 +55,9 @@ def _run(ex: Executor, bcx: np.ndarray, w: np.ndarray, state: np.ndarray, rows: 
     ot = ex.tensor("out", (t_max, D))
     b = ProgramBuilder(ex, "short_conv")
     if gated:
-        causal_short_conv(b, bt, cols, wt, st, rt, ot)
+        causal_short_conv(b, bt, cols, wt, st, rt, ot, prompt=prompt)
     else:
-        causal_conv(b, bt, cols[2], wt, st, rt, ot, activation="silu")
+        causal_conv(b, bt, cols[2], wt, st, rt, ot, activation="silu", prompt=prompt)
     out, new_state = ex.run(b.build(), StepParams(n_tokens=n, n_out=1), read=[ot, st])
     return out.reshape(t_max, D)[:n], new_state.reshape(state.shape)
 
@@ -100,3 +100,26 @@ def test_mixed_step(ex: Executor, gated: bool) -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
     for slot in range(SLOTS):
         np.testing.assert_array_equal(new_state[slot], _state(history[slot], k))
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "silu"])
+def test_decode_rows_move_the_state_in_one_dispatch(ex: Executor, gated: bool) -> None:
+    """Decode rows, one per sequence (prompt=False: the conv kernel also writes the state), over three steps: a
+    sequence far in, one at position 1 (half its state before its start) and one starting on a stale state."""
+    k = 4
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((D, k)).astype(np.float32)
+    cols = (0, D, 2 * D)
+    state = rng.standard_normal((SLOTS, k - 1, D)).astype(np.float32)
+    history = {0: [rng.standard_normal(D).astype(np.float32) for _ in range(9)],
+               1: [rng.standard_normal(D).astype(np.float32)], 2: []}
+    for slot in (0, 1):
+        state[slot] = _state(history[slot], k)
+    for _ in range(3):
+        rows = np.array([(len(history[slot]), slot, 1, 0) for slot in (0, 1, 2)], np.uint32)
+        bcx = rng.standard_normal((3, 3 * D)).astype(np.float32)
+        expected = _reference(bcx, w, history, rows, cols, gated)
+        out, state = _run(ex, bcx, w, state, rows, 4, cols, gated, prompt=False)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+        for slot in (0, 1, 2):
+            np.testing.assert_array_equal(state[slot], _state(history[slot], k))
