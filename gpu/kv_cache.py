@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpu.program import Executor
+from gpu.recurrent_state import RecurrentStatePool
 
 KV_DTYPES = ("f16", "f32")
 PAGE_TOKENS = 128  # positions per page unless told: few page-table reads, little waste per sequence
@@ -26,7 +27,8 @@ class PoolExhausted(RuntimeError):
 
 class KVPool:
     """Per layer a key and a value pool of n_pages * page_tokens rows; slots and pages handed out
-    to sequences on demand and taken back when they close."""
+    to sequences on demand and taken back when they close. A hybrid network's recurrent layers keep their
+    per-sequence state beside it (`recurrent`, gpu/recurrent_state.py), in rows indexed by the same slots."""
 
     def __init__(self, executor: Executor, name: str, widths: list[int], n_ctx: int, pool_tokens: int,
                  n_slots: int, kv_dtype: str, page_tokens: int = PAGE_TOKENS) -> None:
@@ -51,6 +53,7 @@ class KVPool:
         self._pages: list[list[int]] = [[] for _ in range(n_slots)]  # pages held by each slot, in order
         self._free_pages = list(range(self.n_pages - 1, -1, -1))  # a stack: low pages first
         self._free_slots = list(range(n_slots - 1, -1, -1))
+        self.recurrent: RecurrentStatePool | None = None  # set by a decoder with recurrent layers
 
     @property
     def f16(self) -> bool:
@@ -58,7 +61,8 @@ class KVPool:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.nbytes for t in self.keys + self.values)
+        states = self.recurrent.nbytes if self.recurrent is not None else 0
+        return sum(t.nbytes for t in self.keys + self.values) + states
 
     @property
     def free_slots(self) -> int:

@@ -1,7 +1,7 @@
 r"""Parity fixtures for the decoder families of issue 39: tiny random-weight transformers models, converted to GGUF by
 llama.cpp's own convert_hf_to_gguf.py, with transformers' float32 outputs on them as golden data.
 
-Per family (llama3, qwen2, qwen3, mistral, smollm3, phi3, gemma, gemma2, qwen3_embedding; specs in
+Per family (llama3, qwen2, qwen3, mistral, smollm3, phi3, gemma, gemma2, qwen3_embedding, lfm2; specs in
 family_fixtures/specs.py) the script
 1. builds a tiny tokenizer the way the real repository ships it: a byte-level BPE (`tokenizers`, trained on a small
    corpus, the family's split regex, its special tokens added after the learned vocabulary) or a SentencePiece BPE
@@ -21,8 +21,9 @@ family_fixtures/specs.py) the script
    with gguf-py and mapped back to transformers' names (undoing the converter's Q/K row permutation for llama-arch
    files), and keeps the first seed whose every recorded step has a top-2 margin > 1e-3 relative and whose greedy
    runs use >= 8 distinct tokens.
-With --llama-quantize, llama3_h256 (llama3 at hidden 256) is also made as Q4_K_M by llama.cpp's llama-quantize
-(its F32 source is not kept); scripts/check_family_fixtures.py says how to build it.
+With --llama-quantize, llama3_h256 (llama3 at hidden 256) and lfm2_h256 are also made as Q4_K_M by llama.cpp's
+llama-quantize (their F32 sources are not kept; lfm2_h256's files are not committed, for size);
+scripts/check_family_fixtures.py says how to build llama-quantize.
 
 Outputs in --out (tests/golden/families): <family>.<dtype>.gguf, <family>.npz and meta.json (per family: the HF
 config, seed, tokenizer layout, notes on what the converter writes, sha256 of each file). The npz holds, per dtype d

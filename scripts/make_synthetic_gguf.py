@@ -11,9 +11,12 @@ are small and finite, so the arithmetic is as costly as on real weights.
     python scripts/make_synthetic_gguf.py --tokenizer tok.gguf --shape gemma4-e2b out.gguf  # Gemma 4 E2B
     python scripts/make_synthetic_gguf.py --tokenizer ggml-vocab-llama-bpe.gguf --shape llama3.2-1b out.gguf
     python scripts/make_synthetic_gguf.py --shape gemma3-4b-mmproj mmproj.gguf  # Gemma 3 4B's projector (F16)
+    python scripts/make_synthetic_gguf.py --tokenizer ggml-vocab-llama-bpe.gguf --shape lfm2.5-350m out.gguf
 
 The other families' shapes (DECODER_SHAPES) take the tokenizer of a llama.cpp vocab file (models/ggml-vocab-*.gguf
-in its source tree: llama-bpe for Llama 3, qwen2 for Qwen 3); the embedding table gets the tokenizer's height.
+in its source tree: llama-bpe for Llama 3, qwen2 for Qwen 3); the embedding table gets the tokenizer's height
+(LFM2's own vocabulary has 65,536 tokens; llama.cpp's tree has no LFM2 vocab file, and llama-bpe's 128,256 double
+the output head's share).
 The projector (gemma3_projector) is a vision tower, not a decoder: its values matter (27 layers must keep activations
 finite on every engine), so it gets scaled normal weights rather than random blocks, and needs no tokenizer.
 """
@@ -239,6 +242,11 @@ DECODER_SHAPES = {
     "qwen3-4b": dict(arch="qwen3", d=2560, layers=36, heads=32, kv=8, head_dim=128, ffn=9728, base=1_000_000.0,
                      tied=True, qk_norm=True, llama3_rope=False),
 }
+# LFM2 / LFM2.5 (HF configs): conv layers everywhere but `attention`; ffn is the adjusted block_ff_dim
+LFM2_SHAPES = {
+    "lfm2.5-350m": dict(d=1024, layers=16, heads=16, kv=8, head_dim=64, ffn=4608, base=1_000_000.0, l_cache=3,
+                        attention=(2, 5, 8, 10, 12, 14)),
+}
 
 
 def llama3_rope_factors(head_dim: int, base: float, factor: float = 32.0, low: float = 1.0, high: float = 4.0,
@@ -363,6 +371,48 @@ def gemma4_projector(path: Path, *, patch_size: int = 16, width: int = 768, ffn:
     return path
 
 
+def lfm2_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
+    """A Q4_K_M-style LFM2: Q4_K matrices (the conv layers' in_proj and out_proj too), Q6_K for attn_v and ffn_down in
+    llama.cpp's use_more_bits layers and for the tied embedding, F32 conv taps and norms."""
+    s = LFM2_SHAPES[size]
+    reader = GGUFReader(tokenizer)
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
+    d, hd, f, n = s["d"], s["head_dim"], s["ffn"], s["layers"]
+    writer = _dense_writer(reader, out, "lfm2", context=128000, d=d, layers=n, ffn=f, heads=s["heads"], kv=s["kv"],
+                           head_dim=hd, eps=1e-5, base=s["base"])
+    # per layer, 0 for a conv layer (replaces the scalar _dense_writer wrote; gguf-py warns of the overwrite)
+    writer.add_head_count_kv([s["kv"] if i in s["attention"] else 0 for i in range(n)])
+    writer.add_shortconv_l_cache(s["l_cache"])
+    writer.add_vocab_size(vocab)
+    rng = np.random.default_rng(seed)
+
+    def add(name: str, qtype: Q, shape: tuple[int, ...]) -> None:
+        _add(writer, name, qtype, shape, rng)
+
+    add("token_embd.weight", Q.Q6_K, (d, vocab))
+    add("token_embd_norm.weight", Q.F32, (d,))  # LFM2's final norm
+    for i in range(n):
+        more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # llama.cpp's use_more_bits
+        p = f"blk.{i}."
+        add(p + "attn_norm.weight", Q.F32, (d,))
+        add(p + "ffn_norm.weight", Q.F32, (d,))
+        if i in s["attention"]:
+            add(p + "attn_q_norm.weight", Q.F32, (hd,))
+            add(p + "attn_k_norm.weight", Q.F32, (hd,))
+            add(p + "attn_q.weight", _q4_k_m_type(d, False), (d, s["heads"] * hd))
+            add(p + "attn_k.weight", _q4_k_m_type(d, False), (d, s["kv"] * hd))
+            add(p + "attn_v.weight", _q4_k_m_type(d, more_bits), (d, s["kv"] * hd))
+            add(p + "attn_output.weight", _q4_k_m_type(s["heads"] * hd, False), (s["heads"] * hd, d))
+        else:
+            add(p + "shortconv.conv.weight", Q.F32, (s["l_cache"], d))
+            add(p + "shortconv.in_proj.weight", _q4_k_m_type(d, False), (d, 3 * d))
+            add(p + "shortconv.out_proj.weight", _q4_k_m_type(d, False), (d, d))
+        add(p + "ffn_gate.weight", _q4_k_m_type(d, False), (d, f))
+        add(p + "ffn_up.weight", _q4_k_m_type(d, False), (d, f))
+        add(p + "ffn_down.weight", _q4_k_m_type(f, more_bits), (f, d))
+    _write(writer)
+
+
 def _add(writer: GGUFWriter, name: str, qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> None:
     """Add a tensor of GGUF shape ne (innermost first); quantised data goes in as [rows, row bytes]."""
     data = random_blocks(qtype, shape, rng)
@@ -382,7 +432,8 @@ def main() -> None:
     parser.add_argument("--like", type=Path, help="copy shapes, types and metadata of this GGUF")
     parser.add_argument("--vocab-only", action="store_true", help="with --like: metadata only, no tensors")
     parser.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer metadata to copy (with --shape)")
-    parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b", PROJECTOR_SHAPE] + sorted(DECODER_SHAPES),
+    parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b", PROJECTOR_SHAPE] + sorted(DECODER_SHAPES)
+                        + sorted(LFM2_SHAPES),
                         help="a Gemma 3 size, Gemma 4 E2B, Gemma 3 4B's projector (no --tokenizer), or another "
                         "family's model (DECODER_SHAPES)")
     parser.add_argument("--layers", type=int,
@@ -393,6 +444,8 @@ def main() -> None:
         like(args.like, args.out, args.vocab_only, args.seed)
     elif args.shape == PROJECTOR_SHAPE:
         gemma3_projector(args.out, layers=args.layers or 27, seed=args.seed)
+    elif args.shape in LFM2_SHAPES and args.tokenizer:
+        lfm2_shape(args.tokenizer, args.shape, args.out, args.seed)
     elif args.shape in DECODER_SHAPES and args.tokenizer:
         decoder_shape(args.tokenizer, args.shape, args.out, args.seed)
     elif args.shape == "gemma4-e2b" and args.tokenizer:

@@ -4,8 +4,9 @@ One step, for T token rows of any sequences in the KV pool (models/text/step_io.
 
     x = embed(ids) * embed_scale                                        # x: [T, D]
         (an image's rows: its encoder's rows as they are, io.images; they attend to each other both ways)
-    for each layer i (sliding or full attention; head_dims[i], kv_heads[i], d_ffn[i]):
+    for each layer i (sliding or full attention, or a recurrent layer; head_dims[i], kv_heads[i], d_ffn[i]):
         h = rms_norm(x) * attn_norm
+        (a recurrent layer: a = recurrent_mixer(h), its per-sequence state in the pool's `recurrent`; then as below)
         q = rope(rms_norm(h Wq + bq) * q_norm)                          # q: [T, H, Dh_i]
         unless KV-shared: k = rope(rms_norm(h Wk + bk) * k_norm), v = h Wv + bv   # (v = k where the file has no Wv)
             cache[pos] = k, v (v rms-normalised first where v_norm)
@@ -27,8 +28,10 @@ config's activation (gelu_tanh for Gemma, silu elsewhere); no_rope layers attend
 A family is a config reader (GGUF metadata -> DecoderConfig; standard_config reads the keys every llama.cpp
 architecture writes) and a subclass overriding only the hooks where its network differs: load_globals and
 load_layer (extra tensors), begin_step (per-step inputs such as per-layer embeddings), feed_forward (experts),
-block_output (scaled residuals, per-layer inputs) and _rope (LongRoPE tables). How each part runs (fused
-products, folded norms, int8 activations) is gpu/ops/blocks.py's choice.
+block_output (scaled residuals, per-layer inputs) and _rope (LongRoPE tables). A hybrid network names each layer's
+kind (DecoderConfig.layer_kinds); its recurrent layers take three hooks: load_recurrent (their tensors),
+recurrent_states (their per-sequence state shapes, gpu/recurrent_state.py) and recurrent_mixer (the step's part).
+How each part runs (fused products, folded norms, int8 activations) is gpu/ops/blocks.py's choice.
 
 Adding a family:
 1. models/<family>.py: read_config(f) -> DecoderConfig from the file's keys (gguf-py's Keys), and a Decoder
@@ -58,6 +61,7 @@ from gpu.ops.blocks import BlockInput, Residual
 from gpu.ops.matmul import embedding, linear
 from gpu.ops.split_sums import SplitSums
 from gpu.program import Executor, Program, ProgramBuilder
+from gpu.recurrent_state import RecurrentLayerState, RecurrentStatePool
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
@@ -78,6 +82,7 @@ FAMILIES = {
     "qwen2": "models.qwen:Qwen2",
     "qwen3": "models.qwen:Qwen3",
     "phi3": "models.phi3:Phi3",
+    "lfm2": "models.lfm2:LFM2",
 }
 
 
@@ -131,6 +136,12 @@ class DecoderConfig:
     n_experts_used: int = 0
     activation: str = "gelu_tanh"  # of the gated feed-forward: gelu_tanh (GeGLU) or silu (SwiGLU)
     no_rope: tuple[bool, ...] = ()  # per layer: attention without RoPE (SmolLM3's every 4th); empty = none
+    # per layer: "attention", or a recurrent kind its family runs (LFM2's "short_conv"); empty = all attention
+    layer_kinds: tuple[str, ...] = ()
+
+    def attention(self, i: int) -> bool:
+        """Whether layer i is an attention layer (else a recurrent one, with state rather than a KV cache)."""
+        return not self.layer_kinds or self.layer_kinds[i] == "attention"
 
     def q_width(self, i: int) -> int:
         return self.n_heads * self.head_dims[i]
@@ -199,6 +210,7 @@ class LayerWeights:
     post_ffw_norm: Tensor | None
     qk_norm: bool = field(default=True, kw_only=True)
     qkv_bias: list[Tensor | None] = field(default_factory=list, kw_only=True)  # per qkv matrix: its biases (Qwen 2)
+    recurrent: object = field(default=None, kw_only=True)  # a recurrent layer's own tensors (its family's type)
 
 
 PerRow = dict[str, Tensor]  # a family's per-step tensors with a row per token (gathered with the stream)
@@ -213,6 +225,8 @@ class Decoder:
     # Whether the file's q/k rows are in llama.cpp's interleaved-RoPE order (LLAMA_ROPE_TYPE_NORM: its converter
     # permutes them for the llama architectures); the step rotates NeoX's halves, so they are reordered at load.
     rope_interleaved: ClassVar[bool] = False
+    # The final norm's tensor (LFM2's converter writes it as token_embd_norm)
+    output_norm_tensor: ClassVar[MODEL_TENSOR] = T.OUTPUT_NORM
 
     def __init__(self, executor: Executor, f: GGUFFile, n_ctx: int, progress: Progress | None = None) -> None:
         self.executor = executor
@@ -223,14 +237,17 @@ class Decoder:
         source = GGUFSource(f)
         up = Uploader(executor, source.total_bytes, progress)
         self.token_embd = self._matrix(source, up, tensor_name(T.TOKEN_EMBD))
-        self.output_norm = self._vector(source, up, tensor_name(T.OUTPUT_NORM))
+        self.output_norm = self._vector(source, up, tensor_name(self.output_norm_tensor))
         output = tensor_name(T.OUTPUT)
         self.output = self._matrix(source, up, output) if source.has(output) else self.token_embd
         self.load_globals(source, up)
         self.layers = [self.load_layer(source, up, i) for i in range(c.n_layers)]
         self.weight_bytes = up.uploaded_bytes
-        # the KV pool holds a cache per layer that writes one, in layer order: layer -> its index there
-        self._pool_index = {layer: j for j, layer in enumerate(i for i in range(c.n_layers) if not c.shared(i))}
+        # the KV pool holds a cache per attention layer that writes one, in layer order: layer -> its index there
+        self._pool_index = {layer: j for j, layer in enumerate(
+            i for i in range(c.n_layers) if c.attention(i) and not c.shared(i))}
+        # and a state per recurrent layer (pool.recurrent): layer -> its index there
+        self._state_index = {layer: j for j, layer in enumerate(i for i in range(c.n_layers) if not c.attention(i))}
         self.rope = {sliding: self._rope(source, sliding) for sliding in (True, False)}
 
     @staticmethod
@@ -267,6 +284,20 @@ class Decoder:
         def fused(names: list[str]) -> list[Fused]:
             return up.fused([(n, self._layer_matrix(source, n, i)) for n in names])
 
+        def gate_up() -> list[Fused]:
+            if source.has(tensor_name(T.FFN_GATE, i)):
+                return fused([tensor_name(T.FFN_GATE, i), tensor_name(T.FFN_UP, i)])
+            # gate|up already one matrix (Phi-3's ffn_up of 2F rows)
+            return [Fused(self._matrix(source, up, tensor_name(T.FFN_UP, i)), [0, c.d_ffn[i]])]
+
+        if not c.attention(i):
+            inputs, output, own = self.load_recurrent(source, up, i)
+            return LayerWeights(
+                attn_norm=vector(T.ATTN_NORM), qkv=inputs, q_norm=self._no_norm(c.d_model), k_norm=None, o=output,
+                post_attention_norm=optional(T.ATTN_POST_NORM), ffn_norm=vector(T.FFN_NORM), gate_up=gate_up(),
+                down=self._matrix(source, up, tensor_name(T.FFN_DOWN, i)), post_ffw_norm=optional(T.FFN_POST_NORM),
+                qk_norm=False, recurrent=own)
+
         widths = [c.q_width(i), c.kv_width(i), c.kv_width(i)]
         if source.has(tensor_name(T.ATTN_QKV, i)):  # Phi-3: one matrix in the file
             qkv = [Fused(self._matrix(source, up, tensor_name(T.ATTN_QKV, i)), [0, widths[0], widths[0] + widths[1]])]
@@ -288,10 +319,7 @@ class Decoder:
             q_norm, k_norm = vector(T.ATTN_Q_NORM), None if shared else vector(T.ATTN_K_NORM)
         else:  # the kernels take norm weights they do not read
             q_norm = k_norm = self._no_norm(c.head_dims[i])
-        if source.has(tensor_name(T.FFN_GATE, i)):
-            gate_up = fused([tensor_name(T.FFN_GATE, i), tensor_name(T.FFN_UP, i)])
-        else:  # gate|up already one matrix (Phi-3's ffn_up of 2F rows)
-            gate_up = [Fused(self._matrix(source, up, tensor_name(T.FFN_UP, i)), [0, c.d_ffn[i]])]
+        ffn = gate_up()
         return LayerWeights(
             attn_norm=vector(T.ATTN_NORM),
             qkv=qkv,
@@ -300,12 +328,28 @@ class Decoder:
             o=self._matrix(source, up, tensor_name(T.ATTN_OUT, i)),
             post_attention_norm=optional(T.ATTN_POST_NORM),
             ffn_norm=vector(T.FFN_NORM),
-            gate_up=gate_up,
+            gate_up=ffn,
             down=self._matrix(source, up, tensor_name(T.FFN_DOWN, i)),
             post_ffw_norm=optional(T.FFN_POST_NORM),
             qk_norm=qk_norm,
             qkv_bias=qkv_bias,
         )
+
+    def load_recurrent(self, source: GGUFSource, up: Uploader, i: int) -> tuple[list[Fused], QuantWeight, object]:
+        """Hook: a recurrent layer's tensors: its input projections (the products of its normalised input, as the
+        step reads them), its output projection (added to the residual as attention's is) and its own others."""
+        raise NotImplementedError(f"{self.architecture} has no recurrent layers")
+
+    def recurrent_states(self) -> list[RecurrentLayerState]:
+        """Hook: the per-sequence state shapes of the recurrent layers, in layer order."""
+        return []
+
+    def recurrent_mixer(self, b: ProgramBuilder, pool: KVPool, w: LayerWeights, i: int, h: BlockInput, rows: Tensor,
+                        t_max: int, *, prompt: bool) -> Tensor:
+        """Hook: a recurrent layer's output [T, D] before its output projection, from its normalised input h, reading
+        and moving on each sequence's state in pool.recurrent (its index there: self._state_index[i]). prompt: rows of
+        prompt chunks, else decode rows (one per sequence)."""
+        raise NotImplementedError(f"{self.architecture} has no recurrent layers")
 
     def _layer_matrix(self, source: GGUFSource, name: str, i: int) -> Matrix:
         """A layer's matrix as the step reads it: q and k rows from llama.cpp's interleaved-RoPE order back in
@@ -360,8 +404,12 @@ class Decoder:
     def new_pool(self, kv_dtype: str, n_ctx: int, pool_tokens: int, n_slots: int, page_tokens: int) -> KVPool:
         """Caches for the layers that write one (KV-shared layers read an earlier layer's)."""
         widths = [self.config.kv_width(i) for i in self._pool_index]
-        return KVPool(self.executor, f"kv_{kv_dtype}", widths, min(n_ctx, self.n_ctx), pool_tokens, n_slots,
+        pool = KVPool(self.executor, f"kv_{kv_dtype}", widths, min(n_ctx, self.n_ctx), pool_tokens, n_slots,
                       kv_dtype, page_tokens)
+        states = self.recurrent_states()
+        if states:  # the recurrent layers' state, one row per slot of the pool
+            pool.recurrent = RecurrentStatePool(self.executor, f"state_{kv_dtype}", states, n_slots)
+        return pool
 
     # -- the step -----------------------------------------------------------------------------------------------
 
@@ -392,11 +440,14 @@ class Decoder:
                 residual.gather(x, r_max)
                 t = r_max
             sliding = c.sliding[i]
-            a = blocks.attention(
-                b, w.qkv, h, w.q_norm, w.k_norm, self.rope_of(i), pool, self._pool_index[c.cache_layer(i)], rows,
-                t, str(i), prompt=t > r_max, heads=c.n_heads, kv_heads=c.kv_heads[i], head_dim=c.head_dims[i],
-                window=c.window if sliding else 0, scale=c.query_scale, eps=c.eps, v_norm=c.v_norm,
-                stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias, softcap=c.attn_softcap)
+            if not c.attention(i):
+                a = self.recurrent_mixer(b, pool, w, i, h, rows, t, prompt=t > r_max)
+            else:
+                a = blocks.attention(
+                    b, w.qkv, h, w.q_norm, w.k_norm, self.rope_of(i), pool, self._pool_index[c.cache_layer(i)], rows,
+                    t, str(i), prompt=t > r_max, heads=c.n_heads, kv_heads=c.kv_heads[i], head_dim=c.head_dims[i],
+                    window=c.window if sliding else 0, scale=c.query_scale, eps=c.eps, v_norm=c.v_norm,
+                    stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias, softcap=c.attn_softcap)
             o = residual.output(w.o, a, f"o{i}")
             h2 = residual.add_norm(o, w.post_attention_norm, w.ffn_norm, w.gate_up, f"h2_{i}", gated=True)
             y = self.feed_forward(b, w, i, h2, residual)

@@ -46,6 +46,12 @@ PHI3_ADDED = ["<|endoftext|>", "<|assistant|>", "<|placeholder1|>", "<|placehold
 GEMMA_CONTROLS = ["<mask>", "[@BOS@]"] + [f"<unused{i}>" for i in range(100)]
 GEMMA_TURNS = ["<start_of_turn>", "<end_of_turn>"]
 
+# LFM2's specials (the real vocabulary has them first, ids 0..; here after the learned vocabulary)
+LFM2_SPECIALS = [("<|pad|>", True), ("<|startoftext|>", True), ("<|endoftext|>", True), ("<|fim_pre|>", True),
+                 ("<|fim_mid|>", True), ("<|fim_suf|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+                 ("<|tool_list_start|>", True), ("<|tool_list_end|>", True), ("<|tool_call_start|>", True),
+                 ("<|tool_call_end|>", True), ("<|tool_response_start|>", True), ("<|tool_response_end|>", True)]
+
 QWEN3_EMBED_TASK = "Given a web search query, retrieve relevant passages that answer the query"
 QWEN3_EMBED_QUERY_PREFIX = f"Instruct: {QWEN3_EMBED_TASK}\nQuery:"
 
@@ -222,6 +228,34 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
               "llama.cpp scales by 1/sqrt(head_dim) unless n_layer == 46: <dtype>/logits_<i> are transformers' "
               "(scale 1/sqrt(32)), <dtype>/headdim_scale/logits_<i> the same weights with 1/sqrt(16), what "
               "llama.cpp computes on this file"),
+    Family(
+        "lfm2", "Lfm2ForCausalLM",
+        _base(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=None, num_hidden_layers=3,
+              layer_types=["conv", "full_attention", "conv"], intermediate_size=192, block_auto_adjust_ff_dim=True,
+              block_multiple_of=64, block_ffn_dim_multiplier=1.0, conv_L_cache=3, conv_bias=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, rms_norm_eps=None, norm_eps=1e-5),
+        "LFM2.5-Instruct.jinja", "bpe", "byte-level BPE, Llama 3 split regex (llama.cpp's lfm2 pre-tokenizer), "
+        "<|startoftext|> prepended; LFM2's specials after the learned vocabulary (the real one has them first)",
+        bos="<|startoftext|>", eos="<|im_end|>", gen_eos=("<|im_end|>",), pad="<|pad|>", add_bos=True,
+        specials=LFM2_SPECIALS, pre="lfm2", seed=1100,
+        notes="LFM2.5-350M's layout shrunk (hidden 64, 3 layers: conv, attention, conv; conv_L_cache 3): conv "
+              "layers write head_count_kv 0 in the per-layer array and shortconv.{in_proj,conv,out_proj} (conv "
+              "squeezed to [D, 3]); attention layers q/k norms (attn_q_norm, attn_k_norm); the final norm "
+              "(HF embedding_norm) is token_embd_norm; feed_forward_length 128 (block_auto_adjust_ff_dim: "
+              "int(2 * 192 / 3) rounded up to a multiple of 64). Prompt 1 (40 tokens) runs in chunks of 16 in "
+              "tests/models/test_lfm2.py (state carried between chunks)"),
+    Family(
+        "lfm2_h256", "Lfm2ForCausalLM",
+        _base(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=None, num_hidden_layers=2,
+              layer_types=["conv", "full_attention"], intermediate_size=384, block_auto_adjust_ff_dim=True,
+              block_multiple_of=256, block_ffn_dim_multiplier=1.0, conv_L_cache=3, conv_bias=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, rms_norm_eps=None, norm_eps=1e-5),
+        "LFM2.5-Instruct.jinja", "bpe", "as lfm2", bos="<|startoftext|>", eos="<|im_end|>", gen_eos=("<|im_end|>",),
+        pad="<|pad|>", add_bos=True, specials=LFM2_SPECIALS, pre="lfm2", seed=1200, dtypes=("q4_k_m",),
+        notes="lfm2 at hidden 256 (rows a multiple of 256, as K-quants need), a conv and an attention layer, "
+              "feed_forward_length 256: Q4_K_M by llama.cpp's llama-quantize from the converter's F32 file (not "
+              "committed); golden on the dequantised weights. Its files (about 700 KB) are left out of the tree "
+              "for size: make them with --only lfm2_h256 --llama-quantize ..."),
     Family(
         "qwen3_embedding", "Qwen3Model",
         _base(head_dim=48, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, hidden_act="silu",

@@ -30,6 +30,7 @@ from models.text.tool_calls import (
     Gemma4Format,
     JsonCallFormat,
     ParsedCall,
+    PythonicFormat,
     ToolCallDelta,
     ToolCallFormat,
     format_for,
@@ -545,3 +546,81 @@ def test_required_call_from_the_shipped_base_model() -> None:
     assert content is None and [c.name for c in calls] == ["set_fan"]
     args = json.loads(calls[0].arguments)
     assert args["speed"] in ("low", "high") and 1 <= args["minutes"] <= 9
+
+
+# -- LFM2's Pythonic calls ------------------------------------------------------------------------------------------
+
+def lfm2_tokenizer() -> Tokenizer:
+    path = FAMILIES_DIR / "lfm2.q8_0.gguf"
+    if not path.exists():
+        pytest.skip("tests/golden/families is missing")
+    return Tokenizer.from_gguf(path)
+
+
+def test_lfm2_format_is_found_by_its_call_piece() -> None:
+    tokenizer = lfm2_tokenizer()
+    fmt = format_for(tokenizer, "lfm2", None)
+    assert isinstance(fmt, PythonicFormat) and fmt._opener.special and fmt._close.special
+    assert fmt.render_calls([("get_weather", {"city": "Paris", "ok": True, "xs": [1, None]}), ("now", "{}")]) == (
+        '<|tool_call_start|>[get_weather(city="Paris", ok=True, xs=[1, None]), now()]<|tool_call_end|>')
+
+
+def test_lfm2_grammar() -> None:
+    tokenizer = lfm2_tokenizer()
+    vocabulary = grammar_vocabulary(tokenizer)
+    fmt = format_for(tokenizer, "lfm2", None)
+    flagged = {"type": "function", "function": {"name": "flag", "parameters": {"type": "object", "properties": {
+        "on": {"type": "boolean"}, "why": {"type": ["string", "null"]}}, "required": ["on"]}}}
+    tools = [*TOOLS, flagged]
+    one = fmt.render_call("get_weather", {"city": "Paris", "days": 3})
+    two = fmt.render_calls([("get_weather", {"unit": "celsius", "city": "Rome"}), ("now", {}), ("flag", {"on": True})])
+    ordered = fmt.render_calls([("get_weather", {"city": "Rome", "unit": "celsius"}), ("now", {}),
+                                ("flag", {"on": True})])
+    bad = [fmt.render_call("get_weather", {"town": "Paris"}), fmt.render_call("get_weather", {"days": 3}),
+           fmt.render_call("flag", {"on": "yes"}), fmt.render_call("get_weather", {"city": "Paris", "days": 9}),
+           "Hi " + one, two]  # two: arguments out of the schema's order
+    check(tokenizer, vocabulary, fmt.grammar(tools, "required"), [one, ordered, fmt.render_call("now", {})], bad)
+    check(tokenizer, vocabulary, fmt.grammar(tools, "required", parallel=False), [one], [ordered])
+    check(tokenizer, vocabulary, fmt.grammar(tools, "auto"), ["Plain text.", "Let me check. " + one],
+          ["Let me " + bad[0]])
+
+
+def test_lfm2_random_calls_parse() -> None:
+    """Random walks through the required grammar's masks end in one call the format parses into JSON arguments."""
+    tokenizer = lfm2_tokenizer()
+    vocabulary = grammar_vocabulary(tokenizer)
+    fmt = format_for(tokenizer, "lfm2", None)
+    tools = [{"type": "function", "function": {"name": "set", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 6}, "on": {"type": "boolean"}, "n": {"type": "integer"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+        "required": ["city", "on"], "additionalProperties": False}}}]
+    grammar = compile_grammar(vocabulary, lark(fmt.grammar(tools, "required", parallel=False)))
+    rng = random.Random(3)
+    mask = np.zeros(vocabulary.mask_words, np.uint32)
+    for _ in range(8):
+        constraint, ids = TokenConstraint(vocabulary, grammar), []
+        while not constraint.finished and len(ids) < 300:
+            mask[:] = 0
+            constraint.fill_mask(mask)
+            allowed = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[:tokenizer.vocab_size])
+            ids.append(int(rng.choice(allowed)))
+            constraint.advance(ids[-1])
+        assert constraint.finished, tokenizer.decode(ids, skip_special=False)
+        eos = set(tokenizer.eos_ids)
+        content, calls = fmt.parse(tokenizer.decode([i for i in ids if i not in eos], skip_special=False))
+        assert content is None and [c.name for c in calls] == ["set"], ids
+        arguments = json.loads(calls[0].arguments)
+        assert isinstance(arguments["on"], bool) and len(arguments["city"]) <= 6
+
+
+def test_lfm2_parse() -> None:
+    fmt = PythonicFormat()
+    text = ('Checking. <|tool_call_start|>[get_weather(city="Pa, (ris)", n=-3, f=True, xs=[1, 2.5, \'a\', None], '
+            'o={"k": {}, "odd key": [false]}), now()]<|tool_call_end|> Done.')
+    result = assert_streams_like_whole(fmt, text)
+    assert result[0] == "Checking.Done."
+    assert calls_of(result) == [("get_weather", {"city": "Pa, (ris)", "n": -3, "f": True, "xs": [1, 2.5, "a", None],
+                                                 "o": {"k": {}, "odd key": [False]}}), ("now", {})]
+    assert assert_streams_like_whole(fmt, "No call [here](x).") == ("No call [here](x).", [])
+    cut = assert_streams_like_whole(fmt, '<|tool_call_start|>[get_weather(city="Paris", days=')
+    assert cut == (None, [ParsedCall("get_weather", '{"city": "Paris", "days": ')])

@@ -28,12 +28,12 @@ META = json.loads((FAMILIES_DIR / "meta.json").read_text())["families"] if (FAMI
 # Ollama name (model, tag) -> fixture
 OLLAMA_NAMES = {("llama3.2", "1b"): "llama3", ("qwen2.5", "0.5b"): "qwen2", ("qwen3", "0.6b"): "qwen3",
                 ("mistral", "latest"): "mistral", ("smollm3", "latest"): "smollm3", ("phi3", "latest"): "phi3",
-                ("gemma", "2b"): "gemma", ("gemma2", "2b"): "gemma2"}
+                ("gemma", "2b"): "gemma", ("gemma2", "2b"): "gemma2", ("lfm2.5-thinking", "1.2b"): "lfm2"}
 SYSTEM, USER = "You are a terse assistant.", "What is the capital of France?"  # as the fixtures recorded it
 GREEDY = {"temperature": 0}
 # The families' own tool-call formats (models/text/tool_calls: FORMATS), each through its template and tokenizer.
 TOOL_FORMATS = {"qwen3:0.6b": "qwen", "qwen2.5:0.5b": "qwen", "llama3.2:1b": "llama3", "mistral:latest": "mistral",
-                "gemma2:2b": "gemma3"}
+                "gemma2:2b": "gemma3", "lfm2.5-thinking:1.2b": "lfm2"}
 
 
 def _split(name: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ The formats (FORMATS, told apart by DETECT):
 - qwen (Hermes style): `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>`, parallel blocks one per line.
 - llama3: `{"name": NAME, "parameters": {...}}`, optionally after `<|python_tag|>`; parallel calls joined by "; ".
 - mistral: `[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]`.
+- lfm2 (Pythonic): `<|tool_call_start|>[NAME(key=value, ...), ...]<|tool_call_end|>` (tool_calls/pythonic.py).
 
 Grammars: "required" is one or more calls and nothing else, a function's name is exactly one call of it, "auto"
 is free text in which the call opener (its token or text) starts a call that must then be valid: llguidance's
@@ -51,10 +52,11 @@ from models.text.tool_calls.base import (
 )
 from models.text.tool_calls.gemma4 import QUOTE, Gemma4Format, render_gemma_value
 from models.text.tool_calls.json_calls import JsonCallFormat
+from models.text.tool_calls.pythonic import PythonicFormat
 
 __all__ = [
     "DETECT", "FORMATS", "QUOTE", "ContentDelta", "Delta", "Gemma4Format", "JsonCallFormat", "Marker",
-    "ParsedCall", "TokenizerLike", "ToolCallDelta", "ToolCallFormat", "ToolCallStream", "format_for",
+    "ParsedCall", "PythonicFormat", "TokenizerLike", "ToolCallDelta", "ToolCallFormat", "ToolCallStream", "format_for",
     "render_gemma_value",
 ]
 
@@ -84,8 +86,9 @@ FORMATS: dict[str, Callable[[TokenizerLike | None], ToolCallFormat]] = {
     "qwen": partial(JsonCallFormat, "qwen"),
     "llama3": partial(JsonCallFormat, "llama3"),
     "mistral": partial(JsonCallFormat, "mistral"),
+    "lfm2": PythonicFormat,
 }
 DETECT: list[tuple[str, str]] = [  # (a piece the vocabulary has as one token, the format), first match wins
     ("<|tool_call>", "gemma4"), ("<tool_call>", "qwen"), ("[TOOL_CALLS]", "mistral"), ("<|python_tag|>", "llama3"),
-    ("<|start_header_id|>", "llama3"),
+    ("<|start_header_id|>", "llama3"), ("<|tool_call_start|>", "lfm2"),
 ]

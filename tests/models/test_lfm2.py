@@ -1,0 +1,148 @@
+"""LFM2's recurrent state under continuous batching, on the tiny random-weight fixture (tests/golden/families/lfm2.*,
+scripts/make_family_fixtures.py; its plain parity runs in test_family_parity.py): each sequence's greedy tokens are
+transformers' float32 ones whatever else runs beside it.
+
+- a 40-token prompt in chunks of 16 (the conv state carried from chunk to chunk) joins a running batch mid-way
+  while another sequence decodes, and a sequence cancelled mid-run leaves a slot whose stale state a later
+  sequence must not read;
+- preemption: sequences whose pages run out go back and prefill their tokens so far again from position 0 (the
+  state starts empty there, gpu/recurrent_state.py), and go on with the same tokens.
+
+Exactness: F32 file and f32 KV cache; batched and chunked steps sum the same f32 products as single ones (order
+aside), and the fixture keeps every step's top two logits apart by more than 1e-3 of the top one: the tokens are
+asked to be identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.text.batch import BatchGenerator, EndEvent, TokenEvent
+from models.text.engine import Engine, TextModel, load_text_model
+from models.text.sampler import SamplingParams
+
+FAMILIES_DIR = Path(__file__).resolve().parent.parent / "golden" / "families"
+GREEDY = SamplingParams(temperature=0.0)
+
+pytestmark = pytest.mark.skipif(not (FAMILIES_DIR / "lfm2.npz").exists(), reason="no LFM2 fixture")
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict[str, np.ndarray]:
+    with np.load(FAMILIES_DIR / "lfm2.npz") as data:
+        return {key: data[key] for key in data.files}
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[TextModel]:
+    yield load_text_model(str(FAMILIES_DIR / "lfm2.f32.gguf"), kv_dtype="f32", context_length=128, max_batch=4)
+
+
+def _prompt(golden: dict[str, np.ndarray], i: int) -> list[int]:
+    return [int(t) for t in golden[f"f32/prompt_{i}"]]
+
+
+def _greedy(golden: dict[str, np.ndarray], i: int, n: int) -> list[int]:
+    return [int(t) for t in golden[f"f32/greedy_{i}"][:n]]
+
+
+def _run(generator: BatchGenerator, joining: dict[int, tuple[str, list[int], int]] | None = None,
+         cancel_at: dict[int, str] | None = None) -> tuple[dict[str, list[int]], dict[str, str]]:
+    got: dict[str, list[int]] = {}
+    ended: dict[str, str] = {}
+    rounds = 0
+    while generator.busy or (joining and any(r > rounds for r in joining)):
+        for event in generator.step():
+            if isinstance(event, TokenEvent):
+                got.setdefault(str(event.key), []).append(event.token.id)
+            else:
+                assert isinstance(event, EndEvent) and event.error is None, event
+                ended[str(event.key)] = event.reason
+        rounds += 1
+        if cancel_at and rounds in cancel_at:
+            generator.cancel(cancel_at[rounds])
+        if joining and rounds in joining:
+            key, prompt, n = joining[rounds]
+            generator.add(key, prompt, GREEDY, n, stop_ids=frozenset())
+    return got, ended
+
+
+def test_chunked_prompt_joins_a_running_batch(model: TextModel, golden: dict[str, np.ndarray]) -> None:
+    pool = model.engine().pool
+    assert pool.recurrent is not None and len(pool.recurrent.conv) == 2 and len(pool.keys) == 1
+    free = (pool.free_slots, pool.free_tokens)
+    short, long = _prompt(golden, 0), _prompt(golden, 1)
+    assert len(long) == 40
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16, overlap_rounds=False)
+    generator.add("short", short, GREEDY, 32, stop_ids=frozenset())
+    generator.add("cancelled", long, GREEDY, 32, stop_ids=frozenset())
+    # the cancelled sequence leaves its slot (and a state past position 0) to the one that joins after it
+    got, ended = _run(generator, joining={3: ("long", long, 32), 5: ("again", short, 8)},
+                      cancel_at={2: "cancelled"})
+    assert got["short"] == _greedy(golden, 0, 32)
+    assert got["long"] == _greedy(golden, 1, 32)
+    assert got["again"] == _greedy(golden, 0, 8)
+    assert ended == {"short": "length", "long": "length", "again": "length"}
+    assert (pool.free_slots, pool.free_tokens) == free
+
+
+def test_preempted_sequences_resume_with_the_same_tokens(model: TextModel, golden: dict[str, np.ndarray]) -> None:
+    """Three sequences in a pool of five 16-position pages that they would outgrow together."""
+    engine = Engine(model, "f32", pool_tokens=80, page_tokens=16, n_ctx=64)
+    prompts = {"a": _prompt(golden, 0), "b": _prompt(golden, 1), "c": _prompt(golden, 0)}
+    want = {"a": _greedy(golden, 0, 20), "b": _greedy(golden, 1, 20), "c": _greedy(golden, 0, 20)}
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=16, engine=engine, overlap_rounds=False)
+    for key, prompt in prompts.items():
+        generator.add(key, prompt, GREEDY, 20, stop_ids=frozenset())
+    got, _ = _run(generator)
+    assert generator.preemptions > 0
+    assert got == want
+    assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == 80
+
+
+@pytest.mark.parametrize("dtype", ["f32", "q8_0"])
+def test_gpu_kernels_give_the_reference_tokens(golden: dict[str, np.ndarray], dtype: str) -> None:
+    """The kernels a GPU runs (residual norms folded into the matvecs that read them, the conv layers' in-projection
+    among them; rounds overlapped), run here on lavapipe by making the device claim not to be a CPU: transformers'
+    greedy tokens for both prompts decoded in one batch, the long one in chunks of 16, and its logits after the
+    prompt within the parity tests' cosine of 0.99999."""
+    from gpu.device import Device
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Device, "is_software", property(lambda self: False))
+        gpu_model = load_text_model(str(FAMILIES_DIR / f"lfm2.{dtype}.gguf"), kv_dtype="f32", context_length=128,
+                                    max_batch=4)
+        prompts = {str(i): [int(t) for t in golden[f"{dtype}/prompt_{i}"]] for i in range(2)}
+        session = gpu_model.new_session()
+        try:
+            logits = np.asarray(session.prefill(prompts["1"]), np.float64)
+        finally:
+            session.close()
+        generator = BatchGenerator(gpu_model, steps_per_submit=4, prefill_chunk=16)
+        for key, prompt in prompts.items():
+            generator.add(key, prompt, GREEDY, 32, stop_ids=frozenset())
+        got, _ = _run(generator)
+    want = golden[f"{dtype}/logits_1"][0].astype(np.float64)
+    assert float(logits @ want / np.linalg.norm(logits) / np.linalg.norm(want)) >= 0.99999
+    assert got == {key: [int(t) for t in golden[f"{dtype}/greedy_{key}"]] for key in prompts}
+
+
+def test_config_reads_layer_kinds_and_a_sliding_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gguf import Keys
+
+    from models.formats.gguf_file import GGUFFile
+    from models.lfm2 import LFM2
+
+    f = GGUFFile(FAMILIES_DIR / "lfm2.f32.gguf")
+    c = LFM2.read_config(f)
+    assert c.layer_kinds == ("short_conv", "attention", "short_conv") and not any(c.sliding)
+    assert [c.attention(i) for i in range(3)] == [False, True, False] and c.kv_heads == (0, 2, 0)
+    value = f.value
+    monkeypatch.setattr(f, "value", lambda key, *default: 64 if key == Keys.Attention.SLIDING_WINDOW
+                        else value(key, *default))
+    c = LFM2.read_config(f)
+    assert c.window == 64 and c.sliding == (False, True, False)
