@@ -1,0 +1,102 @@
+// gated_delta_rule: the gated delta rule recurrence of Gated DeltaNet linear attention (transformers'
+// torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel), over the tokens of one or more sequences.
+// For sequence n (seqs[n] = (first row, rows, state slot, -)), value head h and each of its rows r in order:
+//   q = l2norm(q_r,hk) / sqrt(D_K), k = l2norm(k_r,hk), with l2norm(x) = x / sqrt(sum(x^2) + 1e-6)
+//   g = A[h] * softplus(a[r, h] + dt_bias[h]) (A = -exp(A_log), as GGUF stores it), beta = sigmoid(b[r, h])
+//   S = exp(g) S;  S += k (beta (v_r,h - S^T k))^T;  o[r, h] = S^T q
+// S [D_K, D_V] is the sequence's state for head h, read from and written back to its slot of the state pool
+// (slot s, head h at (s * H_V + h) * D_K * D_V, row-major). Key head hk serving value head h: h % H_K when
+// V_TILED (llama.cpp's GGUF order), else h / (H_V / H_K) (transformers' repeat_interleave order).
+// Work split: one workgroup per (sequence, value head, block of COLS state columns); invocation j owns state
+// column j (D_K values in registers): every update of the rule touches a column on its own, so the columns need
+// no communication; q and k of a row are staged in workgroup memory and normalised by each invocation.
+// Used for prompts (rows > 1) and decode (one row per sequence) alike.
+#include "common/step.wgsl"
+
+override H_K: u32 = 2u;          // query / key heads
+override H_V: u32 = 4u;          // value heads (a multiple of H_K)
+override D_K: u32 = 128u;        // query / key head dimension: rows of the state
+override D_V: u32 = 128u;        // value head dimension: columns of the state
+override COLS: u32 = 64u;        // state columns per workgroup (divides D_V)
+override V_TILED: bool = true;   // key head of value head h: h % H_K (true) or h / (H_V / H_K)
+override QKV_STRIDE: u32 = 768u; // values per q/k/v row (the causal conv's output row)
+override Q_OFFSET: u32 = 0u;     // column of q's head 0 in that row
+override K_OFFSET: u32 = 256u;   // column of k's head 0
+override V_OFFSET: u32 = 512u;   // column of v's head 0
+override AB_STRIDE: u32 = 4u;    // values per a row and per b row
+override A_OFFSET: u32 = 0u;     // column of a's head 0 (the decay input, "alpha")
+override B_OFFSET: u32 = 0u;     // column of b's head 0 (the update rate input, "beta")
+override O_STRIDE: u32 = 512u;   // values per output row (>= H_V * D_V)
+
+const QK_EPS: f32 = 1e-6;        // added to the sum of squares (FLA's and transformers' l2norm)
+const SOFTPLUS_LINEAR: f32 = 20.0;  // torch's softplus threshold: softplus(x) = x above it
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> qkv: array<f32>;          // [rows, QKV_STRIDE]
+@group(0) @binding(2) var<storage, read> a: array<f32>;            // [rows, AB_STRIDE]
+@group(0) @binding(3) var<storage, read> b: array<f32>;            // [rows, AB_STRIDE]
+@group(0) @binding(4) var<storage, read> ssm_a: array<f32>;        // [H_V] A = -exp(A_log)
+@group(0) @binding(5) var<storage, read> dt_bias: array<f32>;      // [H_V]
+@group(0) @binding(6) var<storage, read> seqs: array<vec4<u32>>;   // [sequences] (first row, rows, slot, -)
+@group(0) @binding(7) var<storage, read_write> state: array<f32>;  // [slots, H_V, D_K, D_V]
+@group(0) @binding(8) var<storage, read_write> o: array<f32>;      // [rows, O_STRIDE]
+
+var<workgroup> q_row: array<f32, D_K>;
+var<workgroup> k_row: array<f32, D_K>;
+
+fn softplus(x: f32) -> f32 {
+    return select(log(1.0 + exp(x)), x, x > SOFTPLUS_LINEAR);
+}
+
+@compute @workgroup_size(COLS)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let blocks = D_V / COLS;
+    let h = (wid.x / blocks) % H_V;
+    let col = (wid.x % blocks) * COLS + lid;
+    let seq = seqs[wid.x / (blocks * H_V)];
+    if (seq.y == 0u || step.n_tokens == 0u) {  // uniform: an unused entry of the table
+        return;
+    }
+    let hk = select(h / (H_V / H_K), h % H_K, V_TILED);
+    let base = (seq.z * H_V + h) * D_K * D_V + col;
+    var s: array<f32, D_K>;
+    for (var i = 0u; i < D_K; i++) {
+        s[i] = state[base + i * D_V];
+    }
+    let a_coef = ssm_a[h];
+    let bias = dt_bias[h];
+    for (var r = seq.x; r < seq.x + seq.y; r++) {
+        let row = r * QKV_STRIDE;
+        workgroupBarrier();  // the previous row's q and k are read by everyone
+        for (var i = lid; i < D_K; i += COLS) {
+            q_row[i] = qkv[row + Q_OFFSET + hk * D_K + i];
+            k_row[i] = qkv[row + K_OFFSET + hk * D_K + i];
+        }
+        workgroupBarrier();
+        var qq = 0.0;
+        var kk = 0.0;
+        for (var i = 0u; i < D_K; i++) {
+            qq += q_row[i] * q_row[i];
+            kk += k_row[i] * k_row[i];
+        }
+        let q_scale = inverseSqrt(qq + QK_EPS) * inverseSqrt(f32(D_K));
+        let k_scale = inverseSqrt(kk + QK_EPS);
+        let decay = exp(a_coef * softplus(a[r * AB_STRIDE + A_OFFSET + h] + bias));
+        let beta = 1.0 / (1.0 + exp(-b[r * AB_STRIDE + B_OFFSET + h]));
+        var kv = 0.0;  // (S^T k)[col] after the decay
+        for (var i = 0u; i < D_K; i++) {
+            s[i] *= decay;
+            kv += s[i] * k_row[i];
+        }
+        let delta = beta * (qkv[row + V_OFFSET + h * D_V + col] - kv * k_scale);
+        var out = 0.0;
+        for (var i = 0u; i < D_K; i++) {
+            s[i] += k_row[i] * k_scale * delta;
+            out += s[i] * q_row[i];
+        }
+        o[r * O_STRIDE + h * D_V + col] = out * q_scale;
+    }
+    for (var i = 0u; i < D_K; i++) {
+        state[base + i * D_V] = s[i];
+    }
+}

@@ -1,0 +1,196 @@
+"""Gated DeltaNet's kernels (gpu/ops/gated_delta.py) against float64 numpy references written from transformers'
+Qwen3_5GatedDeltaNet, and those references against transformers' own torch functions on stored inputs
+(tests/golden/qwen35/delta_ops.npz, written by scripts/make_qwen35_fixture.py; no torch at test time).
+
+Tolerances. gated_delta_rule: k is l2-normalised and beta in (0, 1), so each update S (I - beta k k^T) has
+eigenvalues in [0, 1] and the decay exp(g) <= 1: the recurrence does not amplify rounding errors, which grow at
+most by about d_k * 2^-24 * |S| a row and as a random walk over rows; over the 70-row prompts here (d_k <= 128,
+|S| of order 1) that stays below 1e-5 (measured: at most 8e-7), so atol 1e-5 / rtol 1e-4. A wrong head, slot or
+row gives errors of order 1. causal_conv1d sums K = 4 f32 products: 1e-6. gated_rms_norm sums d values: 1e-5.
+The prompt run must equal the one-row (decode) run applied token by token bit for bit: both are the same
+pipeline doing the same f32 operations in the same order, the state round-tripping memory unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu.ops.gated_delta import DeltaShape, causal_conv1d, gated_delta_rule, gated_rms_norm
+from gpu.program import Executor, ProgramBuilder, StepParams
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen35" / "delta_ops.npz"
+RULE_ATOL, RULE_RTOL = 1e-5, 1e-4
+CONV_TOL = 1e-6
+NORM_TOL = 1e-5
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
+def key_head(h: int, shape: DeltaShape) -> int:
+    return h % shape.h_k if shape.v_tiled else h // (shape.h_v // shape.h_k)
+
+
+def reference_rule(qkv: np.ndarray, alpha: np.ndarray, beta: np.ndarray, ssm_a: np.ndarray, dt_bias: np.ndarray,
+                   state: np.ndarray, shape: DeltaShape) -> tuple[np.ndarray, np.ndarray]:
+    """o [T, h_v * d_v] and the final state [h_v, d_k, d_v] of one sequence's rows, as transformers'
+    torch_recurrent_gated_delta_rule(use_qk_l2norm_in_kernel=True) computes them, in float64."""
+    qkv = qkv.astype(np.float64)
+    s = state.astype(np.float64).copy()
+    t_rows = qkv.shape[0]
+    o = np.zeros((t_rows, shape.value_dim))
+    kd = shape.key_dim
+    g = ssm_a.astype(np.float64) * softplus(alpha.astype(np.float64) + dt_bias)  # [T, h_v]
+    b = 1.0 / (1.0 + np.exp(-beta.astype(np.float64)))
+    for h in range(shape.h_v):
+        hk = key_head(h, shape)
+        q = qkv[:, hk * shape.d_k:(hk + 1) * shape.d_k]
+        k = qkv[:, kd + hk * shape.d_k:kd + (hk + 1) * shape.d_k]
+        v = qkv[:, 2 * kd + h * shape.d_v:2 * kd + (h + 1) * shape.d_v]
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / np.sqrt(shape.d_k)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+        for t in range(t_rows):
+            s[h] *= np.exp(g[t, h])
+            delta = (v[t] - k[t] @ s[h]) * b[t, h]
+            s[h] += np.outer(k[t], delta)
+            o[t, h * shape.d_v:(h + 1) * shape.d_v] = q[t] @ s[h]
+    return o, s
+
+
+def reference_conv(x: np.ndarray, w: np.ndarray, state: np.ndarray, silu: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """y [T, C] and the new state [K - 1, C] of a depthwise causal conv (w [C, K]) after the rows of state."""
+    k = w.shape[1]
+    ext = np.concatenate([state, x]).astype(np.float64)
+    y = sum(ext[j:j + x.shape[0]] * w[:, j].astype(np.float64) for j in range(k))
+    if silu:
+        y = y / (1.0 + np.exp(-y))
+    return y, ext[-(k - 1):]
+
+
+def reference_gated_norm(x: np.ndarray, z: np.ndarray, w: np.ndarray, d: int, eps: float = 1e-6) -> np.ndarray:
+    x = x.astype(np.float64).reshape(x.shape[0], -1, d)
+    z = z.astype(np.float64).reshape(x.shape)
+    y = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w * (z / (1.0 + np.exp(-z)))
+    return y.reshape(x.shape[0], -1)
+
+
+def _rule_inputs(rng: np.random.Generator, rows: int, shape: DeltaShape) -> tuple[np.ndarray, ...]:
+    qkv = rng.standard_normal((rows, shape.conv_dim)).astype(np.float32)
+    ab = rng.standard_normal((rows, 2 * shape.h_v)).astype(np.float32)  # alpha and beta side by side
+    ssm_a = -np.exp(rng.uniform(-2.0, 1.0, shape.h_v)).astype(np.float32)
+    dt_bias = rng.standard_normal(shape.h_v).astype(np.float32)
+    return qkv, ab, ssm_a, dt_bias
+
+
+def _run_rule(ex: Executor, qkv: np.ndarray, ab: np.ndarray, ssm_a: np.ndarray, dt_bias: np.ndarray,
+              table: list[tuple[int, int, int]], pool: np.ndarray, shape: DeltaShape,
+              split: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """o and the pool after gated_delta_rule over qkv's rows with the sequence table (first, rows, slot); split:
+    one row of every sequence per step instead (decode), the rows of step i being row i of each sequence."""
+    rows = qkv.shape[0]
+    t_qkv = ex.tensor("qkv", qkv.shape, data=qkv)
+    t_ab = ex.tensor("ab", ab.shape, data=ab)
+    t_a, t_dt = ex.tensor("ssm_a", (shape.h_v,), data=ssm_a), ex.tensor("dt_bias", (shape.h_v,), data=dt_bias)
+    t_state = ex.tensor("state", pool.shape, data=pool)
+    t_seqs = ex.tensor("seqs", (len(table) + 1, 4), "u32")  # one spare entry: unused ones must be skipped
+    t_o = ex.tensor("o", (rows, shape.value_dim))
+    b = ProgramBuilder(ex, "rule")
+    gated_delta_rule(b, t_qkv, t_ab, t_ab, t_a, t_dt, t_seqs, t_state, t_o, shape=shape, beta_offset=shape.h_v)
+    program = b.build()
+    steps = max(n for _, n, _ in table) if split else 1
+    for i in range(steps):
+        entries = [(first + i, 1 if i < n else 0, slot) if split else (first, n, slot) for first, n, slot in table]
+        ex.write(t_seqs, np.array([[f, n, s, 0] for f, n, s in entries] + [[0, 0, 0, 0]], np.uint32))
+        ex.run(program, StepParams(n_tokens=rows))
+    return ex.read(t_o), ex.read(t_state)
+
+
+SHAPES = {  # name: (shape, rows of each sequence)
+    "gqa_tiled_prompt": (DeltaShape(h_k=2, h_v=4, d_k=16, d_v=16, v_tiled=True), (70, 5)),
+    "gqa_grouped": (DeltaShape(h_k=2, h_v=4, d_k=16, d_v=8, v_tiled=False), (9, 3)),
+    "real_head_sizes": (DeltaShape(h_k=1, h_v=2, d_k=128, d_v=128), (6,)),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_gated_delta_rule_matches_reference(ex: Executor, name: str) -> None:
+    shape, lengths = SHAPES[name]
+    rng = np.random.default_rng(len(name))
+    rows = sum(lengths)
+    qkv, ab, ssm_a, dt_bias = _rule_inputs(rng, rows, shape)
+    slots = len(lengths) + 2
+    pool = (0.5 * rng.standard_normal((slots, shape.state_floats))).astype(np.float32)
+    table, first = [], 0
+    for i, n in enumerate(lengths):
+        table.append((first, n, slots - 1 - 2 * i))  # slots out of order, some left untouched
+        first += n
+    o, after = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape)
+    touched = set()
+    for first, n, slot in table:
+        r = slice(first, first + n)
+        want_o, want_s = reference_rule(qkv[r], ab[r, :shape.h_v], ab[r, shape.h_v:], ssm_a, dt_bias,
+                                        pool[slot].reshape(shape.h_v, shape.d_k, shape.d_v), shape)
+        np.testing.assert_allclose(o[r], want_o, rtol=RULE_RTOL, atol=RULE_ATOL)
+        np.testing.assert_allclose(after[slot], want_s.reshape(-1), rtol=RULE_RTOL, atol=RULE_ATOL)
+        touched.add(slot)
+    for slot in set(range(slots)) - touched:
+        np.testing.assert_array_equal(after[slot], pool[slot])
+
+
+def test_prompt_equals_one_row_steps(ex: Executor) -> None:
+    """A 70-row prompt (longer than transformers' 64-row chunk) and a 5-row one in one dispatch give exactly what
+    decode steps of one row per sequence give."""
+    shape, lengths = SHAPES["gqa_tiled_prompt"]
+    rng = np.random.default_rng(7)
+    qkv, ab, ssm_a, dt_bias = _rule_inputs(rng, sum(lengths), shape)
+    pool = np.zeros((3, shape.state_floats), np.float32)
+    table = [(0, lengths[0], 2), (lengths[0], lengths[1], 0)]
+    o_prompt, s_prompt = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape)
+    o_steps, s_steps = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape, split=True)
+    np.testing.assert_array_equal(o_prompt, o_steps)
+    np.testing.assert_array_equal(s_prompt, s_steps)
+
+
+def test_causal_conv1d_matches_reference_and_carries_state(ex: Executor) -> None:
+    rng = np.random.default_rng(3)
+    channels, k, lengths, slots = 70, 4, (9, 1, 4), 5
+    rows = sum(lengths)
+    x = rng.standard_normal((rows, channels + 6)).astype(np.float32)  # channels from column 3 of wider rows
+    w = rng.standard_normal((channels, k)).astype(np.float32)
+    pool = rng.standard_normal((slots, (k - 1) * channels)).astype(np.float32)
+    table = [(0, 9, 4), (9, 1, 1), (10, 4, 2)]
+    t_x, t_w = ex.tensor("x", x.shape, data=x), ex.tensor("w", w.shape, data=w)
+    t_seqs = ex.tensor("seqs", (4, 4), "u32", data=np.array([[f, n, s, 0] for f, n, s in table] + [[0, 0, 3, 0]],
+                                                           np.uint32))
+    t_state = ex.tensor("state", pool.shape, data=pool)
+    t_y = ex.tensor("y", (rows, channels))
+    b = ProgramBuilder(ex, "conv")
+    causal_conv1d(b, t_x, t_w, t_seqs, t_state, t_y, channels=channels, kernel_size=k, x_offset=3)
+    ex.run(b.build(), StepParams(n_tokens=rows))
+    y, after = ex.read(t_y), ex.read(t_state)
+    for first, n, slot in table:
+        want_y, want_s = reference_conv(x[first:first + n, 3:3 + channels], w, pool[slot].reshape(k - 1, channels))
+        np.testing.assert_allclose(y[first:first + n], want_y, rtol=CONV_TOL, atol=CONV_TOL)
+        np.testing.assert_allclose(after[slot], want_s.reshape(-1), rtol=0, atol=0)
+    for slot in (0, 3):
+        np.testing.assert_array_equal(after[slot], pool[slot])
+
+
+def test_gated_rms_norm_matches_reference(ex: Executor) -> None:
+    rng = np.random.default_rng(5)
+    rows, heads, d = 7, 3, 96
+    x = rng.standard_normal((rows, heads * d)).astype(np.float32)
+    z = rng.standard_normal((rows, heads * d + 8)).astype(np.float32)
+    w = rng.standard_normal(d).astype(np.float32)
+    t_x, t_z, t_w = ex.tensor("x", x.shape, data=x), ex.tensor("z", z.shape, data=z), ex.tensor("w", (d,), data=w)
+    t_y = ex.tensor("y", x.shape)
+    b = ProgramBuilder(ex, "norm")
+    gated_rms_norm(b, t_x, t_z, t_w, t_y, head_dim=d, heads=heads, z_offset=8)
+    ex.run(b.build(), StepParams(n_tokens=rows - 1))  # the last row is past the step
+    y = ex.read(t_y)
+    np.testing.assert_allclose(y[:-1], reference_gated_norm(x, z[:, 8:], w, d)[:-1], rtol=NORM_TOL, atol=NORM_TOL)
+    np.testing.assert_array_equal(y[-1], 0.0)
