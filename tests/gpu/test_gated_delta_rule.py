@@ -194,3 +194,45 @@ def test_gated_rms_norm_matches_reference(ex: Executor) -> None:
     y = ex.read(t_y)
     np.testing.assert_allclose(y[:-1], reference_gated_norm(x, z[:, 8:], w, d)[:-1], rtol=NORM_TOL, atol=NORM_TOL)
     np.testing.assert_array_equal(y[-1], 0.0)
+
+
+def test_references_match_transformers() -> None:
+    """The numpy references against transformers' torch functions (float32) on the stored inputs: both the chunked
+    (chunk 64, so the 70 rows span two chunks) and the recurrent form of the rule, the conv and the gated norm.
+    The stored outputs are float32 computations: rule 1e-5 (the chunked form's triangular solves over 64 rows),
+    conv and norm 1e-5."""
+    z = np.load(GOLDEN)
+    shape = DeltaShape(h_k=2, h_v=4, d_k=16, d_v=16, v_tiled=False)  # transformers' repeat_interleave order
+    a_coef = -np.exp(z["gates/A_log"].astype(np.float64))
+    g = a_coef * softplus(z["gates/a"][0].astype(np.float64) + z["gates/dt_bias"])
+    np.testing.assert_allclose(g, z["gates/g"][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(1.0 / (1.0 + np.exp(-z["gates/b"][0].astype(np.float64))), z["gates/beta"][0],
+                               rtol=1e-6, atol=1e-7)
+    qkv = np.concatenate([z["rule/q"][0].reshape(-1, shape.key_dim), z["rule/k"][0].reshape(-1, shape.key_dim),
+                          z["rule/v"][0].reshape(-1, shape.value_dim)], axis=1)
+    o, s = reference_rule(qkv, z["gates/a"][0], z["gates/b"][0], a_coef, z["gates/dt_bias"], z["rule/state"][0],
+                          shape)
+    for form in ("chunk", "recurrent"):
+        np.testing.assert_allclose(o, z[f"rule/{form}/out"][0].reshape(o.shape), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(s, z[f"rule/{form}/state"][0], rtol=1e-5, atol=1e-5)
+    k = z["conv/w"].shape[1]
+    y, _ = reference_conv(z["conv/x"][0].T, z["conv/w"], np.zeros((k - 1, z["conv/x"].shape[1])))
+    np.testing.assert_allclose(y, z["conv/y"][0].T, rtol=1e-5, atol=1e-5)
+    y = reference_gated_norm(z["norm/x"], z["norm/z"], z["norm/w"].astype(np.float64), z["norm/x"].shape[1])
+    np.testing.assert_allclose(y, z["norm/y"], rtol=1e-5, atol=1e-5)
+
+
+def test_gated_delta_rule_matches_transformers(ex: Executor) -> None:
+    """The kernel on transformers' inputs (a 70-row prompt from a stored state) against its chunked form's float32
+    output: 1e-5 as above."""
+    z = np.load(GOLDEN)
+    shape = DeltaShape(h_k=2, h_v=4, d_k=16, d_v=16, v_tiled=False)
+    qkv = np.concatenate([z["rule/q"][0].reshape(-1, shape.key_dim), z["rule/k"][0].reshape(-1, shape.key_dim),
+                          z["rule/v"][0].reshape(-1, shape.value_dim)], axis=1)
+    ab = np.concatenate([z["gates/a"][0], z["gates/b"][0]], axis=1)
+    ssm_a = -np.exp(z["gates/A_log"]).astype(np.float32)  # what the converter stores as ssm_a
+    pool = np.zeros((2, shape.state_floats), np.float32)
+    pool[1] = z["rule/state"].reshape(-1)
+    o, after = _run_rule(ex, qkv, ab, ssm_a, z["gates/dt_bias"], [(0, qkv.shape[0], 1)], pool, shape)
+    np.testing.assert_allclose(o, z["rule/chunk/out"][0].reshape(o.shape), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(after[1], z["rule/chunk/state"].reshape(-1), rtol=1e-5, atol=1e-5)
