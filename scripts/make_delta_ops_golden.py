@@ -2,12 +2,13 @@ r"""Golden data for Gated DeltaNet's numpy references (tests/gpu/test_gated_delt
 functions of Qwen3.5's linear-attention layer (transformers.models.qwen3_5.modeling_qwen3_5) on seeded inputs.
 
 Written to tests/golden/qwen35/delta_ops.npz:
-  rule/{q,k,v,g,beta,state} inputs (transformers' layouts: q, k [1, T, H_K, D_K], v [1, T, H_V, D_V], g and beta
-  [1, T, H_V], state [1, H_V, D_K, D_V]) and rule/{chunk,recurrent}/{out,state}: torch_chunk_gated_delta_rule
-  (chunk 64) and torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel, over T = 70 rows (two chunks);
-  conv/{x,w,y}: causal_conv1d_fn with SiLU (x [1, C, T], w [C, K]);
-  norm/{x,z,w,y}: Qwen3_5RMSNormGated (eps 1e-6) on rows of D_V values;
-  gates/{a,b,A_log,dt_bias,g,beta}: the layer's g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b).
+  gates/{a,b,A_log,dt_bias,g,beta}: the layer's g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b)
+  ([1, T, H_V]);
+  rule/{q,k,v,state} inputs (transformers' layouts: q, k [1, T, H_K, D_K], v [1, T, H_V, D_V], state [1, H_V, D_K,
+  D_V]; g and beta the gates') and rule/{chunk,recurrent}/{out,state}: torch_chunk_gated_delta_rule (chunk 64) and
+  torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel, over T = 70 rows (two chunks);
+  conv/{x,w,y}: causal_conv1d_fn with SiLU (x [1, C, 8], w [C, K]);
+  norm/{x,z,w,y}: Qwen3_5RMSNormGated (eps 1e-6) on 8 rows of D_V values.
 
 Run (seconds, torch CPU, transformers 5.24):
 
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-T, H_K, H_V, D_K, D_V, C, K = 70, 2, 4, 16, 16, 24, 4
+T, H_K, H_V, D_K, D_V = 70, 2, 4, 8, 8  # two chunks of 64 rows
+T_SHORT, C, K = 8, 24, 4  # rows and channels of the conv and norm checks
 
 
 def main() -> None:
@@ -46,19 +48,19 @@ def main() -> None:
                 "gates/beta": beta})
 
     q, k, v, state = randn(1, T, H_K, D_K), randn(1, T, H_K, D_K), randn(1, T, H_V, D_V), 0.5 * randn(1, H_V, D_K, D_V)
-    out.update({"rule/q": q, "rule/k": k, "rule/v": v, "rule/g": g, "rule/beta": beta, "rule/state": state})
+    out.update({"rule/q": q, "rule/k": k, "rule/v": v, "rule/state": state})
     for name, fn in (("chunk", m.torch_chunk_gated_delta_rule), ("recurrent", m.torch_recurrent_gated_delta_rule)):
         o, s = fn(q, k, v, g=g, beta=beta, initial_state=state.clone(), output_final_state=True,
                   use_qk_l2norm_in_kernel=True)
         out[f"rule/{name}/out"], out[f"rule/{name}/state"] = o, s
 
-    x, w = randn(1, C, T), randn(C, K)
+    x, w = randn(1, C, T_SHORT), randn(C, K)
     out.update({"conv/x": x, "conv/w": w, "conv/y": m.causal_conv1d_fn(x, w, None, activation="silu")})
 
     norm = m.Qwen3_5RMSNormGated(D_V, eps=1e-6)
     with torch.no_grad():
         norm.weight.copy_(1.0 + 0.2 * randn(D_V))
-        xs, zs = randn(T, D_V), randn(T, D_V)
+        xs, zs = randn(T_SHORT, D_V), randn(T_SHORT, D_V)
         out.update({"norm/x": xs, "norm/z": zs, "norm/w": norm.weight.detach().clone(), "norm/y": norm(xs, zs)})
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
