@@ -7,7 +7,6 @@ Written to tests/golden/qwen35/delta_ops.npz:
   rule/{q,k,v,state} inputs (transformers' layouts: q, k [1, T, H_K, D_K], v [1, T, H_V, D_V], state [1, H_V, D_K,
   D_V]; g and beta the gates') and rule/{chunk,recurrent}/{out,state}: torch_chunk_gated_delta_rule (chunk 64) and
   torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel, over T = 70 rows (two chunks);
-  conv/{x,w,y}: causal_conv1d_fn with SiLU (x [1, C, 8], w [C, K]);
   norm/{x,z,w,y}: Qwen3_5RMSNormGated (eps 1e-6) on 8 rows of D_V values.
 
 Run (seconds, torch CPU, transformers 5.24):
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 T, H_K, H_V, D_K, D_V = 70, 2, 4, 8, 8  # two chunks of 64 rows
-T_SHORT, C, K = 8, 24, 4  # rows and channels of the conv and norm checks
+T_SHORT = 8  # rows of the norm check
 
 
 def main() -> None:
@@ -53,9 +52,6 @@ def main() -> None:
         o, s = fn(q, k, v, g=g, beta=beta, initial_state=state.clone(), output_final_state=True,
                   use_qk_l2norm_in_kernel=True)
         out[f"rule/{name}/out"], out[f"rule/{name}/state"] = o, s
-
-    x, w = randn(1, C, T_SHORT), randn(C, K)
-    out.update({"conv/x": x, "conv/w": w, "conv/y": m.causal_conv1d_fn(x, w, None, activation="silu")})
 
     norm = m.Qwen3_5RMSNormGated(D_V, eps=1e-6)
     with torch.no_grad():

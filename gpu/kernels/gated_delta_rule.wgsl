@@ -1,16 +1,19 @@
 // gated_delta_rule: the gated delta rule recurrence of Gated DeltaNet linear attention (transformers'
-// torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel), over the tokens of one or more sequences.
-// For sequence n (seqs[n] = (first row, rows, state slot, -)), value head h and each of its rows r in order:
+// torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel), over the rows of a step: prompt chunks, decode
+// rows of many sequences, or a mix. rows[t] = (position, slot, -, -) is the step's row table (common/rows.wgsl);
+// a sequence's rows in a step are consecutive, at consecutive positions. For each run of rows of one sequence,
+// value head h and each row r of the run in order:
 //   q = l2norm(q_r,hk) / sqrt(D_K), k = l2norm(k_r,hk), with l2norm(x) = x / sqrt(sum(x^2) + 1e-6)
 //   g = A[h] * softplus(a[r, h] + dt_bias[h]) (A = -exp(A_log), as GGUF stores it), beta = sigmoid(b[r, h])
 //   S = exp(g) S;  S += k (beta (v_r,h - S^T k))^T;  o[r, h] = S^T q
 // S [D_K, D_V] is the sequence's state for head h, read from and written back to its slot of the state pool
-// (slot s, head h at (s * H_V + h) * D_K * D_V, row-major). Key head hk serving value head h: h % H_K when
-// V_TILED (llama.cpp's GGUF order), else h / (H_V / H_K) (transformers' repeat_interleave order).
-// Work split: one workgroup per (sequence, value head, block of COLS state columns); invocation j owns state
-// column j (D_K values in registers): every update of the rule touches a column on its own, so the columns need
-// no communication; q and k of a row are staged in workgroup memory and normalised by each invocation.
-// Used for prompts (rows > 1) and decode (one row per sequence) alike.
+// (slot s, head h at (s * H_V + h) * D_K * D_V, row-major; gpu/recurrent_state.py); a run starting at position 0
+// starts from zeros instead, so a slot's old state never leaks into a new sequence. Key head hk serving value
+// head h: h % H_K when V_TILED (llama.cpp's GGUF order), else h / (H_V / H_K) (transformers' repeat_interleave).
+// Work split: one workgroup per (row, value head, block of COLS state columns) over a 2-D grid; only the workgroups
+// of a run's first row work (the others return at once), each walking its run. Invocation j owns state column j
+// (D_K values in registers): every update of the rule touches a column on its own, so the columns need no
+// communication; q and k of a row are staged in workgroup memory and normalised by each invocation.
 #include "common/step.wgsl"
 
 override H_K: u32 = 2u;          // query / key heads
@@ -37,7 +40,7 @@ const SOFTPLUS_LINEAR: f32 = 20.0;  // torch's softplus threshold: softplus(x) =
 @group(0) @binding(3) var<storage, read> b: array<f32>;            // [rows, AB_STRIDE]
 @group(0) @binding(4) var<storage, read> ssm_a: array<f32>;        // [H_V] A = -exp(A_log)
 @group(0) @binding(5) var<storage, read> dt_bias: array<f32>;      // [H_V]
-@group(0) @binding(6) var<storage, read> seqs: array<vec4<u32>>;   // [sequences] (first row, rows, slot, -)
+@group(0) @binding(6) var<storage, read> rows: array<vec4<u32>>;   // [T_MAX] (position, slot, -, -)
 @group(0) @binding(7) var<storage, read_write> state: array<f32>;  // [slots, H_V, D_K, D_V]
 @group(0) @binding(8) var<storage, read_write> o: array<f32>;      // [rows, O_STRIDE]
 
@@ -48,24 +51,33 @@ fn softplus(x: f32) -> f32 {
     return select(log(1.0 + exp(x)), x, x > SOFTPLUS_LINEAR);
 }
 
+// Whether row t continues the sequence of row t - 1 in the step.
+fn continues(t: u32) -> bool {
+    return t > 0u && rows[t - 1u].y == rows[t].y && rows[t - 1u].x + 1u == rows[t].x;
+}
+
 @compute @workgroup_size(COLS)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
     let blocks = D_V / COLS;
-    let h = (wid.x / blocks) % H_V;
-    let col = (wid.x % blocks) * COLS + lid;
-    let seq = seqs[wid.x / (blocks * H_V)];
-    if (seq.y == 0u || step.n_tokens == 0u) {  // uniform: an unused entry of the table
+    let id = wid.x + wid.y * nwg.x;  // uniform across the workgroup, as everything the branches below read
+    let first = id / (blocks * H_V);
+    if (first >= step.n_tokens || continues(first)) {
         return;
     }
+    let h = (id / blocks) % H_V;
+    let col = (id % blocks) * COLS + lid;
     let hk = select(h / (H_V / H_K), h % H_K, V_TILED);
-    let base = (seq.z * H_V + h) * D_K * D_V + col;
+    let slot = rows[first].y;
+    let base = (slot * H_V + h) * D_K * D_V + col;
+    let fresh = rows[first].x == 0u;
     var s: array<f32, D_K>;
     for (var i = 0u; i < D_K; i++) {
-        s[i] = state[base + i * D_V];
+        s[i] = select(state[base + i * D_V], 0.0, fresh);
     }
     let a_coef = ssm_a[h];
     let bias = dt_bias[h];
-    for (var r = seq.x; r < seq.x + seq.y; r++) {
+    for (var r = first; r < step.n_tokens && (r == first || continues(r)); r++) {
         let row = r * QKV_STRIDE;
         workgroupBarrier();  // the previous row's q and k are read by everyone
         for (var i = lid; i < D_K; i += COLS) {

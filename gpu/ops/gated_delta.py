@@ -1,16 +1,15 @@
-"""Host side of Gated DeltaNet's kernels (kernels/causal_conv1d.wgsl, gated_delta_rule.wgsl, gated_rms_norm.wgsl):
-the short causal convolution over q, k and v, the gated delta rule recurrence and the gated output norm of a
-linear-attention layer (Qwen3.5, Qwen3-Next), as transformers' Qwen3_5GatedDeltaNet computes them.
+"""Host side of Gated DeltaNet's own kernels (kernels/gated_delta_rule.wgsl, gated_rms_norm.wgsl): the gated delta
+rule recurrence and the gated output norm of a linear-attention layer (Qwen3.5, Qwen3-Next), as transformers'
+Qwen3_5GatedDeltaNet computes them. The layer's short convolution over q|k|v is gpu/ops/short_conv.py's causal_conv.
 
-    causal_conv1d(b, qkv_in, conv_w, seqs, conv_state, qkv, channels=C, kernel_size=4)
-    gated_delta_rule(b, qkv, alpha, beta, ssm_a, dt_bias, seqs, state, o, shape=shape)
+    gated_delta_rule(b, qkv, alpha, beta, ssm_a, dt_bias, rows, state, o, shape=shape)
     gated_rms_norm(b, o, z, norm_w, y, head_dim=shape.d_v, heads=shape.h_v)
 
-Both recurrent ops carry per-sequence state in a pool, one slot per sequence: the sequence table `seqs`
-(u32 [max_sequences, 4]: first row, rows, state slot, unused) says which rows of the step belong to which slot;
-entries with 0 rows are skipped, so one program serves any mix of prompts and decode rows. The recurrent state of
-slot s lies at s * h_v * d_k * d_v floats (head h's [d_k, d_v] matrix after it, row-major), the conv state of slot s
-at s * (kernel_size - 1) * C floats ([kernel_size - 1, C], oldest row first). A new sequence's slots must be zeroed.
+The recurrence serves prompt chunks, decode rows of many sequences and mixes alike, from the step's row table
+(rows[t] = (position, slot, -, -), common/rows.wgsl): each run of consecutive rows of one slot at consecutive
+positions is one sequence's, in order. Its state lies in gpu/recurrent_state.py's matrix state, slot s at
+s * h_v * d_k * d_v floats (head h's [d_k, d_v] matrix after it, row-major); a run starting at position 0 starts
+from zeros, so slots need no clearing.
 """
 
 from __future__ import annotations
@@ -20,9 +19,6 @@ from dataclasses import dataclass
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
-CONV_WORKGROUP = 64  # invocations per workgroup of causal_conv1d.wgsl
-MAX_CONV_TAPS = 8  # window registers of causal_conv1d.wgsl
-NORM_WORKGROUP = 64  # invocations per (token, head) of gated_rms_norm.wgsl
 MAX_COLUMNS = 64  # state columns per workgroup of gated_delta_rule.wgsl (invocations; each holds d_k registers)
 
 
@@ -51,41 +47,19 @@ class DeltaShape:
         return 2 * self.key_dim + self.value_dim
 
     @property
+    def matrix(self) -> tuple[int, int, int]:
+        """One sequence's recurrent state: gpu/recurrent_state.py's RecurrentLayerState.matrix."""
+        return (self.h_v, self.d_k, self.d_v)
+
+    @property
     def state_floats(self) -> int:
         """Floats of one sequence's recurrent state (one slot of the pool)."""
         return self.h_v * self.d_k * self.d_v
 
 
-def _check_seqs(op: str, seqs: Tensor) -> int:
-    if seqs.dtype != "u32" or len(seqs.shape) != 2 or seqs.shape[1] != 4:
-        raise ValueError(f"{op}: the sequence table {seqs} must be u32 [sequences, 4]")
-    return seqs.shape[0]
-
-
 def _check_rows(op: str, t: Tensor, width: int, what: str) -> None:
     if t.dtype != "f32" or len(t.shape) != 2 or t.shape[1] < width:
         raise ValueError(f"{op}: {what} {t} must be f32 [rows, >= {width}]")
-
-
-def causal_conv1d(b: ProgramBuilder, x: Tensor, w: Tensor, seqs: Tensor, state: Tensor, y: Tensor, *,
-                  channels: int, kernel_size: int, x_offset: int = 0, silu: bool = True) -> None:
-    """y[r, c] = act(depthwise causal conv of channel c over each sequence's conv state then its rows of x).
-
-    x: f32 [rows, >= x_offset + channels]; w: f32 [channels, kernel_size] (GGUF's ssm_conv1d); y: f32 [rows,
-    channels]; state: f32 [slots, (kernel_size - 1) * channels], updated to each sequence's last inputs.
-    """
-    if not 2 <= kernel_size <= MAX_CONV_TAPS:
-        raise ValueError(f"causal_conv1d: kernel_size {kernel_size} is outside 2..{MAX_CONV_TAPS}")
-    if w.numel != channels * kernel_size:
-        raise ValueError(f"causal_conv1d: weight {w} is not [{channels}, {kernel_size}]")
-    _check_rows("causal_conv1d", x, x_offset + channels, "x")
-    _check_rows("causal_conv1d", y, channels, "y")
-    if state.numel % ((kernel_size - 1) * channels):
-        raise ValueError(f"causal_conv1d: state {state} is not slots of [{kernel_size - 1}, {channels}]")
-    n_seqs = _check_seqs("causal_conv1d", seqs)
-    constants = {"C": channels, "K": kernel_size, "X_STRIDE": x.shape[1], "X_OFFSET": x_offset, "SILU": silu}
-    blocks = -(-channels // CONV_WORKGROUP)
-    b.dispatch("causal_conv1d", constants, [b.step, x, w, seqs, state, y], workgroup_grid(n_seqs * blocks))
 
 
 def state_columns(d_v: int) -> int:
@@ -94,15 +68,15 @@ def state_columns(d_v: int) -> int:
 
 
 def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor, ssm_a: Tensor, dt_bias: Tensor,
-                     seqs: Tensor, state: Tensor, o: Tensor, *, shape: DeltaShape, alpha_offset: int = 0,
+                     rows: Tensor, state: Tensor, o: Tensor, *, shape: DeltaShape, alpha_offset: int = 0,
                      beta_offset: int = 0) -> None:
-    """o[r, h * d_v:(h + 1) * d_v] = the gated delta rule's output for row r and value head h (kernels/
-    gated_delta_rule.wgsl), the rows of each sequence in order, its state carried in `state` at its slot.
+    """o[t, h * d_v:(h + 1) * d_v] = the gated delta rule's output for row t and value head h (kernels/
+    gated_delta_rule.wgsl), each sequence's rows in order, its state carried in `state` at its slot.
 
-    qkv: f32 [rows, >= conv_dim], the convolution's output (q, k, v heads side by side); alpha, beta: f32 [rows,
-    >= offset + h_v], the decay and update-rate projections (in_proj_a, in_proj_b; may be one tensor at two
-    offsets); ssm_a: f32 [h_v], -exp(A_log); dt_bias: f32 [h_v]; state: f32 [slots, h_v * d_k * d_v];
-    o: f32 [rows, >= h_v * d_v].
+    qkv: f32 [T_MAX, >= conv_dim], the convolution's output (q, k, v heads side by side); alpha, beta: f32 [T_MAX,
+    >= offset + h_v], the decay and update-rate projections (ssm_alpha, ssm_beta; may be one tensor at two
+    offsets); ssm_a: f32 [h_v], -exp(A_log); dt_bias: f32 [h_v]; rows: u32 [T_MAX, 4] the step's row table;
+    state: f32 [slots, h_v, d_k, d_v] (or any shape of that size); o: f32 [T_MAX, >= h_v * d_v].
     """
     op = "gated_delta_rule"
     if shape.h_v % shape.h_k:
@@ -118,7 +92,8 @@ def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor
             raise ValueError(f"{op}: {what} {t} must be f32 [{shape.h_v}]")
     if state.dtype != "f32" or state.numel % shape.state_floats:
         raise ValueError(f"{op}: state {state} is not slots of {shape.state_floats} floats")
-    n_seqs = _check_seqs(op, seqs)
+    if rows.dtype != "u32" or len(rows.shape) != 2 or rows.shape[1] != 4:
+        raise ValueError(f"{op}: the row table {rows} must be u32 [T_MAX, 4]")
     cols = state_columns(shape.d_v)
     constants = {
         "H_K": shape.h_k, "H_V": shape.h_v, "D_K": shape.d_k, "D_V": shape.d_v, "COLS": cols,
@@ -126,10 +101,8 @@ def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor
         "V_OFFSET": 2 * shape.key_dim, "AB_STRIDE": alpha.shape[1], "A_OFFSET": alpha_offset,
         "B_OFFSET": beta_offset, "O_STRIDE": o.shape[1],
     }
-    groups = n_seqs * shape.h_v * (shape.d_v // cols)
-    if groups > 65535:
-        raise ValueError(f"{op}: {groups} workgroups exceed one dispatch row")
-    b.dispatch(op, constants, [b.step, qkv, alpha, beta, ssm_a, dt_bias, seqs, state, o], (groups, 1, 1))
+    groups = rows.shape[0] * shape.h_v * (shape.d_v // cols)
+    b.dispatch(op, constants, [b.step, qkv, alpha, beta, ssm_a, dt_bias, rows, state, o], workgroup_grid(groups))
 
 
 def gated_rms_norm(b: ProgramBuilder, x: Tensor, z: Tensor, w: Tensor, y: Tensor, *, head_dim: int, heads: int,

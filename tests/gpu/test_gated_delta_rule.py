@@ -6,7 +6,7 @@ Tolerances. gated_delta_rule: k is l2-normalised and beta in (0, 1), so each upd
 eigenvalues in [0, 1] and the decay exp(g) <= 1: the recurrence does not amplify rounding errors, which grow at
 most by about d_k * 2^-24 * |S| a row and as a random walk over rows; over the 70-row prompts here (d_k <= 128,
 |S| of order 1) that stays below 1e-5 (measured: at most 8e-7), so atol 1e-5 / rtol 1e-4. A wrong head, slot or
-row gives errors of order 1. causal_conv1d sums K = 4 f32 products: 1e-6. gated_rms_norm sums d values: 1e-5.
+row gives errors of order 1. gated_rms_norm sums d values: 1e-5.
 The prompt run must equal the one-row (decode) run applied token by token bit for bit: both are the same
 pipeline doing the same f32 operations in the same order, the state round-tripping memory unchanged.
 """
@@ -18,12 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu.ops.gated_delta import DeltaShape, causal_conv1d, gated_delta_rule, gated_rms_norm
+from gpu.ops.gated_delta import DeltaShape, gated_delta_rule, gated_rms_norm
 from gpu.program import Executor, ProgramBuilder, StepParams
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "qwen35" / "delta_ops.npz"
 RULE_ATOL, RULE_RTOL = 1e-5, 1e-4
-CONV_TOL = 1e-6
 NORM_TOL = 1e-5
 
 
@@ -61,16 +60,6 @@ def reference_rule(qkv: np.ndarray, alpha: np.ndarray, beta: np.ndarray, ssm_a: 
     return o, s
 
 
-def reference_conv(x: np.ndarray, w: np.ndarray, state: np.ndarray, silu: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """y [T, C] and the new state [K - 1, C] of a depthwise causal conv (w [C, K]) after the rows of state."""
-    k = w.shape[1]
-    ext = np.concatenate([state, x]).astype(np.float64)
-    y = sum(ext[j:j + x.shape[0]] * w[:, j].astype(np.float64) for j in range(k))
-    if silu:
-        y = y / (1.0 + np.exp(-y))
-    return y, ext[-(k - 1):]
-
-
 def reference_gated_norm(x: np.ndarray, z: np.ndarray, w: np.ndarray, d: int, eps: float = 1e-6) -> np.ndarray:
     x = x.astype(np.float64).reshape(x.shape[0], -1, d)
     z = z.astype(np.float64).reshape(x.shape)
@@ -86,27 +75,41 @@ def _rule_inputs(rng: np.random.Generator, rows: int, shape: DeltaShape) -> tupl
     return qkv, ab, ssm_a, dt_bias
 
 
+def _row_table(entries: list[tuple[int, int]], t_max: int) -> np.ndarray:
+    """u32 [t_max, 4] rows (position, slot, 0, 0); rows past the entries (not in the step) point at slot 0."""
+    table = np.zeros((t_max, 4), np.uint32)
+    table[:len(entries), :2] = entries
+    return table
+
+
 def _run_rule(ex: Executor, qkv: np.ndarray, ab: np.ndarray, ssm_a: np.ndarray, dt_bias: np.ndarray,
-              table: list[tuple[int, int, int]], pool: np.ndarray, shape: DeltaShape,
+              seqs: list[tuple[int, int, int, int]], pool: np.ndarray, shape: DeltaShape,
               split: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """o and the pool after gated_delta_rule over qkv's rows with the sequence table (first, rows, slot); split:
-    one row of every sequence per step instead (decode), the rows of step i being row i of each sequence."""
-    rows = qkv.shape[0]
-    t_qkv = ex.tensor("qkv", qkv.shape, data=qkv)
-    t_ab = ex.tensor("ab", ab.shape, data=ab)
+    """o and the pool after gated_delta_rule over qkv's rows, sequence n being rows [first, first + n) at slot
+    `slot` from position `start` (seqs: (first, n, slot, start)), all in one step; split: in decode steps instead,
+    step i holding row i of every sequence still running (rows gathered into the step's first rows)."""
+    t_max = qkv.shape[0] + 1  # a spare row past every step
+    t_qkv = ex.tensor("qkv", (t_max, qkv.shape[1]))
+    t_ab = ex.tensor("ab", (t_max, ab.shape[1]))
     t_a, t_dt = ex.tensor("ssm_a", (shape.h_v,), data=ssm_a), ex.tensor("dt_bias", (shape.h_v,), data=dt_bias)
     t_state = ex.tensor("state", pool.shape, data=pool)
-    t_seqs = ex.tensor("seqs", (len(table) + 1, 4), "u32")  # one spare entry: unused ones must be skipped
-    t_o = ex.tensor("o", (rows, shape.value_dim))
+    t_rows = ex.tensor("rows", (t_max, 4), "u32")
+    t_o = ex.tensor("o", (t_max, shape.value_dim))
     b = ProgramBuilder(ex, "rule")
-    gated_delta_rule(b, t_qkv, t_ab, t_ab, t_a, t_dt, t_seqs, t_state, t_o, shape=shape, beta_offset=shape.h_v)
+    gated_delta_rule(b, t_qkv, t_ab, t_ab, t_a, t_dt, t_rows, t_state, t_o, shape=shape, beta_offset=shape.h_v)
     program = b.build()
-    steps = max(n for _, n, _ in table) if split else 1
-    for i in range(steps):
-        entries = [(first + i, 1 if i < n else 0, slot) if split else (first, n, slot) for first, n, slot in table]
-        ex.write(t_seqs, np.array([[f, n, s, 0] for f, n, s in entries] + [[0, 0, 0, 0]], np.uint32))
-        ex.run(program, StepParams(n_tokens=rows))
-    return ex.read(t_o), ex.read(t_state)
+    o = np.zeros((qkv.shape[0], shape.value_dim), np.float32)
+    steps = [[(first + i, slot, start + i) for first, n, slot, start in seqs if i < n]
+             for i in range(max(n for _, n, _, _ in seqs))] if split else \
+        [[(first + i, slot, start + i) for first, n, slot, start in seqs for i in range(n)]]
+    for step in steps:
+        picked = [r for r, _, _ in step]
+        ex.write(t_qkv, qkv[picked])
+        ex.write(t_ab, ab[picked])
+        ex.write(t_rows, _row_table([(pos, slot) for _, slot, pos in step], t_max))
+        out, = ex.run(program, StepParams(n_tokens=len(step)), read=[t_o])
+        o[picked] = out[:len(step)]
+    return o, ex.read(t_state)
 
 
 SHAPES = {  # name: (shape, rows of each sequence)
@@ -126,11 +129,11 @@ def test_gated_delta_rule_matches_reference(ex: Executor, name: str) -> None:
     pool = (0.5 * rng.standard_normal((slots, shape.state_floats))).astype(np.float32)
     table, first = [], 0
     for i, n in enumerate(lengths):
-        table.append((first, n, slots - 1 - 2 * i))  # slots out of order, some left untouched
+        table.append((first, n, slots - 1 - 2 * i, 3 + i))  # slots out of order, some left untouched
         first += n
     o, after = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape)
     touched = set()
-    for first, n, slot in table:
+    for first, n, slot, _ in table:
         r = slice(first, first + n)
         want_o, want_s = reference_rule(qkv[r], ab[r, :shape.h_v], ab[r, shape.h_v:], ssm_a, dt_bias,
                                         pool[slot].reshape(shape.h_v, shape.d_k, shape.d_v), shape)
@@ -147,37 +150,28 @@ def test_prompt_equals_one_row_steps(ex: Executor) -> None:
     shape, lengths = SHAPES["gqa_tiled_prompt"]
     rng = np.random.default_rng(7)
     qkv, ab, ssm_a, dt_bias = _rule_inputs(rng, sum(lengths), shape)
-    pool = np.zeros((3, shape.state_floats), np.float32)
-    table = [(0, lengths[0], 2), (lengths[0], lengths[1], 0)]
+    pool = (0.5 * rng.standard_normal((3, shape.state_floats))).astype(np.float32)
+    table = [(0, lengths[0], 2, 9), (lengths[0], lengths[1], 0, 1)]
     o_prompt, s_prompt = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape)
     o_steps, s_steps = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape, split=True)
     np.testing.assert_array_equal(o_prompt, o_steps)
     np.testing.assert_array_equal(s_prompt, s_steps)
 
 
-def test_causal_conv1d_matches_reference_and_carries_state(ex: Executor) -> None:
-    rng = np.random.default_rng(3)
-    channels, k, lengths, slots = 70, 4, (9, 1, 4), 5
-    rows = sum(lengths)
-    x = rng.standard_normal((rows, channels + 6)).astype(np.float32)  # channels from column 3 of wider rows
-    w = rng.standard_normal((channels, k)).astype(np.float32)
-    pool = rng.standard_normal((slots, (k - 1) * channels)).astype(np.float32)
-    table = [(0, 9, 4), (9, 1, 1), (10, 4, 2)]
-    t_x, t_w = ex.tensor("x", x.shape, data=x), ex.tensor("w", w.shape, data=w)
-    t_seqs = ex.tensor("seqs", (4, 4), "u32", data=np.array([[f, n, s, 0] for f, n, s in table] + [[0, 0, 3, 0]],
-                                                           np.uint32))
-    t_state = ex.tensor("state", pool.shape, data=pool)
-    t_y = ex.tensor("y", (rows, channels))
-    b = ProgramBuilder(ex, "conv")
-    causal_conv1d(b, t_x, t_w, t_seqs, t_state, t_y, channels=channels, kernel_size=k, x_offset=3)
-    ex.run(b.build(), StepParams(n_tokens=rows))
-    y, after = ex.read(t_y), ex.read(t_state)
-    for first, n, slot in table:
-        want_y, want_s = reference_conv(x[first:first + n, 3:3 + channels], w, pool[slot].reshape(k - 1, channels))
-        np.testing.assert_allclose(y[first:first + n], want_y, rtol=CONV_TOL, atol=CONV_TOL)
-        np.testing.assert_allclose(after[slot], want_s.reshape(-1), rtol=0, atol=0)
-    for slot in (0, 3):
-        np.testing.assert_array_equal(after[slot], pool[slot])
+def test_sequence_at_position_zero_starts_from_zero_state(ex: Executor) -> None:
+    """A run starting at position 0 ignores what its slot held (a slot reused by a new sequence), beside a run that
+    continues its slot's state in the same step."""
+    shape, _ = SHAPES["gqa_grouped"]
+    rng = np.random.default_rng(11)
+    qkv, ab, ssm_a, dt_bias = _rule_inputs(rng, 7, shape)
+    pool = (0.5 * rng.standard_normal((2, shape.state_floats))).astype(np.float32)
+    o, after = _run_rule(ex, qkv, ab, ssm_a, dt_bias, [(0, 4, 1, 0), (4, 3, 0, 5)], pool, shape)
+    zero = np.zeros((shape.h_v, shape.d_k, shape.d_v))
+    for (first, n, slot), start in (((0, 4, 1), zero), ((4, 3, 0), pool[0].reshape(zero.shape))):
+        r = slice(first, first + n)
+        want_o, want_s = reference_rule(qkv[r], ab[r, :shape.h_v], ab[r, shape.h_v:], ssm_a, dt_bias, start, shape)
+        np.testing.assert_allclose(o[r], want_o, rtol=RULE_RTOL, atol=RULE_ATOL)
+        np.testing.assert_allclose(after[slot], want_s.reshape(-1), rtol=RULE_RTOL, atol=RULE_ATOL)
 
 
 def test_gated_rms_norm_matches_reference(ex: Executor) -> None:
@@ -198,9 +192,8 @@ def test_gated_rms_norm_matches_reference(ex: Executor) -> None:
 
 def test_references_match_transformers() -> None:
     """The numpy references against transformers' torch functions (float32) on the stored inputs: both the chunked
-    (chunk 64, so the 70 rows span two chunks) and the recurrent form of the rule, the conv and the gated norm.
-    The stored outputs are float32 computations: rule 1e-5 (the chunked form's triangular solves over 64 rows),
-    conv and norm 1e-5."""
+    (chunk 64, so the 70 rows span two chunks) and the recurrent form of the rule, and the gated norm. The stored
+    outputs are float32 computations: rule 1e-5 (the chunked form's triangular solves over 64 rows), norm 1e-5."""
     z = np.load(GOLDEN)
     shape = DeltaShape(h_k=2, h_v=4, d_k=8, d_v=8, v_tiled=False)  # transformers' repeat_interleave order
     a_coef = -np.exp(z["gates/A_log"].astype(np.float64))
@@ -215,9 +208,6 @@ def test_references_match_transformers() -> None:
     for form in ("chunk", "recurrent"):
         np.testing.assert_allclose(o, z[f"rule/{form}/out"][0].reshape(o.shape), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(s, z[f"rule/{form}/state"][0], rtol=1e-5, atol=1e-5)
-    k = z["conv/w"].shape[1]
-    y, _ = reference_conv(z["conv/x"][0].T, z["conv/w"], np.zeros((k - 1, z["conv/x"].shape[1])))
-    np.testing.assert_allclose(y, z["conv/y"][0].T, rtol=1e-5, atol=1e-5)
     y = reference_gated_norm(z["norm/x"], z["norm/z"], z["norm/w"].astype(np.float64), z["norm/x"].shape[1])
     np.testing.assert_allclose(y, z["norm/y"], rtol=1e-5, atol=1e-5)
 
@@ -233,6 +223,6 @@ def test_gated_delta_rule_matches_transformers(ex: Executor) -> None:
     ssm_a = -np.exp(z["gates/A_log"]).astype(np.float32)  # what the converter stores as ssm_a
     pool = np.zeros((2, shape.state_floats), np.float32)
     pool[1] = z["rule/state"].reshape(-1)
-    o, after = _run_rule(ex, qkv, ab, ssm_a, z["gates/dt_bias"], [(0, qkv.shape[0], 1)], pool, shape)
+    o, after = _run_rule(ex, qkv, ab, ssm_a, z["gates/dt_bias"], [(0, qkv.shape[0], 1, 1)], pool, shape)
     np.testing.assert_allclose(o, z["rule/chunk/out"][0].reshape(o.shape), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(after[1], z["rule/chunk/state"].reshape(-1), rtol=1e-5, atol=1e-5)
