@@ -85,21 +85,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             k_row[i] = qkv[row + K_OFFSET + hk * D_K + i];
         }
         workgroupBarrier();
+        let decay = exp(a_coef * softplus(a[r * AB_STRIDE + A_OFFSET + h] + bias));
+        let beta = 1.0 / (1.0 + exp(-b[r * AB_STRIDE + B_OFFSET + h]));
+        // q and k are normalised by scaling the sums they enter (one pass gathers their norms and S^T k)
         var qq = 0.0;
         var kk = 0.0;
+        var kv = 0.0;  // (S^T k)[col] after the decay, k not yet normalised
         for (var i = 0u; i < D_K; i++) {
+            let kvalue = k_row[i];
+            s[i] *= decay;
+            kv += s[i] * kvalue;
+            kk += kvalue * kvalue;
             qq += q_row[i] * q_row[i];
-            kk += k_row[i] * k_row[i];
         }
         let q_scale = inverseSqrt(qq + QK_EPS) * inverseSqrt(f32(D_K));
         let k_scale = inverseSqrt(kk + QK_EPS);
-        let decay = exp(a_coef * softplus(a[r * AB_STRIDE + A_OFFSET + h] + bias));
-        let beta = 1.0 / (1.0 + exp(-b[r * AB_STRIDE + B_OFFSET + h]));
-        var kv = 0.0;  // (S^T k)[col] after the decay
-        for (var i = 0u; i < D_K; i++) {
-            s[i] *= decay;
-            kv += s[i] * k_row[i];
-        }
         let delta = beta * (qkv[row + V_OFFSET + h * D_V + col] - kv * k_scale);
         var out = 0.0;
         for (var i = 0u; i < D_K; i++) {
