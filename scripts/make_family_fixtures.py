@@ -39,6 +39,11 @@ Run (about 12 minutes on 2 CPU cores, most of it the seed search; torch CPU, tra
     /work/main/.venv/bin/python scripts/make_family_fixtures.py --out tests/golden/families \
         --llama-cpp /tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp --llama-quantize /tmp/lcp-build/bin/llama-quantize
 
+Qwen3.5 (qwen35: Gated DeltaNet and full-attention layers) is made only when named, into its own folder, until its
+model is served (its parity test then joins the families'):
+
+    /work/refvenv/bin/python scripts/make_family_fixtures.py --out tests/golden/qwen35 --only qwen35
+
 The converter is llama.cpp's as vendored in the llama-cpp-python 0.3.36 sdist
 (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, untar); gguf-py 0.19.0 from the same tree.
 """
@@ -95,11 +100,12 @@ def quantize(llama_quantize: Path, src: Path, out: Path, qtype: str, log: Path) 
         raise RuntimeError(f"llama-quantize {src.name} to {qtype} failed; see {log}")
 
 
-def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, pre: str | None, log: Path) -> None:
+def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, pre: str | None, log: Path,
+            extra: tuple[str, ...] = ()) -> None:
     env = dict(os.environ, PYTHONPATH=f"{llama_cpp / 'gguf-py'}{os.pathsep}{llama_cpp}")
     env.pop("NO_LOCAL_GGUF", None)  # the converter then puts its own gguf-py first too
     cmd = [sys.executable, __file__, "--_convert", str(llama_cpp), pre or "", str(hf_dir), "--outtype", outtype,
-           "--outfile", str(out)]
+           "--outfile", str(out), *extra]
     with log.open("w") as f:
         done = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
     if done.returncode != 0:
@@ -137,7 +143,7 @@ def build_model(fam: Family, config: Any, seed: int) -> Any:
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if "norm" in name:
                 scale = next((v for k, v in fam.norm_scales.items() if k in name), 1.0)
-                p.copy_(scale * (1.0 + 0.2 * noise) - (1.0 if fam.norm_plus_one else 0.0))
+                p.copy_(scale * (1.0 + 0.2 * noise) - (1.0 if _plus_one(fam, name) else 0.0))
             elif name.endswith(".bias"):
                 p.copy_(0.1 * noise)
             elif "embed_tokens" in name:
@@ -171,6 +177,11 @@ def save_checkpoint(fam: Family, model: Any, hf_dir: Path) -> None:
         (hf_dir / "config_sentence_transformers.json").write_text(json.dumps(st, indent=2) + "\n")
 
 
+def _plus_one(fam: Family, name: str) -> bool:
+    """Whether the network computes with 1 + w for this norm weight (the converter then stores 1 + w)."""
+    return fam.norm_plus_one and not any(k in name for k in fam.plain_norms)
+
+
 def _permute(w: Any, n_head: int) -> Any:
     """llama.cpp's LlamaModel.permute: HF's rotate-half rows to interleaved pairs, per head."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -195,7 +206,9 @@ def gguf_state_dict(fam: Family, model: Any, path: Path) -> dict[str, Any]:
     tensors = {t.name: t for t in reader.tensors}
     out: dict[str, Any] = {}
     for name, p in model.state_dict().items():
-        target = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+        # Qwen3.5 / Qwen3-Next: the converter renames dt_bias before mapping the name
+        mapped = name[:-len("dt_bias")] + "dt_proj.bias" if name.endswith(".dt_bias") else name
+        target = tmap.get_name(mapped, try_suffixes=(".weight", ".bias"))
         if target is None or target not in tensors:
             if name == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
@@ -208,8 +221,11 @@ def gguf_state_dict(fam: Family, model: Any, path: Path) -> dict[str, Any]:
             expect, data = _permute(hf, cfg.num_attention_heads), _unpermute(data, cfg.num_attention_heads)
         elif fam.permute_qk and name.endswith("k_proj.weight"):
             expect, data = _permute(hf, cfg.num_key_value_heads), _unpermute(data, cfg.num_key_value_heads)
-        elif fam.norm_plus_one and name.endswith("norm.weight"):
-            expect = hf + np.float32(1)  # the converter stores Gemma's 1 + w
+        elif _plus_one(fam, name) and name.endswith("norm.weight"):
+            expect = hf + np.float32(1)  # the converter stores Gemma's (and Qwen3.5's) 1 + w
+        elif name.endswith(".A_log"):
+            # the converter stores ssm_a = -exp(A_log), with torch's exp
+            expect, data = -torch.exp(torch.from_numpy(hf)).numpy(), np.log(-data)
         if t.tensor_type == gguf.GGMLQuantizationType.F32:
             stored = dequantize(t.data, t.tensor_type).reshape(p.shape)
             if not np.array_equal(stored, expect):
@@ -345,10 +361,10 @@ def make_family(fam: Family, out_dir: Path, work: Path, llama_cpp: Path, llama_q
             log = work / f"{fam.name}.{dtype}.log"
             if dtype == "q4_k_m":  # from an F32 conversion, by llama.cpp's llama-quantize
                 assert llama_quantize is not None
-                convert(llama_cpp, hf_dir, work / f"{fam.name}.f32.gguf", "f32", fam.pre, log)
+                convert(llama_cpp, hf_dir, work / f"{fam.name}.f32.gguf", "f32", fam.pre, log, fam.converter_args)
                 quantize(llama_quantize, work / f"{fam.name}.f32.gguf", path, "Q4_K_M", log)
             else:
-                convert(llama_cpp, hf_dir, path, dtype, fam.pre, log)
+                convert(llama_cpp, hf_dir, path, dtype, fam.pre, log, fam.converter_args)
             on_file = model_on_weights(fam, model, gguf_state_dict(fam, model, path))
             pin_long_rope(fam, on_file)
             ref = embeddings(on_file, prompts) if fam.embedding else greedy_logits(on_file, prompts)
@@ -407,7 +423,7 @@ def main() -> None:
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"families": {}}
     meta |= {"converter": CONVERTER_VERSION, "transformers": transformers.__version__, "torch": torch.__version__}
     for fam in FAMILIES.values():
-        if args.only and fam.name not in args.only:
+        if (args.only and fam.name not in args.only) or (fam.separate and not args.only):
             continue
         if "q4_k_m" in fam.dtypes and args.llama_quantize is None:
             print(f"{fam.name}: skipped (needs --llama-quantize)", flush=True)

@@ -16,6 +16,8 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN35_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 # (content, special): special tokens split from text and hidden from decoding; the rest are plain added tokens
 LLAMA3_SPECIALS = [("<|begin_of_text|>", True), ("<|end_of_text|>", True), ("<|reserved_special_token_0|>", True),
@@ -82,6 +84,7 @@ class Family:
     system_turn: bool = True  # the template accepts a system message
     permute_qk: bool = False  # llama-arch files: the converter permutes Q/K rows
     norm_plus_one: bool = False  # Gemma: the checkpoint stores w, the converter 1 + w
+    plain_norms: tuple[str, ...] = ()  # name substrings of norms that store w itself even with norm_plus_one
     embedding: bool = False
     texts: tuple[str, ...] = ()
     query_prefix: str = ""
@@ -91,6 +94,9 @@ class Family:
     pin_long_rope: bool = False
     alt_golden: Callable[[Any], Any] | None = None
     alt_prefix: str = ""
+    prompt_lengths: tuple[int, ...] = PROMPT_LENGTHS
+    converter_args: tuple[str, ...] = ()  # extra convert_hf_to_gguf.py arguments
+    separate: bool = False  # made only when --only names it, into a folder of its own (not tests/golden/families)
     notes: str = ""
 
 
@@ -275,4 +281,29 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
               "converter write eos_token_id <|endoftext|>, eot_token_id <|im_end|> (tokenizer_config's eos) and "
               "add_eos_token true. Queries are 'Instruct: {task}\\nQuery:{query}' (no space after "
               "'Query:'), documents as they are"),
+    Family(
+        "qwen35", "Qwen3_5ForCausalLM",
+        _base(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_hidden_layers=4,
+              intermediate_size=64, hidden_act="silu", attention_bias=False,
+              layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+              linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+              linear_num_value_heads=2,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                               "mrope_section": [2, 1, 1], "mrope_interleaved": True}),
+        "Qwen3.5-4B.jinja", "bpe", "byte-level BPE, Qwen3.5's split regex (letters with marks), NFC, no BOS; "
+        "Qwen3's specials (the real one adds more vision specials after these)",
+        bos=None, eos="<|im_end|>", gen_eos=("<|im_end|>", "<|endoftext|>"), pad="<|endoftext|>",
+        specials=QWEN3_SPECIALS, split_regex=QWEN35_SPLIT, nfc=True, pad_vocab_to=64, pre="qwen35", seed=1100,
+        norm_plus_one=True, plain_norms=("linear_attn.norm",), prompt_lengths=(5, 70), converter_args=("--no-mtp",),
+        separate=True,
+        chat_variants={"thinking_off": {"enable_thinking": False}, "thinking_on": {"enable_thinking": True}},
+        notes="Qwen3.5-0.8B's layout shrunk (its 24 layers repeat 3 Gated DeltaNet layers then 1 full-attention "
+              "layer; equal key and value heads, so the converter's V-head reorder is the identity): hidden 64, "
+              "FFN 64, linear attention 2 heads of 16, conv kernel 4; full attention 2 heads of 32 (q_proj twice as "
+              "wide: query and output gate), 1 KV head, rotary on a quarter of each head (interleaved MRoPE, all "
+              "sections at the text position). RMSNorms compute with 1 + w (the converter stores 1 + w) except "
+              "the gated norm of the linear attention (ssm_norm, stored as is); A_log stored as ssm_a = "
+              "-exp(A_log), dt_bias as ssm_dt.bias, the conv weight squeezed to [channels, 4]. The 70-token prompt "
+              "is longer than transformers' 64-token DeltaNet chunk. Converted with --no-mtp: transformers' "
+              "Qwen3_5ForCausalLM has no multi-token-prediction layer (the real checkpoints' mtp.* tensors)"),
 ]}

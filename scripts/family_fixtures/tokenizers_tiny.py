@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .specs import GEMMA_CONTROLS, GEMMA_TURNS, MISTRAL_CONTROLS, PHI3_ADDED, PROMPT_LENGTHS, Family
+from .specs import GEMMA_CONTROLS, GEMMA_TURNS, MISTRAL_CONTROLS, PHI3_ADDED, Family
 
 BPE_MERGES = 120  # learned merges on top of the 256 byte symbols
 SPM_SIZES = {"mistral": 384, "phi3": 352, "gemma": 448}  # SentencePiece model sizes, specials and bytes included
@@ -164,12 +164,13 @@ def build_tokenizer(fam: Family, hf_dir: Path, template: str) -> tuple[Any, int]
 
 
 def prompt_ids(fam: Family, tok: Any) -> list[list[int]]:
-    """Logit prompts (PROMPT_TEXT's first tokens, BOS first where the tokenizer adds it, at PROMPT_LENGTHS), or
-    for the embedding family its texts as the tokenizer encodes them (with the appended <|endoftext|>)."""
+    """Logit prompts (PROMPT_TEXT's first tokens, BOS first where the tokenizer adds it, at the family's
+    prompt_lengths), or for the embedding family its texts as the tokenizer encodes them (with the appended
+    <|endoftext|>)."""
     if fam.embedding:
         return [tok.encode(t) for t in fam.texts]
     body = tok.encode(PROMPT_TEXT, add_special_tokens=False)
     head = [tok.convert_tokens_to_ids(fam.bos)] if fam.add_bos else []
-    out = [head + body[:n - len(head)] for n in PROMPT_LENGTHS]
-    assert all(len(p) == n for p, n in zip(out, PROMPT_LENGTHS)), "PROMPT_TEXT too short"
+    out = [head + body[:n - len(head)] for n in fam.prompt_lengths]
+    assert all(len(p) == n for p, n in zip(out, fam.prompt_lengths)), "PROMPT_TEXT too short"
     return out
