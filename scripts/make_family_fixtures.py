@@ -22,7 +22,7 @@ family_fixtures/specs.py) the script
    files), and keeps the first seed whose every recorded step has a top-2 margin > 1e-3 relative and whose greedy
    runs use >= 8 distinct tokens.
 With --llama-quantize, llama3_h256 (llama3 at hidden 256) and lfm2_h256 are also made as Q4_K_M by llama.cpp's
-llama-quantize (their F32 sources are not kept; lfm2_h256's files are not committed, for size);
+llama-quantize (their F32 sources are not kept);
 scripts/check_family_fixtures.py says how to build llama-quantize.
 
 Outputs in --out (tests/golden/families): <family>.<dtype>.gguf, <family>.npz and meta.json (per family: the HF

@@ -260,8 +260,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
         pad="<|pad|>", add_bos=True, specials=LFM2_SPECIALS, pre="lfm2", seed=1200, dtypes=("q4_k_m",),
         notes="lfm2 at hidden 256 (rows a multiple of 256, as K-quants need), a conv and an attention layer, "
               "feed_forward_length 256: Q4_K_M by llama.cpp's llama-quantize from the converter's F32 file (not "
-              "committed); golden on the dequantised weights. Its files (about 700 KB) are left out of the tree "
-              "for size: make them with --only lfm2_h256 --llama-quantize ..."),
+              "committed); golden on the dequantised weights"),
     Family(
         "qwen3_embedding", "Qwen3Model",
         _base(head_dim=48, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, hidden_act="silu",
