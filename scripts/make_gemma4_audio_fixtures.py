@@ -21,7 +21,7 @@ Outputs in --out (tests/golden/gemma4_audio):
 - golden.npz: samples float32 [n] (the decoded clip); features float32 [frames, 128] (transformers'
   Gemma4AudioFeatureExtractor, the rows its mask keeps); embeddings float32 [tokens, 128] (get_audio_features'
   pooler_output: the audio tower and the embed_audio projection); tower float32 [tokens, 64] (the tower's output
-  before the projection);
+  before the projection); short/features, short/embeddings: the same for the first SHORT_SAMPLES samples;
 - meta.json: configs, seed, clip, token count, sha256 of each file.
 
 Run (under a minute; torch CPU, transformers 5.24, PyAV; from the repository root):
@@ -48,6 +48,9 @@ NAME = "gemma4_audio_tiny"
 SEED = 4420
 CLIP = "tests/golden/whisper/clips/00.ogg"
 CLIP_SECONDS = 2.0
+# A prefix of an even number of frames (98): the first convolution's row 49 then sees a real frame, and transformers
+# zeroes it (its mask) before the second convolution reads it for the last soft token.
+SHORT_SAMPLES = 15700
 TEXT_CONFIG = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, global_head_dim=32,
                    num_hidden_layers=2, intermediate_size=192, vocab_size=512, vocab_size_per_layer_input=512,
                    hidden_size_per_layer_input=0, layer_types=["sliding_attention", "full_attention"],
@@ -138,7 +141,10 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     model = build_model(SEED)
-    golden = reference(model, decode_clip())
+    samples = decode_clip()
+    golden = reference(model, samples)
+    short = reference(model, samples[:SHORT_SAMPLES])
+    golden.update({f"short/{k}": short[k] for k in ("features", "embeddings")})
     mmproj = args.out / f"mmproj-{NAME}.f32.gguf"
     write_mmproj(model, mmproj, args.llama_cpp)
     np.savez_compressed(args.out / "golden.npz", **golden)

@@ -3,6 +3,8 @@
 // Gemma 4's audio subsampling (torch's Conv2d, LayerNorm(bias=False) on the channels, ReLU):
 //   v[t, f, co] = sum_{a, b < K} sum_{ci} w[co, a, b, ci] x[t S + a - P, f S + b - P, ci]   (outside: zero)
 //   y[t, f, :] = relu((v - mean(v)) / sqrt(var(v) + EPS) * gamma)
+// Input time rows at or past lengths[LENGTH_INDEX] read as zero, like the padding (transformers zeroes the rows its
+// feature mask drops before each convolution; a clip's valid rows are written there per run).
 // x: [T_in, F_IN, C_IN] rows time-major, T_in = n_tokens * T_IN_PER_TOKEN; y: [T_out, F_OUT, C_OUT] with
 // T_out = n_tokens * T_OUT_PER_TOKEN (the step's n_tokens counts the clip's soft tokens, so one program serves
 // every length); w: torch's [C_OUT, C_IN, K, K] with the input channels moved last at upload.
@@ -20,6 +22,7 @@ override P: u32 = 1u;
 override T_IN_PER_TOKEN: u32 = 4u;        // input time rows per soft token
 override T_OUT_PER_TOKEN: u32 = 2u;       // output time rows per soft token
 override EPS: f32 = 1e-6;
+override LENGTH_INDEX: u32 = 0u;          // which entry of lengths counts the valid input time rows
 
 const MAX_C: u32 = 512u;
 
@@ -27,7 +30,8 @@ const MAX_C: u32 = 512u;
 @group(0) @binding(1) var<storage, read> x: array<f32>;            // [T_in * F_IN, C_IN]
 @group(0) @binding(2) var<storage, read> w: array<f32>;            // [C_OUT, K, K, C_IN]
 @group(0) @binding(3) var<storage, read> gamma: array<f32>;        // [C_OUT]
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;      // [T_out * F_OUT, C_OUT]
+@group(0) @binding(4) var<storage, read> lengths: array<u32>;      // valid input time rows, by LENGTH_INDEX
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [T_out * F_OUT, C_OUT]
 
 var<workgroup> values: array<f32, MAX_C>;
 var<workgroup> partial: array<f32, 64>;
@@ -50,7 +54,7 @@ fn row_sum(lid: u32, v: f32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let pos = wid.x + wid.y * nwg.x;
-    let t_in = step.n_tokens * T_IN_PER_TOKEN;
+    let t_in = min(step.n_tokens * T_IN_PER_TOKEN, lengths[LENGTH_INDEX]);
     // Uniform across the workgroup, so the barriers below are reached by all or none.
     if (pos >= step.n_tokens * T_OUT_PER_TOKEN * F_OUT) {
         return;

@@ -182,25 +182,31 @@ def avg_pool2d(b: ProgramBuilder, x: Tensor, out: Tensor, *, side: int, kernel: 
                workgroup_grid(math.ceil(out.shape[0] * d / ELEMENTWISE_GROUP)))
 
 
-def conv2d_norm(b: ProgramBuilder, x: Tensor, w: Tensor, gamma: Tensor, y: Tensor, *, c_in: int, f_in: int,
-                t_in_per_token: int, t_out_per_token: int, kernel: int = 3, stride: int = 2, padding: int = 1,
-                eps: float = 1e-6) -> None:
+def conv2d_norm(b: ProgramBuilder, x: Tensor, w: Tensor, gamma: Tensor, y: Tensor, lengths: Tensor, *, c_in: int,
+                f_in: int, t_in_per_token: int, t_out_per_token: int, length_index: int = 0, kernel: int = 3,
+                stride: int = 2, padding: int = 1, eps: float = 1e-6) -> None:
     """y = relu(LayerNorm_channels(conv2d(x))) over channels-last rows (kernels/conv2d_norm.wgsl): x
     [T_in * f_in, c_in], w [C_out, kernel, kernel, c_in] (torch's layout with the input channels moved last), gamma
-    [C_out], y [T_out * F_out, C_out]; T_in and T_out are the step's n_tokens times the per-token counts."""
+    [C_out], y [T_out * F_out, C_out] (or [T_out, F_out * C_out]); T_in and T_out are the step's n_tokens times the
+    per-token counts. Input time rows at or past lengths[length_index] (u32) read as zero."""
     c_out = gamma.numel
+    if lengths.dtype != "u32" or lengths.numel <= length_index:
+        raise ValueError(f"conv2d_norm: lengths {lengths} must be u32 with an entry {length_index}")
     if c_out > CONV2D_MAX_CHANNELS:
         raise ValueError(f"conv2d_norm: {c_out} output channels, more than {CONV2D_MAX_CHANNELS}")
     if w.numel != c_out * kernel * kernel * c_in:
         raise ValueError(f"conv2d_norm: w {w} is not [{c_out}, {kernel}, {kernel}, {c_in}]")
     f_out = (f_in + 2 * padding - kernel) // stride + 1
     _check(x, c_in, "x")
-    _check(y, c_out, "y")
-    if x.shape[0] % f_in or y.shape[0] % f_out:
-        raise ValueError(f"conv2d_norm: x {x} and y {y} must hold whole rows of {f_in} and {f_out} columns")
+    if x.shape[0] % f_in:
+        raise ValueError(f"conv2d_norm: x {x} must hold whole time rows of {f_in} columns")
+    # y may also be [T_out, F_out * C_out]: the flattened rows the next linear takes, the same memory.
+    if y.dtype != "f32" or len(y.shape) != 2 or y.shape[1] not in (c_out, f_out * c_out) or y.numel % (f_out * c_out):
+        raise ValueError(f"conv2d_norm: y {y} must be f32 [T_out * {f_out}, {c_out}] or [T_out, {f_out * c_out}]")
     constants = {"C_IN": c_in, "C_OUT": c_out, "F_IN": f_in, "F_OUT": f_out, "K": kernel, "S": stride, "P": padding,
-                 "T_IN_PER_TOKEN": t_in_per_token, "T_OUT_PER_TOKEN": t_out_per_token, "EPS": eps}
-    b.dispatch("conv2d_norm", constants, [b.step, x, w, gamma, y], workgroup_grid(y.shape[0]))
+                 "T_IN_PER_TOKEN": t_in_per_token, "T_OUT_PER_TOKEN": t_out_per_token, "EPS": eps,
+                 "LENGTH_INDEX": length_index}
+    b.dispatch("conv2d_norm", constants, [b.step, x, w, gamma, lengths, y], workgroup_grid(y.numel // c_out))
 
 
 def sigmoid_mul(b: ProgramBuilder, x: Tensor, out: Tensor, *, gate_offset: int = 0) -> None:

@@ -33,14 +33,14 @@ def _conv2d_norm_reference(x: np.ndarray, w: np.ndarray, gamma: np.ndarray, eps:
     return np.maximum((v - mean) / np.sqrt(var + eps) * gamma, 0)
 
 
-@pytest.mark.parametrize(("tokens", "run", "c_in", "c_out", "f_in", "t_in_per", "t_out_per"),
-                         [(3, 3, 1, 128, 16, 4, 2), (4, 3, 8, 72, 8, 2, 1)])
-def test_conv2d_norm(ex: Executor, tokens: int, run: int, c_in: int, c_out: int, f_in: int, t_in_per: int,
-                     t_out_per: int) -> None:
+@pytest.mark.parametrize(("tokens", "run", "valid", "c_in", "c_out", "f_in", "t_in_per", "t_out_per"),
+                         [(3, 3, 12, 1, 128, 16, 4, 2), (4, 3, 6, 8, 72, 8, 2, 1), (3, 3, 9, 1, 64, 16, 4, 2)])
+def test_conv2d_norm(ex: Executor, tokens: int, run: int, valid: int, c_in: int, c_out: int, f_in: int,
+                     t_in_per: int, t_out_per: int) -> None:
+    """valid: input time rows that count; the rows past it hold data the kernel must read as zero."""
     rng = np.random.default_rng(c_out)
     f_out = (f_in + 1) // 2
     x = rng.standard_normal((tokens * t_in_per, f_in, c_in)).astype(np.float32)
-    x[run * t_in_per:] = 0  # rows past the step are zeroes the kernel must not read as data
     w = (rng.standard_normal((c_out, c_in, 3, 3)) * 0.3).astype(np.float32)
     gamma = (1 + 0.2 * rng.standard_normal(c_out)).astype(np.float32)
     tx = ex.tensor("x", (x.shape[0] * f_in, c_in), data=x.reshape(-1, c_in))
@@ -48,11 +48,15 @@ def test_conv2d_norm(ex: Executor, tokens: int, run: int, c_in: int, c_out: int,
     tg = ex.tensor("gamma", (c_out,), data=gamma)
     rows = tokens * t_out_per * f_out
     out = ex.tensor("y", (rows, c_out), data=np.full((rows, c_out), 7, np.float32))
+    lengths = ex.tensor("lengths", (2,), "u32", data=np.array([99, valid], np.uint32))
     b = ProgramBuilder(ex, "conv2d_norm")
-    ops.conv2d_norm(b, tx, tw, tg, out, c_in=c_in, f_in=f_in, t_in_per_token=t_in_per, t_out_per_token=t_out_per)
+    ops.conv2d_norm(b, tx, tw, tg, out, lengths, c_in=c_in, f_in=f_in, t_in_per_token=t_in_per,
+                    t_out_per_token=t_out_per, length_index=1)
     got, = ex.run(b.build(), StepParams(n_tokens=run), read=[out])
     want = np.full((rows, c_out), 7, np.float32)
-    ref = _conv2d_norm_reference(x[:run * t_in_per], w, gamma, 1e-6)[:run * t_out_per]
+    kept = x[:run * t_in_per].copy()
+    kept[valid:] = 0
+    ref = _conv2d_norm_reference(kept, w, gamma, 1e-6)[:run * t_out_per]
     want[:run * t_out_per * f_out] = ref.reshape(-1, c_out)
     np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
 
