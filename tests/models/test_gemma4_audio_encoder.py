@@ -108,3 +108,12 @@ def test_rejects_a_file_without_an_audio_tower(ex: Executor) -> None:
     vision_only = Path(__file__).resolve().parent.parent / "golden" / "vision" / "mmproj-gemma4_tiny.f32.gguf"
     with pytest.raises(GGUFFormatError, match="audio projector type"):
         Gemma4AudioEncoder(GGUFFile(vision_only), ex)
+
+
+def test_load_audio_encoder(ex: Executor) -> None:
+    from models.audio_encoder.projector import load_audio_encoder
+
+    encoder = load_audio_encoder(MMPROJ, ex)
+    assert isinstance(encoder, Gemma4AudioEncoder) and encoder.embedding_size == 128
+    vision_only = Path(__file__).resolve().parent.parent / "golden" / "vision" / "mmproj-gemma4_tiny.f32.gguf"
+    assert load_audio_encoder(vision_only, ex) is None
