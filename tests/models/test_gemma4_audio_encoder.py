@@ -117,3 +117,14 @@ def test_load_audio_encoder(ex: Executor) -> None:
     assert isinstance(encoder, Gemma4AudioEncoder) and encoder.embedding_size == 128
     vision_only = Path(__file__).resolve().parent.parent / "golden" / "vision" / "mmproj-gemma4_tiny.f32.gguf"
     assert load_audio_encoder(vision_only, ex) is None
+
+
+def test_a_text_model_loads_its_projectors_audio_encoder() -> None:
+    """load_text_model with a projector that holds an audio tower attaches it beside the image encoder (the Gemma 3
+    tiny text model stands in: its embeddings are 128 wide like the fixture's text config)."""
+    from models.text.engine import load_text_model
+
+    model = load_text_model(str(GOLDEN.parent / "vision" / "gemma3_tiny.f32.gguf"), kv_dtype="f32",
+                            context_length=64, projector=MMPROJ)
+    assert isinstance(model.audio_encoder, Gemma4AudioEncoder) and model.image_encoder is not None
+    assert model.audio_encoder.embedding_size == model.embedding_size
