@@ -41,7 +41,7 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys, VisionProjectorType
 
 from audio.features import GEMMA4_MAX_SAMPLES, GEMMA4_N_MELS, SAMPLE_RATE, gemma4_log_mel, gemma4_num_audio_tokens
 from gpu.ops import encoder as ops
-from gpu.ops.conv import conv1d, upload_conv1d
+from gpu.ops.conv import Conv1dWeight, conv1d, upload_conv1d
 from gpu.ops.matmul import linear
 from gpu.ops.rows import residual_add
 from gpu.program import Executor, Program, ProgramBuilder
@@ -135,7 +135,7 @@ class _Layer:
     attn_post: Tensor
     conv_pre: Tensor
     pw1: QuantWeight
-    dw: object  # gpu.ops.conv.Conv1dWeight, depthwise
+    dw: Conv1dWeight  # depthwise, [D_a, 1, K]
     conv_norm: Tensor
     pw2: QuantWeight
     out_norm: Tensor
