@@ -121,12 +121,13 @@ class ChatMessage(OpenAIRequest):
         return [part.image_url.url for part in self.content if part.image_url is not None and part.type == "image_url"]
 
     def for_template(self) -> dict[str, Any]:
-        """The message as chat templates expect it: string content (a list of text and {"type": "image"} items,
-        as transformers' processors pass them, where it has images), tool fields only when present."""
+        """The message as chat templates expect it: string content (a list of text, {"type": "image"} and
+        {"type": "audio"} items, as transformers' processors pass them, where it has images or audio), tool fields
+        only when present."""
         content: str | list[dict[str, Any]] = self.text()
-        if self.image_urls():
-            assert isinstance(self.content, list)
-            content = [{"type": "text", "text": part.text or ""} if part.type == "text" else {"type": "image"}
+        if isinstance(self.content, list) and any(part.type != "text" for part in self.content):
+            media = {"image_url": "image", "input_audio": "audio"}
+            content = [{"type": "text", "text": part.text or ""} if part.type == "text" else {"type": media[part.type]}
                        for part in self.content]
         message: dict[str, Any] = {"role": self.role, "content": content}
         if self.name is not None:

@@ -95,3 +95,16 @@ def test_too_many_clips() -> None:
     with pytest.raises(InvalidRequest) as raised:
         audio_inputs.prepare([part(wav(0.2))] * 3, _Encoder(), Limits(max_audio_clips=2))
     assert raised.value.code == "too_many_audio_clips"
+
+
+def test_a_message_with_audio_renders_an_audio_item() -> None:
+    """Chat templates see an input_audio part as {"type": "audio"} (transformers' processors' convention), in place
+    among the text and image items."""
+    from server.schemas.chat import ChatMessage
+
+    message = ChatMessage(role="user", content=[
+        {"type": "text", "text": "hi"}, {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "mp3"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}])
+    assert message.for_template()["content"] == [{"type": "text", "text": "hi"}, {"type": "audio"},
+                                                 {"type": "image"}]
+    assert message.text() == "hi" and message.image_urls() == ["data:image/png;base64,AAAA"]
