@@ -1,4 +1,4 @@
-"""Whisper's log-mel spectrogram in numpy, computed as openai-whisper computes it.
+"""Log-mel features in numpy: Whisper's, computed as openai-whisper computes it, and Gemma 4's audio front end.
 
 openai-whisper (whisper/audio.py) takes 16 kHz mono float audio, runs ``torch.stft`` with n_fft 400, hop 160, a
 periodic Hann window and ``center=True`` (reflect padding of n_fft // 2 on both ends), drops the last frame, squares
@@ -47,6 +47,16 @@ def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
     return np.where(mel >= min_log_mel, min_log_hz * np.exp(logstep * (mel - min_log_mel)), f_sp * mel)
 
 
+def _triangles(fft_freqs: np.ndarray, hz_edges: np.ndarray) -> np.ndarray:
+    """Triangular bands [len(hz_edges) - 2, len(fft_freqs)] in float64: band i rises from edge i to edge i + 1 and
+    falls to edge i + 2, peaking at 1 (librosa's and transformers' construction, before any normalisation)."""
+    widths = np.diff(hz_edges)  # [n_mels + 1]
+    ramps = hz_edges[:, None] - fft_freqs[None, :]  # [n_mels + 2, n_freqs]
+    lower = -ramps[:-2] / widths[:-1, None]  # rising slope of band i
+    upper = ramps[2:] / widths[1:, None]  # falling slope of band i
+    return np.maximum(0.0, np.minimum(lower, upper))
+
+
 @functools.lru_cache(maxsize=4)
 def mel_filters(n_mels: int = 80, *, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
     """The Slaney-normalised triangular mel filter bank [n_mels, n_fft // 2 + 1], float32.
@@ -58,11 +68,7 @@ def mel_filters(n_mels: int = 80, *, sample_rate: int = SAMPLE_RATE, n_fft: int 
     fft_freqs = np.fft.rfftfreq(n_fft, d=1.0 / sample_rate)  # [n_fft // 2 + 1] Hz
     mel_edges = np.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), n_mels + 2)
     hz_edges = _mel_to_hz(mel_edges)  # [n_mels + 2]: left edge, centre, right edge of each band
-    widths = np.diff(hz_edges)  # [n_mels + 1]
-    ramps = hz_edges[:, None] - fft_freqs[None, :]  # [n_mels + 2, n_freqs]
-    lower = -ramps[:-2] / widths[:-1, None]  # rising slope of band i
-    upper = ramps[2:] / widths[1:, None]  # falling slope of band i
-    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights = _triangles(fft_freqs, hz_edges)
     # Slaney normalisation: each triangle has unit area in Hz, so wide high bands do not dominate.
     weights *= (2.0 / (hz_edges[2:] - hz_edges[:-2]))[:, None]
     out = weights.astype(np.float32)
@@ -70,7 +76,7 @@ def mel_filters(n_mels: int = 80, *, sample_rate: int = SAMPLE_RATE, n_fft: int 
     return out
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=2)
 def _hann_window(n: int) -> np.ndarray:
     """The periodic Hann window of torch.hann_window(n) (periodic=True): sin^2(pi k / n), k < n."""
     k = np.arange(n, dtype=np.float64)
@@ -128,3 +134,72 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -
     log_spec += 4.0
     log_spec /= 4.0
     return log_spec.astype(np.float32)
+
+
+# Gemma 4's audio front end (transformers' Gemma4AudioFeatureExtractor with its defaults, which the released
+# checkpoints keep): 20 ms frames every 10 ms of 16 kHz audio, a periodic Hann window, a 512-point FFT's magnitude,
+# 128 HTK mel bands (no normalisation, 0 - 8 kHz) and ln(mel + 0.001).
+GEMMA4_FRAME_LENGTH = 320  # samples per frame (20 ms)
+GEMMA4_HOP_LENGTH = 160  # samples between frames (10 ms)
+GEMMA4_FFT_LENGTH = 512  # the next power of two above the frame
+GEMMA4_N_MELS = 128
+GEMMA4_MEL_FLOOR = 1e-3  # added before the log
+GEMMA4_MAX_SAMPLES = 480_000  # the extractor truncates a clip to 30 s
+
+
+@functools.lru_cache(maxsize=1)
+def htk_mel_filters(n_mels: int = GEMMA4_N_MELS, *, sample_rate: int = SAMPLE_RATE,
+                    n_fft: int = GEMMA4_FFT_LENGTH, max_hz: float = 8000.0) -> np.ndarray:
+    """HTK-scale triangular mel filter bank [n_mels, n_fft // 2 + 1] without normalisation, float64.
+
+    transformers' ``mel_filter_bank(norm=None, mel_scale="htk", min_frequency=0)``: band edges evenly spaced on
+    2595 log10(1 + f / 700) between 0 Hz and ``max_hz``. Cached and read-only.
+    """
+    fft_freqs = np.linspace(0.0, sample_rate // 2, n_fft // 2 + 1)
+    mel_edges = np.linspace(0.0, 2595.0 * np.log10(1.0 + max_hz / 700.0), n_mels + 2)
+    hz_edges = 700.0 * (10.0 ** (mel_edges / 2595.0) - 1.0)
+    out = _triangles(fft_freqs, hz_edges)
+    out.setflags(write=False)
+    return out
+
+
+def gemma4_num_frames(samples: int) -> int:
+    """Mel frames Gemma 4's extractor keeps for a clip of ``samples`` (after its 30 s cut): those whose window lies
+    wholly inside the clip once half a frame of zeros is put before it (the rest it masks out and zeroes)."""
+    samples = min(samples, GEMMA4_MAX_SAMPLES)
+    half = GEMMA4_FRAME_LENGTH // 2
+    return max(0, (samples - half - 1) // GEMMA4_HOP_LENGTH + 1)
+
+
+def gemma4_num_audio_tokens(samples: int) -> int:
+    """Soft tokens Gemma 4's audio encoder makes of a clip: its two stride-2 convolutions each halve the frames,
+    rounding up (transformers' processor counts them the same way from the feature mask)."""
+    frames = gemma4_num_frames(samples)
+    for _ in range(2):
+        frames = (frames + 1) // 2
+    return frames
+
+
+def gemma4_log_mel(audio: np.ndarray) -> np.ndarray:
+    """Gemma 4's log-mel features of 16 kHz mono audio: float32 [frames, 128], frames = gemma4_num_frames(len).
+
+    These are the rows transformers' Gemma4AudioFeatureExtractor marks valid in ``input_features_mask``; the rows
+    past them it zeroes and the encoder masks out, so they are not made here. Computed in float64.
+    """
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1:
+        raise ValueError(f"gemma4_log_mel expects mono audio [samples], got shape {audio.shape}")
+    audio = audio[:GEMMA4_MAX_SAMPLES]
+    n_frames = gemma4_num_frames(audio.shape[0])
+    if n_frames == 0:
+        raise ValueError(f"audio too short for Gemma 4's features: {audio.shape[0]} samples, need > "
+                         f"{GEMMA4_FRAME_LENGTH // 2}")
+    padded = np.pad(audio, (GEMMA4_FRAME_LENGTH // 2, 0)).astype(np.float64)
+    frames = np.lib.stride_tricks.sliding_window_view(padded, GEMMA4_FRAME_LENGTH)[::GEMMA4_HOP_LENGTH][:n_frames]
+    filters = htk_mel_filters()  # [n_mels, n_freqs]
+    out = np.empty((n_frames, GEMMA4_N_MELS), dtype=np.float32)
+    for start in range(0, n_frames, _BLOCK_FRAMES):
+        block = frames[start:start + _BLOCK_FRAMES] * _hann_window(GEMMA4_FRAME_LENGTH)
+        magnitude = np.abs(np.fft.rfft(block, n=GEMMA4_FFT_LENGTH, axis=-1))  # [block, n_fft // 2 + 1]
+        out[start:start + len(block)] = np.log(magnitude @ filters.T + GEMMA4_MEL_FLOOR)
+    return out

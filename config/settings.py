@@ -166,6 +166,13 @@ class Limits(_Frozen):
                                  "part; then 413. Base64 images also count against max_body_bytes")
     allow_image_urls: bool = Field(False, description="fetch http(s) image URLs in chat content parts; off: only "
                                    "data: URLs are taken, others are a 400")
+    max_audio_clips: int = Field(4, ge=0, description="most input_audio parts one chat request may carry (all "
+                                 "messages together); then 400")
+    max_input_audio_bytes: int = Field(10 << 20, ge=1, description="largest encoded clip (after base64) of one "
+                                       "input_audio part; then 413. Base64 audio also counts against max_body_bytes")
+    max_input_audio_seconds: float = Field(30.0, gt=0, description="longest decoded clip of one input_audio part, "
+                                           "checked while decoding; then 413 (a model's encoder may take less: "
+                                           "Gemma 4's takes 30 s)")
 
 
 class OllamaConfig(_Frozen):
@@ -353,6 +360,9 @@ _ENV_KEYS = {
     "HEARTH_MAX_IMAGE_PIXELS": "limits.max_image_pixels",
     "HEARTH_MAX_IMAGE_BYTES": "limits.max_image_bytes",
     "HEARTH_ALLOW_IMAGE_URLS": "limits.allow_image_urls",
+    "HEARTH_MAX_AUDIO_CLIPS": "limits.max_audio_clips",
+    "HEARTH_MAX_INPUT_AUDIO_BYTES": "limits.max_input_audio_bytes",
+    "HEARTH_MAX_INPUT_AUDIO_SECONDS": "limits.max_input_audio_seconds",
     "HEARTH_SHUTDOWN_TIMEOUT": "limits.shutdown_timeout_s",
     "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",

@@ -63,14 +63,31 @@ def _key(source: str, context_length: int | None = None, kv_dtype: str = "f16", 
 def has_projector(entry: ModelEntry) -> bool:
     """Whether a chat model comes with an image encoder: a projector file named in its settings, or one beside its
     model file or in its Ollama manifest (models/vision/projector.py's find_projector)."""
-    if entry.projector is not None:
-        return True
+    return entry.projector is not None or _found_projector(entry) is not None
+
+
+def _found_projector(entry: ModelEntry) -> Path | None:
     path = shipped_model_path() if entry.source == SHIPPED_MODEL else Path(entry.source).expanduser()
     if path is None or not path.is_file():
-        return False
+        return None
     from models.vision.projector import find_projector
 
-    return find_projector(path) is not None
+    return find_projector(path)
+
+
+def has_audio_projector(entry: ModelEntry) -> bool:
+    """Whether a chat model's projector file (as has_projector finds it) holds an audio tower; its header only is
+    read, and a file that cannot be read counts as none (loading the model reports it)."""
+    found = Path(entry.projector).expanduser() if entry.projector is not None else _found_projector(entry)
+    if found is None or not found.is_file():
+        return False
+    from models.audio_encoder.projector import has_audio_encoder
+    from models.formats.gguf_file import GGUFFile, GGUFFormatError
+
+    try:
+        return has_audio_encoder(GGUFFile(found))
+    except (GGUFFormatError, OSError):
+        return False
 
 
 class ModelRegistry:

@@ -413,6 +413,50 @@ def lfm2_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
     _write(writer)
 
 
+def gemma4_audio_projector(path: Path, *, width: int = 1024, layers: int = 12, heads: int = 8, mels: int = 128,
+                           channels: tuple[int, int] = (128, 32), kernel: int = 5, out_width: int = 1536,
+                           text_width: int = 2560, seed: int = 0) -> Path:
+    """A Gemma 4 projector GGUF with an audio tower only (audio projector type "gemma4a"), tensors named and laid
+    out as llama.cpp's converter writes them, at Gemma4AudioConfig's default shapes (width 1024, 12 conformer layers
+    of 8 heads, FFN 4096, subsampling channels 128 and 32, light-conv kernel 5, output 1536; E4B's text width 2560):
+    matrices F16, convolutions, norms and scales F32, seeded normal weights scaled as gemma3_projector's, no clip
+    bounds. layers: fewer layers, same widths."""
+    normal = _normal(seed)
+    writer = GGUFWriter(path, "clip")
+    writer.add_bool("clip.has_vision_encoder", False)
+    writer.add_bool("clip.has_audio_encoder", True)
+    writer.add_string("clip.audio.projector_type", "gemma4a")
+    for key, value in (("embedding_length", width), ("feed_forward_length", 4 * width), ("block_count", layers),
+                       ("attention.head_count", heads), ("num_mel_bins", mels), ("projection_dim", text_width)):
+        writer.add_uint32(f"clip.audio.{key}", value)
+    writer.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-6)
+    c_in = 1
+    for i, c_out in enumerate(channels):
+        writer.add_tensor(f"a.conv1d.{i}.weight", normal((c_out, c_in, 3, 3), (9 * c_in) ** -0.5))
+        writer.add_tensor(f"a.conv1d.{i}.norm.weight", 1 + normal((c_out,), 0.1))
+        c_in = c_out
+    flat = mels // 4 * channels[1]
+    writer.add_tensor("a.input_projection.weight", normal((width, flat), flat ** -0.5, np.float16))
+    hd = width // heads
+    for i in range(layers):
+        for name in ("ffn_norm", "ffn_post_norm", "ffn_norm_1", "ffn_post_norm_1", "attn_pre_norm", "attn_post_norm",
+                     "conv_norm", "norm_conv", "ln2"):
+            writer.add_tensor(f"a.blk.{i}.{name}.weight", 1 + normal((width,), 0.1))
+        for name, rows, k in (("ffn_up", 4 * width, width), ("ffn_down", width, 4 * width),
+                              ("ffn_up_1", 4 * width, width), ("ffn_down_1", width, 4 * width),
+                              ("attn_q", width, width), ("attn_k", width, width), ("attn_v", width, width),
+                              ("attn_out", width, width), ("attn_k_rel", width, width),
+                              ("conv_pw1", 2 * width, width), ("conv_pw2", width, width)):
+            writer.add_tensor(f"a.blk.{i}.{name}.weight", normal((rows, k), k ** -0.5, np.float16))
+        writer.add_tensor(f"a.blk.{i}.per_dim_scale.weight", 1 + normal((hd,), 0.1))  # softplus already applied
+        writer.add_tensor(f"a.blk.{i}.conv_dw.weight", normal((width, kernel), kernel ** -0.5))
+    writer.add_tensor("a.pre_encode.out.weight", normal((out_width, width), width ** -0.5, np.float16))
+    writer.add_tensor("a.pre_encode.out.bias", normal((out_width,), 0.1))
+    writer.add_tensor("mm.a.input_projection.weight", normal((text_width, out_width), out_width ** -0.5, np.float16))
+    _write(writer)
+    return path
+
+
 def _add(writer: GGUFWriter, name: str, qtype: Q, shape: tuple[int, ...], rng: np.random.Generator) -> None:
     """Add a tensor of GGUF shape ne (innermost first); quantised data goes in as [rows, row bytes]."""
     data = random_blocks(qtype, shape, rng)

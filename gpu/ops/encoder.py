@@ -19,6 +19,8 @@ from gpu.weights import QuantWeight
 
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
 ROWS_PER_GROUP = 64  # (token, head) rows per workgroup of encoder_attention.wgsl
+CONV2D_MAX_CHANNELS = 512  # MAX_C of kernels/conv2d_norm.wgsl
+LOCAL_ATTENTION_MAX_WINDOW = 32  # MAX_W of kernels/attention_local_relative.wgsl
 POOLING_MODES = {"mean": 0, "cls": 1, "last": 2, "max": 3, "mean_sqrt_len": 4}  # MODE of kernels/pool.wgsl
 
 
@@ -206,3 +208,57 @@ def group_norm(b: ProgramBuilder, x: Tensor, gamma: Tensor, beta: Tensor, out: T
         raise ValueError(f"group_norm: {c} channels, beta of {beta.numel}, {groups} groups")
     b.dispatch("group_norm", {"C": c, "GROUPS": groups, "EPS": eps, "TANH": tanh}, [b.step, x, gamma, beta, out],
                workgroup_grid(groups))
+
+
+def conv2d_norm(b: ProgramBuilder, x: Tensor, w: Tensor, gamma: Tensor, y: Tensor, lengths: Tensor, *, c_in: int,
+                f_in: int, t_in_per_token: int, t_out_per_token: int, length_index: int = 0, kernel: int = 3,
+                stride: int = 2, padding: int = 1, eps: float = 1e-6) -> None:
+    """y = relu(LayerNorm_channels(conv2d(x))) over channels-last rows (kernels/conv2d_norm.wgsl): x
+    [T_in * f_in, c_in], w [C_out, kernel, kernel, c_in] (torch's layout with the input channels moved last), gamma
+    [C_out], y [T_out * F_out, C_out] (or [T_out, F_out * C_out]); T_in and T_out are the step's n_tokens times the
+    per-token counts. Input time rows at or past lengths[length_index] (u32) read as zero."""
+    c_out = gamma.numel
+    if lengths.dtype != "u32" or lengths.numel <= length_index:
+        raise ValueError(f"conv2d_norm: lengths {lengths} must be u32 with an entry {length_index}")
+    if c_out > CONV2D_MAX_CHANNELS:
+        raise ValueError(f"conv2d_norm: {c_out} output channels, more than {CONV2D_MAX_CHANNELS}")
+    if w.numel != c_out * kernel * kernel * c_in:
+        raise ValueError(f"conv2d_norm: w {w} is not [{c_out}, {kernel}, {kernel}, {c_in}]")
+    f_out = (f_in + 2 * padding - kernel) // stride + 1
+    _check(x, c_in, "x")
+    if x.shape[0] % f_in:
+        raise ValueError(f"conv2d_norm: x {x} must hold whole time rows of {f_in} columns")
+    # y may also be [T_out, F_out * C_out]: the flattened rows the next linear takes, the same memory.
+    if y.dtype != "f32" or len(y.shape) != 2 or y.shape[1] not in (c_out, f_out * c_out) or y.numel % (f_out * c_out):
+        raise ValueError(f"conv2d_norm: y {y} must be f32 [T_out * {f_out}, {c_out}] or [T_out, {f_out * c_out}]")
+    constants = {"C_IN": c_in, "C_OUT": c_out, "F_IN": f_in, "F_OUT": f_out, "K": kernel, "S": stride, "P": padding,
+                 "T_IN_PER_TOKEN": t_in_per_token, "T_OUT_PER_TOKEN": t_out_per_token, "EPS": eps,
+                 "LENGTH_INDEX": length_index}
+    b.dispatch("conv2d_norm", constants, [b.step, x, w, gamma, lengths, y], workgroup_grid(y.numel // c_out))
+
+
+def sigmoid_mul(b: ProgramBuilder, x: Tensor, out: Tensor, *, gate_offset: int = 0) -> None:
+    """out[t, i] = x[t, i] * sigmoid(x[t, gate_offset + i]) (kernels/sigmoid_mul.wgsl): SiLU with gate_offset 0,
+    torch's GLU on rows twice out's width with gate_offset = out's width."""
+    d = out.shape[1]
+    if x.dtype != "f32" or len(x.shape) != 2 or x.shape[1] < gate_offset + d:
+        raise ValueError(f"sigmoid_mul: x {x} must be f32 [rows, >= {gate_offset + d}]")
+    b.dispatch("sigmoid_mul", {"D": d, "X_STRIDE": x.shape[1], "G_OFF": gate_offset}, [b.step, x, out],
+               workgroup_grid(math.ceil(out.shape[0] * d / ELEMENTWISE_GROUP)))
+
+
+def attention_local_relative(b: ProgramBuilder, q: Tensor, k: Tensor, v: Tensor, rel: Tensor, q_scale: Tensor,
+                             out: Tensor, *, heads: int, k_scale: float, cap: float) -> None:
+    """Local attention over each token and the rel.shape[0] - 1 before it, with relative keys and a softcap
+    (kernels/attention_local_relative.wgsl). q, k, v, out: [T, heads * head_dim]; rel: [window, heads * head_dim]
+    (row m: distance m); q_scale: [head_dim]."""
+    head_dim = q_scale.numel
+    width = heads * head_dim
+    for t, what in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (rel, "rel")):
+        _check(t, width, what)
+    window = rel.shape[0]
+    if not 1 <= window <= LOCAL_ATTENTION_MAX_WINDOW:
+        raise ValueError(f"attention_local_relative: a window of {window} keys (1 to {LOCAL_ATTENTION_MAX_WINDOW})")
+    constants = {"H": heads, "HD": head_dim, "W": window, "K_SCALE": k_scale, "CAP": cap}
+    b.dispatch("attention_local_relative", constants, [b.step, q, k, v, rel, q_scale, out],
+               workgroup_grid(math.ceil(q.shape[0] * heads / ROWS_PER_GROUP)))

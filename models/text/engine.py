@@ -27,6 +27,7 @@ from gpu.kv_cache import PAGE_TOKENS, KVPool
 from gpu.ops.sampling import top_candidates
 from gpu.program import Executor, Program, ProgramBuilder, StepParams, Submission
 from gpu.tensor import Tensor
+from models.audio_encoder import AudioEncoder
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
@@ -469,6 +470,8 @@ class TextModel:
         self._engines: dict[str, Engine] = {}
         # the vision tower and projector beside the decoder (models/vision/), None for a text-only model
         self.image_encoder: ImageEncoder | None = None
+        # the audio tower and projector from the same projector file (models/audio_encoder/), None without one
+        self.audio_encoder: AudioEncoder | None = None
 
     @property
     def embedding_size(self) -> int:
@@ -485,6 +488,13 @@ class TextModel:
     def image_markers(self) -> ImageMarkers | None:
         """How the family's prompts mark images (models/text/images.py), None where it has no image format."""
         return IMAGE_MARKERS.get(getattr(self.arch, "architecture", ""))
+
+    def attach_audio_encoder(self, encoder: AudioEncoder) -> None:
+        """Give the model its audio encoder (its soft tokens must be rows of the decoder's embedding width)."""
+        if encoder.embedding_size != self.embedding_size:
+            raise GGUFFormatError(f"the audio encoder's rows are {encoder.embedding_size} wide, the model's "
+                                  f"embeddings {self.embedding_size}")
+        self.audio_encoder = encoder
 
     def attach_image_encoder(self, encoder: ImageEncoder) -> None:
         """Give the model its image encoder (its soft tokens must be rows of the decoder's embedding width)."""
@@ -606,7 +616,19 @@ def load_text_model(
     encoder = _load_image_encoder(path, executor, projector)
     if encoder is not None:
         model.attach_image_encoder(encoder)
+        audio = _load_audio_encoder(path, executor, projector)
+        if audio is not None:
+            model.attach_audio_encoder(audio)
     return model
+
+
+def _load_audio_encoder(path: Path, executor: Executor, projector: str | Path | None) -> AudioEncoder | None:
+    """The audio encoder of the model's projector file (the one _load_image_encoder read), None without one."""
+    from models.audio_encoder.projector import load_audio_encoder
+    from models.vision.projector import find_projector
+
+    found = Path(projector).expanduser() if projector is not None else find_projector(path)
+    return load_audio_encoder(found, executor) if found is not None and found.is_file() else None
 
 
 def _load_image_encoder(path: Path, executor: Executor, projector: str | Path | None) -> ImageEncoder | None:

@@ -41,21 +41,30 @@ class ImageURL(OpenAIRequest):
     detail: Literal["auto", "low", "high"] | None = None
 
 
-class ContentPart(OpenAIRequest):
-    """One part of a message's content: text, or an image (for models that take images: /v1/models lists their
-    input_modalities; a text-only model answers an image with a 400)."""
+class InputAudio(OpenAIRequest):
+    """An input_audio part's clip: base64 of a WAV or MP3 file, and which of the two it is."""
 
-    model_config = ConfigDict(extra="allow")  # input_audio, ... are named in the error below
+    data: str = Field(min_length=1)
+    format: Literal["wav", "mp3"]
+
+
+class ContentPart(OpenAIRequest):
+    """One part of a message's content: text, an image or an audio clip (for models that take them: /v1/models
+    lists their input_modalities; a model that does not answers with a 400)."""
+
+    model_config = ConfigDict(extra="allow")  # file, ... are named in the error below
 
     type: str
     text: str | None = None
     image_url: ImageURL | None = None
+    input_audio: InputAudio | None = None
 
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str) -> str:
-        if value not in ("text", "image_url"):
-            raise ValueError(f"content parts of type {value!r} are not supported; send text or image_url parts")
+        if value not in ("text", "image_url", "input_audio"):
+            raise ValueError(f"content parts of type {value!r} are not supported; send text, image_url or "
+                             "input_audio parts")
         return value
 
     @model_validator(mode="after")
@@ -64,6 +73,8 @@ class ContentPart(OpenAIRequest):
             raise ValueError("a text part needs `text`")
         if self.type == "image_url" and self.image_url is None:
             raise ValueError("an image_url part needs `image_url` with its `url`")
+        if self.type == "input_audio" and self.input_audio is None:
+            raise ValueError("an input_audio part needs `input_audio` with its `data` and `format`")
         return self
 
 
@@ -110,12 +121,13 @@ class ChatMessage(OpenAIRequest):
         return [part.image_url.url for part in self.content if part.image_url is not None and part.type == "image_url"]
 
     def for_template(self) -> dict[str, Any]:
-        """The message as chat templates expect it: string content (a list of text and {"type": "image"} items,
-        as transformers' processors pass them, where it has images), tool fields only when present."""
+        """The message as chat templates expect it: string content (a list of text, {"type": "image"} and
+        {"type": "audio"} items, as transformers' processors pass them, where it has images or audio), tool fields
+        only when present."""
         content: str | list[dict[str, Any]] = self.text()
-        if self.image_urls():
-            assert isinstance(self.content, list)
-            content = [{"type": "text", "text": part.text or ""} if part.type == "text" else {"type": "image"}
+        if isinstance(self.content, list) and any(part.type != "text" for part in self.content):
+            media = {"image_url": "image", "input_audio": "audio"}
+            content = [{"type": "text", "text": part.text or ""} if part.type == "text" else {"type": media[part.type]}
                        for part in self.content]
         message: dict[str, Any] = {"role": self.role, "content": content}
         if self.name is not None:

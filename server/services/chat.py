@@ -34,8 +34,8 @@ from server.schemas.chat import (
     ToolCallFunction,
 )
 from server.schemas.common import Usage
+from server.services import audio_inputs, images
 from server.services import generation as gen
-from server.services import images
 from server.services.constraints import OutputGrammar, build_constraint, output_grammar, with_thoughts
 from server.services.images import PromptImage
 from server.text_stream import THINKING_MARKERS, ReasoningSplitter, ThinkingMarkers, split_reasoning
@@ -56,6 +56,7 @@ class ChatService:
         preprocessed (server/services/images.py). tool_format: the model's (_tool_format), where the caller has it."""
         template = worker.chat_template
         assert template is not None
+        _audio_input(worker, request.model, audio_parts(request))
         parts = image_parts(request)
         encoder, markers = _image_input(worker, request.model, parts)
         prepared = images.prepare(parts, encoder, self.settings.limits) if parts and encoder else []
@@ -188,6 +189,30 @@ def image_parts(request: ChatCompletionRequest) -> list[images.ImagePart]:
     return [images.ImagePart(part.image_url.url, f"messages[{i}].content[{j}].image_url")
             for i, message in enumerate(request.messages) if isinstance(message.content, list)
             for j, part in enumerate(message.content) if part.type == "image_url" and part.image_url is not None]
+
+
+def audio_parts(request: ChatCompletionRequest) -> list[audio_inputs.AudioPart]:
+    """The request's input_audio parts in prompt order, each named by where it sits (for errors)."""
+    return [audio_inputs.AudioPart(part.input_audio.data, part.input_audio.format,
+                                   f"messages[{i}].content[{j}].input_audio")
+            for i, message in enumerate(request.messages) if isinstance(message.content, list)
+            for j, part in enumerate(message.content) if part.type == "input_audio" and part.input_audio is not None]
+
+
+def _audio_input(worker: ChatHandler, name: str, parts: list[audio_inputs.AudioPart]) -> None:
+    """A 400 naming the first clip where audio is sent to a model that cannot take it: one without an audio encoder
+    (models/audio_encoder/), or whose prompts have no place for its soft tokens yet (audio_markers unset)."""
+    model = worker.model
+    if not parts:
+        return
+    param = parts[0].param.removesuffix(".input_audio")
+    if getattr(model, "audio_encoder", None) is None:
+        raise InvalidRequest(f"The model {name!r} does not accept audio: it has no audio encoder. Send text parts, "
+                             "or use a model whose input_modalities (GET /v1/models) include \"audio\".",
+                             param=param, code="audio_input_not_supported")
+    if getattr(model, "audio_markers", None) is None:
+        raise InvalidRequest(f"The model {name!r} has an audio encoder, but its prompts cannot hold audio yet.",
+                             param=param, code="audio_input_not_supported")
 
 
 def _image_input(worker: ChatHandler, name: str, parts: list[images.ImagePart],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from models.registry import ModelEntry, ModelRegistry, has_projector
+from models.registry import ModelEntry, ModelRegistry, has_audio_projector, has_projector
 from server.errors import ModelNotFound
 from server.schemas.models import Model, ModelList
 
@@ -16,10 +16,13 @@ def _model(entry: ModelEntry) -> Model:
 
 def input_modalities(entry: ModelEntry) -> list[str] | None:
     """What a chat model's prompts may hold, known without loading it: images where its settings name a projector
-    file or one goes with the model file (models/vision/projector.py); None for other kinds of model."""
+    file or one goes with the model file (models/vision/projector.py), audio where that file has an audio tower
+    (models/audio_encoder/projector.py); None for other kinds of model."""
     if entry.kind != "text":
         return None
-    return ["text", "image"] if has_projector(entry) else ["text"]
+    if not has_projector(entry):
+        return ["text"]
+    return ["text", "image", "audio"] if has_audio_projector(entry) else ["text", "image"]
 
 
 class ModelService:

@@ -97,3 +97,42 @@ def test_memory_stays_near_the_output_for_long_audio() -> None:
         tracemalloc.stop()
     assert features.shape == (80, 60001)
     assert peak < 160 << 20, peak / 2**20
+
+
+# Gemma 4's front end against transformers' Gemma4AudioFeatureExtractor (tests/golden/gemma4_audio/golden.npz, from
+# scripts/make_gemma4_audio_fixtures.py): 2 s of real speech (whisper clip 00), 199 frames. transformers takes the
+# FFT of float32 frames (numpy's float32 pocketfft), this module of float64 ones; on ln(mel + 0.001) values in about
+# [-6.9, 3] that differs by float32 rounding of the larger spectra. Measured 6.2e-5; 2e-4 leaves headroom.
+GEMMA4_GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "gemma4_audio" / "golden.npz"
+GEMMA4_TOL = 2e-4
+
+
+def test_gemma4_log_mel_matches_transformers() -> None:
+    from audio.features import gemma4_log_mel, gemma4_num_frames
+
+    with np.load(GEMMA4_GOLDEN) as z:
+        samples, ref = z["samples"], z["features"]
+    ours = gemma4_log_mel(samples)
+    assert ours.shape == ref.shape == (gemma4_num_frames(samples.shape[0]), 128) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=GEMMA4_TOL)
+    # a clip's prefix is computed alike (frames see only their own window)
+    np.testing.assert_allclose(gemma4_log_mel(samples[:8000]), ref[:gemma4_num_frames(8000)], rtol=0, atol=GEMMA4_TOL)
+
+
+@pytest.mark.parametrize(("samples", "frames", "tokens"), [
+    # transformers' extractor and processor (_compute_audio_num_tokens) on zeros of these lengths
+    (161, 1, 1), (1234, 7, 2), (16000, 99, 25), (16161, 101, 26), (480_000, 2999, 750), (631_775, 2999, 750)])
+def test_gemma4_frame_and_token_counts(samples: int, frames: int, tokens: int) -> None:
+    from audio.features import gemma4_num_audio_tokens, gemma4_num_frames
+
+    assert gemma4_num_frames(samples) == frames
+    assert gemma4_num_audio_tokens(samples) == tokens
+
+
+def test_gemma4_log_mel_rejects_bad_input() -> None:
+    from audio.features import gemma4_log_mel
+
+    with pytest.raises(ValueError, match="too short"):
+        gemma4_log_mel(np.zeros(160, np.float32))
+    with pytest.raises(ValueError, match="mono"):
+        gemma4_log_mel(np.zeros((2, 16000), np.float32))
