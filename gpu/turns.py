@@ -8,9 +8,10 @@ goes to whoever asked first, so a model with a long run of steps alternates with
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
@@ -42,6 +43,15 @@ class Turns:
             with self._cond:
                 self._holder = None
                 self._cond.notify_all()
+
+    @contextmanager
+    def stoppable_turn(self, should_stop: Callable[[], bool] | None) -> Iterator[None]:
+        """turn() for one step of a long job (a transcription's windows): refused with
+        concurrent.futures.CancelledError once should_stop says so."""
+        if should_stop is not None and should_stop():
+            raise concurrent.futures.CancelledError("stopped")
+        with self.turn():
+            yield
 
     @property
     def waiting(self) -> int:

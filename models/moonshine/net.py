@@ -21,9 +21,8 @@ load (models/moonshine/checkpoint.py).
 
 from __future__ import annotations
 
-import concurrent.futures
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,14 +190,10 @@ class MoonshineNet:
             linear(b, w.cross_kv, self.enc_out, self.cross_kv[i], n)
         return b.build()
 
-    @contextmanager
-    def _gpu_step(self) -> Iterator[None]:
+    def _gpu_step(self) -> AbstractContextManager[None]:
         """One GPU step: refused (concurrent.futures.CancelledError) once should_stop says so, and run while
         holding the adapter's turn (gpu/turns.py), so models on the same GPU take turns between steps."""
-        if self.should_stop is not None and self.should_stop():
-            raise concurrent.futures.CancelledError("transcription stopped")
-        with self.executor.device.turns.turn():
-            yield
+        return self.executor.device.turns.stoppable_turn(self.should_stop)
 
     def encode(self, audio: np.ndarray) -> int:
         """Run the stem and encoder on one window of float32 16 kHz samples; its cross-attention keys/values stay on

@@ -20,10 +20,9 @@ timing) lives in models/whisper/decode.py; loading and the model's API in models
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,14 +199,10 @@ class WhisperNet:
         linear(b, w.fc2, g, down, t)
         residual_add(b, x, down, w.fc2_b)
 
-    @contextmanager
-    def _gpu_step(self) -> Iterator[None]:
+    def _gpu_step(self) -> AbstractContextManager[None]:
         """One GPU step: refused (concurrent.futures.CancelledError) once should_stop says so, and run while
         holding the adapter's turn (gpu/turns.py), so models on the same GPU take turns between steps."""
-        if self.should_stop is not None and self.should_stop():
-            raise concurrent.futures.CancelledError("transcription stopped")
-        with self.executor.device.turns.turn():
-            yield
+        return self.executor.device.turns.stoppable_turn(self.should_stop)
 
     def encode(self, mel: np.ndarray) -> None:
         """Run the encoder on one window's log-mel [n_mels, 3000]; its cross-attention keys/values stay on the GPU."""
