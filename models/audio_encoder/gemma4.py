@@ -49,7 +49,7 @@ from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.weights import GGUFSource, Progress, Uploader
-from models.vision.gemma4 import CLAMP_LIMIT, Bounds, _bounds
+from models.gemma.clipped_linear import Bounds, clipped_linear, read_bounds
 from models.vision.parts import run_in_parts
 
 # Gemma4AudioConfig's values, which the released checkpoints keep and llama.cpp hard-codes (the file is silent).
@@ -168,7 +168,7 @@ class Gemma4AudioEncoder:
             if (m.n, m.k) != (rows, k):
                 raise GGUFFormatError(f"{f.path.name}: {name} is {m.n} x {m.k}, expected {rows} x {k}")
             weight = up.matrix(name, m)
-            bounds = _bounds(f, name.removesuffix(".weight"))
+            bounds = read_bounds(f, name.removesuffix(".weight"))
             if bounds is not None:
                 self.bounds[weight.name] = bounds
             return weight
@@ -236,23 +236,7 @@ class Gemma4AudioEncoder:
         return gemma4_num_audio_tokens(samples)
 
     def _linear(self, b: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, tag: str) -> None:
-        """y = W x in f32; a clipped linear's input and output held to its bounds (kernels/clamp.wgsl)."""
-        rows = x.shape[0]
-        bounds = self.bounds.get(weight.name)
-        if bounds is None:
-            linear(b, weight, x, y, rows, int8=False)
-            return
-        lo, hi, out_lo, out_hi = bounds
-        if lo is not None or hi is not None:
-            clipped = b.activation(f"{tag}_in", x.shape)
-            ops.clamp(b, x, clipped, -CLAMP_LIMIT if lo is None else lo, CLAMP_LIMIT if hi is None else hi)
-            x = clipped
-        if out_lo is None and out_hi is None:
-            linear(b, weight, x, y, rows, int8=False)
-            return
-        raw = b.activation(f"{tag}_raw", y.shape)
-        linear(b, weight, x, raw, rows, int8=False)
-        ops.clamp(b, raw, y, -CLAMP_LIMIT if out_lo is None else out_lo, CLAMP_LIMIT if out_hi is None else out_hi)
+        clipped_linear(b, weight, x, y, x.shape[0], self.bounds.get(weight.name), tag)
 
     def _ffn(self, b: ProgramBuilder, p: _FeedForward, x: Tensor, tag: str) -> None:
         """x += 0.5 RMSNorm_post(W_down silu(W_up RMSNorm(x))) (the 0.5 folded into the post-norm's weight)."""

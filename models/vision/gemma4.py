@@ -46,6 +46,7 @@ from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.formats.weights import GGUFSource, Matrix, Progress, Uploader
+from models.gemma.clipped_linear import Bounds, clipped_linear, read_bounds
 from models.vision.parts import run_in_parts
 from models.vision.preprocess import to_rgb
 
@@ -132,21 +133,6 @@ def _permute_rows(m: Matrix, perm: np.ndarray) -> Matrix:
     return Matrix(m.qtype, m.k, m.n, np.ascontiguousarray(data).reshape(np.asarray(m.data).shape))
 
 
-Bounds = tuple[float | None, float | None, float | None, float | None]  # input lo, hi, output lo, hi
-CLAMP_LIMIT = 3.0e38  # a bound past this (the buffers' +-inf default) clamps nothing a float32 can hold
-
-
-def _bounds(f: GGUFFile, base: str) -> Bounds | None:
-    """A clipped linear's bounds (`<base>.input_min` ... scalars, as the converter writes Gemma4ClippableLinear's
-    buffers), each None where the file has none or it is infinite; None where all are."""
-    values: list[float | None] = []
-    for suffix in ("input_min", "input_max", "output_min", "output_max"):
-        name = f"{base}.{suffix}"
-        value = float(f.f32(name).reshape(-1)[0]) if name in f.tensors else None
-        values.append(value if value is not None and abs(value) < CLAMP_LIMIT else None)
-    return None if all(v is None for v in values) else (values[0], values[1], values[2], values[3])
-
-
 @dataclass
 class _Layer:
     ln1: Tensor
@@ -207,7 +193,7 @@ class Gemma4ImageEncoder:
             m = src.matrix(name)
             if (m.n, m.k) != (rows, k):
                 raise GGUFFormatError(f"{f.path.name}: {name} is {m.n} x {m.k}, expected {rows} x {k}")
-            bounds = _bounds(f, name.removesuffix(".weight"))
+            bounds = read_bounds(f, name.removesuffix(".weight"))
             weight = up.matrix(name, m if order is None else _permute_rows(m, order))
             if bounds is not None:
                 self.bounds[weight.name] = bounds
@@ -250,23 +236,7 @@ class Gemma4ImageEncoder:
         self.program = self._record()
 
     def _linear(self, b: ProgramBuilder, weight: QuantWeight, x: Tensor, y: Tensor, rows: int, tag: str) -> None:
-        """y = W x, in f32 whatever the executor's int8_matmuls (the tower runs once an image); a clipped linear's
-        input and output held to its bounds (kernels/clamp.wgsl)."""
-        bounds = self.bounds.get(weight.name)
-        if bounds is None:
-            linear(b, weight, x, y, rows, int8=False)
-            return
-        lo, hi, out_lo, out_hi = bounds
-        if lo is not None or hi is not None:
-            clipped = b.activation(f"{tag}_in", x.shape)
-            ops.clamp(b, x, clipped, -CLAMP_LIMIT if lo is None else lo, CLAMP_LIMIT if hi is None else hi)
-            x = clipped
-        if out_lo is None and out_hi is None:
-            linear(b, weight, x, y, rows, int8=False)
-            return
-        raw = b.activation(f"{tag}_raw", y.shape)
-        linear(b, weight, x, raw, rows, int8=False)
-        ops.clamp(b, raw, y, -CLAMP_LIMIT if out_lo is None else out_lo, CLAMP_LIMIT if out_hi is None else out_hi)
+        clipped_linear(b, weight, x, y, rows, self.bounds.get(weight.name), tag)
 
     def _record(self) -> Program:
         c = self.config
