@@ -35,6 +35,7 @@ from gpu.ops.matmul import (
     quantises_prompt_input,
     stacks_in_one_matvec,
 )
+from gpu.ops.rows import sigmoid_gate
 from gpu.ops.split_sums import SplitSums
 from gpu.ops.transformer import RawQKV
 from gpu.program import ProgramBuilder
@@ -136,7 +137,7 @@ def attention(
     b: ProgramBuilder, qkv: Sequence[FusedWeight], x: BlockInput, q_norm: Tensor, k_norm: Tensor | None,
     rope: Tensor, pool: KVPool, cache: int, rows: Tensor, t_max: int, name: str, *, prompt: bool, heads: int,
     kv_heads: int, head_dim: int, window: int, scale: float, eps: float, v_norm: bool = False, stack: bool = True,
-    qk_norm: bool = True, biases: Sequence[Tensor | None] = (), softcap: float = 0.0,
+    qk_norm: bool = True, biases: Sequence[Tensor | None] = (), softcap: float = 0.0, output_gate: bool = False,
 ) -> Tensor:
     """Self-attention of a block [T, heads * head_dim]: q = rope(rms_norm(x Wq) * q_norm); unless the layer reads
     another layer's cache (k_norm None: q alone among the projections), k = rope(rms_norm(x Wk) * k_norm) and
@@ -145,7 +146,8 @@ def attention(
     cache, causal, within window keys (0: all). prompt: rows of prompt chunks (the blocked prompt kernel), else
     decode rows (flash-decoding splits). qk_norm False: q and k are rotated without their norms (q_norm and
     k_norm are not read). biases: each fused matrix's bias (q|k|v biases, as its rows), added to its product.
-    softcap: attention logits capped (Gemma 2), 0 for none.
+    softcap: attention logits capped (Gemma 2), 0 for none. output_gate: the projections' fourth part is a per-head
+    gate, and each head's output is scaled by its sigmoid (Qwen3.5).
     """
     cols = projections(b, qkv, x, t_max, f"qkv.{name}", stack=stack and not any(bias is not None for bias in biases))
     if any(bias is not None for bias in biases):  # one product per fused matrix: its first column's tensor
@@ -174,6 +176,9 @@ def attention(
     (attention_prompt if prompt else ops.attention)(
         b, queries, pool, cache, rows, a, heads=heads, kv_heads=kv_heads, head_dim=head_dim, window=window,
         scale=scale, softcap=softcap)
+    if output_gate:
+        gate, column = cols[3]
+        sigmoid_gate(b, a, gate, heads=heads, head_dim=head_dim, g_offset=column)
     return a
 
 

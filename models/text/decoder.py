@@ -83,6 +83,7 @@ FAMILIES = {
     "qwen3": "models.qwen:Qwen3",
     "phi3": "models.phi3:Phi3",
     "lfm2": "models.lfm2:LFM2",
+    "qwen35": "models.qwen35:Qwen35",
 }
 
 
@@ -92,10 +93,12 @@ def family(architecture: str) -> type[Decoder]:
     return getattr(importlib.import_module(module), name)
 
 
-def tensor_name(kind: MODEL_TENSOR, layer: int | None = None, suffix: str = "weight") -> str:
-    """A tensor's GGUF name: gguf-py's template for the kind, the layer filled in, and the suffix."""
+def tensor_name(kind: MODEL_TENSOR, layer: int | None = None, suffix: str | None = "weight") -> str:
+    """A tensor's GGUF name: gguf-py's template for the kind, the layer filled in, and the suffix (None: none, as
+    ssm_a has)."""
     name = TENSOR_NAMES[kind]
-    return (name.format(bid=layer) if layer is not None else name) + "." + suffix
+    name = name.format(bid=layer) if layer is not None else name
+    return name if suffix is None else name + "." + suffix
 
 
 def per_layer(value: object, n: int) -> list:
@@ -138,6 +141,8 @@ class DecoderConfig:
     no_rope: tuple[bool, ...] = ()  # per layer: attention without RoPE (SmolLM3's every 4th); empty = none
     # per layer: "attention", or a recurrent kind its family runs (LFM2's "short_conv"); empty = all attention
     layer_kinds: tuple[str, ...] = ()
+    rope_dims: int = 0  # dims of each head that RoPE turns, the first ones in pairs (i, i + R/2); 0 = all
+    attn_output_gate: bool = False  # q's product carries a per-head output gate: a *= sigmoid(x Wgate) (Qwen3.5)
 
     def attention(self, i: int) -> bool:
         """Whether layer i is an attention layer (else a recurrent one, with state rather than a KV cache)."""
@@ -227,6 +232,8 @@ class Decoder:
     rope_interleaved: ClassVar[bool] = False
     # The final norm's tensor (LFM2's converter writes it as token_embd_norm)
     output_norm_tensor: ClassVar[MODEL_TENSOR] = T.OUTPUT_NORM
+    # The feed-forward's pre-norm tensor (Qwen3.5's converter writes it as post_attention_norm)
+    ffn_norm_tensor: ClassVar[MODEL_TENSOR] = T.FFN_NORM
 
     def __init__(self, executor: Executor, f: GGUFFile, n_ctx: int, progress: Progress | None = None) -> None:
         self.executor = executor
@@ -281,6 +288,8 @@ class Decoder:
         def optional(kind: MODEL_TENSOR) -> Tensor | None:
             return vector(kind) if source.has(tensor_name(kind, i)) else None
 
+        post_attention_norm = None if self.ffn_norm_tensor == T.ATTN_POST_NORM else optional(T.ATTN_POST_NORM)
+
         def fused(names: list[str]) -> list[Fused]:
             return up.fused([(n, self._layer_matrix(source, n, i)) for n in names])
 
@@ -294,7 +303,7 @@ class Decoder:
             inputs, output, own = self.load_recurrent(source, up, i)
             return LayerWeights(
                 attn_norm=vector(T.ATTN_NORM), qkv=inputs, q_norm=self._no_norm(c.d_model), k_norm=None, o=output,
-                post_attention_norm=optional(T.ATTN_POST_NORM), ffn_norm=vector(T.FFN_NORM), gate_up=gate_up(),
+                post_attention_norm=post_attention_norm, ffn_norm=vector(self.ffn_norm_tensor), gate_up=gate_up(),
                 down=self._matrix(source, up, tensor_name(T.FFN_DOWN, i)), post_ffw_norm=optional(T.FFN_POST_NORM),
                 qk_norm=False, recurrent=own)
 
@@ -308,7 +317,12 @@ class Decoder:
                 names.append(tensor_name(T.ATTN_K, i))
                 if source.has(tensor_name(T.ATTN_V, i)):
                     names.append(tensor_name(T.ATTN_V, i))  # absent where V is K (attention_k_eq_v)
-            qkv = fused(names)
+            named = [(n, self._layer_matrix(source, n, i)) for n in names]
+            if c.attn_output_gate:  # a fourth part: the gate rows of attn_q (_layer_matrix took its query rows)
+                gate = tensor_name(T.ATTN_Q, i, "gate")
+                names.append(gate)
+                named.append((gate, self._output_gate(source, i)))
+            qkv = up.fused(named)
             bias_names, at = [], 0
             for f in qkv:  # each fused matrix's parts, in order
                 bias_names.append([n.removesuffix("weight") + "bias" for n in names[at:at + len(f.parts)]])
@@ -316,7 +330,8 @@ class Decoder:
         qkv_bias = [self._bias(source, up, names, f.weight.n) for names, f in zip(bias_names, qkv)]
         qk_norm = source.has(tensor_name(T.ATTN_Q_NORM, i))
         if qk_norm:
-            q_norm, k_norm = vector(T.ATTN_Q_NORM), None if shared else vector(T.ATTN_K_NORM)
+            q_norm = self._head_vector(source, up, tensor_name(T.ATTN_Q_NORM, i), i)
+            k_norm = None if shared else self._head_vector(source, up, tensor_name(T.ATTN_K_NORM, i), i)
         else:  # the kernels take norm weights they do not read
             q_norm = k_norm = self._no_norm(c.head_dims[i])
         ffn = gate_up()
@@ -326,8 +341,8 @@ class Decoder:
             q_norm=q_norm,
             k_norm=k_norm,
             o=self._matrix(source, up, tensor_name(T.ATTN_OUT, i)),
-            post_attention_norm=optional(T.ATTN_POST_NORM),
-            ffn_norm=vector(T.FFN_NORM),
+            post_attention_norm=post_attention_norm,
+            ffn_norm=vector(self.ffn_norm_tensor),
             gate_up=ffn,
             down=self._matrix(source, up, tensor_name(T.FFN_DOWN, i)),
             post_ffw_norm=optional(T.FFN_POST_NORM),
@@ -353,12 +368,38 @@ class Decoder:
 
     def _layer_matrix(self, source: GGUFSource, name: str, i: int) -> Matrix:
         """A layer's matrix as the step reads it: q and k rows from llama.cpp's interleaved-RoPE order back in
-        NeoX's halves where the family's converter permuted them (rope_interleaved)."""
+        NeoX's halves where the family's converter permuted them (rope_interleaved); a partial rotary's dims where
+        the step's rotation pairs them (rope_dims, head_order); q's query rows alone where attn_q also holds each
+        head's output gate (attn_output_gate)."""
         m = source.matrix(name)
-        if self.rope_interleaved and (name == tensor_name(T.ATTN_Q, i) or name == tensor_name(T.ATTN_K, i)):
-            heads = self.config.n_heads if name == tensor_name(T.ATTN_Q, i) else self.config.kv_heads[i]
-            m = m._replace(data=np.asarray(m.data).reshape(m.n, -1)[neox_rows(heads, m.n // heads)])
+        c = self.config
+        is_q, is_k = name == tensor_name(T.ATTN_Q, i), name == tensor_name(T.ATTN_K, i)
+        if not (is_q or is_k):
+            return m
+        heads, head_dim = (c.n_heads if is_q else c.kv_heads[i]), c.head_dims[i]
+        rows = np.arange(m.n)
+        if is_q and c.attn_output_gate:
+            rows = _query_gate_rows(heads, head_dim, m.n)[0]
+        if self.rope_interleaved:
+            rows = rows[neox_rows(heads, head_dim)]
+        elif c.rope_dims:
+            rows = rows[_head_rows(heads, head_order(head_dim, c.rope_dims))]
+        if len(rows) != m.n or np.any(rows != np.arange(m.n)):
+            m = m._replace(n=len(rows), data=np.asarray(m.data).reshape(m.n, -1)[rows])
         return m
+
+    def _output_gate(self, source: GGUFSource, i: int) -> Matrix:
+        """The output gate's rows of attn_q, where each head's query rows are followed by its gate's."""
+        m = source.matrix(tensor_name(T.ATTN_Q, i))
+        rows = _query_gate_rows(self.config.n_heads, self.config.head_dims[i], m.n)[1]
+        return m._replace(n=len(rows), data=np.asarray(m.data).reshape(m.n, -1)[rows])
+
+    def _head_vector(self, source: GGUFSource, up: Uploader, name: str, i: int) -> Tensor:
+        """A per-head-dim weight (q/k norms) in the order _layer_matrix gives q's and k's dims."""
+        values = source.array(name)
+        if self.config.rope_dims and not self.rope_interleaved:
+            values = values.reshape(-1)[head_order(self.config.head_dims[i], self.config.rope_dims)]
+        return up.vector(name, values)
 
     def _bias(self, source: GGUFSource, up: Uploader, names: list[str], n: int) -> Tensor | None:
         """The biases of a fused matrix's parts as one vector of its n rows, or None where it has none."""
@@ -378,11 +419,17 @@ class Decoder:
         return self._stand_ins[width]
 
     def _rope(self, source: GGUFSource, sliding: bool) -> Tensor:
-        """The RoPE table of a layer kind: full layers with the file's frequency factors (rope_freqs), if any."""
+        """The RoPE table of a layer kind: full layers with the file's frequency factors (rope_freqs), if any; a
+        partial rotary's turned pairs first and the rest unturned (rope_dims)."""
         c, n = self.config, self.n_ctx
         dim = next((d for d, s in zip(c.head_dims, c.sliding) if s == sliding), c.head_dims[0])
         factors_name = tensor_name(T.ROPE_FREQS)
-        if sliding:
+        if c.rope_dims:
+            turned = rope_table(c.rope_dims, n, c.rope_base_swa if sliding else c.rope_base_full, c.rope_scale_full)
+            unturned = np.zeros((n, (dim - c.rope_dims) // 2, 2), np.float32)
+            unturned[..., 0] = 1.0  # cos 1, sin 0
+            table = np.concatenate([turned, unturned], axis=1)
+        elif sliding:
             table = rope_table(dim, n, c.rope_base_swa)
         elif source.has(factors_name):
             table = rope_table_factors(dim, n, c.rope_base_full, source.array(factors_name))
@@ -447,7 +494,8 @@ class Decoder:
                     b, w.qkv, h, w.q_norm, w.k_norm, self.rope_of(i), pool, self._pool_index[c.cache_layer(i)], rows,
                     t, str(i), prompt=t > r_max, heads=c.n_heads, kv_heads=c.kv_heads[i], head_dim=c.head_dims[i],
                     window=c.window if sliding else 0, scale=c.query_scale, eps=c.eps, v_norm=c.v_norm,
-                    stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias, softcap=c.attn_softcap)
+                    stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias, softcap=c.attn_softcap,
+                    output_gate=c.attn_output_gate)
             o = residual.output(w.o, a, f"o{i}")
             h2 = residual.add_norm(o, w.post_attention_norm, w.ffn_norm, w.gate_up, f"h2_{i}", gated=True)
             y = self.feed_forward(b, w, i, h2, residual)
@@ -501,6 +549,32 @@ def rope_table_factors(head_dim: int, n_ctx: int, base: float, factors: np.ndarr
     inv_freq = (inv_freq / factors.astype(np.float32)).astype(np.float32)
     angles = (np.arange(n_ctx, dtype=np.float32)[:, None] * inv_freq[None, :]).astype(np.float32)
     return np.stack([np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))], -1).astype(np.float32)
+
+
+def head_order(head_dim: int, rope_dims: int) -> np.ndarray:
+    """The order of a head's dims that puts a partial rotary's pairs (i, i + R/2), i < R/2, where the step's NeoX
+    rotation pairs dims (i, i + Dh/2), and the R.. dims it leaves alone in the pairs past R/2 (which the RoPE table
+    turns by 0). q and k get the same order, so their dot products, and attention, are unchanged."""
+    if rope_dims % 2 or head_dim % 2 or not 0 < rope_dims <= head_dim:
+        raise GGUFFormatError(f"a rotary of {rope_dims} dims in a head of {head_dim}")
+    half, turned = head_dim // 2, rope_dims // 2
+    rest = np.arange(rope_dims, head_dim)
+    return np.concatenate([np.arange(turned), rest[:half - turned], np.arange(turned, rope_dims),
+                           rest[half - turned:]])
+
+
+def _head_rows(heads: int, order: np.ndarray) -> np.ndarray:
+    """A per-head order of dims applied to every head of a projection's rows."""
+    return (np.arange(heads)[:, None] * len(order) + order[None, :]).reshape(-1)
+
+
+def _query_gate_rows(heads: int, head_dim: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """attn_q's query rows and its output gate's rows, where each head's query rows are followed by its gate's
+    (transformers' Qwen3.5 q_proj viewed as [heads, 2 Dh])."""
+    if n != 2 * heads * head_dim:
+        raise GGUFFormatError(f"attn_q has {n} rows, not {heads} heads of a query and a gate of {head_dim}")
+    order = np.arange(2 * heads * head_dim).reshape(heads, 2, head_dim)
+    return order[:, 0].reshape(-1), order[:, 1].reshape(-1)
 
 
 def neox_rows(heads: int, head_dim: int) -> np.ndarray:
