@@ -21,7 +21,7 @@ family_fixtures/specs.py) the script
    with gguf-py and mapped back to transformers' names (undoing the converter's Q/K row permutation for llama-arch
    files), and keeps the first seed whose every recorded step has a top-2 margin > 1e-3 relative and whose greedy
    runs use >= 8 distinct tokens.
-With --llama-quantize, llama3_h256 (llama3 at hidden 256) and lfm2_h256 are also made as Q4_K_M by llama.cpp's
+With --llama-quantize, llama3_h256 (llama3 at hidden 256), lfm2_h256 and qwen35_h256 are also made as Q4_K_M by llama.cpp's
 llama-quantize (their F32 sources are not kept);
 scripts/check_family_fixtures.py says how to build llama-quantize.
 
@@ -38,11 +38,6 @@ Run (about 12 minutes on 2 CPU cores, most of it the seed search; torch CPU, tra
 
     /work/main/.venv/bin/python scripts/make_family_fixtures.py --out tests/golden/families \
         --llama-cpp /tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp --llama-quantize /tmp/lcp-build/bin/llama-quantize
-
-Qwen3.5 (qwen35: Gated DeltaNet and full-attention layers) is made only when named, into its own folder, until its
-model is served (its parity test then joins the families'):
-
-    /work/refvenv/bin/python scripts/make_family_fixtures.py --out tests/golden/qwen35 --only qwen35
 
 The converter is llama.cpp's as vendored in the llama-cpp-python 0.3.36 sdist
 (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, untar); gguf-py 0.19.0 from the same tree.
@@ -423,7 +418,7 @@ def main() -> None:
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"families": {}}
     meta |= {"converter": CONVERTER_VERSION, "transformers": transformers.__version__, "torch": torch.__version__}
     for fam in FAMILIES.values():
-        if (args.only and fam.name not in args.only) or (fam.separate and not args.only):
+        if args.only and fam.name not in args.only:
             continue
         if "q4_k_m" in fam.dtypes and args.llama_quantize is None:
             print(f"{fam.name}: skipped (needs --llama-quantize)", flush=True)

@@ -12,6 +12,8 @@ are small and finite, so the arithmetic is as costly as on real weights.
     python scripts/make_synthetic_gguf.py --tokenizer ggml-vocab-llama-bpe.gguf --shape llama3.2-1b out.gguf
     python scripts/make_synthetic_gguf.py --shape gemma3-4b-mmproj mmproj.gguf  # Gemma 3 4B's projector (F16)
     python scripts/make_synthetic_gguf.py --tokenizer ggml-vocab-llama-bpe.gguf --shape lfm2.5-350m out.gguf
+    python scripts/make_synthetic_gguf.py --tokenizer ggml-vocab-qwen35.gguf --shape qwen3.5-0.8b f16.gguf  # then
+        llama-quantize f16.gguf out.gguf Q4_K_M
 
 The other families' shapes (DECODER_SHAPES) take the tokenizer of a llama.cpp vocab file (models/ggml-vocab-*.gguf
 in its source tree: llama-bpe for Llama 3, qwen2 for Qwen 3); the embedding table gets the tokenizer's height
@@ -248,6 +250,12 @@ LFM2_SHAPES = {
                         attention=(2, 5, 8, 10, 12, 14)),
 }
 
+# Qwen3.5 (HF text configs): every full_attention_interval-th layer gated full attention, the rest Gated DeltaNet
+QWEN35_SHAPES = {
+    "qwen3.5-0.8b": dict(d=1024, layers=24, heads=8, kv=2, head_dim=256, ffn=3584, base=10_000_000.0, rope_dims=64,
+                         interval=4, k_heads=16, v_heads=16, d_k=128, d_v=128, conv=4),
+}
+
 
 def llama3_rope_factors(head_dim: int, base: float, factor: float = 32.0, low: float = 1.0, high: float = 4.0,
                         original: int = 8192) -> np.ndarray:
@@ -413,6 +421,60 @@ def lfm2_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
     _write(writer)
 
 
+def qwen35_shape(tokenizer: Path, size: str, out: Path, seed: int) -> None:
+    """A Qwen3.5 as llama.cpp's converter writes it, matrices F16 (llama-quantize makes the Q4_K_M file from it, so
+    every tensor gets the type the real tool picks), norms, conv taps and the recurrence's per-head constants F32:
+    ssm_a = -exp(A_log) negative, as a trained model's, so the recurrent state decays rather than grows."""
+    s = QWEN35_SHAPES[size]
+    reader = GGUFReader(tokenizer)
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
+    d, hd, f, n = s["d"], s["head_dim"], s["ffn"], s["layers"]
+    writer = _dense_writer(reader, out, "qwen35", context=262144, d=d, layers=n, ffn=f, heads=s["heads"], kv=s["kv"],
+                           head_dim=hd, eps=1e-6, base=s["base"])
+    writer.add_rope_dimension_count(s["rope_dims"])
+    writer.add_rope_dimension_sections([11, 11, 10, 0])
+    writer.add_ssm_conv_kernel(s["conv"])
+    writer.add_ssm_state_size(s["d_k"])
+    writer.add_ssm_group_count(s["k_heads"])
+    writer.add_ssm_time_step_rank(s["v_heads"])
+    writer.add_ssm_inner_size(s["v_heads"] * s["d_v"])
+    writer.add_uint32("qwen35.full_attention_interval", s["interval"])
+    writer.add_vocab_size(vocab)
+    rng = np.random.default_rng(seed)
+
+    def add(name: str, qtype: Q, shape: tuple[int, ...]) -> None:
+        _add(writer, name, qtype, shape, rng)
+
+    key_dim, value_dim = s["k_heads"] * s["d_k"], s["v_heads"] * s["d_v"]
+    add("token_embd.weight", Q.F16, (d, vocab))
+    add("output_norm.weight", Q.F32, (d,))
+    for i in range(n):
+        p = f"blk.{i}."
+        add(p + "attn_norm.weight", Q.F32, (d,))
+        add(p + "post_attention_norm.weight", Q.F32, (d,))
+        if (i + 1) % s["interval"]:
+            add(p + "attn_qkv.weight", Q.F16, (d, 2 * key_dim + value_dim))
+            add(p + "attn_gate.weight", Q.F16, (d, value_dim))
+            add(p + "ssm_alpha.weight", Q.F16, (d, s["v_heads"]))
+            add(p + "ssm_beta.weight", Q.F16, (d, s["v_heads"]))
+            add(p + "ssm_conv1d.weight", Q.F32, (s["conv"], 2 * key_dim + value_dim))
+            writer.add_tensor(p + "ssm_a", -np.exp(0.5 * rng.standard_normal(s["v_heads"])).astype(np.float32))
+            writer.add_tensor(p + "ssm_dt.bias", rng.standard_normal(s["v_heads"]).astype(np.float32))
+            add(p + "ssm_norm.weight", Q.F32, (s["d_v"],))
+            add(p + "ssm_out.weight", Q.F16, (value_dim, d))
+        else:
+            add(p + "attn_q.weight", Q.F16, (d, 2 * s["heads"] * hd))
+            add(p + "attn_k.weight", Q.F16, (d, s["kv"] * hd))
+            add(p + "attn_v.weight", Q.F16, (d, s["kv"] * hd))
+            add(p + "attn_q_norm.weight", Q.F32, (hd,))
+            add(p + "attn_k_norm.weight", Q.F32, (hd,))
+            add(p + "attn_output.weight", Q.F16, (s["heads"] * hd, d))
+        add(p + "ffn_gate.weight", Q.F16, (d, f))
+        add(p + "ffn_up.weight", Q.F16, (d, f))
+        add(p + "ffn_down.weight", Q.F16, (f, d))
+    _write(writer)
+
+
 def gemma4_audio_projector(path: Path, *, width: int = 1024, layers: int = 12, heads: int = 8, mels: int = 128,
                            channels: tuple[int, int] = (128, 32), kernel: int = 5, out_width: int = 1536,
                            text_width: int = 2560, seed: int = 0) -> Path:
@@ -477,7 +539,7 @@ def main() -> None:
     parser.add_argument("--vocab-only", action="store_true", help="with --like: metadata only, no tensors")
     parser.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer metadata to copy (with --shape)")
     parser.add_argument("--shape", choices=sorted(SHAPES) + ["gemma4-e2b", PROJECTOR_SHAPE] + sorted(DECODER_SHAPES)
-                        + sorted(LFM2_SHAPES),
+                        + sorted(LFM2_SHAPES) + sorted(QWEN35_SHAPES),
                         help="a Gemma 3 size, Gemma 4 E2B, Gemma 3 4B's projector (no --tokenizer), or another "
                         "family's model (DECODER_SHAPES)")
     parser.add_argument("--layers", type=int,
@@ -490,6 +552,8 @@ def main() -> None:
         gemma3_projector(args.out, layers=args.layers or 27, seed=args.seed)
     elif args.shape in LFM2_SHAPES and args.tokenizer:
         lfm2_shape(args.tokenizer, args.shape, args.out, args.seed)
+    elif args.shape in QWEN35_SHAPES and args.tokenizer:
+        qwen35_shape(args.tokenizer, args.shape, args.out, args.seed)
     elif args.shape in DECODER_SHAPES and args.tokenizer:
         decoder_shape(args.tokenizer, args.shape, args.out, args.seed)
     elif args.shape == "gemma4-e2b" and args.tokenizer:

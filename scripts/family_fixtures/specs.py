@@ -96,7 +96,6 @@ class Family:
     alt_prefix: str = ""
     prompt_lengths: tuple[int, ...] = PROMPT_LENGTHS
     converter_args: tuple[str, ...] = ()  # extra convert_hf_to_gguf.py arguments
-    separate: bool = False  # made only when --only names it, into a folder of its own (not tests/golden/families)
     notes: str = ""
 
 
@@ -294,7 +293,6 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
         bos=None, eos="<|im_end|>", gen_eos=("<|im_end|>", "<|endoftext|>"), pad="<|endoftext|>",
         specials=QWEN3_SPECIALS, split_regex=QWEN35_SPLIT, nfc=True, pad_vocab_to=64, pre="qwen35", seed=1100,
         norm_plus_one=True, plain_norms=("linear_attn.norm",), prompt_lengths=(5, 70), converter_args=("--no-mtp",),
-        separate=True,
         chat_variants={"thinking_off": {"enable_thinking": False}, "thinking_on": {"enable_thinking": True}},
         notes="Qwen3.5-0.8B's layout shrunk (its 24 layers repeat 3 Gated DeltaNet layers then 1 full-attention "
               "layer; equal key and value heads, so the converter's V-head reorder is the identity): hidden 64, "
@@ -305,4 +303,20 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
               "-exp(A_log), dt_bias as ssm_dt.bias, the conv weight squeezed to [channels, 4]. The 70-token prompt "
               "is longer than transformers' 64-token DeltaNet chunk. Converted with --no-mtp: transformers' "
               "Qwen3_5ForCausalLM has no multi-token-prediction layer (the real checkpoints' mtp.* tensors)"),
+    Family(
+        "qwen35_h256", "Qwen3_5ForCausalLM",
+        _base(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_hidden_layers=2,
+              intermediate_size=256, hidden_act="silu", attention_bias=False,
+              layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4, linear_key_head_dim=64,
+              linear_value_head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                               "mrope_section": [2, 1, 1], "mrope_interleaved": True}),
+        "Qwen3.5-4B.jinja", "bpe", "as qwen35", bos=None, eos="<|im_end|>", gen_eos=("<|im_end|>", "<|endoftext|>"),
+        pad="<|endoftext|>", specials=QWEN3_SPECIALS, split_regex=QWEN35_SPLIT, nfc=True, pad_vocab_to=64,
+        pre="qwen35", seed=1200, norm_plus_one=True, plain_norms=("linear_attn.norm",), prompt_lengths=(5, 70),
+        converter_args=("--no-mtp",), dtypes=("q4_k_m",), chat_variants={},
+        notes="qwen35 at hidden 256 (rows a multiple of 256, as K-quants need): a Gated DeltaNet layer with 4 value "
+              "heads over 2 key heads of 64 (the converter's tiled V-head order) and a gated attention layer of 4 "
+              "heads of 64 (rotary on 16 dims); Q4_K_M by llama.cpp's llama-quantize from the converter's F32 file "
+              "(not committed); golden on the dequantised weights"),
 ]}

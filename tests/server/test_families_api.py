@@ -28,7 +28,8 @@ META = json.loads((FAMILIES_DIR / "meta.json").read_text())["families"] if (FAMI
 # Ollama name (model, tag) -> fixture
 OLLAMA_NAMES = {("llama3.2", "1b"): "llama3", ("qwen2.5", "0.5b"): "qwen2", ("qwen3", "0.6b"): "qwen3",
                 ("mistral", "latest"): "mistral", ("smollm3", "latest"): "smollm3", ("phi3", "latest"): "phi3",
-                ("gemma", "2b"): "gemma", ("gemma2", "2b"): "gemma2", ("lfm2.5-thinking", "1.2b"): "lfm2"}
+                ("gemma", "2b"): "gemma", ("gemma2", "2b"): "gemma2", ("lfm2.5-thinking", "1.2b"): "lfm2",
+                ("qwen3.5", "0.8b"): "qwen35"}
 SYSTEM, USER = "You are a terse assistant.", "What is the capital of France?"  # as the fixtures recorded it
 GREEDY = {"temperature": 0}
 # The families' own tool-call formats (models/text/tool_calls: FORMATS), each through its template and tokenizer.
