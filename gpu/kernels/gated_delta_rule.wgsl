@@ -11,16 +11,19 @@
 // starts from zeros instead, so a slot's old state never leaks into a new sequence. Key head hk serving value
 // head h: h % H_K when V_TILED (llama.cpp's GGUF order), else h / (H_V / H_K) (transformers' repeat_interleave).
 // Work split: one workgroup per (row, value head, block of COLS state columns) over a 2-D grid; only the workgroups
-// of a run's first row work (the others return at once), each walking its run. Invocation j owns state column j
-// (D_K values in registers): every update of the rule touches a column on its own, so the columns need no
-// communication; q and k of a row are staged in workgroup memory and normalised by each invocation.
+// of a run's first row work (the others return at once), each walking its run. A state column's D_K values are
+// spread over LANES invocations, D_K / LANES registers each (few enough to stay in registers: a whole column per
+// invocation spills to memory), and the rule's sums over a column (S^T k, S^T q, and q's and k's norms) are
+// gathered from the lanes through workgroup memory. Invocation lid serves column lid % COLS of the block (adjacent
+// invocations, adjacent columns: the state's loads and stores coalesce) and its rows lane + j * LANES.
 #include "common/step.wgsl"
 
 override H_K: u32 = 2u;          // query / key heads
 override H_V: u32 = 4u;          // value heads (a multiple of H_K)
 override D_K: u32 = 128u;        // query / key head dimension: rows of the state
 override D_V: u32 = 128u;        // value head dimension: columns of the state
-override COLS: u32 = 64u;        // state columns per workgroup (divides D_V)
+override COLS: u32 = 16u;        // state columns per workgroup (divides D_V)
+override LANES: u32 = 16u;       // invocations sharing a column (divides D_K)
 override V_TILED: bool = true;   // key head of value head h: h % H_K (true) or h / (H_V / H_K)
 override QKV_STRIDE: u32 = 768u; // values per q/k/v row (the causal conv's output row)
 override Q_OFFSET: u32 = 0u;     // column of q's head 0 in that row
@@ -31,6 +34,8 @@ override A_OFFSET: u32 = 0u;     // column of a's head 0 (the decay input, "alph
 override B_OFFSET: u32 = 0u;     // column of b's head 0 (the update rate input, "beta")
 override O_STRIDE: u32 = 512u;   // values per output row (>= H_V * D_V)
 
+const WG: u32 = COLS * LANES;
+const ROWS: u32 = D_K / LANES;   // state values per invocation
 const QK_EPS: f32 = 1e-6;        // added to the sum of squares (FLA's and transformers' l2norm)
 const SOFTPLUS_LINEAR: f32 = 20.0;  // torch's softplus threshold: softplus(x) = x above it
 
@@ -46,6 +51,8 @@ const SOFTPLUS_LINEAR: f32 = 20.0;  // torch's softplus threshold: softplus(x) =
 
 var<workgroup> q_row: array<f32, D_K>;
 var<workgroup> k_row: array<f32, D_K>;
+var<workgroup> sums: array<vec3<f32>, WG>;  // per invocation: its rows' part of (S^T k, k.k, q.q)
+var<workgroup> outs: array<f32, WG>;        // per invocation: its rows' part of S^T q
 
 fn softplus(x: f32) -> f32 {
     return select(log(1.0 + exp(x)), x, x > SOFTPLUS_LINEAR);
@@ -56,7 +63,7 @@ fn continues(t: u32) -> bool {
     return t > 0u && rows[t - 1u].y == rows[t].y && rows[t - 1u].x + 1u == rows[t].x;
 }
 
-@compute @workgroup_size(COLS)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let blocks = D_V / COLS;
@@ -66,21 +73,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let h = (id / blocks) % H_V;
-    let col = (id % blocks) * COLS + lid;
+    let c = lid % COLS;
+    let lane = lid / COLS;
+    let col = (id % blocks) * COLS + c;
     let hk = select(h / (H_V / H_K), h % H_K, V_TILED);
     let slot = rows[first].y;
     let base = (slot * H_V + h) * D_K * D_V + col;
     let fresh = rows[first].x == 0u;
-    var s: array<f32, D_K>;
-    for (var i = 0u; i < D_K; i++) {
-        s[i] = select(state[base + i * D_V], 0.0, fresh);
+    var s: array<f32, ROWS>;  // rows lane + j * LANES of the column
+    for (var j = 0u; j < ROWS; j++) {
+        s[j] = select(state[base + (lane + j * LANES) * D_V], 0.0, fresh);
     }
     let a_coef = ssm_a[h];
     let bias = dt_bias[h];
     for (var r = first; r < step.n_tokens && (r == first || continues(r)); r++) {
         let row = r * QKV_STRIDE;
-        workgroupBarrier();  // the previous row's q and k are read by everyone
-        for (var i = lid; i < D_K; i += COLS) {
+        workgroupBarrier();  // the previous row's q, k and sums are read by everyone
+        for (var i = lid; i < D_K; i += WG) {
             q_row[i] = qkv[row + Q_OFFSET + hk * D_K + i];
             k_row[i] = qkv[row + K_OFFSET + hk * D_K + i];
         }
@@ -88,27 +97,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let decay = exp(a_coef * softplus(a[r * AB_STRIDE + A_OFFSET + h] + bias));
         let beta = 1.0 / (1.0 + exp(-b[r * AB_STRIDE + B_OFFSET + h]));
         // q and k are normalised by scaling the sums they enter (one pass gathers their norms and S^T k)
-        var qq = 0.0;
-        var kk = 0.0;
-        var kv = 0.0;  // (S^T k)[col] after the decay, k not yet normalised
-        for (var i = 0u; i < D_K; i++) {
+        var part = vec3<f32>(0.0);
+        for (var j = 0u; j < ROWS; j++) {
+            let i = lane + j * LANES;
             let kvalue = k_row[i];
-            s[i] *= decay;
-            kv += s[i] * kvalue;
-            kk += kvalue * kvalue;
-            qq += q_row[i] * q_row[i];
+            s[j] *= decay;
+            part += vec3<f32>(s[j] * kvalue, kvalue * kvalue, q_row[i] * q_row[i]);
         }
-        let q_scale = inverseSqrt(qq + QK_EPS) * inverseSqrt(f32(D_K));
-        let k_scale = inverseSqrt(kk + QK_EPS);
-        let delta = beta * (qkv[row + V_OFFSET + h * D_V + col] - kv * k_scale);
+        sums[lid] = part;
+        workgroupBarrier();
+        var total = vec3<f32>(0.0);  // (S^T k)[col] after the decay, k.k and q.q, k and q not yet normalised
+        for (var l = 0u; l < LANES; l++) {
+            total += sums[l * COLS + c];
+        }
+        let q_scale = inverseSqrt(total.z + QK_EPS) * inverseSqrt(f32(D_K));
+        let k_scale = inverseSqrt(total.y + QK_EPS);
+        let delta = beta * (qkv[row + V_OFFSET + h * D_V + col] - total.x * k_scale);
         var out = 0.0;
-        for (var i = 0u; i < D_K; i++) {
-            s[i] += k_row[i] * k_scale * delta;
-            out += s[i] * q_row[i];
+        for (var j = 0u; j < ROWS; j++) {
+            let i = lane + j * LANES;
+            s[j] += k_row[i] * k_scale * delta;
+            out += s[j] * q_row[i];
         }
-        o[r * O_STRIDE + h * D_V + col] = out * q_scale;
+        outs[lid] = out;
+        workgroupBarrier();
+        if (lane == 0u) {
+            var o_total = 0.0;
+            for (var l = 0u; l < LANES; l++) {
+                o_total += outs[l * COLS + c];
+            }
+            o[r * O_STRIDE + h * D_V + col] = o_total * q_scale;
+        }
     }
-    for (var i = 0u; i < D_K; i++) {
-        state[base + i * D_V] = s[i];
+    for (var j = 0u; j < ROWS; j++) {
+        state[base + (lane + j * LANES) * D_V] = s[j];
     }
 }

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
-MAX_COLUMNS = 64  # state columns per workgroup of gated_delta_rule.wgsl (invocations; each holds d_k registers)
+MAX_INVOCATIONS = 256  # per workgroup of gated_delta_rule.wgsl
+LANE_ROWS = 8  # state values an invocation of gated_delta_rule.wgsl holds in registers, at most
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,15 @@ def _check_rows(op: str, t: Tensor, width: int, what: str) -> None:
         raise ValueError(f"{op}: {what} {t} must be f32 [rows, >= {width}]")
 
 
-def state_columns(d_v: int) -> int:
-    """State columns per workgroup of gated_delta_rule.wgsl: the largest divisor of d_v up to MAX_COLUMNS."""
-    return max(c for c in range(1, min(d_v, MAX_COLUMNS) + 1) if d_v % c == 0)
+def rule_split(d_k: int, d_v: int) -> tuple[int, int]:
+    """(columns, lanes) of a workgroup of gated_delta_rule.wgsl: each state column's d_k values spread over `lanes`
+    invocations (at most LANE_ROWS values each), as many columns (a divisor of d_v) as MAX_INVOCATIONS allow."""
+    rows = max(r for r in range(1, min(d_k, LANE_ROWS) + 1) if d_k % r == 0)
+    lanes = d_k // rows
+    if lanes > MAX_INVOCATIONS:
+        raise ValueError(f"gated_delta_rule: a key head of {d_k} needs {lanes} invocations a column")
+    columns = max(c for c in range(1, d_v + 1) if d_v % c == 0 and c * lanes <= MAX_INVOCATIONS)
+    return columns, lanes
 
 
 def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor, ssm_a: Tensor, dt_bias: Tensor,
@@ -94,9 +101,9 @@ def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor
         raise ValueError(f"{op}: state {state} is not slots of {shape.state_floats} floats")
     if rows.dtype != "u32" or len(rows.shape) != 2 or rows.shape[1] != 4:
         raise ValueError(f"{op}: the row table {rows} must be u32 [T_MAX, 4]")
-    cols = state_columns(shape.d_v)
+    cols, lanes = rule_split(shape.d_k, shape.d_v)
     constants = {
-        "H_K": shape.h_k, "H_V": shape.h_v, "D_K": shape.d_k, "D_V": shape.d_v, "COLS": cols,
+        "H_K": shape.h_k, "H_V": shape.h_v, "D_K": shape.d_k, "D_V": shape.d_v, "COLS": cols, "LANES": lanes,
         "V_TILED": shape.v_tiled, "QKV_STRIDE": qkv.shape[1], "Q_OFFSET": 0, "K_OFFSET": shape.key_dim,
         "V_OFFSET": 2 * shape.key_dim, "AB_STRIDE": alpha.shape[1], "A_OFFSET": alpha_offset,
         "B_OFFSET": beta_offset, "O_STRIDE": o.shape[1],
