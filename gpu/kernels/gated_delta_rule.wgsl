@@ -16,6 +16,9 @@
 // invocation spills to memory), and the rule's sums over a column (S^T k, S^T q, and q's and k's norms) are
 // gathered from the lanes through workgroup memory. Invocation lid serves column lid % COLS of the block (adjacent
 // invocations, adjacent columns: the state's loads and stores coalesce) and its rows lane + j * LANES.
+// A run is walked BLOCK rows at a time: their q, k, v, decay and update rate are staged in workgroup memory
+// together, so that a row's step waits on no global load, and each row takes one barrier (the sums' buffers
+// alternate between rows; a row's output is summed after the next row's barrier).
 #include "common/step.wgsl"
 
 override H_K: u32 = 2u;          // query / key heads
@@ -24,6 +27,7 @@ override D_K: u32 = 128u;        // query / key head dimension: rows of the stat
 override D_V: u32 = 128u;        // value head dimension: columns of the state
 override COLS: u32 = 16u;        // state columns per workgroup (divides D_V)
 override LANES: u32 = 16u;       // invocations sharing a column (divides D_K)
+override BLOCK: u32 = 8u;        // rows staged together
 override V_TILED: bool = true;   // key head of value head h: h % H_K (true) or h / (H_V / H_K)
 override QKV_STRIDE: u32 = 768u; // values per q/k/v row (the causal conv's output row)
 override Q_OFFSET: u32 = 0u;     // column of q's head 0 in that row
@@ -49,10 +53,17 @@ const SOFTPLUS_LINEAR: f32 = 20.0;  // torch's softplus threshold: softplus(x) =
 @group(0) @binding(7) var<storage, read_write> state: array<f32>;  // [slots, H_V, D_K, D_V]
 @group(0) @binding(8) var<storage, read_write> o: array<f32>;      // [rows, O_STRIDE]
 
-var<workgroup> q_row: array<f32, D_K>;
-var<workgroup> k_row: array<f32, D_K>;
-var<workgroup> sums: array<vec3<f32>, WG>;  // per invocation: its rows' part of (S^T k, k.k, q.q)
-var<workgroup> outs: array<f32, WG>;        // per invocation: its rows' part of S^T q
+// the block's rows: q and k [BLOCK, D_K], v of the workgroup's columns [BLOCK, COLS], decay and update rate
+var<workgroup> q_blk: array<f32, BLOCK * D_K>;
+var<workgroup> k_blk: array<f32, BLOCK * D_K>;
+var<workgroup> v_blk: array<f32, BLOCK * COLS>;
+var<workgroup> decay_blk: array<f32, BLOCK>;
+var<workgroup> beta_blk: array<f32, BLOCK>;
+// per invocation, in two buffers that alternate between rows: its rows' part of S^T k and of S^T q; per lane
+// (column 0's invocations): its rows' part of k.k and q.q
+var<workgroup> kv_parts: array<f32, 2u * WG>;
+var<workgroup> norm_parts: array<vec2<f32>, 2u * LANES>;
+var<workgroup> out_parts: array<f32, 2u * WG>;
 
 fn softplus(x: f32) -> f32 {
     return select(log(1.0 + exp(x)), x, x > SOFTPLUS_LINEAR);
@@ -61,6 +72,15 @@ fn softplus(x: f32) -> f32 {
 // Whether row t continues the sequence of row t - 1 in the step.
 fn continues(t: u32) -> bool {
     return t > 0u && rows[t - 1u].y == rows[t].y && rows[t - 1u].x + 1u == rows[t].x;
+}
+
+// Column c's output for the row whose parts are in buffer p (lane 0 of the column writes it).
+fn write_out(p: u32, c: u32, r: u32, h: u32, col: u32, q_scale: f32) {
+    var total = 0.0;
+    for (var l = 0u; l < LANES; l++) {
+        total += out_parts[p * WG + l * COLS + c];
+    }
+    o[r * O_STRIDE + h * D_V + col] = total * q_scale;
 }
 
 @compute @workgroup_size(WG)
@@ -75,7 +95,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let h = (id / blocks) % H_V;
     let c = lid % COLS;
     let lane = lid / COLS;
-    let col = (id % blocks) * COLS + c;
+    let col0 = (id % blocks) * COLS;
+    let col = col0 + c;
     let hk = select(h / (H_V / H_K), h % H_K, V_TILED);
     let slot = rows[first].y;
     let base = (slot * H_V + h) * D_K * D_V + col;
@@ -86,48 +107,86 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let a_coef = ssm_a[h];
     let bias = dt_bias[h];
-    for (var r = first; r < step.n_tokens && (r == first || continues(r)); r++) {
-        let row = r * QKV_STRIDE;
-        workgroupBarrier();  // the previous row's q, k and sums are read by everyone
-        for (var i = lid; i < D_K; i += WG) {
-            q_row[i] = qkv[row + Q_OFFSET + hk * D_K + i];
-            k_row[i] = qkv[row + K_OFFSET + hk * D_K + i];
+    var p = 0u;               // the buffer of the current row's parts
+    var pending = false;      // a row's output is still to be written (its parts in buffer 1 - p)
+    var pending_row = 0u;
+    var pending_scale = 0.0;
+    var r0 = first;
+    loop {
+        // stage the next BLOCK rows (past the step: the step's last row again, never used)
+        workgroupBarrier();  // the previous block's staged rows are read by everyone
+        for (var i = lid; i < BLOCK * D_K; i += WG) {
+            let t = r0 + i / D_K;
+            let row = min(t, step.n_tokens - 1u) * QKV_STRIDE;
+            q_blk[i] = qkv[row + Q_OFFSET + hk * D_K + i % D_K];
+            k_blk[i] = qkv[row + K_OFFSET + hk * D_K + i % D_K];
+        }
+        for (var i = lid; i < BLOCK * COLS; i += WG) {
+            let t = min(r0 + i / COLS, step.n_tokens - 1u);
+            v_blk[i] = qkv[t * QKV_STRIDE + V_OFFSET + h * D_V + col0 + i % COLS];
+        }
+        for (var i = lid; i < BLOCK; i += WG) {
+            let tc = min(r0 + i, step.n_tokens - 1u);
+            decay_blk[i] = exp(a_coef * softplus(a[tc * AB_STRIDE + A_OFFSET + h] + bias));
+            beta_blk[i] = 1.0 / (1.0 + exp(-b[tc * AB_STRIDE + B_OFFSET + h]));
         }
         workgroupBarrier();
-        let decay = exp(a_coef * softplus(a[r * AB_STRIDE + A_OFFSET + h] + bias));
-        let beta = 1.0 / (1.0 + exp(-b[r * AB_STRIDE + B_OFFSET + h]));
-        // q and k are normalised by scaling the sums they enter (one pass gathers their norms and S^T k)
-        var part = vec3<f32>(0.0);
-        for (var j = 0u; j < ROWS; j++) {
-            let i = lane + j * LANES;
-            let kvalue = k_row[i];
-            s[j] *= decay;
-            part += vec3<f32>(s[j] * kvalue, kvalue * kvalue, q_row[i] * q_row[i]);
-        }
-        sums[lid] = part;
-        workgroupBarrier();
-        var total = vec3<f32>(0.0);  // (S^T k)[col] after the decay, k.k and q.q, k and q not yet normalised
-        for (var l = 0u; l < LANES; l++) {
-            total += sums[l * COLS + c];
-        }
-        let q_scale = inverseSqrt(total.z + QK_EPS) * inverseSqrt(f32(D_K));
-        let k_scale = inverseSqrt(total.y + QK_EPS);
-        let delta = beta * (qkv[row + V_OFFSET + h * D_V + col] - total.x * k_scale);
-        var out = 0.0;
-        for (var j = 0u; j < ROWS; j++) {
-            let i = lane + j * LANES;
-            s[j] += k_row[i] * k_scale * delta;
-            out += s[j] * q_row[i];
-        }
-        outs[lid] = out;
-        workgroupBarrier();
-        if (lane == 0u) {
-            var o_total = 0.0;
-            for (var l = 0u; l < LANES; l++) {
-                o_total += outs[l * COLS + c];
+        var stop = false;
+        for (var u = 0u; u < BLOCK; u++) {
+            let t = r0 + u;  // a row past the step or the run ends the walk
+            if (t >= step.n_tokens || (t != first && !continues(t))) {
+                stop = true;
+                break;
             }
-            o[r * O_STRIDE + h * D_V + col] = o_total * q_scale;
+            let decay = decay_blk[u];
+            // q and k are normalised by scaling the sums they enter (one pass gathers their norms and S^T k)
+            var kv = 0.0;
+            var norms = vec2<f32>(0.0);
+            for (var j = 0u; j < ROWS; j++) {
+                let i = u * D_K + lane + j * LANES;
+                let kvalue = k_blk[i];
+                s[j] *= decay;
+                kv += s[j] * kvalue;
+                norms += vec2<f32>(kvalue * kvalue, q_blk[i] * q_blk[i]);
+            }
+            kv_parts[p * WG + lid] = kv;
+            if (c == 0u) {
+                norm_parts[p * LANES + lane] = norms;
+            }
+            workgroupBarrier();
+            if (pending && lane == 0u) {
+                write_out(1u - p, c, pending_row, h, col, pending_scale);
+            }
+            var kv_total = 0.0;
+            for (var l = 0u; l < LANES; l++) {
+                kv_total += kv_parts[p * WG + l * COLS + c];
+            }
+            var norm_total = vec2<f32>(0.0);
+            for (var l = 0u; l < LANES; l++) {
+                norm_total += norm_parts[p * LANES + l];
+            }
+            let k_scale = inverseSqrt(norm_total.x + QK_EPS);
+            let delta = beta_blk[u] * (v_blk[u * COLS + c] - kv_total * k_scale);
+            var out = 0.0;
+            for (var j = 0u; j < ROWS; j++) {
+                let i = u * D_K + lane + j * LANES;
+                s[j] += k_blk[i] * k_scale * delta;
+                out += s[j] * q_blk[i];
+            }
+            out_parts[p * WG + lid] = out;
+            pending = true;
+            pending_row = r0 + u;
+            pending_scale = inverseSqrt(norm_total.y + QK_EPS) * inverseSqrt(f32(D_K));
+            p = 1u - p;
         }
+        if (stop) {
+            break;
+        }
+        r0 += BLOCK;
+    }
+    workgroupBarrier();
+    if (pending && lane == 0u) {
+        write_out(1u - p, c, pending_row, h, col, pending_scale);
     }
     for (var j = 0u; j < ROWS; j++) {
         state[base + (lane + j * LANES) * D_V] = s[j];

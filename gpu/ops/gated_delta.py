@@ -21,6 +21,7 @@ from gpu.tensor import Tensor
 
 MAX_INVOCATIONS = 256  # per workgroup of gated_delta_rule.wgsl
 LANE_ROWS = 8  # state values an invocation of gated_delta_rule.wgsl holds in registers, at most
+STAGED_BYTES = 8192  # workgroup memory for the staged rows' q and k (half the 16 KiB every WebGPU device has)
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,15 @@ def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor
     if rows.dtype != "u32" or len(rows.shape) != 2 or rows.shape[1] != 4:
         raise ValueError(f"{op}: the row table {rows} must be u32 [T_MAX, 4]")
     cols, lanes = rule_split(shape.d_k, shape.d_v)
+    block = max(1, min(16, STAGED_BYTES // (8 * shape.d_k)))  # rows staged together: q and k of each, f32
     constants = {
         "H_K": shape.h_k, "H_V": shape.h_v, "D_K": shape.d_k, "D_V": shape.d_v, "COLS": cols, "LANES": lanes,
+        "BLOCK": block,
         "V_TILED": shape.v_tiled, "QKV_STRIDE": qkv.shape[1], "Q_OFFSET": 0, "K_OFFSET": shape.key_dim,
         "V_OFFSET": 2 * shape.key_dim, "AB_STRIDE": alpha.shape[1], "A_OFFSET": alpha_offset,
         "B_OFFSET": beta_offset, "O_STRIDE": o.shape[1],
     }
-    groups = rows.shape[0] * shape.h_v * (shape.d_v // cols)
+    groups = o.shape[0] * shape.h_v * (shape.d_v // cols)  # o has the program's rows (the row table may have more)
     b.dispatch(op, constants, [b.step, qkv, alpha, beta, ssm_a, dt_bias, rows, state, o], workgroup_grid(groups))
 
 
