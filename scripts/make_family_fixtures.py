@@ -209,7 +209,11 @@ def gguf_state_dict(fam: Family, model: Any, path: Path) -> dict[str, Any]:
                 continue
             raise KeyError(f"{path.name}: no tensor for {name} ({target})")
         t = tensors[target]
-        data = dequantize(t.data, t.tensor_type).reshape(p.shape).astype(np.float32)
+
+        def read(t: Any = t, name: str = name, shape: tuple[int, ...] = tuple(p.shape)) -> np.ndarray:
+            return _grouped_v_heads(cfg, name, dequantize(t.data, t.tensor_type).reshape(shape))
+
+        data = read().astype(np.float32)
         hf = p.detach().numpy()
         expect = hf
         if fam.permute_qk and name.endswith("q_proj.weight"):
@@ -222,12 +226,39 @@ def gguf_state_dict(fam: Family, model: Any, path: Path) -> dict[str, Any]:
             # the converter stores ssm_a = -exp(A_log), with torch's exp
             expect, data = -torch.exp(torch.from_numpy(hf)).numpy(), np.log(-data)
         if t.tensor_type == gguf.GGMLQuantizationType.F32:
-            stored = dequantize(t.data, t.tensor_type).reshape(p.shape)
+            stored = read()
             if not np.array_equal(stored, expect):
                 raise ValueError(f"{path.name}: {target} is not the converter's transform of {name}")
             data = hf  # exact: Gemma's (w + 1) - 1 would round
         out[name] = torch.from_numpy(np.ascontiguousarray(data))
     return out
+
+
+def _grouped_v_heads(cfg: Any, name: str, data: np.ndarray) -> np.ndarray:
+    """A Gated DeltaNet tensor back in transformers' value-head order: with more value heads than key heads,
+    llama.cpp's converter (_reorder_v_heads) writes them tiled ([K0, K1, ..., K0, K1, ...]) rather than grouped by
+    key head; the identity elsewhere."""
+    k_heads, v_heads = getattr(cfg, "linear_num_key_heads", 0), getattr(cfg, "linear_num_value_heads", 0)
+    if "linear_attn." not in name or not k_heads or k_heads == v_heads:
+        return data
+    per_k, d_v = v_heads // k_heads, cfg.linear_value_head_dim
+
+    def grouped(x: np.ndarray, axis: int, head_dim: int) -> np.ndarray:
+        x = np.moveaxis(x, axis, 0)
+        rest = x.shape[1:]
+        x = x.reshape(per_k, k_heads, head_dim, *rest).transpose(1, 0, 2, *range(3, 3 + len(rest)))
+        return np.moveaxis(x.reshape(v_heads * head_dim, *rest), 0, axis)
+
+    qk = 2 * k_heads * cfg.linear_key_head_dim
+    if ".in_proj_qkv." in name or ".conv1d." in name:
+        return np.concatenate([data[:qk], grouped(data[qk:], 0, d_v)])
+    if ".in_proj_z." in name:
+        return grouped(data, 0, d_v)
+    if ".in_proj_a." in name or ".in_proj_b." in name or name.endswith((".A_log", ".dt_bias")):
+        return grouped(data, 0, 1)
+    if ".out_proj." in name:
+        return grouped(data, 1, d_v)
+    return data
 
 
 def model_on_weights(fam: Family, model: Any, state: dict[str, Any]) -> Any:
