@@ -6,7 +6,8 @@ Gated DeltaNet linear attention instead of attention, a gated full attention on 
         h = rms_norm(x) * attn_norm
         linear layers:    qkv, z, a, b = h Wqkv, h Wgate, h Walpha, h Wbeta
                           qkv = silu(causal_conv(qkv))                      # depthwise, K taps over positions
-                          o = gated_delta_rule(q, k, v, a, b)               # per value head, a [Dk, Dv] state
+                          o = gated_delta_rule(q, k, v, a, b)               # per value head, a [Dk, Dv] state;
+                                                                            # prompts in its chunked form
                           a = rms_norm(o) * ssm_norm * silu(z)              # per value head
         attention layers: q, g = h Wq (each head's query, then its gate)
                           a = attention(rope(rms_norm(q) * q_norm), rope(rms_norm(h Wk) * k_norm), h Wv)
@@ -134,7 +135,7 @@ class Qwen35(Decoder):
         assert matrix is not None
         o = b.activation(f"delta.{i}", (t_max, shape.value_dim))
         gated_delta_rule(b, conv, alpha, beta, w.recurrent.ssm_a, w.recurrent.dt_bias, rows, matrix, o, shape=shape,
-                         alpha_offset=a_col, beta_offset=b_col)
+                         alpha_offset=a_col, beta_offset=b_col, prompt=prompt, name=f"delta.{i}")
         y = b.activation(f"gated_norm.{i}", (t_max, shape.value_dim))
         gated_rms_norm(b, o, z, w.recurrent.norm, y, head_dim=shape.d_v, heads=shape.h_v, eps=self.config.eps,
                        z_offset=z_col)

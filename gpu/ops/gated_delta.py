@@ -1,15 +1,19 @@
-"""Host side of Gated DeltaNet's own kernels (kernels/gated_delta_rule.wgsl, gated_rms_norm.wgsl): the gated delta
-rule recurrence and the gated output norm of a linear-attention layer (Qwen3.5, Qwen3-Next), as transformers'
-Qwen3_5GatedDeltaNet computes them. The layer's short convolution over q|k|v is gpu/ops/short_conv.py's causal_conv.
+"""Host side of Gated DeltaNet's own kernels (kernels/gated_delta_rule.wgsl, gated_delta_chunk.wgsl,
+gated_delta_scan.wgsl, gated_rms_norm.wgsl): the gated delta rule and the gated output norm of a linear-attention
+layer (Qwen3.5, Qwen3-Next), as transformers' Qwen3_5GatedDeltaNet computes them. The layer's short convolution over
+q|k|v is gpu/ops/short_conv.py's causal_conv.
 
-    gated_delta_rule(b, qkv, alpha, beta, ssm_a, dt_bias, rows, state, o, shape=shape)
+    gated_delta_rule(b, qkv, alpha, beta, ssm_a, dt_bias, rows, state, o, shape=shape, prompt=...)
     gated_rms_norm(b, o, z, norm_w, y, head_dim=shape.d_v, heads=shape.h_v)
 
-The recurrence serves prompt chunks, decode rows of many sequences and mixes alike, from the step's row table
+The rule serves prompt chunks, decode rows of many sequences and mixes alike, from the step's row table
 (rows[t] = (position, slot, -, -), common/rows.wgsl): each run of consecutive rows of one slot at consecutive
 positions is one sequence's, in order. Its state lies in gpu/recurrent_state.py's matrix state, slot s at
 s * h_v * d_k * d_v floats (head h's [d_k, d_v] matrix after it, row-major); a run starting at position 0 starts
-from zeros, so slots need no clearing.
+from zeros, so slots need no clearing. Two forms, equal but for rounding: the recurrence (a row at a time; decode
+steps) and the chunked form (prompt steps): blocks of CHUNK rows reduced to a few products each by the UT transform
+in parallel, then a scan over the blocks carrying the state, as transformers' torch_chunk_gated_delta_rule and
+FLA's kernels compute it, since the recurrence walks a long prompt one latency-bound row at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from gpu.tensor import Tensor
 MAX_INVOCATIONS = 256  # per workgroup of gated_delta_rule.wgsl
 LANE_ROWS = 8  # state values an invocation of gated_delta_rule.wgsl holds in registers, at most
 STAGED_BYTES = 8192  # workgroup memory for the staged rows' q and k (half the 16 KiB every WebGPU device has)
+CHUNK = 32  # rows of a block of the chunked form (its UT system, C x C, lies in workgroup memory)
+SCAN_BYTES = 12288  # workgroup memory of gated_delta_scan.wgsl: its state columns and their V' rows
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,11 @@ def rule_split(d_k: int, d_v: int) -> tuple[int, int]:
 
 def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor, ssm_a: Tensor, dt_bias: Tensor,
                      rows: Tensor, state: Tensor, o: Tensor, *, shape: DeltaShape, alpha_offset: int = 0,
-                     beta_offset: int = 0) -> None:
-    """o[t, h * d_v:(h + 1) * d_v] = the gated delta rule's output for row t and value head h (kernels/
-    gated_delta_rule.wgsl), each sequence's rows in order, its state carried in `state` at its slot.
+                     beta_offset: int = 0, prompt: bool = False, name: str = "delta") -> None:
+    """o[t, h * d_v:(h + 1) * d_v] = the gated delta rule's output for row t and value head h, each sequence's rows
+    in order, its state carried in `state` at its slot: by the recurrence (kernels/gated_delta_rule.wgsl), or
+    where prompt by the chunked form (gated_delta_chunk.wgsl then gated_delta_scan.wgsl, through two activations
+    named after `name`).
 
     qkv: f32 [T_MAX, >= conv_dim], the convolution's output (q, k, v heads side by side); alpha, beta: f32 [T_MAX,
     >= offset + h_v], the decay and update-rate projections (ssm_alpha, ssm_beta; may be one tensor at two
@@ -102,17 +110,32 @@ def gated_delta_rule(b: ProgramBuilder, qkv: Tensor, alpha: Tensor, beta: Tensor
         raise ValueError(f"{op}: state {state} is not slots of {shape.state_floats} floats")
     if rows.dtype != "u32" or len(rows.shape) != 2 or rows.shape[1] != 4:
         raise ValueError(f"{op}: the row table {rows} must be u32 [T_MAX, 4]")
+    heads = {"H_K": shape.h_k, "H_V": shape.h_v, "D_K": shape.d_k, "D_V": shape.d_v, "V_TILED": shape.v_tiled,
+             "QKV_STRIDE": qkv.shape[1], "Q_OFFSET": 0, "K_OFFSET": shape.key_dim}
+    gates = {"V_OFFSET": 2 * shape.key_dim, "AB_STRIDE": alpha.shape[1], "A_OFFSET": alpha_offset,
+             "B_OFFSET": beta_offset}
+    t_max = o.shape[0]  # the program's rows (the row table may have more)
+    if prompt:
+        wu = b.activation(f"{name}.wu", (t_max, shape.h_v * (shape.d_k + shape.d_v)))
+        pg = b.activation(f"{name}.pg", (t_max, shape.h_v * (CHUNK + 4)))
+        b.dispatch("gated_delta_chunk", heads | gates | {"C": CHUNK},
+                   [b.step, qkv, alpha, beta, ssm_a, dt_bias, rows, wu, pg],
+                   workgroup_grid(-(-t_max // CHUNK) * shape.h_v))
+        cols = scan_columns(shape.d_k, shape.d_v)
+        b.dispatch("gated_delta_scan", heads | {"C": CHUNK, "COLS": cols, "O_STRIDE": o.shape[1]},
+                   [b.step, qkv, rows, wu, pg, state, o], workgroup_grid(t_max * shape.h_v * (shape.d_v // cols)))
+        return
     cols, lanes = rule_split(shape.d_k, shape.d_v)
     block = max(1, min(16, STAGED_BYTES // (8 * shape.d_k)))  # rows staged together: q and k of each, f32
-    constants = {
-        "H_K": shape.h_k, "H_V": shape.h_v, "D_K": shape.d_k, "D_V": shape.d_v, "COLS": cols, "LANES": lanes,
-        "BLOCK": block,
-        "V_TILED": shape.v_tiled, "QKV_STRIDE": qkv.shape[1], "Q_OFFSET": 0, "K_OFFSET": shape.key_dim,
-        "V_OFFSET": 2 * shape.key_dim, "AB_STRIDE": alpha.shape[1], "A_OFFSET": alpha_offset,
-        "B_OFFSET": beta_offset, "O_STRIDE": o.shape[1],
-    }
-    groups = o.shape[0] * shape.h_v * (shape.d_v // cols)  # o has the program's rows (the row table may have more)
+    constants = heads | gates | {"COLS": cols, "LANES": lanes, "BLOCK": block, "O_STRIDE": o.shape[1]}
+    groups = t_max * shape.h_v * (shape.d_v // cols)
     b.dispatch(op, constants, [b.step, qkv, alpha, beta, ssm_a, dt_bias, rows, state, o], workgroup_grid(groups))
+
+
+def scan_columns(d_k: int, d_v: int) -> int:
+    """State columns a workgroup of gated_delta_scan.wgsl holds: the most (a divisor of d_v, at most 32) whose
+    d_k state values and CHUNK rows of V' fit SCAN_BYTES."""
+    return max(c for c in range(1, min(d_v, 32) + 1) if d_v % c == 0 and (d_k + CHUNK) * c * 4 <= SCAN_BYTES)
 
 
 def gated_rms_norm(b: ProgramBuilder, x: Tensor, z: Tensor, w: Tensor, y: Tensor, *, head_dim: int, heads: int,

@@ -7,8 +7,12 @@ eigenvalues in [0, 1] and the decay exp(g) <= 1: the recurrence does not amplify
 most by about d_k * 2^-24 * |S| a row and as a random walk over rows; over the 70-row prompts here (d_k <= 128,
 |S| of order 1) that stays below 1e-5 (measured: at most 8e-7), so atol 1e-5 / rtol 1e-4. A wrong head, slot or
 row gives errors of order 1. gated_rms_norm sums d values: 1e-5.
-The prompt run must equal the one-row (decode) run applied token by token bit for bit: both are the same
-pipeline doing the same f32 operations in the same order, the state round-tripping memory unchanged.
+The recurrence run as one prompt step must equal it run as one-row (decode) steps bit for bit: both are the same
+pipeline doing the same f32 operations in the same order, the state round-tripping memory unchanged. The chunked
+form (prompt steps) sums the same terms in another order: the UT transform's forward substitution over a chunk's
+32 rows multiplies by (I + L)^-1, whose entries stay of order 1 for l2-normalised keys and beta < 1; against the
+recurrence it is held to 1e-6 absolute on outputs and states of order 0.1-1 (measured: at most 4e-7), and to the
+references with the recurrence's tolerances.
 """
 
 from __future__ import annotations
@@ -84,10 +88,11 @@ def _row_table(entries: list[tuple[int, int]], t_max: int) -> np.ndarray:
 
 def _run_rule(ex: Executor, qkv: np.ndarray, ab: np.ndarray, ssm_a: np.ndarray, dt_bias: np.ndarray,
               seqs: list[tuple[int, int, int, int]], pool: np.ndarray, shape: DeltaShape,
-              split: bool = False) -> tuple[np.ndarray, np.ndarray]:
+              split: bool = False, chunked: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """o and the pool after gated_delta_rule over qkv's rows, sequence n being rows [first, first + n) at slot
     `slot` from position `start` (seqs: (first, n, slot, start)), all in one step; split: in decode steps instead,
-    step i holding row i of every sequence still running (rows gathered into the step's first rows)."""
+    step i holding row i of every sequence still running (rows gathered into the step's first rows); chunked: the
+    chunked form (a prompt step's) rather than the recurrence."""
     t_max = qkv.shape[0] + 1  # a spare row past every step
     t_qkv = ex.tensor("qkv", (t_max, qkv.shape[1]))
     t_ab = ex.tensor("ab", (t_max, ab.shape[1]))
@@ -96,7 +101,8 @@ def _run_rule(ex: Executor, qkv: np.ndarray, ab: np.ndarray, ssm_a: np.ndarray, 
     t_rows = ex.tensor("rows", (t_max, 4), "u32")
     t_o = ex.tensor("o", (t_max, shape.value_dim))
     b = ProgramBuilder(ex, "rule")
-    gated_delta_rule(b, t_qkv, t_ab, t_ab, t_a, t_dt, t_rows, t_state, t_o, shape=shape, beta_offset=shape.h_v)
+    gated_delta_rule(b, t_qkv, t_ab, t_ab, t_a, t_dt, t_rows, t_state, t_o, shape=shape, beta_offset=shape.h_v,
+                     prompt=chunked)
     program = b.build()
     o = np.zeros((qkv.shape[0], shape.value_dim), np.float32)
     steps = [[(first + i, slot, start + i) for first, n, slot, start in seqs if i < n]
@@ -119,8 +125,9 @@ SHAPES = {  # name: (shape, rows of each sequence)
 }
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["recurrent", "chunked"])
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_gated_delta_rule_matches_reference(ex: Executor, name: str) -> None:
+def test_gated_delta_rule_matches_reference(ex: Executor, name: str, chunked: bool) -> None:
     shape, lengths = SHAPES[name]
     rng = np.random.default_rng(len(name))
     rows = sum(lengths)
@@ -131,7 +138,7 @@ def test_gated_delta_rule_matches_reference(ex: Executor, name: str) -> None:
     for i, n in enumerate(lengths):
         table.append((first, n, slots - 1 - 2 * i, 3 + i))  # slots out of order, some left untouched
         first += n
-    o, after = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape)
+    o, after = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape, chunked=chunked)
     touched = set()
     for first, n, slot, _ in table:
         r = slice(first, first + n)
@@ -158,14 +165,30 @@ def test_prompt_equals_one_row_steps(ex: Executor) -> None:
     np.testing.assert_array_equal(s_prompt, s_steps)
 
 
-def test_sequence_at_position_zero_starts_from_zero_state(ex: Executor) -> None:
+def test_chunked_form_equals_the_recurrence(ex: Executor) -> None:
+    """The chunked form on a prompt step of three runs: one across two chunk boundaries (80 rows from a stored state),
+    one starting at position 0 mid-chunk, one of a single row; against the recurrence in decode steps."""
+    shape, _ = SHAPES["gqa_tiled_prompt"]
+    rng = np.random.default_rng(13)
+    table = [(0, 80, 3, 7), (80, 21, 0, 0), (101, 1, 2, 4)]
+    qkv, ab, ssm_a, dt_bias = _rule_inputs(rng, 102, shape)
+    pool = (0.5 * rng.standard_normal((4, shape.state_floats))).astype(np.float32)
+    o_chunked, s_chunked = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape, chunked=True)
+    o_steps, s_steps = _run_rule(ex, qkv, ab, ssm_a, dt_bias, table, pool, shape, split=True)
+    np.testing.assert_allclose(o_chunked, o_steps, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(s_chunked, s_steps, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(s_chunked[1], pool[1])  # a slot no run holds
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["recurrent", "chunked"])
+def test_sequence_at_position_zero_starts_from_zero_state(ex: Executor, chunked: bool) -> None:
     """A run starting at position 0 ignores what its slot held (a slot reused by a new sequence), beside a run that
     continues its slot's state in the same step."""
     shape, _ = SHAPES["gqa_grouped"]
     rng = np.random.default_rng(11)
     qkv, ab, ssm_a, dt_bias = _rule_inputs(rng, 7, shape)
     pool = (0.5 * rng.standard_normal((2, shape.state_floats))).astype(np.float32)
-    o, after = _run_rule(ex, qkv, ab, ssm_a, dt_bias, [(0, 4, 1, 0), (4, 3, 0, 5)], pool, shape)
+    o, after = _run_rule(ex, qkv, ab, ssm_a, dt_bias, [(0, 4, 1, 0), (4, 3, 0, 5)], pool, shape, chunked=chunked)
     zero = np.zeros((shape.h_v, shape.d_k, shape.d_v))
     for (first, n, slot), start in (((0, 4, 1), zero), ((4, 3, 0), pool[0].reshape(zero.shape))):
         r = slice(first, first + n)
@@ -212,8 +235,9 @@ def test_references_match_transformers() -> None:
     np.testing.assert_allclose(y, z["norm/y"], rtol=1e-5, atol=1e-5)
 
 
-def test_gated_delta_rule_matches_transformers(ex: Executor) -> None:
-    """The kernel on transformers' inputs (a 70-row prompt from a stored state) against its chunked form's float32
+@pytest.mark.parametrize("chunked", [False, True], ids=["recurrent", "chunked"])
+def test_gated_delta_rule_matches_transformers(ex: Executor, chunked: bool) -> None:
+    """Both forms on transformers' inputs (a 70-row prompt from a stored state) against its chunked form's float32
     output: 1e-5 as above."""
     z = np.load(GOLDEN)
     shape = DeltaShape(h_k=2, h_v=4, d_k=8, d_v=8, v_tiled=False)
@@ -223,12 +247,13 @@ def test_gated_delta_rule_matches_transformers(ex: Executor) -> None:
     ssm_a = -np.exp(z["gates/A_log"]).astype(np.float32)  # what the converter stores as ssm_a
     pool = np.zeros((2, shape.state_floats), np.float32)
     pool[1] = z["rule/state"].reshape(-1)
-    o, after = _run_rule(ex, qkv, ab, ssm_a, z["gates/dt_bias"], [(0, qkv.shape[0], 1, 1)], pool, shape)
+    o, after = _run_rule(ex, qkv, ab, ssm_a, z["gates/dt_bias"], [(0, qkv.shape[0], 1, 1)], pool, shape,
+                         chunked=chunked)
     np.testing.assert_allclose(o, z["rule/chunk/out"][0].reshape(o.shape), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(after[1], z["rule/chunk/state"].reshape(-1), rtol=1e-5, atol=1e-5)
 
 
-def _layer_on_gguf_weights(ex: Executor, z: dict, shape: DeltaShape) -> np.ndarray:
+def _layer_on_gguf_weights(ex: Executor, z: dict, shape: DeltaShape, chunked: bool = False) -> np.ndarray:
     """Qwen3_5GatedDeltaNet's output from the weights as llama.cpp's converter stores them: projections, the short
     convolution (zero state, SiLU) and the output projection in float64 numpy, the rule and the norm on the GPU."""
     x = z["layer/x"].astype(np.float64)
@@ -240,7 +265,8 @@ def _layer_on_gguf_weights(ex: Executor, z: dict, shape: DeltaShape) -> np.ndarr
     qkv = (conv / (1.0 + np.exp(-conv))).astype(np.float32)
     ab = np.concatenate([x @ z["layer/ssm_alpha"].T, x @ z["layer/ssm_beta"].T], axis=1).astype(np.float32)
     pool = np.zeros((1, shape.state_floats), np.float32)
-    o, _ = _run_rule(ex, qkv, ab, z["layer/ssm_a"], z["layer/ssm_dt"], [(0, x.shape[0], 0, 0)], pool, shape)
+    o, _ = _run_rule(ex, qkv, ab, z["layer/ssm_a"], z["layer/ssm_dt"], [(0, x.shape[0], 0, 0)], pool, shape,
+                     chunked=chunked)
     gate = (x @ z["layer/attn_gate"].T).astype(np.float32)
     t_o, t_z = ex.tensor("o", o.shape, data=o), ex.tensor("z", gate.shape, data=gate)
     t_w, t_y = ex.tensor("w", (shape.d_v,), data=z["layer/ssm_norm"]), ex.tensor("y", o.shape)
@@ -250,13 +276,14 @@ def _layer_on_gguf_weights(ex: Executor, z: dict, shape: DeltaShape) -> np.ndarr
     return y.astype(np.float64) @ z["layer/ssm_out"].T
 
 
-def test_layer_from_converter_layout_matches_transformers(ex: Executor) -> None:
+@pytest.mark.parametrize("chunked", [False, True], ids=["recurrent", "chunked"])
+def test_layer_from_converter_layout_matches_transformers(ex: Executor, chunked: bool) -> None:
     """A whole Gated DeltaNet layer with grouped value heads (4 over 2 key heads) from the GGUF layout (V heads in
     llama.cpp's tiled order) equals transformers' layer output: 1e-4 (inputs of order 1 through four f32 products of
     32 terms and the rule; measured below 1e-5). Reading the heads in transformers' grouped order instead must fail."""
     z = dict(np.load(GOLDEN))
     shape = DeltaShape(h_k=2, h_v=4, d_k=8, d_v=8, v_tiled=True)
-    y = _layer_on_gguf_weights(ex, z, shape)
+    y = _layer_on_gguf_weights(ex, z, shape, chunked)
     np.testing.assert_allclose(y, z["layer/y"], rtol=1e-4, atol=1e-4)
-    wrong = _layer_on_gguf_weights(ex, z, DeltaShape(h_k=2, h_v=4, d_k=8, d_v=8, v_tiled=False))
+    wrong = _layer_on_gguf_weights(ex, z, DeltaShape(h_k=2, h_v=4, d_k=8, d_v=8, v_tiled=False), chunked)
     assert np.abs(wrong - z["layer/y"]).max() > 1e-2
