@@ -1,0 +1,146 @@
+"""Prefix caching on the shipped Gemma 3 270M: a prompt whose leading pages are cached gives the tokens and logits
+of one prefilled whole, a chat's next turn reuses its earlier turn's generated pages, and every page comes back.
+
+Pages of 16 positions keep the prompts short on a software adapter. Exactness: the cached keys and values were
+computed in other prompt chunks than a whole prefill computes them in (the chunk's rows start elsewhere), which on a
+GPU may run other kernel variants and sum products in another order: logits agree to float noise (tolerance 2e-3,
+about the f16 cache's rounding, tests/models/test_gemma3_parity.py), and greedy tokens are identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.text.batch import BatchGenerator, EndEvent, TokenEvent
+from models.text.engine import Engine, TextModel, load_text_model
+from models.text.sampler import SamplingParams
+from tests.models.test_family_parity import FAMILIES_DIR
+from tests.models.test_gemma4_synthetic import small_e2b  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.heavy
+GREEDY = SamplingParams(temperature=0.0)
+PAGE = 16
+SYSTEM = ("You are a careful assistant. Answer briefly, cite the facts you use, and say so when you do not know. "
+          "Questions follow.")
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[TextModel]:
+    yield load_text_model("gemma-3-270m", max_batch=4)
+
+
+def small_engine(model: TextModel) -> Engine:
+    return Engine(model, "f16", pool_tokens=24 * PAGE, page_tokens=PAGE, n_ctx=8 * PAGE)
+
+
+def run(generator: BatchGenerator, prompts: dict[str, list[int]], max_tokens: int) -> dict[str, list[int]]:
+    """Admit the prompts together and run them to the end; each one's tokens."""
+    for key, prompt in prompts.items():
+        generator.add(key, prompt, GREEDY, max_tokens, stop_ids=frozenset())
+    got: dict[str, list[int]] = {key: [] for key in prompts}
+    while generator.busy:
+        for event in generator.step():
+            if isinstance(event, TokenEvent):
+                got[event.key].append(event.token.id)
+            else:
+                assert isinstance(event, EndEvent) and event.reason == "length", event
+    return got
+
+
+def test_cached_prefix_gives_the_logits_of_a_whole_prefill(model: TextModel) -> None:
+    engine = small_engine(model)
+    prompt = model.tokenizer.encode(SYSTEM + " What is the capital of France?")
+    assert len(prompt) > 2 * PAGE
+    first = engine.new_session()
+    try:
+        whole = first.prefill(prompt)
+        first.publish(prompt)
+        second = engine.new_session()
+        try:
+            cached = second.take_cached_prefix(prompt)
+            assert cached == (len(prompt) - 1) // PAGE * PAGE
+            assert engine.pool._pages[second.slot][:cached // PAGE] == engine.pool._pages[first.slot][:cached // PAGE]
+            reused = second.prefill(prompt[cached:])
+        finally:
+            second.close()
+    finally:
+        first.close()
+    np.testing.assert_allclose(reused, whole, atol=2e-3, rtol=0)
+    assert int(reused.argmax()) == int(whole.argmax())
+
+
+def test_batches_with_and_without_the_cache_give_the_same_tokens(model: TextModel) -> None:
+    """Three questions behind one system prompt, twice (the second time all three find it cached), and a chat's
+    next turn (its prompt: the first turn's prompt and answer, then more): the tokens of a cache-less engine."""
+    questions = [" What is the capital of France?", " Name a prime number.", " Who wrote Hamlet?"]
+    prompts = {str(i): model.tokenizer.encode(SYSTEM + q) for i, q in enumerate(questions)}
+    plain = small_engine(model)
+    plain.pool.prefix_caching = False
+    want = run(BatchGenerator(model, steps_per_submit=4, prefill_chunk=PAGE, engine=plain), prompts, 8)
+    assert plain.pool.free_tokens == plain.pool.n_pages * PAGE
+
+    engine = small_engine(model)
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=PAGE, engine=engine)
+    assert run(generator, {"0": prompts["0"]}, 8) == {"0": want["0"]}
+    assert generator.cached_tokens == 0
+    assert run(generator, prompts, 8) == want
+    system_pages = len(model.tokenizer.encode(SYSTEM)) // PAGE
+    assert generator.cached_tokens >= 3 * system_pages * PAGE
+
+    turn = prompts["0"] + want["0"] + model.tokenizer.encode(" And of Spain?", add_bos=False)
+    before = generator.cached_tokens
+    plain_turn = run(BatchGenerator(model, steps_per_submit=4, prefill_chunk=PAGE, engine=plain), {"t": turn}, 8)
+    assert run(generator, {"t": turn}, 8) == plain_turn
+    assert generator.cached_tokens - before == (len(prompts["0"]) + len(want["0"]) - 1) // PAGE * PAGE
+    pool = engine.pool
+    assert pool.free_slots == pool.n_slots and pool.free_tokens == pool.n_pages * PAGE and pool.cached_pages > 0
+
+
+def assert_cached_prefill_agrees(model: TextModel, kv_dtype: str, prompt: list[int], atol: float) -> int:
+    """A second session that takes the first one's published pages and prefills the rest gets the logits of the
+    whole prompt's prefill; the positions it found cached."""
+    engine = Engine(model, kv_dtype, pool_tokens=24 * PAGE, page_tokens=PAGE, n_ctx=8 * PAGE)
+    first, second = engine.new_session(), engine.new_session()
+    try:
+        whole = first.prefill(prompt)
+        first.publish(prompt)
+        cached = second.take_cached_prefix(prompt)
+        reused = second.prefill(prompt[cached:])
+    finally:
+        first.close()
+        second.close()
+    np.testing.assert_allclose(reused, whole, atol=atol * np.abs(whole).max(), rtol=0)
+    return cached
+
+
+@pytest.mark.skipif(not (FAMILIES_DIR / "gemma2.f32.gguf").exists(), reason="no Gemma 2 fixture")
+def test_sliding_window_layers_reuse_pages_past_their_window() -> None:
+    """Gemma 2's fixture slides a window of 16 positions: a sliding layer keeps every page of the sequence (the
+    pool never reuses a page inside one), so four cached pages, three of them outside the last token's window,
+    serve as well. f32 cache; logits within 1e-4 of their largest (sums in another order: ~1e-6 of it; a wrong
+    page: of the order of it)."""
+    model = load_text_model(str(FAMILIES_DIR / "gemma2.f32.gguf"), kv_dtype="f32", context_length=128, max_batch=1)
+    assert model.arch.config.window == PAGE and any(model.arch.config.sliding)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(10, model.vocab_size, 70)]
+    assert assert_cached_prefill_agrees(model, "f32", prompt, 1e-4) == 4 * PAGE
+
+
+def test_kv_shared_layers_read_the_shared_pages(small_e2b: Path) -> None:  # noqa: F811 - the fixture
+    """Gemma 4 E2B's shape: its last five layers read an earlier layer's cache by layer index through the same
+    page table, so they see the shared pages too (the tolerance as above)."""
+    model = load_text_model(str(small_e2b), context_length=256, max_batch=1)
+    assert model.arch.config.n_shared_kv == 5
+    prompt = [2] + [300 + i % 40 for i in range(50)]
+    assert assert_cached_prefill_agrees(model, "f16", prompt, 1e-4) == 3 * PAGE
+
+
+@pytest.mark.skipif(not (FAMILIES_DIR / "lfm2.f32.gguf").exists(), reason="no LFM2 fixture")
+def test_a_hybrid_prefills_its_prompts_whole() -> None:
+    """LFM2's recurrent state after a prefix is not kept: its pool does not cache prefixes."""
+    hybrid = load_text_model(str(FAMILIES_DIR / "lfm2.f32.gguf"), kv_dtype="f32", context_length=128, max_batch=1)
+    pool = hybrid.engine().pool
+    assert pool.recurrent is not None and not pool.prefix_caching
