@@ -17,7 +17,9 @@ import pytest
 
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import Engine, TextModel, load_text_model
+from models.text.images import ImageSpan, pixel_digest
 from models.text.sampler import SamplingParams
+from tests.fake_image_encoder import FakeImageEncoder
 from tests.models.test_family_parity import FAMILIES_DIR
 from tests.models.test_gemma4_synthetic import small_e2b  # noqa: F401 - the fixture
 
@@ -38,14 +40,14 @@ def small_engine(model: TextModel) -> Engine:
 
 
 def run(generator: BatchGenerator, prompts: dict[str, list[int]], max_tokens: int) -> dict[str, list[int]]:
-    """Admit the prompts together and run them to the end; each one's tokens."""
+    """Admit the prompts together (beside any admitted already) and run them all to the end; each one's tokens."""
     for key, prompt in prompts.items():
         generator.add(key, prompt, GREEDY, max_tokens, stop_ids=frozenset())
     got: dict[str, list[int]] = {key: [] for key in prompts}
     while generator.busy:
         for event in generator.step():
             if isinstance(event, TokenEvent):
-                got[event.key].append(event.token.id)
+                got.setdefault(event.key, []).append(event.token.id)
             else:
                 assert isinstance(event, EndEvent) and event.reason == "length", event
     return got
@@ -136,6 +138,40 @@ def test_kv_shared_layers_read_the_shared_pages(small_e2b: Path) -> None:  # noq
     assert model.arch.config.n_shared_kv == 5
     prompt = [2] + [300 + i % 40 for i in range(50)]
     assert assert_cached_prefill_agrees(model, "f16", prompt, 1e-4) == 3 * PAGE
+
+
+def test_images_in_a_cached_prefix_must_be_the_same_images() -> None:
+    """Gemma's fixture with a stand-in image encoder (5 rows an image), pages of 16: a prompt's pages are reused only
+    where the images in them have the same pixels, and a reused run never ends inside an image; the tokens are those
+    of an engine without the cache. Runs: A; A again (three pages cached); A with its second image's pixels changed
+    (only the page before it); A's first 40 tokens and then others (the run would end at 32, inside the image at
+    30-34: it ends at 16)."""
+    model = load_text_model(str(FAMILIES_DIR / "gemma.f32.gguf"), max_batch=2, context_length=128, kv_dtype="f32")
+    model.attach_image_encoder(FakeImageEncoder(model.embedding_size, tokens_per_image=5, scale=4.0))
+    encoder = model.image_encoder
+    assert encoder is not None
+    pixels = np.random.default_rng(1).uniform(-1, 1, (4, 3, 8, 8)).astype(np.float32)
+    rows = encoder.encode(pixels)
+
+    def spans(order: list[int]) -> list[ImageSpan]:
+        return [ImageSpan(start, rows[i], pixel_digest(pixels[i])) for start, i in zip((3, 20, 30), order,
+                                                                                       strict=True)]
+
+    ids = [int(t) for t in np.random.default_rng(0).integers(3, 400, 60)]
+    other = ids[:40] + [int(t) for t in np.random.default_rng(5).integers(3, 400, 20)]
+    runs = [(ids, spans([0, 1, 2]), 0), (ids, spans([0, 1, 2]), 3 * PAGE), (ids, spans([0, 3, 2]), PAGE),
+            (other, spans([0, 1, 2]), PAGE)]
+    dtype = "f32"
+    plain = Engine(model, dtype, pool_tokens=24 * PAGE, page_tokens=PAGE, n_ctx=8 * PAGE)
+    plain.pool.prefix_caching = False
+    engine = Engine(model, dtype, pool_tokens=24 * PAGE, page_tokens=PAGE, n_ctx=8 * PAGE)
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=PAGE, engine=engine)
+    for prompt, images, cached in runs:
+        alone = BatchGenerator(model, steps_per_submit=4, prefill_chunk=PAGE, engine=plain)
+        alone.add("x", prompt, GREEDY, 4, stop_ids=frozenset(), images=images)
+        generator.add("x", prompt, GREEDY, 4, stop_ids=frozenset(), images=images)
+        assert generator.cached("x") == cached
+        assert run(generator, {}, 4) == run(alone, {}, 4)
 
 
 @pytest.mark.skipif(not (FAMILIES_DIR / "lfm2.f32.gguf").exists(), reason="no LFM2 fixture")
