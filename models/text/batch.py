@@ -137,9 +137,10 @@ class _Sequence:
     cached: int = 0  # prompt tokens taken from the prefix cache rather than prefilled (at admission)
 
     @property
-    def fed(self) -> list[int]:
-        """The tokens of its positions in order: the request's prompt and the tokens handed out since."""
-        return self.request + self.emitted
+    def cacheable(self) -> list[int]:
+        """The tokens its cache's positions hold for certain, in order: the request's prompt and the tokens handed out
+        since, but the last of those (a row whose grammar ended on it runs its recorded step on a placeholder)."""
+        return self.request + self.emitted[:-1]
 
     def next_chunk(self, chunk: int) -> int:
         """How many prompt tokens its next chunk takes: up to `chunk`, an image's rows never cut."""
@@ -397,7 +398,7 @@ class BatchGenerator:
     def _preempt(self, seq: _Sequence) -> None:
         """Give a sequence's slot and pages back; it will prefill its prompt and its tokens so far again."""
         assert seq.session is not None and seq.in_flight == 0
-        seq.session.publish(seq.fed, seq.images)
+        seq.session.publish(seq.cacheable, seq.images)
         seq.session.close()
         seq.session = None
         seq.prompt = seq.request + seq.emitted
@@ -445,7 +446,7 @@ class BatchGenerator:
                                              read_candidates=on_cpu and seq.candidates, mask=mask,
                                              **({"images": inside} if inside else {}))
         seq.prefilled += len(chunk)
-        seq.session.publish(seq.fed, seq.images)  # sequences admitted from now on reuse its full pages
+        seq.session.publish(seq.cacheable, seq.images)  # sequences admitted from now on reuse its full pages
         self._chunks += 1
         seq.turn = self._chunks  # behind every sequence waiting now
         if last:
@@ -664,7 +665,7 @@ class BatchGenerator:
         if seq.finished and seq.in_flight == 0 and self._sequences.get(seq.key) is seq:
             del self._sequences[seq.key]
             if seq.session is not None:
-                seq.session.publish(seq.fed, seq.images)  # a chat's next turn finds its pages
+                seq.session.publish(seq.cacheable, seq.images)  # a chat's next turn finds its pages
                 seq.session.close()
 
     def _fail_all(self, error: BaseException) -> list[Event]:
