@@ -158,6 +158,12 @@ def test_a_repeated_prompt_reports_its_cached_tokens(api: SubprocessServer, clie
     assert second.usage.prompt_tokens_details.cached_tokens == (prompt - 1) // 128 * 128
     assert second.choices[0].message.content == first.choices[0].message.content
     assert cached_metric() - before == (prompt - 1) // 128 * 128
+    streamed = list(client.chat.completions.create(**body, stream=True,  # type: ignore[call-overload]
+                                                   stream_options={"include_usage": True}))
+    assert streamed[-1].usage.prompt_tokens_details.cached_tokens == (prompt - 1) // 128 * 128
+    answer = client.responses.create(model="gemma-3-270m", instructions=system, input="Name a colour.",
+                                     max_output_tokens=16, temperature=0)
+    assert answer.usage.input_tokens_details.cached_tokens == (prompt - 1) // 128 * 128
 
 
 def test_logit_bias_and_chat_logprobs(client: openai.OpenAI) -> None:
