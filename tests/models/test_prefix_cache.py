@@ -174,6 +174,44 @@ def test_images_in_a_cached_prefix_must_be_the_same_images() -> None:
         assert run(generator, {}, 4) == run(alone, {}, 4)
 
 
+def test_a_short_pool_runs_many_prompts_with_a_shared_header_and_every_page_comes_back() -> None:
+    """Gemma's fixture in a pool of ten 16-position pages, which the sequences outgrow: twelve prompts behind one
+    header, four at once and then the others as the batch admits them, sequences preempted, cached pages reclaimed
+    for running ones; every sequence gets the tokens of a cache-less engine's run, and at the end every page is free
+    or cached and no slot holds any."""
+    model = load_text_model(str(FAMILIES_DIR / "gemma.f32.gguf"), max_batch=4, context_length=128, kv_dtype="f32")
+    rng = np.random.default_rng(3)
+    header = [int(t) for t in rng.integers(3, 400, 2 * PAGE + 3)]
+    prompts = {str(i): header + [int(t) for t in rng.integers(3, 400, int(rng.integers(1, 12)))] for i in range(12)}
+
+    def run_waves(cache: bool) -> tuple[dict[str, list[int]], BatchGenerator]:
+        engine = Engine(model, "f32", pool_tokens=10 * PAGE, page_tokens=PAGE, n_ctx=6 * PAGE)
+        engine.pool.prefix_caching = cache
+        generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=PAGE, engine=engine)
+        waiting = list(prompts.items())
+        got: dict[str, list[int]] = {}
+        while waiting or generator.busy:
+            # the first four come in together, more than the pool holds as they grow: the newest are preempted
+            while waiting and (len(waiting) > 8 or generator.can_admit(len(waiting[0][1]), 24)
+                               or not generator.busy):
+                key, prompt = waiting.pop(0)
+                generator.add(key, prompt, GREEDY, 24, stop_ids=frozenset())
+            for event in generator.step():
+                if isinstance(event, TokenEvent):
+                    got.setdefault(event.key, []).append(event.token.id)
+                else:
+                    assert isinstance(event, EndEvent) and event.reason == "length", event
+        return got, generator
+
+    want, _ = run_waves(False)
+    got, generator = run_waves(True)
+    assert got == want
+    assert generator.cached_tokens >= 2 * PAGE * 6 and generator.preemptions > 0
+    pool = generator.pool
+    assert pool.free_slots == pool.n_slots and pool.free_tokens == pool.n_pages * PAGE
+    assert not any(pool._refs) and pool.cached_pages > 0
+
+
 @pytest.mark.skipif(not (FAMILIES_DIR / "lfm2.f32.gguf").exists(), reason="no LFM2 fixture")
 def test_a_hybrid_prefills_its_prompts_whole() -> None:
     """LFM2's recurrent state after a prefix is not kept: its pool does not cache prefixes."""
