@@ -227,6 +227,9 @@ class Settings(_Frozen):
     int8_activations: bool = Field(False, description="chat models' GPU matmuls of prompts on activations quantised "
                                    "to 8 bits (as llama.cpp's): faster prompts on a GPU, llama.cpp's numerics rather "
                                    "than exact parity; a model's own int8_activations wins")
+    prefix_caching: bool = Field(True, description="chat models reuse the KV cache of a prompt's leading pages that "
+                                 "an earlier request had (a system prompt, a chat's earlier turns) rather than "
+                                 "prefill them again; the same outputs either way")
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -366,6 +369,7 @@ _ENV_KEYS = {
     "HEARTH_SHUTDOWN_TIMEOUT": "limits.shutdown_timeout_s",
     "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",
+    "HEARTH_PREFIX_CACHING": "prefix_caching",
     "HEARTH_ADAPTERS": "adapters",
 }
 

@@ -8,9 +8,19 @@ position's pool row through the page table (kernels/common/rows.wgsl).
 Rows are u32 words: two f16 values per word (pack2x16float) by default, or one f32 per word
 when exact arithmetic is wanted (parity tests). f16 halves the memory and the bytes attention
 reads; its rounding moves Gemma 3 270M's logits by ~1e-3 (see tests/models).
+
+Prefix caching (vLLM's automatic prefix caching): a full page whose contents are final can be published under a
+key (a hash chain of the tokens up to its end, models/text/prefix_cache.py); a new sequence then takes the pages of
+its prompt's longest published run by reference (share) and prefills only the rest. A page counts the slots that
+hold it; one that no slot holds and that has a key stays cached, and is reclaimed least recently used when the pool
+needs a page, so free_tokens counts cached pages as free. A sequence writes only positions from its n_past on, and
+publishes only pages wholly before it, so a shared page is never written: the caller matches whole pages that end
+before the prompt's last token (its logits are needed), and the page that token lands in is the sequence's own.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import numpy as np
 
@@ -53,6 +63,11 @@ class KVPool:
         self._pages: list[list[int]] = [[] for _ in range(n_slots)]  # pages held by each slot, in order
         self._free_pages = list(range(self.n_pages - 1, -1, -1))  # a stack: low pages first
         self._free_slots = list(range(n_slots - 1, -1, -1))
+        self._refs = [0] * self.n_pages  # slots holding each page
+        self._key_of: dict[int, bytes] = {}  # published page -> its key
+        self._page_of: dict[bytes, int] = {}  # key -> the page published under it
+        self._idle: OrderedDict[int, None] = OrderedDict()  # published pages no slot holds, least recently used first
+        self.prefix_caching = False  # whether sequences publish and share pages (set by the engine)
         self.recurrent: RecurrentStatePool | None = None  # set by a decoder with recurrent layers
 
     @property
@@ -70,7 +85,13 @@ class KVPool:
 
     @property
     def free_tokens(self) -> int:
-        return len(self._free_pages) * self.page_tokens
+        """Positions of the pages a sequence can take: free ones and cached ones no sequence holds."""
+        return (len(self._free_pages) + len(self._idle)) * self.page_tokens
+
+    @property
+    def cached_pages(self) -> int:
+        """Published pages that no sequence holds (reclaimable)."""
+        return len(self._idle)
 
     def pages_for(self, n_positions: int) -> int:
         """Pages that hold n_positions."""
@@ -83,10 +104,82 @@ class KVPool:
         return self._free_slots.pop()
 
     def close_slot(self, slot: int) -> None:
-        """Give a sequence's pages and slot back."""
-        self._free_pages.extend(reversed(self._pages[slot]))
-        self._pages[slot] = []
+        """Give a sequence's pages and slot back (its published pages stay cached)."""
+        self.release_pages(slot)
         self._free_slots.append(slot)
+
+    def release_pages(self, slot: int) -> None:
+        """Give a slot's pages back, keeping the slot: published ones no other slot holds become cached."""
+        for page in reversed(self._pages[slot]):
+            self._refs[page] -= 1
+            if self._refs[page]:
+                continue
+            if page in self._key_of:
+                self._idle[page] = None  # the most recently used
+            else:
+                self._free_pages.append(page)
+        self._pages[slot] = []
+
+    def holds_published(self, slot: int) -> bool:
+        """Whether any of the slot's pages is published (and so must not be written again)."""
+        return any(page in self._key_of for page in self._pages[slot])
+
+    def _take_page(self) -> int:
+        """A page to write: a free one, else the least recently used cached one (its key forgotten)."""
+        if self._free_pages:
+            page = self._free_pages.pop()
+        else:
+            page, _ = self._idle.popitem(last=False)
+            del self._page_of[self._key_of.pop(page)]
+        self._refs[page] = 1
+        return page
+
+    def lookup(self, keys: list[bytes]) -> list[int]:
+        """The published pages of the longest run of keys from the first."""
+        pages = []
+        for key in keys:
+            page = self._page_of.get(key)
+            if page is None:
+                break
+            pages.append(page)
+        return pages
+
+    def share(self, slot: int, pages: list[int]) -> None:
+        """Let a slot that holds no pages yet start with these published pages (positions [0, len(pages) *
+        page_tokens)), held by reference."""
+        if self._pages[slot]:
+            raise ValueError(f"slot {slot} holds pages already")
+        for page in pages:
+            if page not in self._key_of:
+                raise ValueError(f"page {page} is not published")
+            self._refs[page] += 1
+            self._idle.pop(page, None)
+        self._pages[slot] = list(pages)
+        if pages:
+            self._table[slot, :len(pages)] = pages
+            self.executor.write(self.page_table, self._table[slot, :len(pages)],
+                                offset_elements=slot * self.max_pages)
+
+    def publish(self, slot: int, keys: list[bytes]) -> None:
+        """Publish the slot's first len(keys) pages under these keys: the caller vouches that their positions
+        are written (or will be, by submissions sent before any that reads them) and will not be written again.
+        A key already published elsewhere keeps its page."""
+        held = self._pages[slot]
+        if len(keys) > len(held):
+            raise ValueError(f"slot {slot} holds {len(held)} pages, not {len(keys)}")
+        for page, key in zip(held, keys, strict=False):
+            if page in self._key_of or key in self._page_of:
+                continue
+            self._key_of[page] = key
+            self._page_of[key] = page
+
+    def forget_prefixes(self) -> None:
+        """Unpublish every page (after a failed submission their contents are in doubt): cached ones are freed,
+        held ones go back free when their slots let them go."""
+        self._free_pages.extend(self._idle)
+        self._idle.clear()
+        self._key_of.clear()
+        self._page_of.clear()
 
     def pages_needed(self, slot: int, n_positions: int) -> int:
         """Pages a slot still lacks to hold positions [0, n_positions)."""
@@ -99,14 +192,14 @@ class KVPool:
             raise PoolExhausted(f"{n_positions} positions exceed the context of {self.n_ctx}")
         held = self._pages[slot]
         need = self.pages_needed(slot, n_positions)
-        if need > len(self._free_pages):
+        if need > len(self._free_pages) + len(self._idle):
             raise PoolExhausted(f"the KV cache has {self.free_tokens} free positions, "
                                 f"{need * self.page_tokens} more are needed")
         if not need:
             return
         first = len(held)
         for _ in range(need):
-            held.append(self._free_pages.pop())
+            held.append(self._take_page())
         self._table[slot, first:len(held)] = held[first:]
         self.executor.write(self.page_table, self._table[slot, first:len(held)],
                             offset_elements=slot * self.max_pages + first)

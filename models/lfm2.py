@@ -17,6 +17,10 @@ GGUF particulars: the conv layers are those with head_count_kv 0 (a per-layer ar
 shortconv.conv [D, K] (the converter squeezes HF's [D, 1, K]), and the final norm is token_embd_norm (HF's
 embedding_norm, applied after the last layer). No q/k row permutation: the converter writes NeoX order. Where the
 file has attention.sliding_window, every attention layer attends within it (llama.cpp's reading).
+
+No prefix caching (models/text/prefix_cache.py): a conv layer's state after a prefix is not kept, only the attention
+layers' KV pages, so a prompt whose prefix another request had is prefilled whole (the engine turns it off for any
+pool with recurrent state).
 """
 
 from __future__ import annotations

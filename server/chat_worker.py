@@ -64,15 +64,18 @@ class ChatWorker(WorkerBase[ChatModel]):
         """The worker for a chat model's registry entry: its context, KV type and matmul numerics."""
         return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
-                   int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector)
+                   int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector,
+                   prefix_caching=settings.prefix_caching)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
-                 int8_activations: bool = False, projector: str | None = None) -> None:
+                 int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True) -> None:
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
         self._load_kwargs: dict[str, object] = {"kv_dtype": kv_dtype, "context_length": context_length}
         if int8_activations:  # only then, so that loaders without the argument (tests' fakes) still work
             self._load_kwargs["int8_activations"] = True
+        if not prefix_caching:  # likewise
+            self._load_kwargs["prefix_caching"] = False
         if max_batch is not None:
             self._load_kwargs["max_batch"] = max_batch
         if projector is not None:
@@ -209,6 +212,7 @@ class ChatWorker(WorkerBase[ChatModel]):
                 if spec.images:
                     extra["images"] = self._image_spans(job, spec)
                 generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs, **extra)
+                runs[key].cached = generator.cached(key)
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
 
@@ -325,10 +329,11 @@ class _ChoiceRun:
     count: int = 0
     first_at: float | None = None  # when the worker had its first and last sampled tokens (perf_counter)
     last_at: float | None = None
+    cached: int = 0  # prompt tokens its admission found in the prefix cache
 
     def done(self, reason: str) -> ChoiceDone:
         return ChoiceDone(self.spec.index, reason, len(self.spec.prompt_ids), self.count, self.first_at, self.last_at,
-                          self.stream.matched)
+                          self.stream.matched, self.cached)
 
 
 def chat_template_of(tokenizer: TextTokenizer) -> ChatTemplate:

@@ -67,6 +67,7 @@ class ChoiceDone:
     first_token_at: float | None = None
     last_token_at: float | None = None
     stop_sequence: str | None = None  # the stop string that ended it, if one did
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache (not prefilled)
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,9 @@ class Metrics:
         self.in_flight = Gauge("hearth_http_requests_in_flight", "Requests being served", registry=r)
         self.prompt_tokens = Counter("hearth_prompt_tokens", "Prompt tokens of chat and completion choices",
                                      ["model"], registry=r)
+        self.cached_prompt_tokens = Counter("hearth_prompt_tokens_cached", "Prompt tokens of chat and completion "
+                                            "choices served from the prefix cache (not prefilled)", ["model"],
+                                            registry=r)
         self.generated_tokens = Counter("hearth_generated_tokens", "Tokens generated", ["model"], registry=r)
         self.ttft = Histogram("hearth_time_to_first_token_seconds", "From queueing a generation to the first token "
                               "the model sampled for it (the end of a choice's prefill)", ["model"],
@@ -219,6 +222,7 @@ def meter_job(job: Job, model: str) -> None:
         try:
             if isinstance(event, ChoiceDone):
                 metrics.prompt_tokens.labels(model).inc(event.prompt_tokens)
+                metrics.cached_prompt_tokens.labels(model).inc(event.cached_tokens)
                 metrics.generated_tokens.labels(model).inc(event.completion_tokens)
                 if event.first_token_at is not None:
                     first = event.first_token_at if first is None else min(first, event.first_token_at)

@@ -83,6 +83,8 @@ class BatchGenerator(Protocol):
 
     def cancel(self, key: tuple[int, int]) -> None: ...
 
+    def cached(self, key: tuple[int, int]) -> int: ...  # prompt tokens a running sequence found in the prefix cache
+
     def step(self) -> Sequence[Event]: ...
 
 

@@ -134,6 +134,13 @@ class _Sequence:
     in_flight: int = 0  # submissions not yet handled that hold this sequence (and an open split step)
     constraint: TokenConstraint | None = None  # the grammar its tokens must follow
     images: list[ImageSpan] = field(default_factory=list)  # the request's images, in prompt order
+    cached: int = 0  # prompt tokens taken from the prefix cache rather than prefilled (at admission)
+
+    @property
+    def cacheable(self) -> list[int]:
+        """The tokens its cache's positions hold for certain, in order: the request's prompt and the tokens handed out
+        since, but the last of those (a row whose grammar ended on it runs its recorded step on a placeholder)."""
+        return self.request + self.emitted[:-1]
 
     def next_chunk(self, chunk: int) -> int:
         """How many prompt tokens its next chunk takes: up to `chunk`, an image's rows never cut."""
@@ -197,6 +204,7 @@ class BatchGenerator:
         self._order = itertools.count()
         self._chunks = 0  # prompt chunks submitted so far: the clock of the prefill rotation
         self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
+        self.cached_tokens = 0  # prompt tokens taken from the prefix cache rather than prefilled, so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
         self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
         # the next split step's network half, recorded while the grammars fill their masks (_sample_split)
@@ -256,12 +264,19 @@ class BatchGenerator:
             session.close()
             raise
         on_gpu = gpu_sampling(sampling, logprobs)
-        self._sequences[key] = _Sequence(
+        cached = session.take_cached_prefix(prompt, spans)
+        self.cached_tokens += cached
+        seq = self._sequences[key] = _Sequence(
             key, next(self._order), self._chunks, session, prompt, max_tokens,
             self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
             on_gpu, None if on_gpu else Sampler(sampling), prompt.copy(),
             on_gpu is None and candidates_can_serve(sampling, CANDIDATES), prompt.copy(), constraint=constraint,
-            images=spans)
+            images=spans, cached=cached)
+        seq.prefilled = cached
+
+    def cached(self, key: Hashable) -> int:
+        """The prompt tokens of a running sequence that its admission found in the prefix cache."""
+        return self._sequences[key].cached
 
     def cancel(self, key: Hashable) -> None:
         """End a sequence without an event (its client left, or a stop string matched)."""
@@ -383,6 +398,7 @@ class BatchGenerator:
     def _preempt(self, seq: _Sequence) -> None:
         """Give a sequence's slot and pages back; it will prefill its prompt and its tokens so far again."""
         assert seq.session is not None and seq.in_flight == 0
+        seq.session.publish(seq.cacheable, seq.images)
         seq.session.close()
         seq.session = None
         seq.prompt = seq.request + seq.emitted
@@ -430,6 +446,7 @@ class BatchGenerator:
                                              read_candidates=on_cpu and seq.candidates, mask=mask,
                                              **({"images": inside} if inside else {}))
         seq.prefilled += len(chunk)
+        seq.session.publish(seq.cacheable, seq.images)  # sequences admitted from now on reuse its full pages
         self._chunks += 1
         seq.turn = self._chunks  # behind every sequence waiting now
         if last:
@@ -648,6 +665,7 @@ class BatchGenerator:
         if seq.finished and seq.in_flight == 0 and self._sequences.get(seq.key) is seq:
             del self._sequences[seq.key]
             if seq.session is not None:
+                seq.session.publish(seq.cacheable, seq.images)  # a chat's next turn finds its pages
                 seq.session.close()
 
     def _fail_all(self, error: BaseException) -> list[Event]:
@@ -665,4 +683,5 @@ class BatchGenerator:
                 events += self._finish(seq, "error", error)
             else:
                 self._release_if_done(seq)
+        self.pool.forget_prefixes()  # a failed submission may have left pages half written
         return events

@@ -32,6 +32,7 @@ from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
 from models.text.images import IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
+from models.text.prefix_cache import page_keys, reusable_pages
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
 from models.text.tokenizer import Tokenizer
 from models.vision import ImageEncoder
@@ -98,6 +99,8 @@ class Engine:
         n_ctx = n_ctx or model.context_length
         pool_tokens = pool_tokens or model.pool_tokens or DEFAULT_POOL_CONTEXTS * n_ctx
         self.pool = arch.new_pool(kv_dtype, n_ctx, pool_tokens, n_slots, page_tokens or model.page_tokens)
+        # a recurrent layer's state after a prefix is not kept, so a hybrid's prompts are prefilled whole
+        self.pool.prefix_caching = model.prefix_caching and self.pool.recurrent is None
         self.io = StepIO(executor, f"io_{kv_dtype}", PREFILL_BUCKETS[-1], model.max_batch, n_slots, model.vocab_size,
                          embedding_size=arch.config.d_model)  # type: ignore[attr-defined]
         self.max_steps = MAX_STEPS_PER_SUBMIT
@@ -455,7 +458,7 @@ class TextModel:
 
     def __init__(self, name: str, path: Path, executor: Executor, arch: Architecture, tokenizer: Tokenizer,
                  context_length: int, kv_dtype: str, max_batch: int = MAX_BATCH, pool_tokens: int | None = None,
-                 page_tokens: int = PAGE_TOKENS) -> None:
+                 page_tokens: int = PAGE_TOKENS, prefix_caching: bool = True) -> None:
         self.name = name
         self.path = path
         self.executor = executor
@@ -467,6 +470,7 @@ class TextModel:
         self.max_batch = max_batch
         self.pool_tokens = pool_tokens
         self.page_tokens = page_tokens
+        self.prefix_caching = prefix_caching  # whether its engines reuse the cached pages of prompts' prefixes
         self._engines: dict[str, Engine] = {}
         # the vision tower and projector beside the decoder (models/vision/), None for a text-only model
         self.image_encoder: ImageEncoder | None = None
@@ -564,8 +568,33 @@ class Session:
         _, logits = self.engine.submit_decode([DecodeRow(self, token, read_logits=True)]).wait()
         return logits[0].reshape(-1)
 
+    def take_cached_prefix(self, ids: Sequence[int], images: Sequence[ImageSpan] = ()) -> int:
+        """Start this empty sequence with the cached pages of the longest published run of the prompt ids' leading
+        pages (models/text/prefix_cache.py), held by reference; the positions they cover, which need no prefill
+        (0 where the pool does not cache prefixes). images: the prompt's images, in order."""
+        pool = self.engine.pool
+        if not pool.prefix_caching or self.n_past:
+            return 0
+        found = pool.lookup(page_keys(ids, images, pool.page_tokens, (len(ids) - 1) // pool.page_tokens))
+        pages = found[:reusable_pages(len(found), len(ids), images, pool.page_tokens)]
+        pool.share(self.slot, pages)
+        self.n_past = len(pages) * pool.page_tokens
+        return self.n_past
+
+    def publish(self, ids: Sequence[int], images: Sequence[ImageSpan] = ()) -> None:
+        """Publish the full pages of this sequence's cache for others to reuse: ids are the tokens fed at
+        positions [0, len(ids)) (the prompt and the tokens decoded since), of which those before n_past are in the
+        cache (or written by submissions already sent); nothing is written before n_past again."""
+        pool = self.engine.pool
+        if pool.prefix_caching:
+            n = min(len(ids), self.n_past) // pool.page_tokens
+            pool.publish(self.slot, page_keys(ids, images, pool.page_tokens, n))
+
     def reset(self) -> None:
-        """Forget the sequence (its pages are overwritten as positions are reused)."""
+        """Forget the sequence (its pages are overwritten as positions are reused; published ones, which others
+        may read, are given back first)."""
+        if self.engine.pool.holds_published(self.slot):
+            self.engine.pool.release_pages(self.slot)
         self.n_past = 0
 
     def close(self) -> None:
@@ -579,12 +608,15 @@ def load_text_model(
     name_or_path: str = DEFAULT_MODEL, *, progress: Callable[[int, int], None] | None = None,
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
     max_batch: int = MAX_BATCH, pool_tokens: int | None = None, page_tokens: int = PAGE_TOKENS,
-    int8_activations: bool = False, projector: str | Path | None = None,
+    int8_activations: bool = False, projector: str | Path | None = None, prefix_caching: bool = True,
 ) -> TextModel:
     """Load a GGUF model onto the GPU (the shipped default when no name is given).
 
     projector: the model's image encoder file (llama.cpp's mmproj GGUF); by default one found beside the model
     file or in its Ollama manifest (models/vision/projector.py), if any.
+
+    prefix_caching: a prompt's leading pages already in the KV pool (another request's system prompt, a chat's
+    earlier turns) are reused rather than prefilled again (models/text/prefix_cache.py); not for hybrids.
 
     int8_activations: matmuls of steps with more than 32 tokens (prompts, decode batches past 32
     sequences), and the decode matvecs where it pays (output heads, large Q4_K linears, the feed-forward's
@@ -612,7 +644,8 @@ def load_text_model(
     log.info("loaded %s (%s, %.0f MB of weights, context %d, KV %s%s) in %.1f s", name, f.arch,
              arch.weight_bytes / 1e6, n_ctx, kv_dtype, ", int8 activations" if int8_activations else "",
              time.perf_counter() - started)
-    model = TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens)
+    model = TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens,
+                      prefix_caching)
     encoder = _load_image_encoder(path, executor, projector)
     if encoder is not None:
         model.attach_image_encoder(encoder)

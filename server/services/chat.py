@@ -139,8 +139,8 @@ class ChatService:
         return ChatCompletion(
             id=gen.new_id("chatcmpl"), created=gen.now(), model=entry.id, choices=choices,
             system_fingerprint=gen.SYSTEM_FINGERPRINT,
-            usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=completion_tokens,
-                        total_tokens=len(prompt_ids) + completion_tokens),
+            usage=gen.usage(len(prompt_ids), completion_tokens,
+                            gen.cached_tokens({i: r.cached_tokens for i, r in enumerate(results)}, len(results))),
         )
 
     async def _stream(self, handle: gen.JobHandle, model: str, n: int, prompt_tokens: int, include_usage: bool,
@@ -158,6 +158,7 @@ class ChatService:
             return payload.model_dump(mode="json", exclude=exclude)
 
         completion_tokens = 0
+        cached: dict[int, int] = {}
         streams = [_ChoiceStream(thinking, tool_format) for _ in range(n)]
         async with handle:
             for i in range(n):
@@ -175,13 +176,13 @@ class ChatService:
                     for delta in stream.flush():
                         yield chunk([ChunkChoice(index=event.index, delta=delta)])
                     completion_tokens += event.completion_tokens
+                    cached[event.index] = event.cached_tokens
                     reason = _finish_reason(event.finish_reason, stream.called)
                     stop_reason = event.stop_sequence if event.stop_sequence in (stops or []) else None
                     yield chunk([ChunkChoice(index=event.index, delta=DeltaMessage(), finish_reason=reason,  # type: ignore[arg-type]
                                              stop_reason=stop_reason)])
         if include_usage:
-            yield chunk([], Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                  total_tokens=prompt_tokens + completion_tokens))
+            yield chunk([], gen.usage(prompt_tokens, completion_tokens, gen.cached_tokens(cached, n)))
 
 
 def image_parts(request: ChatCompletionRequest) -> list[images.ImagePart]:

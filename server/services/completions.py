@@ -86,8 +86,8 @@ class CompletionService:
         return Completion(
             id=gen.new_id("cmpl"), created=gen.now(), model=entry.id, choices=choices,
             system_fingerprint=gen.SYSTEM_FINGERPRINT,
-            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                        total_tokens=prompt_tokens + completion_tokens),
+            usage=gen.usage(prompt_tokens, completion_tokens,
+                            gen.cached_tokens({i: r.cached_tokens for i, r in enumerate(results)}, n)),
         )
 
     async def _stream(self, handle: gen.JobHandle, model: str, n: int, echoes: list[str], prompt_tokens: int,
@@ -103,6 +103,7 @@ class CompletionService:
             return payload.model_dump(mode="json", exclude=exclude)
 
         completion_tokens = 0
+        cached: dict[int, int] = {}
         async with handle:
             for i, echo in enumerate(echoes[p] for p in range(len(echoes)) for _ in range(n)):
                 if echo:
@@ -114,8 +115,8 @@ class CompletionService:
                     yield chunk([CompletionChoice(text=event.text, index=event.index, logprobs=lp)])
                 elif isinstance(event, ChoiceDone):
                     completion_tokens += event.completion_tokens
+                    cached[event.index] = event.cached_tokens
                     yield chunk([CompletionChoice(text="", index=event.index,
                                                   finish_reason=event.finish_reason)])  # type: ignore[arg-type]
         if include_usage:
-            yield chunk([], Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                  total_tokens=prompt_tokens + completion_tokens))
+            yield chunk([], gen.usage(prompt_tokens, completion_tokens, gen.cached_tokens(cached, n)))

@@ -22,7 +22,7 @@ from server.errors import ContextLengthExceeded, HearthError, InvalidRequest
 from server.jobs import ChoiceDone, ChoiceSpec, Job, JobHandle, TextDelta, TokenInfo
 from server.metrics import meter_job
 from server.protocols import ChatHandler
-from server.schemas.common import SamplingRequest, TokenLogprob, TopLogprob
+from server.schemas.common import PromptTokensDetails, SamplingRequest, TokenLogprob, TopLogprob, Usage
 
 if TYPE_CHECKING:
     from server.services.images import PromptImage
@@ -165,6 +165,20 @@ class ChoiceResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     stop_sequence: str | None = None  # the stop string that ended it, if one did
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> Usage:
+    """A response's usage; cached_tokens: the prompt tokens served from the prefix cache, as OpenAI reports them."""
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens))
+
+
+def cached_tokens(cached: dict[int, int], n: int) -> int:
+    """The prompt tokens served from the cache, each prompt counted once as usage counts it: the cached tokens of
+    each prompt's first choice (choices index prompt-major, n to a prompt), from choice index -> cached tokens."""
+    return sum(tokens for index, tokens in cached.items() if index % n == 0)
 
 
 async def collect(handle: JobHandle, n_choices: int) -> list[ChoiceResult]:
@@ -181,6 +195,7 @@ async def collect(handle: JobHandle, n_choices: int) -> list[ChoiceResult]:
                 result.prompt_tokens = event.prompt_tokens
                 result.completion_tokens = event.completion_tokens
                 result.stop_sequence = event.stop_sequence
+                result.cached_tokens = event.cached_tokens
     return results
 
 

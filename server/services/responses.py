@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from server.errors import HearthError, InvalidRequest, NotFound, param_name, to_hearth_error
 from server.schemas.chat import ChatCompletion, ChatCompletionRequest
+from server.schemas.common import PromptTokensDetails
 from server.schemas.responses import (
     DeletedResponse,
     FunctionCallItem,
@@ -27,6 +28,7 @@ from server.schemas.responses import (
     FunctionChoice,
     IncompleteDetails,
     InputItem,
+    InputTokensDetails,
     MessageItem,
     OutputFunctionCall,
     OutputItem,
@@ -263,9 +265,14 @@ def _echo(request: ResponseRequest) -> Response:
 
 # -- the answer, translated ------------------------------------------------------------------------------------------
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> ResponseUsage:
+def _cached(details: PromptTokensDetails | None) -> int:
+    return details.cached_tokens if details is not None else 0
+
+
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> ResponseUsage:
     return ResponseUsage(input_tokens=prompt_tokens, output_tokens=completion_tokens,
-                         total_tokens=prompt_tokens + completion_tokens)
+                         total_tokens=prompt_tokens + completion_tokens,
+                         input_tokens_details=InputTokensDetails(cached_tokens=cached_tokens))
 
 
 def _finished(response: Response, incomplete: bool) -> None:
@@ -289,7 +296,8 @@ def _response(template: Response, completion: ChatCompletion) -> Response:
                                   call_id=call.id, name=call.function.name) for call in calls]
     response = template.model_copy(update={"model": completion.model, "output": output,
                                            "usage": _usage(completion.usage.prompt_tokens,
-                                                           completion.usage.completion_tokens)})
+                                                           completion.usage.completion_tokens,
+                                                           _cached(completion.usage.prompt_tokens_details))})
     _finished(response, incomplete)
     return response
 
@@ -326,7 +334,9 @@ class _EventStream:
     def push(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if chunk.get("usage"):
-            self.usage = _usage(chunk["usage"]["prompt_tokens"], chunk["usage"]["completion_tokens"])
+            usage = chunk["usage"]
+            self.usage = _usage(usage["prompt_tokens"], usage["completion_tokens"],
+                                (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             if delta.get("reasoning_content"):

@@ -157,6 +157,9 @@ class FakeGenerator:
                            "stops": self.model.tokenizer.eos_ids if stop_ids is None else stop_ids,
                            "constraint": constraint}
 
+    def cached(self, key: Any) -> int:
+        return 0  # the fake has no KV cache to reuse
+
     def cancel(self, key: Any) -> None:
         seq = self._seqs.pop(key, None)
         if seq is not None:

@@ -137,6 +137,35 @@ def test_chat_streams_n_choices_with_their_indexes(client: openai.OpenAI) -> Non
     assert finished == {0: "length", 1: "length"}
 
 
+def test_a_repeated_prompt_reports_its_cached_tokens(api: SubprocessServer, client: openai.OpenAI) -> None:
+    """The second request with the same long system prompt finds its whole pages (128 positions) before the last
+    token in the prefix cache: usage reports them as OpenAI does, /metrics counts them, the reply is the same."""
+    system = " ".join(f"Rule {i}: answer in one word, and never mention rule {i + 1}." for i in range(20))
+    body = {"model": "gemma-3-270m", "messages": [{"role": "system", "content": system},
+                                                   {"role": "user", "content": "Name a colour."}],
+            "max_tokens": 2, **GREEDY}
+
+    def cached_metric() -> float:
+        text = httpx.get(f"{api.url}/metrics").text
+        found = re.search(r'^hearth_prompt_tokens_cached_total\{model="gemma-3-270m"\} (\S+)$', text, re.M)
+        return float(found.group(1)) if found else 0.0
+
+    before = cached_metric()
+    first = client.chat.completions.create(**body)  # type: ignore[call-overload]
+    second = client.chat.completions.create(**body)  # type: ignore[call-overload]
+    prompt = first.usage.prompt_tokens
+    assert prompt > 2 * 128 and first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens == (prompt - 1) // 128 * 128
+    assert second.choices[0].message.content == first.choices[0].message.content
+    assert cached_metric() - before == (prompt - 1) // 128 * 128
+    streamed = list(client.chat.completions.create(**body, stream=True,  # type: ignore[call-overload]
+                                                   stream_options={"include_usage": True}))
+    assert streamed[-1].usage.prompt_tokens_details.cached_tokens == (prompt - 1) // 128 * 128
+    answer = client.responses.create(model="gemma-3-270m", instructions=system, input="Name a colour.",
+                                     max_output_tokens=16, temperature=0)
+    assert answer.usage.input_tokens_details.cached_tokens == (prompt - 1) // 128 * 128
+
+
 def test_logit_bias_and_chat_logprobs(client: openai.OpenAI) -> None:
     reply = client.chat.completions.create(
         model="gemma-3-270m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2, logit_bias={str(PARIS): 100},

@@ -179,6 +179,9 @@ class FakePool:
     def pages_needed(self, slot: int, n_positions: int) -> int:
         return 0
 
+    def forget_prefixes(self) -> None:
+        pass
+
 
 class FakeSession:
     def __init__(self, pool: FakePool) -> None:
@@ -192,6 +195,12 @@ class FakeSession:
         pass
 
     def _reserve(self, n: int) -> None:
+        pass
+
+    def take_cached_prefix(self, ids: list[int], images: object = ()) -> int:
+        return 0  # no prefix cache here: every prompt is prefilled whole
+
+    def publish(self, ids: list[int], images: object = ()) -> None:
         pass
 
     def close(self) -> None:

@@ -54,6 +54,9 @@ class BurstGenerator:
     def cancel(self, key: Hashable) -> None:
         self.seqs.pop(key, None)
 
+    def cached(self, key: Hashable) -> int:
+        return 0
+
     def _token(self, key: Hashable, at: float) -> TokenEvent:
         self.seqs[key]["produced"] += 1
         self.made[key].append(at)
