@@ -3,8 +3,8 @@ them back as OpenAI tool calls, whole or streamed.
 
     fmt = format_for(tokenizer, "gemma4", template_source)
     grammar = fmt.grammar(tools, "required", parallel=True)   # Lark for models.text.grammar.lark
-    content, calls = fmt.parse(text)                          # calls: [ParsedCall(name, arguments JSON)]
-    stream = fmt.stream(); stream.push(piece) -> [Delta]; stream.flush() -> [Delta]
+    content, calls = fmt.parse(text, tools)                   # calls: [ParsedCall(name, arguments JSON)]
+    stream = fmt.stream(tools); stream.push(piece) -> [Delta]; stream.flush() -> [Delta]
 
 The formats (FORMATS, told apart by DETECT):
 - gemma4: Gemma 4's own tokens, `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3,xs:[1,2]}<tool_call|>`, arguments
@@ -17,10 +17,11 @@ The formats (FORMATS, told apart by DETECT):
 - llama3: `{"name": NAME, "parameters": {...}}`, optionally after `<|python_tag|>`; parallel calls joined by "; ".
 - mistral: `[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]`.
 - lfm2 (Pythonic): `<|tool_call_start|>[NAME(key=value, ...), ...]<|tool_call_end|>` (tool_calls/pythonic.py).
-- qwen3_coder (Qwen3-Coder's XML, Qwen3.5's template): `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
-  </parameter>\n</function>\n</tool_call>`, a string value as raw text, others as JSON, typed by the parameter's
-  schema (so its parser takes the tools: parse(text, tools), stream(tools)); parallel blocks one per line
-  (tool_calls/xml_calls.py). Found by its template (`<function=`, `<parameter=`) ahead of DETECT's pieces.
+- qwen3_coder (Qwen3-Coder's XML, which Qwen3.5's template asks for; tool_calls/xml_calls.py):
+  `<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`, a string
+  value as raw text, any other as JSON, typed by the parameter's schema (so its parser takes the tools:
+  parse(text, tools), stream(tools)); parallel blocks one per line. Found by its template (`<function=` and
+  `<parameter=`) ahead of DETECT's pieces, its `<tool_call>` being the qwen format's too.
 
 Grammars: "required" is one or more calls and nothing else, a function's name is exactly one call of it, "auto"
 is free text in which the call opener (its token or text) starts a call that must then be valid: llguidance's

@@ -78,6 +78,8 @@ class XmlCallFormat(ToolCallFormat):
         defs = {key: params[key] for key in ("$defs", "definitions") if key in params}
         tail = _lit("")
         for key in reversed(list(properties)):  # a chain over the parameters in the schema's order
+            if not key or any(c in key for c in "<>\n"):
+                raise GrammarError(f"{function['name']}: a parameter's name cannot hold <, > or a newline ({key!r})")
             value = _value(rules, properties[key], defs, f"{function['name']}.{key}")
             arg = f"{_lit(f'{_OPEN_PARAMETER}{key}>{chr(10)}')} {value} {tail}"
             tail = rules.add(rules.fresh("args"), arg if key in required else f"{arg} | {tail}")
@@ -182,7 +184,7 @@ def _convert(text: str, schema: Any, defs: Mapping[str, Any]) -> Any:
     except ValueError:
         return text
     kind = _type_of(value)
-    if kind == "string" or (kind not in types and not (kind == "integer" and "number" in types)):
+    if kind == "string" or kind not in types:  # JSON of a type the parameter does not take: its text, if it may
         return text if "string" in types else value
     return value
 
