@@ -760,3 +760,10 @@ def test_qwen35_parse() -> None:
     assert assert_streams_like_whole(fmt, "No <function=x> call here.") == ("No <function=x> call here.", [])
     cut = assert_streams_like_whole(fmt, "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", TOOLS)
     assert cut == (None, [ParsedCall("get_weather", '{"city": "Par"')])
+    # a string parameter's text goes out as it comes; the newline that may end it, and what may begin
+    # </parameter>, wait
+    stream = fmt.stream(TOOLS)
+    assert stream.push("<tool_call>\n<function=get_weather>\n<parameter=city>\nLine 1\n") == [
+        ToolCallDelta(0, name="get_weather", arguments='{"city": "Line 1')]
+    assert stream.push("Line \"2\"\n</para") == [ToolCallDelta(0, arguments='\\nLine \\"2\\"')]
+    assert stream.push("meter>\n</function>\n</tool_call>") == [ToolCallDelta(0, arguments='"}')]

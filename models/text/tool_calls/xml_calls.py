@@ -14,7 +14,8 @@ read it so): a string as it is (it may span lines, and cannot hold `</parameter>
 
 Which one a value is comes from the parameter's schema, so the reader takes the tools (stream(tools)): a property
 whose only type is string keeps its text, one without string among its types is read as JSON, one that allows both
-(or says nothing) is JSON where the text reads as a value of a non-string type it allows, else the text. The grammar
+(or says nothing) is JSON where the text reads as a value of a non-string type it allows, else the text. A string
+parameter's text streams as it comes (a JSON string in pieces); other values go out whole. The grammar
 writes parameters in the schema's order, the required ones always: a string one as text (its enum or const values as
 alternatives, min/maxLength as the text's length), any other as llguidance's `%json` of its schema.
 """
@@ -35,6 +36,7 @@ from models.text.tool_calls.base import (
     _lit,
     _marker,
     _parameters,
+    _prefix_hold,
     _Reader,
     _Rules,
     _rx,
@@ -133,6 +135,11 @@ def _types(schema: Any, defs: Mapping[str, Any]) -> frozenset[str]:
     return _ANY
 
 
+def _escaped(text: str) -> str:
+    """Text as the inside of a JSON string (pieces of one string escape alike)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 def _type_of(value: Any) -> str:
     return "string" if isinstance(value, str) else _JSON_TYPES.get(type(value), "object")
 
@@ -191,7 +198,8 @@ def _convert(text: str, schema: Any, defs: Mapping[str, Any]) -> Any:
 
 class _XmlReader(_Reader):
     """`<function=NAME>`, its parameters, `</function>`, then the closing piece: the name goes out once read, each
-    argument as its value ends (`{"key": value` pieces, `}` at the function's end)."""
+    argument as its value ends (`{"key": value` pieces, `}` at the function's end), a string parameter's text as it
+    comes (`{"key": "`, then its text, escaped, in pieces)."""
 
     def __init__(self, close: str, schemas: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> None:
         self.close = close
@@ -200,12 +208,24 @@ class _XmlReader(_Reader):
         self.name: str | None = None
         self.key = ""
         self.args = 0  # arguments sent in this call
+        self.quoted = False  # the value being read is a string parameter's text, sent as it comes
+        self.began = False  # its first character (a newline that is not part of it) was looked at
 
     def feed(self, text: str, final: bool) -> tuple[int, list[tuple[str, ...]], bool]:
         events: list[tuple[str, ...]] = []
         i = 0
         while True:
             rest = text[i:]
+            if self.state == "value" and self.quoted:
+                if not self.began and (rest or final):
+                    self.began = True
+                    i += rest.startswith("\n")
+                    continue
+                used, closed = self._text(rest, final, events)
+                if closed:
+                    i, self.state = i + used, "parameters"
+                    continue
+                return self._cut(len(text), events) if final else (i + used, events, False)
             if self.state == "value":
                 at = rest.find(_CLOSE_PARAMETER)
                 if at < 0:
@@ -245,6 +265,10 @@ class _XmlReader(_Reader):
                 events.append(("name", label))
             else:
                 self.key, self.state = label, "value"
+                properties, defs = self.schemas.get(self.name or "", ({}, {}))
+                self.quoted, self.began = label in properties and _types(properties[label], defs) == {"string"}, False
+                if self.quoted:
+                    events.append(("args", self._key() + '"'))
             i += end + 1
 
     def _argument(self, raw: str, events: list[tuple[str, ...]]) -> None:
@@ -252,11 +276,28 @@ class _XmlReader(_Reader):
         raw = raw.removeprefix("\n").removesuffix("\n")
         properties, defs = self.schemas.get(self.name or "", ({}, {}))
         value = _convert(raw, properties.get(self.key, {}), defs)
-        prefix = "{" if not self.args else ", "
-        events.append(("args", f"{prefix}{json.dumps(self.key, ensure_ascii=False)}: "
-                               f"{json.dumps(value, ensure_ascii=False)}"))
-        self.args += 1
+        events.append(("args", self._key() + json.dumps(value, ensure_ascii=False)))
         self.state = "parameters"
+
+    def _key(self) -> str:
+        """The JSON before an argument's value: `{"key": ` or `, "key": `."""
+        self.args += 1
+        return f"{'{' if self.args == 1 else ', '}{json.dumps(self.key, ensure_ascii=False)}: "
+
+    def _text(self, rest: str, final: bool, events: list[tuple[str, ...]]) -> tuple[int, bool]:
+        """A string parameter's text from rest (its leading newline gone): (characters used, whether
+        `</parameter>` closed it). What may begin `</parameter>`, and a newline that may be the one before it,
+        wait; at the end of the reply the text is closed as it is."""
+        at = rest.find(_CLOSE_PARAMETER)
+        if at >= 0 or final:
+            piece = rest[:at] if at >= 0 else rest
+            events.append(("args", _escaped(piece.removesuffix("\n")) + '"'))
+            return (at + len(_CLOSE_PARAMETER), True) if at >= 0 else (len(rest), False)
+        safe = rest[:len(rest) - _prefix_hold(rest, _CLOSE_PARAMETER)]
+        safe = safe.removesuffix("\n")
+        if safe:
+            events.append(("args", _escaped(safe)))
+        return len(safe), False
 
     def _cut(self, used: int, events: list[tuple[str, ...]]) -> tuple[int, list[tuple[str, ...]], bool]:
         """The text stopped inside a call (cut short, or not a call): a named call keeps what it has."""
