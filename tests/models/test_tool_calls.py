@@ -706,6 +706,10 @@ def test_qwen35_refuses_what_it_cannot_enforce(schema: dict, keyword: str) -> No
         "x": schema}}}}
     with pytest.raises(GrammarError, match=f"f.x: a string parameter's {keyword} cannot be enforced"):
         XmlCallFormat().grammar([tool], "required")
+    tool["function"]["parameters"]["properties"] = {"x": {"anyOf": [{"type": "string", "maxLength": 3},
+                                                                    {"type": "integer"}]}}
+    with pytest.raises(GrammarError, match="f.x: the maxLength of a parameter that takes a string or another type"):
+        XmlCallFormat().grammar([tool], "required")
     tool["function"]["parameters"]["properties"] = {"a>b": {"type": "integer"}}
     with pytest.raises(GrammarError, match="a parameter's name cannot hold <, > or a newline"):
         XmlCallFormat().grammar([tool], "required")

@@ -45,7 +45,8 @@ from models.text.tool_calls.base import (
 _OPEN_FUNCTION, _OPEN_PARAMETER = "<function=", "<parameter="
 _CLOSE_FUNCTION, _CLOSE_PARAMETER = "</function>", "</parameter>"
 _JSON_TYPES = {dict: "object", list: "array", bool: "boolean", int: "integer", float: "number", type(None): "null"}
-_STRING_KEYWORDS = {"type", "enum", "const", "minLength", "maxLength", "description", "title", "default", "examples"}
+_ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+_STRING_KEYWORDS = {"type", "enum", "const", "minLength", "maxLength", *_ANNOTATIONS}
 _ANY = frozenset({"string", "object", "array", "boolean", "integer", "number", "null"})
 
 
@@ -162,12 +163,24 @@ def _value(rules: _Rules, schema: Any, defs: Mapping[str, Any], where: str) -> s
         low, high = resolved.get("minLength", 0), resolved.get("maxLength")
         span = f"{{{low},{'' if high is None else high}}}"
     else:  # a string or another type: any text (the reader takes a value of another type it allows)
+        unknown = sorted(_constraints(resolved, defs))
+        if unknown:
+            raise GrammarError(f"{where}: the {', '.join(unknown)} of a parameter that takes a string or another "
+                               "type cannot be enforced")
         span = "*"
     key = f"xml-text{span}"
     if key not in rules.cache:
         text = f"(/(?s:.{span})/ & ~/(?s:.*){_rx(_CLOSE_PARAMETER)}(?s:.*)/)"
         rules.cache[key] = rules.add(rules.fresh("TEXT"), f"{text} {close}")
     return rules.cache[key]
+
+
+def _constraints(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> set[str]:
+    """The keywords of a schema (and its anyOf/oneOf branches) beyond its types and annotations."""
+    found = set(schema) - _ANNOTATIONS - {"type", "anyOf", "oneOf"}
+    for branch in schema.get("anyOf") or schema.get("oneOf") or ():
+        found |= _constraints(_resolve(branch, defs), defs)
+    return found
 
 
 def _schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]]:
