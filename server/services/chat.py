@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from fastapi import Request
@@ -92,6 +92,7 @@ class ChatService:
         prompt_ids, prompt_images = await self.manager.preparation.run(self._prompt, worker, request, model_format)
         thinking = thinking_markers(model.tokenizer)
         tool_format = model_format if request.tool_mode != "none" else None
+        tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []] if tool_format else []
         wanted = output_grammar(request.response_format, request.json_schema, request.grammar,
                                 thinks=thinking is not None and request.enable_thinking,
                                 markers=thinking or THINKING_MARKERS[0])
@@ -99,7 +100,7 @@ class ChatService:
             if wanted is not None:
                 raise InvalidRequest(f"{wanted.param} and tools both constrain the reply; send tool_choice \"none\" "
                                      "or leave one of them out.", param=wanted.param)
-            wanted = _tool_grammar(tool_format, request, thinking if request.enable_thinking else None)
+            wanted = _tool_grammar(tool_format, request, tools, thinking if request.enable_thinking else None)
         constraint = None if wanted is None else await self.manager.preparation.run(
             build_constraint, model.tokenizer, wanted)
         max_tokens = gen.budget(len(prompt_ids), request.max_new_tokens, model.context_length, self.settings,
@@ -117,14 +118,14 @@ class ChatService:
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return self._stream(handle, entry.id, n, len(prompt_ids), include_usage, request.logprobs or False,
-                                thinking, tool_format, stops=request.stop)
+                                thinking, tool_format, tools, stops=request.stop)
         results = await gen.until_disconnected(http, gen.collect(handle, n))
         choices = []
         for i, r in enumerate(results):
             reasoning, content = split_reasoning(r.text, thinking) if thinking else (None, r.text)
             calls: list[ToolCall] = []
             if tool_format is not None:
-                text, parsed = tool_format.parse(content)
+                text, parsed = tool_format.parse(content, tools)
                 content = text or ""
                 calls = [ToolCall(id=tool_format.new_call_id(),
                                   function=ToolCallFunction(name=c.name, arguments=c.arguments)) for c in parsed]
@@ -145,7 +146,8 @@ class ChatService:
 
     async def _stream(self, handle: gen.JobHandle, model: str, n: int, prompt_tokens: int, include_usage: bool,
                       logprobs: bool, thinking: ThinkingMarkers | None = None,
-                      tool_format: ToolCallFormat | None = None, stops: list[str] | None = None,
+                      tool_format: ToolCallFormat | None = None, tools: Sequence[Mapping[str, Any]] = (),
+                      stops: list[str] | None = None,
                       ) -> AsyncIterator[dict[str, Any]]:
         """Chunks as OpenAI sends them: the role first, content (and reasoning, and tool-call) deltas, a finish
         chunk per choice, then usage."""
@@ -159,7 +161,7 @@ class ChatService:
 
         completion_tokens = 0
         cached: dict[int, int] = {}
-        streams = [_ChoiceStream(thinking, tool_format) for _ in range(n)]
+        streams = [_ChoiceStream(thinking, tool_format, tools) for _ in range(n)]
         async with handle:
             for i in range(n):
                 yield chunk([ChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
@@ -233,10 +235,11 @@ class _ChoiceStream:
     """One streamed choice's text turned into deltas: reasoning split off (a thinking model), then tool calls
     parsed out of the answer (when tools are offered), each call's id, type and name in its first delta."""
 
-    def __init__(self, markers: ThinkingMarkers | None, tool_format: ToolCallFormat | None) -> None:
+    def __init__(self, markers: ThinkingMarkers | None, tool_format: ToolCallFormat | None,
+                 tools: Sequence[Mapping[str, Any]] = ()) -> None:
         self._splitter = ReasoningSplitter(markers) if markers is not None else None
         self._format = tool_format
-        self._calls = tool_format.stream() if tool_format is not None else None
+        self._calls = tool_format.stream(tools) if tool_format is not None else None
         self.called = False  # a tool call began
 
     def push(self, text: str, final: bool = False) -> list[DeltaMessage]:
@@ -280,11 +283,10 @@ def _tool_format(worker: ChatHandler) -> ToolCallFormat:
     return format_for(model.tokenizer, getattr(getattr(model, "arch", None), "architecture", ""), source)
 
 
-def _tool_grammar(tool_format: ToolCallFormat, request: ChatCompletionRequest, markers: ThinkingMarkers | None,
-                  ) -> OutputGrammar:
-    """The grammar of a reply under tool_choice, the calls' arguments held to their functions' schemas; markers:
-    a thinking model's, where it may think first."""
-    tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
+def _tool_grammar(tool_format: ToolCallFormat, request: ChatCompletionRequest, tools: Sequence[Mapping[str, Any]],
+                  markers: ThinkingMarkers | None) -> OutputGrammar:
+    """The grammar of a reply under tool_choice, the calls' arguments held to their functions' schemas (tools: the
+    request's, as dicts); markers: a thinking model's, where it may think first."""
     try:
         source = tool_format.grammar(tools, request.tool_mode, parallel=request.parallel_tool_calls is not False)
     except GrammarError as error:

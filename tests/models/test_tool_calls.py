@@ -33,6 +33,7 @@ from models.text.tool_calls import (
     PythonicFormat,
     ToolCallDelta,
     ToolCallFormat,
+    XmlCallFormat,
     format_for,
     render_gemma_value,
 )
@@ -379,13 +380,14 @@ def test_family_grammars_on_sentencepiece_vocabularies(family: str) -> None:
 
 # -- parsing, whole and streamed -----------------------------------------------------------------------------------
 
-def assert_streams_like_whole(fmt: ToolCallFormat, text: str) -> tuple[str | None, list[ParsedCall]]:
+def assert_streams_like_whole(fmt: ToolCallFormat, text: str, tools: list[dict] | None = None,
+                              ) -> tuple[str | None, list[ParsedCall]]:
     """Streamed in two pieces at every split and one character at a time: the deltas give the whole parse,
     each call's name in its first delta only."""
-    whole = fmt.parse(text)
+    whole = fmt.parse(text, tools or ())
     splits = [[text[:cut], text[cut:]] for cut in range(len(text) + 1)] + [list(text)]
     for pieces in splits:
-        stream = fmt.stream()
+        stream = fmt.stream(tools or ())
         deltas = [d for piece in pieces for d in stream.push(piece)] + stream.flush()
         content = "".join(d.text for d in deltas if isinstance(d, ContentDelta)) or None
         calls: dict[int, list[str]] = {}
@@ -624,3 +626,148 @@ def test_lfm2_parse() -> None:
     assert assert_streams_like_whole(fmt, "No call [here](x).") == ("No call [here](x).", [])
     cut = assert_streams_like_whole(fmt, '<|tool_call_start|>[get_weather(city="Paris", days=')
     assert cut == (None, [ParsedCall("get_weather", '{"city": "Paris", "days": ')])
+
+
+# -- Qwen3.5's XML calls (Qwen3-Coder's format) --------------------------------------------------------------------
+
+FLAGGED = {"type": "function", "function": {"name": "flag", "parameters": {"type": "object", "properties": {
+    "on": {"type": "boolean"}, "why": {"type": ["string", "null"]},
+    "tags": {"type": "array", "items": {"type": "string"}}, "note": {"type": "string", "maxLength": 12}},
+    "required": ["on"]}}}
+
+
+def qwen35_tokenizer() -> Tokenizer:
+    path = FAMILIES_DIR / "qwen35.q8_0.gguf"
+    if not path.exists():
+        pytest.skip("tests/golden/families is missing")
+    return Tokenizer.from_gguf(path)
+
+
+def test_qwen35_format_is_found_by_its_template() -> None:
+    """Qwen3.5's vocabulary has `<tool_call>` as one piece (the Hermes-style qwen format's), but its template
+    writes Qwen3-Coder's XML: the template decides first."""
+    tokenizer = qwen35_tokenizer()
+    fmt = format_for(tokenizer, "qwen35", tokenizer.chat_template)
+    assert isinstance(fmt, XmlCallFormat) and fmt._opener.special and fmt._close.special
+    assert format_for(tokenizer, "qwen35", None).name == "qwen3_coder"
+    assert format_for(tokenizer, "qwen3", "{{ '<tool_call>' }}").name == "qwen"
+    assert fmt.render_calls([("get_weather", '{"city": "Paris", "days": 3}'), ("now", {})]) == (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+        "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>")
+
+
+def test_qwen35_template_renders_an_agent_loop() -> None:
+    """Calls (arguments sent as JSON text) and results go back through the model's own template, which writes
+    the calls as the format does."""
+    tokenizer = qwen35_tokenizer()
+    fmt = format_for(tokenizer, "qwen35", tokenizer.chat_template)
+    template = ChatTemplate(tokenizer.chat_template, bos_token="", eos_token="<|im_end|>")
+    calls = [{"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "now", "arguments": "{}"}}]
+    text = template.render([{"role": "user", "content": "Weather?"},
+                            {"role": "assistant", "content": "", "tool_calls": calls},
+                            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                            {"role": "tool", "tool_call_id": "call_2", "content": "noon"}],
+                           tools=TOOLS, tool_syntax=fmt, enable_thinking=False)
+    assert fmt.render_calls([("get_weather", {"city": "Paris", "days": 3}), ("now", {})]) + "<|im_end|>" in text
+    assert "<tool_response>\nsunny\n</tool_response>" in text and "<function=get_weather>" in text.split("# Tools")[1]
+
+
+def test_qwen35_grammar() -> None:
+    tokenizer = qwen35_tokenizer()
+    vocabulary = grammar_vocabulary(tokenizer)
+    fmt = format_for(tokenizer, "qwen35", tokenizer.chat_template)
+    tools = [*TOOLS, FLAGGED]
+    one = fmt.render_call("get_weather", {"city": "Paris,\n<b>France</b>", "days": 3})
+    two = fmt.render_calls([("get_weather", {"city": "Rome", "unit": "celsius"}), ("now", {}),
+                            ("flag", {"on": True, "why": None, "tags": ["a", "b"], "note": "short"})])
+    good = [one, two, fmt.render_call("flag", {"on": False, "why": "it is\nlate"}), fmt.render_call("now", {})]
+    bad = [fmt.render_call("get_weather", {"town": "Paris"}),  # not a parameter
+           fmt.render_call("get_weather", {"days": 3}),  # city is required
+           fmt.render_call("get_weather", {"days": 3, "city": "Paris"}),  # not in the schema's order
+           fmt.render_call("get_weather", {"city": "Paris", "unit": "kelvin"}),
+           fmt.render_call("get_weather", {"city": "Paris", "days": 9}),
+           fmt.render_call("get_weather", {"city": "Pa</parameter>ris"}),
+           fmt.render_call("flag", {"on": "yes"}), fmt.render_call("flag", {"on": True, "tags": "a"}),
+           fmt.render_call("flag", {"on": True, "note": "far too long a note"}),
+           "Hi " + one]
+    check(tokenizer, vocabulary, fmt.grammar(tools, "required"), good, bad)
+    check(tokenizer, vocabulary, fmt.grammar(tools, "required", parallel=False), [one], [two])
+    check(tokenizer, vocabulary, fmt.grammar(tools, "flag"), [good[2]], [one])
+    check(tokenizer, vocabulary, fmt.grammar(tools, "auto"), ["Plain text.", "Let me check.\n\n" + one, two],
+          ["Let me " + bad[0], "Let me " + bad[4]])
+
+
+@pytest.mark.parametrize(("schema", "keyword"), [
+    ({"type": "string", "pattern": "^a+$"}, "pattern"), ({"type": "string", "format": "date"}, "format")])
+def test_qwen35_refuses_what_it_cannot_enforce(schema: dict, keyword: str) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": schema}}}}
+    with pytest.raises(GrammarError, match=f"f.x: a string parameter's {keyword} cannot be enforced"):
+        XmlCallFormat().grammar([tool], "required")
+    tool["function"]["parameters"]["properties"] = {"x": {"anyOf": [{"type": "string", "maxLength": 3},
+                                                                    {"type": "integer"}]}}
+    with pytest.raises(GrammarError, match="f.x: the maxLength of a parameter that takes a string or another type"):
+        XmlCallFormat().grammar([tool], "required")
+    tool["function"]["parameters"]["properties"] = {"a>b": {"type": "integer"}}
+    with pytest.raises(GrammarError, match="a parameter's name cannot hold <, > or a newline"):
+        XmlCallFormat().grammar([tool], "required")
+
+
+def test_qwen35_random_calls_parse() -> None:
+    """Random walks through the required grammar's masks end in one call the format parses into JSON arguments of
+    the schema's types."""
+    tokenizer = qwen35_tokenizer()
+    vocabulary = grammar_vocabulary(tokenizer)
+    fmt = format_for(tokenizer, "qwen35", tokenizer.chat_template)
+    tools = [{"type": "function", "function": {"name": "set", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 6}, "on": {"type": "boolean"}, "n": {"type": "integer"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+        "required": ["city", "on", "n"], "additionalProperties": False}}}]
+    grammar = compile_grammar(vocabulary, lark(fmt.grammar(tools, "required", parallel=False)))
+    rng = random.Random(3)
+    mask = np.zeros(vocabulary.mask_words, np.uint32)
+    for _ in range(8):
+        constraint, ids = TokenConstraint(vocabulary, grammar), []
+        while not constraint.finished and len(ids) < 300:
+            mask[:] = 0
+            constraint.fill_mask(mask)
+            allowed = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[:tokenizer.vocab_size])
+            ids.append(int(rng.choice(allowed)))
+            constraint.advance(ids[-1])
+        assert constraint.finished, tokenizer.decode(ids, skip_special=False)
+        eos = set(tokenizer.eos_ids)
+        content, calls = fmt.parse(tokenizer.decode([i for i in ids if i not in eos], skip_special=False), tools)
+        assert content is None and [c.name for c in calls] == ["set"], ids
+        arguments = json.loads(calls[0].arguments)
+        assert isinstance(arguments["city"], str) and len(arguments["city"]) <= 6
+        assert isinstance(arguments["on"], bool) and isinstance(arguments["n"], int)
+
+
+def test_qwen35_parse() -> None:
+    """Values typed by the offered tools' schemas (a string stays text, "7" and all), whole and streamed."""
+    fmt = XmlCallFormat()
+    text = ("Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n7 <b>\n\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=flag>\n"
+            "<parameter=on>\ntrue\n</parameter>\n<parameter=why>\nnull\n</parameter>\n<parameter=tags>\n"
+            '["x", "y"]\n</parameter>\n<parameter=note>\n{"a": 1}\n</parameter>\n</function>\n</tool_call>')
+    result = assert_streams_like_whole(fmt, text, [*TOOLS, FLAGGED])
+    assert result[0] == "Checking."
+    assert calls_of(result) == [("get_weather", {"city": "7 <b>\n", "days": 3}),
+                                ("flag", {"on": True, "why": None, "tags": ["x", "y"], "note": '{"a": 1}'})]
+    # without the tools: JSON where the text reads as JSON, else the text
+    assert calls_of(fmt.parse(text)) == [("get_weather", {"city": "7 <b>\n", "days": 3}),
+                                         ("flag", {"on": True, "why": None, "tags": ["x", "y"], "note": {"a": 1}})]
+    why = "<tool_call>\n<function=flag>\n<parameter=why>\nbecause\n</parameter>\n</function>\n</tool_call>"
+    assert calls_of(fmt.parse(why, [FLAGGED])) == [("flag", {"why": "because"})]
+    assert assert_streams_like_whole(fmt, "No <function=x> call here.") == ("No <function=x> call here.", [])
+    cut = assert_streams_like_whole(fmt, "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", TOOLS)
+    assert cut == (None, [ParsedCall("get_weather", '{"city": "Par"')])
+    # a string parameter's text goes out as it comes; the newline that may end it, and what may begin
+    # </parameter>, wait
+    stream = fmt.stream(TOOLS)
+    assert stream.push("<tool_call>\n<function=get_weather>\n<parameter=city>\nLine 1\n") == [
+        ToolCallDelta(0, name="get_weather", arguments='{"city": "Line 1')]
+    assert stream.push("Line \"2\"\n</para") == [ToolCallDelta(0, arguments='\\nLine \\"2\\"')]
+    assert stream.push("meter>\n</function>\n</tool_call>") == [ToolCallDelta(0, arguments='"}')]

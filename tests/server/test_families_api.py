@@ -34,7 +34,7 @@ SYSTEM, USER = "You are a terse assistant.", "What is the capital of France?"  #
 GREEDY = {"temperature": 0}
 # The families' own tool-call formats (models/text/tool_calls: FORMATS), each through its template and tokenizer.
 TOOL_FORMATS = {"qwen3:0.6b": "qwen", "qwen2.5:0.5b": "qwen", "llama3.2:1b": "llama3", "mistral:latest": "mistral",
-                "gemma2:2b": "gemma3", "lfm2.5-thinking:1.2b": "lfm2"}
+                "gemma2:2b": "gemma3", "lfm2.5-thinking:1.2b": "lfm2", "qwen3.5:0.8b": "qwen3_coder"}
 
 
 def _split(name: str) -> tuple[str, str]:

@@ -3,8 +3,8 @@ them back as OpenAI tool calls, whole or streamed.
 
     fmt = format_for(tokenizer, "gemma4", template_source)
     grammar = fmt.grammar(tools, "required", parallel=True)   # Lark for models.text.grammar.lark
-    content, calls = fmt.parse(text)                          # calls: [ParsedCall(name, arguments JSON)]
-    stream = fmt.stream(); stream.push(piece) -> [Delta]; stream.flush() -> [Delta]
+    content, calls = fmt.parse(text, tools)                   # calls: [ParsedCall(name, arguments JSON)]
+    stream = fmt.stream(tools); stream.push(piece) -> [Delta]; stream.flush() -> [Delta]
 
 The formats (FORMATS, told apart by DETECT):
 - gemma4: Gemma 4's own tokens, `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3,xs:[1,2]}<tool_call|>`, arguments
@@ -17,6 +17,11 @@ The formats (FORMATS, told apart by DETECT):
 - llama3: `{"name": NAME, "parameters": {...}}`, optionally after `<|python_tag|>`; parallel calls joined by "; ".
 - mistral: `[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]`.
 - lfm2 (Pythonic): `<|tool_call_start|>[NAME(key=value, ...), ...]<|tool_call_end|>` (tool_calls/pythonic.py).
+- qwen3_coder (Qwen3-Coder's XML, which Qwen3.5's template asks for; tool_calls/xml_calls.py):
+  `<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`, a string
+  value as raw text, any other as JSON, typed by the parameter's schema (so its parser takes the tools:
+  parse(text, tools), stream(tools)); parallel blocks one per line. Found by its template (`<function=` and
+  `<parameter=`) ahead of DETECT's pieces, its `<tool_call>` being the qwen format's too.
 
 Grammars: "required" is one or more calls and nothing else, a function's name is exactly one call of it, "auto"
 is free text in which the call opener (its token or text) starts a call that must then be valid: llguidance's
@@ -53,27 +58,32 @@ from models.text.tool_calls.base import (
 from models.text.tool_calls.gemma4 import QUOTE, Gemma4Format, render_gemma_value
 from models.text.tool_calls.json_calls import JsonCallFormat
 from models.text.tool_calls.pythonic import PythonicFormat
+from models.text.tool_calls.xml_calls import XmlCallFormat
 
 __all__ = [
     "DETECT", "FORMATS", "QUOTE", "ContentDelta", "Delta", "Gemma4Format", "JsonCallFormat", "Marker",
     "ParsedCall", "PythonicFormat", "TokenizerLike", "ToolCallDelta", "ToolCallFormat", "ToolCallStream", "format_for",
-    "render_gemma_value",
+    "XmlCallFormat", "render_gemma_value",
 ]
 
 # -- the format table ----------------------------------------------------------------------------------------------
 
 def format_for(tokenizer: TokenizerLike | None, architecture: str = "", template_source: str | None = None,
                ) -> ToolCallFormat:
-    """The tool-call format of a model: by the first of DETECT's pieces its vocabulary has as one token (gemma4 for
-    `<|tool_call>`, qwen for `<tool_call>`, mistral for `[TOOL_CALLS]`, llama3 for `<|python_tag|>` or Llama 3's
-    header pieces), then by its template (a Hermes-style one that writes `<tool_call>`) or architecture (gemma4,
-    qwen*); else Gemma 3's prompt format."""
+    """The tool-call format of a model: qwen3_coder where its template writes `<function=` and `<parameter=` (or it
+    is a Qwen3.5); else by the first of DETECT's pieces its vocabulary has as one token (gemma4 for `<|tool_call>`,
+    qwen for `<tool_call>`, mistral for `[TOOL_CALLS]`, llama3 for `<|python_tag|>` or Llama 3's header pieces),
+    then by its template (a Hermes-style one that writes `<tool_call>`) or architecture (gemma4, qwen*); else Gemma
+    3's prompt format."""
+    source = template_source or ""
+    if ("<function=" in source and "<parameter=" in source) or (not source and architecture == "qwen35"):
+        return FORMATS["qwen3_coder"](tokenizer)
     for piece, name in DETECT:
         if tokenizer is not None and _single_token(tokenizer, piece) is not None:
             return FORMATS[name](tokenizer)
     if architecture == "gemma4":
         return FORMATS["gemma4"](tokenizer)
-    if "<tool_call>" in (template_source or "") or architecture.startswith("qwen"):
+    if "<tool_call>" in source or architecture.startswith("qwen"):
         return FORMATS["qwen"](tokenizer)
     return FORMATS["gemma3"](tokenizer)
 
@@ -87,6 +97,7 @@ FORMATS: dict[str, Callable[[TokenizerLike | None], ToolCallFormat]] = {
     "llama3": partial(JsonCallFormat, "llama3"),
     "mistral": partial(JsonCallFormat, "mistral"),
     "lfm2": PythonicFormat,
+    "qwen3_coder": XmlCallFormat,
 }
 DETECT: list[tuple[str, str]] = [  # (a piece the vocabulary has as one token, the format), first match wins
     ("<|tool_call>", "gemma4"), ("<tool_call>", "qwen"), ("[TOOL_CALLS]", "mistral"), ("<|python_tag|>", "llama3"),

@@ -95,14 +95,15 @@ class ToolCallFormat(ABC):
         rules.add("call", " | ".join(calls))
         return self._start(rules, choice == "auto", parallel).source()
 
-    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+    def parse(self, text: str, tools: Sequence[Mapping[str, Any]] = ()) -> tuple[str | None, list[ParsedCall]]:
         """The reply's content (None when empty) and tool calls; the same as streaming it in any pieces."""
-        stream = self.stream()
+        stream = self.stream(tools)
         return _assemble([*stream.push(text), *stream.flush()])
 
-    def stream(self) -> ToolCallStream:
-        """A parser for one reply's text as it is generated."""
-        return ToolCallStream(self)
+    def stream(self, tools: Sequence[Mapping[str, Any]] = ()) -> ToolCallStream:
+        """A parser for one reply's text as it is generated; tools: the ones offered, for a format whose values
+        are typed by their schemas (qwen3_coder)."""
+        return ToolCallStream(self, tools)
 
     @abstractmethod
     def render_call(self, name: str, arguments: str | Mapping[str, Any]) -> str:
@@ -154,6 +155,10 @@ class ToolCallFormat(ABC):
     @abstractmethod
     def _reader(self) -> _Reader:
         """A reader for the calls that follow an opener (or start the reply)."""
+
+    def _reader_for(self, tools: Sequence[Mapping[str, Any]]) -> _Reader:
+        """_reader, for a format that reads values by the offered tools' schemas."""
+        return self._reader()
 
 
 def _single_token(tokenizer: TokenizerLike, text: str) -> int | None:
@@ -298,8 +303,9 @@ class ToolCallStream:
     """Splits a reply, as it is generated, into content and tool-call deltas. Text that may begin a call is held
     back until decided; whitespace between calls (or around them) is dropped."""
 
-    def __init__(self, fmt: ToolCallFormat) -> None:
+    def __init__(self, fmt: ToolCallFormat, tools: Sequence[Mapping[str, Any]] = ()) -> None:
         self._fmt = fmt
+        self._tools = tools
         self._buffer = ""
         self._mode = "start" if fmt._opener is None else "content"  # start | content | text | call | after
         self._reader: _Reader | None = None
@@ -385,7 +391,7 @@ class ToolCallStream:
             self._mode = "text"
 
     def _open(self) -> None:
-        self._reader = self._fmt._reader()
+        self._reader = self._fmt._reader_for(self._tools)
         self._mode = "call"
         self._named = False
 
