@@ -194,7 +194,8 @@ class Engine:
         the program and step values that run it. The session's position is not advanced.
         mask: the tokens the one after the chunk may be (u32 bits; constrained decoding).
         images: (first row in the chunk, embeddings f32 [n, D]) of each image inside the chunk: those rows take
-        the embeddings as inputs and see each other both ways (models/text/images.py)."""
+        the embeddings as inputs and see each other both ways where the family's markers say so
+        (models/text/images.py)."""
         n = len(ids)
         program, _ = self.prefill_program(n, mask is not None)
         session._reserve(n)
@@ -209,7 +210,9 @@ class Engine:
             if first < 0 or last >= n:
                 raise ValueError(f"image rows [{first}, {last}] lie outside the chunk of {n} rows")
             rows[first:last + 1, 2] = TOKEN_SOURCE_IMAGE
-            rows[first:last + 1, 3] = last - np.arange(first, last + 1)  # each row sees the image's rest
+            markers = getattr(self.model, "image_markers", None)
+            if markers is None or markers.bidirectional:
+                rows[first:last + 1, 3] = last - np.arange(first, last + 1)  # each row sees the image's rest
             ex.write(self.io.images, np.ascontiguousarray(embeddings, np.float32),
                      offset_elements=first * self.io.images.shape[1])
         ex.write(self.io.rows, rows)
@@ -481,7 +484,7 @@ class TextModel:
     @property
     def input_modalities(self) -> tuple[str, ...]:
         """What a prompt may hold: text, and images where the model has an image encoder and its family a way to
-        place them (image_markers: a Gemma 4 projector loads, but Gemma 4's prompts do not take images yet)."""
+        place them (image_markers)."""
         return ("text", "image") if self.image_encoder is not None and self.image_markers is not None else ("text",)
 
     @property
