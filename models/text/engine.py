@@ -31,7 +31,7 @@ from models.audio_encoder import AudioEncoder
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
-from models.text.images import IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
+from models.text.images import AUDIO_MARKERS, IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
 from models.text.tokenizer import Tokenizer
 from models.vision import ImageEncoder
@@ -491,6 +491,11 @@ class TextModel:
     def image_markers(self) -> ImageMarkers | None:
         """How the family's prompts mark images (models/text/images.py), None where it has no image format."""
         return IMAGE_MARKERS.get(getattr(self.arch, "architecture", ""))
+
+    @property
+    def audio_markers(self) -> ImageMarkers | None:
+        """How the family's prompts mark audio clips, None where it has no audio format."""
+        return AUDIO_MARKERS.get(getattr(self.arch, "architecture", ""))
 
     def attach_audio_encoder(self, encoder: AudioEncoder) -> None:
         """Give the model its audio encoder (its soft tokens must be rows of the decoder's embedding width)."""
