@@ -39,6 +39,7 @@ from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
 from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer, adapter_turns
 from server.request_context import logging_as
+from server.services.audio_inputs import PromptAudio
 from server.text_stream import TextStream
 from server.thread_worker import load_on_own_device as _on_own_device
 from server.worker_base import WorkerBase
@@ -217,19 +218,29 @@ class ChatWorker(WorkerBase[ChatModel]):
                 self._end_run(runs[key], runs, error)
 
     def _image_spans(self, job: Job, spec: ChoiceSpec) -> list[ImageSpan]:
-        """The choice's images as rows of the model's embeddings: each image of the job encoded once (its choices
-        share them), images of one size in one call (the encoder takes the adapter's turn itself, a part at a time,
-        so other models' steps get in between)."""
-        encoder = getattr(self.model, "image_encoder", None)
-        if encoder is None:
-            raise ValueError(f"{self.name} has no image encoder")
-        missing: dict[str, np.ndarray] = {i.digest: i.pixels for i in spec.images if i.digest not in job.image_rows}
-        by_shape: dict[tuple[int, ...], list[str]] = {}
-        for digest, pixels in missing.items():
-            by_shape.setdefault(pixels.shape, []).append(digest)
-        for digests in by_shape.values():
-            rows = encoder.encode(np.stack([missing[d] for d in digests]))
-            job.image_rows.update(zip(digests, np.asarray(rows, np.float32), strict=True))
+        """The choice's images and audio clips as rows of the model's embeddings: each of the job's inputs encoded
+        once (its choices share them), images of one size in one call (the encoders take the adapter's turn
+        themselves, a part at a time, so other models' steps get in between)."""
+        clips = [i for i in spec.images if isinstance(i, PromptAudio)]
+        pictures = [i for i in spec.images if not isinstance(i, PromptAudio)]
+        if clips:
+            audio_encoder = getattr(self.model, "audio_encoder", None)
+            if audio_encoder is None:
+                raise ValueError(f"{self.name} has no audio encoder")
+            for clip in clips:
+                if clip.digest not in job.image_rows:
+                    job.image_rows[clip.digest] = np.asarray(audio_encoder.encode(clip.features), np.float32)
+        if pictures:
+            encoder = getattr(self.model, "image_encoder", None)
+            if encoder is None:
+                raise ValueError(f"{self.name} has no image encoder")
+            missing = {i.digest: i.pixels for i in pictures if i.digest not in job.image_rows}
+            by_shape: dict[tuple[int, ...], list[str]] = {}
+            for digest, pixels in missing.items():
+                by_shape.setdefault(pixels.shape, []).append(digest)
+            for digests in by_shape.values():
+                rows = encoder.encode(np.stack([missing[d] for d in digests]))
+                job.image_rows.update(zip(digests, np.asarray(rows, np.float32), strict=True))
         return [ImageSpan(i.start, job.image_rows[i.digest], i.digest) for i in spec.images]
 
     def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],

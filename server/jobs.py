@@ -23,6 +23,7 @@ from server.request_context import current_request_id
 
 if TYPE_CHECKING:
     from server.protocols import ChatHandler
+    from server.services.audio_inputs import PromptAudio
     from server.services.images import PromptImage
 
 
@@ -46,7 +47,8 @@ class ChoiceSpec:
     sampling: SamplingParams
     max_tokens: int
     constraint: TokenConstraint | None = None  # the grammar its tokens follow (its own copy)
-    images: tuple[PromptImage, ...] = ()  # the prompt's images, encoded by the worker as the choice joins the batch
+    images: tuple[PromptImage | PromptAudio, ...] = ()  # the prompt's images and audio clips, encoded by the
+    # worker as the choice joins the batch
 
 
 @dataclass(frozen=True)

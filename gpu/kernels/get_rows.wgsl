@@ -5,7 +5,9 @@
 // TOKEN_SOURCE: a row whose row-table entry says so (rows[t].z == 1, see common/rows.wgsl) takes
 // its id from slot_tokens[rows[t].y], the token the GPU sampled last for its sequence, instead of
 // ids[t]; a row with rows[t].z == 2 (an image's soft token) takes images[t] as it is, unscaled (the
-// encoder's rows are already in the embedding space), written by the shard with ROW_START 0 alone.
+// encoder's rows are already in the embedding space), written by the shard with ROW_START 0 alone;
+// with IMAGE_ID set, such a row instead looks up IMAGE_ID (Gemma 4's per-layer embeddings take the
+// pad token's row for an image's or audio clip's rows, as transformers' Gemma4Model does).
 // Without TOKEN_SOURCE, rows, slot_tokens and images are bound but not read.
 //
 // Work split: one workgroup per token; its 64 threads dequantise the row's 16-value groups
@@ -20,6 +22,7 @@ override ROW_START: u32 = 0u;  // id of the shard's first row
 override T_MAX: u32 = 1u;      // rows of ids and out: the program's tokens per step
 override SCALE: f32 = 1.0;     // factor on every value (Gemma: sqrt(d_model))
 override TOKEN_SOURCE: bool = false;
+override IMAGE_ID: u32 = 0xffffffffu;  // the id an image row looks up; unset (all ones): it takes images[t]
 
 const WG: u32 = 64u;
 const ROW_BYTES: u32 = K / BLOCK_VALUES * BLOCK_BYTES;
@@ -46,6 +49,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let row = rows[t];
         if (row.z == 1u) {
             id = slot_tokens[row.y];
+        } else if (row.z == 2u && IMAGE_ID != 0xffffffffu) {
+            id = IMAGE_ID;
         } else if (row.z == 2u) {
             if (ROW_START == 0u) {
                 for (var i = lid; i < K / 4u; i += WG) {

@@ -412,13 +412,15 @@ def linear_stacked(
 def embedding(
     builder: ProgramBuilder, weight: QuantWeight, ids: Tensor, out: Tensor, t_max: int, scale: float = 1.0, *,
     rows: Tensor | None = None, slot_tokens: Tensor | None = None, images: Tensor | None = None,
+    image_id: int | None = None,
 ) -> None:
     """out[t, :] = W[ids[t], :] * scale for the step's first min(n_tokens, t_max) tokens (kernels/get_rows.wgsl).
 
     ids: u32 [>= t_max]; out: f32 [>= t_max, K]. An id outside [0, N) leaves its row of out as it was.
     rows and slot_tokens (given together): the row table and the per-sequence last sampled tokens;
     a row marked as decoding (rows[t].z == 1) then takes its id from slot_tokens[rows[t].y]. images
-    (f32 [>= t_max, K], with rows): a row marked as an image's (rows[t].z == 2) takes images[t], unscaled.
+    (f32 [>= t_max, K], with rows): a row marked as an image's (rows[t].z == 2) takes images[t], unscaled;
+    image_id (with rows, instead of images): such a row looks up W[image_id] instead.
     """
     _check_weight(weight)
     _check_activation(out, weight.k, t_max, "out")
@@ -428,10 +430,13 @@ def embedding(
         raise ValueError("rows and slot_tokens go together")
     if images is not None and (rows is None or images.dtype != "f32" or images.numel < t_max * weight.k):
         raise ValueError(f"images {images} must be f32 [>= {t_max}, {weight.k}] and come with rows")
+    if image_id is not None and (rows is None or images is not None or not 0 <= image_id < 0xFFFFFFFF):
+        raise ValueError(f"image_id {image_id} must be a row id, come with rows and stand instead of images")
     for shard in weight.shards:
         constants = {
             "WEIGHT_TYPE": weight.type_name, "K": weight.k, "N_ROWS": shard.n_rows,
             "ROW_START": shard.row_start, "T_MAX": t_max, "SCALE": scale, "TOKEN_SOURCE": rows is not None,
+            **({"IMAGE_ID": image_id} if image_id is not None else {}),  # absent: text-only steps' defines stay
         }
         # unused bindings are not read: ids stands in for rows and slot_tokens, the weight (read-only, large
         # enough) for images

@@ -157,6 +157,8 @@ class Gemma4(Decoder):
 
     def load_globals(self, source: GGUFSource, up: Uploader) -> None:
         if self.config.d_ple:
+            # the row an image's or audio clip's rows look up (transformers' Gemma4Model: their ids become the pad's)
+            self.ple_pad_id = int(source.f.value(Keys.Tokenizer.PAD_ID, 0))
             self.ple_embd = self._matrix(source, up, tensor_name(T.PER_LAYER_TOKEN_EMBD))
             self.ple_model_proj = self._matrix(source, up, tensor_name(T.PER_LAYER_MODEL_PROJ))
             self.ple_proj_norm = self._vector(source, up, tensor_name(T.PER_LAYER_PROJ_NORM))
@@ -203,7 +205,7 @@ class Gemma4(Decoder):
         width = c.n_layers * c.d_ple
         pli = b.activation("pli", (t_max, width))
         embedding(b, self.ple_embd, io.ids, pli, t_max, scale=math.sqrt(c.d_ple), rows=io.rows,
-                  slot_tokens=io.slot_tokens)
+                  slot_tokens=io.slot_tokens, image_id=self.ple_pad_id if io.images is not None else None)
         proj = b.activation("ple_proj", (t_max, width))
         linear(b, self.ple_model_proj, x, proj, t_max)
         ple.combine(b, proj, self.ple_proj_norm, pli, c.n_layers, c.eps, c.d_model ** -0.5)

@@ -113,6 +113,15 @@ _GEMMA4_VALUE = (
 # in the same turn as <|tool_response>response:NAME{value:<|"|>...<|"|>}<tool_response|>, and the model goes on in
 # that turn (no new one opens after a result). Models whose file has no template (Ollama's Gemma 4 blobs) get it.
 GEMMA4_TEMPLATE = _GEMMA4_VALUE + (
+    # content: a string, or text, image and audio items, the media as the published template writes them (inline)
+    "{%- macro content(c) -%}"
+    "{%- if c is string or not c -%}{{- (c or '') | trim -}}"
+    "{%- else -%}{%- for item in c -%}"
+    "{%- if item['type'] == 'image' -%}{{- '<|image|>' -}}"
+    "{%- elif item['type'] == 'audio' -%}{{- '<|audio|>' -}}"
+    "{%- elif item['type'] == 'text' -%}{{- item['text'] | trim -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
     "{{- bos_token -}}"
     "{%- set loop_messages = messages -%}"
     "{%- set has_system = messages and messages[0]['role'] in ['system', 'developer'] -%}"
@@ -152,7 +161,7 @@ GEMMA4_TEMPLATE = _GEMMA4_VALUE + (
     "{%- if next not in ['tool', 'assistant', ''] -%}{{- '<turn|>\n' -}}{%- endif -%}"
     "{%- else -%}"
     "{%- if not (role == 'model' and in_model_turn) -%}{{- '<|turn>' + role + '\n' -}}{%- endif -%}"
-    "{{- (message['content'] or '') | trim -}}"
+    "{{- content(message['content']) -}}"
     "{%- for call in message['tool_calls'] or [] -%}"
     "{%- set args = call['function']['arguments'] -%}"
     "{{- '<|tool_call>call:' + call['function']['name'] -}}"

@@ -31,7 +31,7 @@ from models.audio_encoder import AudioEncoder
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
-from models.text.images import IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
+from models.text.images import AUDIO_MARKERS, IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
 from models.text.prefix_cache import page_keys, reusable_pages
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
 from models.text.tokenizer import Tokenizer
@@ -197,7 +197,8 @@ class Engine:
         the program and step values that run it. The session's position is not advanced.
         mask: the tokens the one after the chunk may be (u32 bits; constrained decoding).
         images: (first row in the chunk, embeddings f32 [n, D]) of each image inside the chunk: those rows take
-        the embeddings as inputs and see each other both ways (models/text/images.py)."""
+        the embeddings as inputs and see each other both ways where the family's markers say so
+        (models/text/images.py)."""
         n = len(ids)
         program, _ = self.prefill_program(n, mask is not None)
         session._reserve(n)
@@ -212,7 +213,9 @@ class Engine:
             if first < 0 or last >= n:
                 raise ValueError(f"image rows [{first}, {last}] lie outside the chunk of {n} rows")
             rows[first:last + 1, 2] = TOKEN_SOURCE_IMAGE
-            rows[first:last + 1, 3] = last - np.arange(first, last + 1)  # each row sees the image's rest
+            markers = getattr(self.model, "image_markers", None)
+            if markers is None or markers.bidirectional:
+                rows[first:last + 1, 3] = last - np.arange(first, last + 1)  # each row sees the image's rest
             ex.write(self.io.images, np.ascontiguousarray(embeddings, np.float32),
                      offset_elements=first * self.io.images.shape[1])
         ex.write(self.io.rows, rows)
@@ -485,13 +488,18 @@ class TextModel:
     @property
     def input_modalities(self) -> tuple[str, ...]:
         """What a prompt may hold: text, and images where the model has an image encoder and its family a way to
-        place them (image_markers: a Gemma 4 projector loads, but Gemma 4's prompts do not take images yet)."""
+        place them (image_markers)."""
         return ("text", "image") if self.image_encoder is not None and self.image_markers is not None else ("text",)
 
     @property
     def image_markers(self) -> ImageMarkers | None:
         """How the family's prompts mark images (models/text/images.py), None where it has no image format."""
         return IMAGE_MARKERS.get(getattr(self.arch, "architecture", ""))
+
+    @property
+    def audio_markers(self) -> ImageMarkers | None:
+        """How the family's prompts mark audio clips, None where it has no audio format."""
+        return AUDIO_MARKERS.get(getattr(self.arch, "architecture", ""))
 
     def attach_audio_encoder(self, encoder: AudioEncoder) -> None:
         """Give the model its audio encoder (its soft tokens must be rows of the decoder's embedding width)."""

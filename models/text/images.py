@@ -2,9 +2,10 @@
 
 A prompt with images is its token ids (an image's rows hold the template's soft-token id, so that lengths, usage
 and penalties count them as tokens) and, for each image, an ImageSpan: where its rows start and their embeddings,
-already in the text model's embedding space. The step takes those rows as they are (no embedding scale) and lets
-them attend to each other both ways (Gemma 3's bidirectional attention within an image; the row table's token
-source 2 and later keys, gpu/kernels/common/rows.wgsl). A row sees later rows of its image only once their keys are
+already in the text model's embedding space. The step takes those rows as they are (no embedding scale) and, where
+the family's markers say so, lets them attend to each other both ways (Gemma 3's bidirectional attention within an
+image; the row table's token source 2 and later keys, gpu/kernels/common/rows.wgsl). Audio clips (Gemma 4) are
+spans of the same kind. A row sees later rows of its image only once their keys are
 in the cache, so an image's rows go in one prompt chunk: chunk_end moves a chunk's end to before an image it would
 cut. On sliding-window layers a row's first key stays bounded by its own position, as llama.cpp's non-causal image
 batches do (transformers lets an image's rows see the whole image past a window); the two agree wherever the window
@@ -85,37 +86,53 @@ def rows_in(spans: Sequence[ImageSpan], start: int, end: int) -> list[tuple[int,
 
 @dataclass(frozen=True)
 class ImageMarkers:
-    """The pieces a family's prompt marks images with: the template writes `start` where an image goes, and the
-    reference processor puts the image's rows (soft tokens) there, between newlines and `start` ... `end`."""
+    """The pieces a family's prompt marks an image (or an audio clip) with: the template writes `marker` where it
+    goes, and the reference processor puts its rows (soft tokens) there as `around` + `start` + soft * n + `end` +
+    `around`. bidirectional: whether the rows see each other both ways (Gemma 3's token_type_ids block) or
+    causally (Gemma 4's smaller models, whose use_bidirectional_attention is unset, and its audio)."""
 
     start: str
     soft: str
     end: str
+    marker: str = ""  # the template's placeholder; "" for `start`
+    around: str = ""
+    bidirectional: bool = False
+
+    @property
+    def placeholder(self) -> str:
+        """What the template writes where an image goes."""
+        return self.marker or self.start
 
     def expansion(self, tokens_per_image: int) -> str:
-        """The text an image's `start` marker becomes (Gemma3Processor's full_image_sequence)."""
-        return f"\n\n{self.start}{self.soft * tokens_per_image}{self.end}\n\n"
+        """The text a placeholder becomes (Gemma3Processor's full_image_sequence, Gemma4Processor's
+        replace_image_token and replace_audio_token)."""
+        return f"{self.around}{self.start}{self.soft * tokens_per_image}{self.end}{self.around}"
 
 
-GEMMA3_MARKERS = ImageMarkers("<start_of_image>", "<image_soft_token>", "<end_of_image>")
-IMAGE_MARKERS = {"gemma3": GEMMA3_MARKERS}  # by GGUF architecture
+GEMMA3_MARKERS = ImageMarkers("<start_of_image>", "<image_soft_token>", "<end_of_image>", around="\n\n",
+                              bidirectional=True)
+GEMMA4_MARKERS = ImageMarkers("<|image>", "<|image|>", "<image|>", marker="<|image|>")
+GEMMA4_AUDIO_MARKERS = ImageMarkers("<|audio>", "<|audio|>", "<audio|>", marker="<|audio|>")
+IMAGE_MARKERS = {"gemma3": GEMMA3_MARKERS, "gemma4": GEMMA4_MARKERS}  # by GGUF architecture
+AUDIO_MARKERS = {"gemma4": GEMMA4_AUDIO_MARKERS}
 
 
 def expand_images(text: str, markers: ImageMarkers, soft_tokens: Sequence[int]) -> str:
-    """A rendered prompt with each image marker expanded into the image's rows (soft_tokens[k] for the k-th image:
+    """A rendered prompt with each placeholder expanded into the image's rows (soft_tokens[k] for the k-th image:
     a fixed count for Gemma 3, one per image's size elsewhere), as the reference processor does. ValueError unless
-    the text holds exactly one marker per image and no soft tokens of its own (a client's text that spells them out
-    must not forge or hide an image)."""
-    found = text.count(markers.start)
+    the text holds exactly one placeholder per image and no other piece of the expansion (a client's text that
+    spells them out must not forge or hide an image)."""
+    found = text.count(markers.placeholder)
     if found != len(soft_tokens):
-        raise ValueError(f"the prompt holds {found} image markers ({markers.start}) for {len(soft_tokens)} images: "
-                         "the chat template does not place the images, or the text spells the marker out")
-    if markers.soft in text or markers.end in text:
-        raise ValueError(f"the text spells out an image piece ({markers.soft} or {markers.end})")
-    pieces = text.split(markers.start)
-    out = [pieces[0]]
-    for count, piece in zip(soft_tokens, pieces[1:], strict=True):
-        out += [markers.expansion(count), piece]
+        raise ValueError(f"the prompt holds {found} placeholders ({markers.placeholder}) for {len(soft_tokens)} "
+                         "inputs: the chat template does not place them, or the text spells the placeholder out")
+    pieces = {markers.start, markers.soft, markers.end} - {markers.placeholder}
+    if any(piece in text for piece in pieces):
+        raise ValueError(f"the text spells out a piece of an image or audio clip ({' or '.join(sorted(pieces))})")
+    parts = text.split(markers.placeholder)
+    out = [parts[0]]
+    for count, part in zip(soft_tokens, parts[1:], strict=True):
+        out += [markers.expansion(count), part]
     return "".join(out)
 
 

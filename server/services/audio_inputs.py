@@ -41,6 +41,15 @@ class PreparedAudio:
     seconds: float
 
 
+@dataclass(frozen=True)
+class PromptAudio:
+    """A clip of a prompt: its rows start at `start`; features as the encoder takes them."""
+
+    start: int
+    features: np.ndarray  # f32 [frames, mels]
+    digest: str  # pixel_digest(features): the clip's identity
+
+
 def check_count(parts: list[AudioPart], limits: Limits) -> None:
     """400 past limits.max_audio_clips."""
     if len(parts) > limits.max_audio_clips:

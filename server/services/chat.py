@@ -9,10 +9,11 @@ from typing import Any
 from fastapi import Request
 
 from config.settings import Settings
+from models.audio_encoder import AudioEncoder
 from models.text import grammar
 from models.text.chat_template import ChatTemplateError
 from models.text.grammar import GrammarError
-from models.text.images import ImageMarkers
+from models.text.images import ImageMarkers, pixel_digest
 from models.text.tool_calls import ContentDelta, ToolCallFormat, format_for
 from models.vision import ImageEncoder
 from server.errors import InvalidRequest
@@ -51,12 +52,15 @@ class ChatService:
         self.settings = settings
 
     def _prompt(self, worker: ChatHandler, request: ChatCompletionRequest, tool_format: ToolCallFormat | None = None,
-                ) -> tuple[list[int], list[PromptImage]]:
-        """The prompt's token ids (an image's rows counted as its soft tokens) and its images, decoded and
-        preprocessed (server/services/images.py). tool_format: the model's (_tool_format), where the caller has it."""
+                ) -> tuple[list[int], list[PromptImage | audio_inputs.PromptAudio]]:
+        """The prompt's token ids (an image's or clip's rows counted as its soft tokens) and its images and audio
+        clips in prompt order, decoded and preprocessed (server/services/images.py, audio_inputs.py). tool_format:
+        the model's (_tool_format), where the caller has it."""
         template = worker.chat_template
         assert template is not None
-        _audio_input(worker, request.model, audio_parts(request))
+        clips = audio_parts(request)
+        audio_encoder, audio_markers = _audio_input(worker, request.model, clips)
+        heard = audio_inputs.prepare(clips, audio_encoder, self.settings.limits) if clips and audio_encoder else []
         parts = image_parts(request)
         encoder, markers = _image_input(worker, request.model, parts)
         prepared = images.prepare(parts, encoder, self.settings.limits) if parts and encoder else []
@@ -71,10 +75,24 @@ class ChatService:
             raise InvalidRequest(str(error), param="messages") from error
         # A template that writes the BOS token itself must not get a second one from the tokenizer.
         add_bos = not (template.bos_token and text.startswith(template.bos_token))
-        if not prepared:
-            return worker.model.tokenizer.encode(text, add_bos=add_bos), []
-        assert encoder is not None and markers is not None
-        return images.prompt_with_images(text, prepared, markers, encoder, worker.model.tokenizer, add_bos)
+        if not heard:
+            if not prepared:
+                return worker.model.tokenizer.encode(text, add_bos=add_bos), []
+            assert encoder is not None and markers is not None
+            return images.prompt_with_images(text, prepared, markers, encoder, worker.model.tokenizer, add_bos)
+        assert audio_markers is not None
+        kinds = [(audio_markers, [clip.soft_tokens for clip in heard])]
+        if prepared:
+            assert encoder is not None and markers is not None
+            kinds.append((markers, [encoder.soft_tokens(pixels) for pixels, _ in prepared]))
+        ids, starts = images.expand_prompt(text, kinds, worker.model.tokenizer, add_bos)
+        media: list[PromptImage | audio_inputs.PromptAudio] = [
+            audio_inputs.PromptAudio(start, clip.features, pixel_digest(clip.features))
+            for start, clip in zip(starts[0], heard, strict=True)]
+        if prepared:
+            media += [PromptImage(start, pixels, digest)
+                      for start, (pixels, digest) in zip(starts[1], prepared, strict=True)]
+        return ids, sorted(media, key=lambda m: m.start)
 
     async def prompt_tokens(self, request: ChatCompletionRequest) -> int:
         """How many tokens the request's messages and tools take once rendered, as create would send them."""
@@ -202,20 +220,24 @@ def audio_parts(request: ChatCompletionRequest) -> list[audio_inputs.AudioPart]:
             for j, part in enumerate(message.content) if part.type == "input_audio" and part.input_audio is not None]
 
 
-def _audio_input(worker: ChatHandler, name: str, parts: list[audio_inputs.AudioPart]) -> None:
-    """A 400 naming the first clip where audio is sent to a model that cannot take it: one without an audio encoder
-    (models/audio_encoder/), or whose prompts have no place for its soft tokens yet (audio_markers unset)."""
+def _audio_input(worker: ChatHandler, name: str, parts: list[audio_inputs.AudioPart],
+                 ) -> tuple[AudioEncoder | None, ImageMarkers | None]:
+    """The model's audio encoder and markers; a 400 naming the first clip where audio is sent to a model that
+    cannot take it: one without an audio encoder (models/audio_encoder/), or whose prompts have no place for its soft
+    tokens (audio_markers unset)."""
     model = worker.model
+    encoder, markers = getattr(model, "audio_encoder", None), getattr(model, "audio_markers", None)
     if not parts:
-        return
+        return encoder, markers
     param = parts[0].param.removesuffix(".input_audio")
-    if getattr(model, "audio_encoder", None) is None:
+    if encoder is None:
         raise InvalidRequest(f"The model {name!r} does not accept audio: it has no audio encoder. Send text parts, "
                              "or use a model whose input_modalities (GET /v1/models) include \"audio\".",
                              param=param, code="audio_input_not_supported")
-    if getattr(model, "audio_markers", None) is None:
-        raise InvalidRequest(f"The model {name!r} has an audio encoder, but its prompts cannot hold audio yet.",
+    if markers is None:
+        raise InvalidRequest(f"The model {name!r} has an audio encoder, but its prompts cannot hold audio.",
                              param=param, code="audio_input_not_supported")
+    return encoder, markers
 
 
 def _image_input(worker: ChatHandler, name: str, parts: list[images.ImagePart],

@@ -25,6 +25,7 @@ from server.protocols import ChatHandler
 from server.schemas.common import PromptTokensDetails, SamplingRequest, TokenLogprob, TopLogprob, Usage
 
 if TYPE_CHECKING:
+    from server.services.audio_inputs import PromptAudio
     from server.services.images import PromptImage
 
 T = TypeVar("T")
@@ -107,9 +108,9 @@ def budget(prompt_tokens: int, max_tokens: int | None, context_length: int, sett
 
 def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: list[int], n: int,
              top_logprobs: int | None, constraint: TokenConstraint | None = None,
-             images: Sequence[PromptImage] = ()) -> Job:
+             images: Sequence[PromptImage | PromptAudio] = ()) -> Job:
     """One choice per prompt and n; choice index = prompt index * n + i, seeded with seed + i; each choice follows
-    its own copy of the constraint. images: the prompt's images (one prompt only)."""
+    its own copy of the constraint. images: the prompt's images and audio clips (one prompt only)."""
     if images and len(prompts) != 1:
         raise ValueError("images go with a single prompt")
     choices = [

@@ -146,18 +146,32 @@ def prompt_with_images(text: str, images: list[tuple[np.ndarray, str]], markers:
     expansion), and the images with the row each starts at."""
     try:
         counts = [encoder.soft_tokens(pixels) for pixels, _ in images]
-        expanded = expand_images(text, markers, counts)
     except ValueError as error:
         raise InvalidRequest(f"The images cannot be placed in the prompt: {error}.", param="messages") from error
-    ids = tokenizer.encode(expanded, add_bos=add_bos)
-    soft = tokenizer.encode(markers.soft, add_bos=False)
-    if len(soft) != 1:
-        raise InvalidRequest(f"The model's vocabulary has no {markers.soft} piece.", param="messages")
-    try:
-        starts = soft_token_runs(ids, soft[0], counts)
-    except ValueError as error:
-        raise InvalidRequest(f"The images cannot be placed in the prompt: {error}.", param="messages") from error
-    if len(starts) != len(images):
-        raise InvalidRequest(f"The prompt holds {len(starts)} images' rows for {len(images)} images.",
-                             param="messages")
+    ids, (starts,) = expand_prompt(text, [(markers, counts)], tokenizer, add_bos)
     return ids, [PromptImage(s, pixels, digest) for s, (pixels, digest) in zip(starts, images, strict=True)]
+
+
+def expand_prompt(text: str, inputs: list[tuple[ImageMarkers, list[int]]], tokenizer: TextTokenizer,
+                  add_bos: bool) -> tuple[list[int], list[list[int]]]:
+    """A rendered prompt's ids with each input's soft tokens in place of its placeholder, for each kind of input
+    (images, audio clips: their markers and each one's soft-token count), and per kind the row each input starts
+    at. 400 where the placeholders, or the tokenised runs, do not match the inputs."""
+    try:
+        for markers, counts in inputs:
+            text = expand_images(text, markers, counts)
+    except ValueError as error:
+        raise InvalidRequest(f"The images or audio cannot be placed in the prompt: {error}.",
+                             param="messages") from error
+    ids = tokenizer.encode(text, add_bos=add_bos)
+    starts = []
+    for markers, counts in inputs:
+        soft = tokenizer.encode(markers.soft, add_bos=False)
+        if len(soft) != 1:
+            raise InvalidRequest(f"The model's vocabulary has no {markers.soft} piece.", param="messages")
+        try:
+            starts.append(soft_token_runs(ids, soft[0], counts))
+        except ValueError as error:
+            raise InvalidRequest(f"The images or audio cannot be placed in the prompt: {error}.",
+                                 param="messages") from error
+    return ids, starts

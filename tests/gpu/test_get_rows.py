@@ -62,10 +62,12 @@ def test_get_rows_sharded(ex: Executor, qtype: Q, shard_rows: int) -> None:
     assert shards == -(-13 // shard_rows) >= 3
 
 
+@pytest.mark.parametrize("image_id", [None, 11], ids=["images", "image-id"])
 @pytest.mark.parametrize("qtype,shard_rows", [(Q.Q8_0, None), (Q.Q6_K, 3)], ids=["Q8_0", "Q6_K-5-shards"])
-def test_get_rows_token_sources(ex: Executor, qtype: Q, shard_rows: int | None) -> None:
+def test_get_rows_token_sources(ex: Executor, qtype: Q, shard_rows: int | None, image_id: int | None) -> None:
     """The row table picks each row's input: ids (source 0), the slot's last sampled token (1), or row t of the
-    step's images taken as it is, unscaled (2: an image's soft tokens), written once however many shards."""
+    step's images taken as it is, unscaled (2: an image's soft tokens), written once however many shards; with
+    image_id (Gemma 4's per-layer embeddings) an image's row looks that id up instead."""
     rng = np.random.default_rng(3)
     k, n, t_max = block_values(qtype) * 2, 13, 8
     raw = random_weight_bytes(rng, qtype, k, n)
@@ -82,9 +84,11 @@ def test_get_rows_token_sources(ex: Executor, qtype: Q, shard_rows: int | None) 
     embedding(b, weight, ex.tensor("ids", (t_max,), "u32", data=ids), out, t_max, scale=3.5,
               rows=ex.tensor("rows", rows.shape, "u32", data=rows),
               slot_tokens=ex.tensor("slot_tokens", (3,), "u32", data=slot_tokens),
-              images=ex.tensor("images", images.shape, data=images))
+              images=None if image_id is not None else ex.tensor("images", images.shape, data=images),
+              image_id=image_id)
     got, = ex.run(b.build(), StepParams(t_max, 0), read=[out])
     table = dequantize(raw, qtype).astype(np.float64) * 3.5
     for t in range(t_max):
-        want = images[t] if sources[t] == 2 else table[slot_tokens[rows[t, 1]] if sources[t] == 1 else ids[t]]
+        image_row = images[t] if image_id is None else table[image_id]
+        want = image_row if sources[t] == 2 else table[slot_tokens[rows[t, 1]] if sources[t] == 1 else ids[t]]
         np.testing.assert_allclose(got[t], want, rtol=RTOL, atol=1e-7 * np.abs(want).max(), err_msg=f"row {t}")

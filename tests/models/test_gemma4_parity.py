@@ -21,11 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGUFReader
 
 from models.formats.gguf_file import GGUFFile
 from models.gemma.gemma4 import read_config
 from models.text.engine import DecodeRow, TextModel, load_text_model
+from models.text.images import ImageSpan
 from scripts.make_gemma4_fixtures import FIXTURES, file_sha256, write_gguf
+from tests.fake_image_encoder import FakeImageEncoder
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "gemma4"
 MIN_COSINE = {"f32": 0.9999, "q8_0": 0.995, "q4_k": 0.995}  # the issue's acceptance bounds
@@ -153,3 +156,32 @@ def test_both_layouts_read_the_same(fixtures: Fixtures, fixture: str) -> None:
     text = "<|turn>user\nthe cat sat<turn|>\n"
     assert tokenizers[0].encode(text) == tokenizers[1].encode(text)
     assert tokenizers[0].encode(text)[:2] == [2, 5]  # BOS, then <|turn> as one special piece
+
+
+def test_soft_token_rows_take_the_pad_rows_per_layer_embedding(fixtures: Fixtures) -> None:
+    """transformers' Gemma4Model gives an image's or audio clip's rows the pad token's per-layer embedding (their
+    ids become pad_token_id before get_per_layer_inputs) and, on E2B-style models, causal attention. So rows given
+    as soft tokens whose embeddings are the pad's scaled token embedding reproduce, exactly, the text prompt with pad
+    ids there, whatever id the prompt holds at those rows."""
+    path = fixtures.path("e2b", "f32")
+    model = load_text_model(str(path), context_length=256, max_batch=1, kv_dtype="f32")
+    model.attach_image_encoder(FakeImageEncoder(model.embedding_size))
+    assert model.image_markers is not None and not model.image_markers.bidirectional
+    pad = 0
+    table = np.asarray(next(t.data for t in GGUFReader(path).tensors if t.name == "token_embd.weight"))
+    row = (table[pad] * np.float32(model.arch.config.embed_scale)).astype(np.float32)  # type: ignore[attr-defined]
+    ids = [int(t) for t in np.random.default_rng(5).integers(10, len(table), 24)]
+    spans = [(3, 4), (15, 6)]
+    as_pad, as_soft = list(ids), list(ids)
+    for start, n in spans:
+        as_pad[start:start + n] = [pad] * n
+        as_soft[start:start + n] = [7] * n  # any id: the soft-token rows must not look it up
+    images = [ImageSpan(start, np.tile(row, (n, 1))) for start, n in spans]
+    session = model.new_session()
+    try:
+        want = session.prefill(as_pad)
+        session.reset()
+        got = session.prefill(as_soft, images)
+    finally:
+        session.close()
+    np.testing.assert_array_equal(got, want)

@@ -19,7 +19,17 @@ from gguf import GGUFReader
 
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import TextModel, load_text_model
-from models.text.images import GEMMA3_MARKERS, ImageSpan, check_spans, chunk_end, expand_images, soft_token_runs
+from models.text.images import (
+    GEMMA3_MARKERS,
+    GEMMA4_AUDIO_MARKERS,
+    GEMMA4_MARKERS,
+    ImageMarkers,
+    ImageSpan,
+    check_spans,
+    chunk_end,
+    expand_images,
+    soft_token_runs,
+)
 from models.text.sampler import SamplingParams
 from tests.fake_image_encoder import FakeImageEncoder
 
@@ -151,8 +161,8 @@ def test_chunks_keep_an_image_whole() -> None:
 
 
 def test_no_image_input_without_markers(model: TextModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An encoder alone (a Gemma 4 projector beside a Gemma 4 model, whose prompts do not place images yet) does not
-    make the model list images among its inputs."""
+    """An encoder alone (a projector beside a model whose family has no image markers) does not make the model
+    list images among its inputs."""
     monkeypatch.setattr(TextModel, "image_markers", property(lambda self: GEMMA3_MARKERS))
     assert model.input_modalities == ("text", "image")
     monkeypatch.setattr(TextModel, "image_markers", property(lambda self: None))
@@ -165,15 +175,33 @@ def test_images_of_different_soft_token_counts() -> None:
     m = GEMMA3_MARKERS
     text = f"a{m.start}b{m.start}c"
     assert expand_images(text, m, [2, 3]) == f"a{m.expansion(2)}b{m.expansion(3)}c"
-    with pytest.raises(ValueError, match="2 image markers"):
+    with pytest.raises(ValueError, match="2 placeholders"):
         expand_images(text, m, [2])
     with pytest.raises(ValueError, match="spells out"):
         expand_images(text + m.soft, m, [2, 3])
+    assert m.expansion(2) == f"\n\n{m.start}{m.soft * 2}{m.end}\n\n"  # Gemma3Processor's full_image_sequence
     ids = [1, 9, 7, 7, 8, 5, 9, 7, 7, 7, 8]
     assert soft_token_runs(ids, 7, [2, 3]) == [2, 7]
     for bad in ([3, 2], [2], [2, 3, 1]):
         with pytest.raises(ValueError, match="runs"):
             soft_token_runs(ids, 7, bad)
+
+
+@pytest.mark.parametrize("markers", [GEMMA4_MARKERS, GEMMA4_AUDIO_MARKERS], ids=["image", "audio"])
+def test_gemma4_placeholders(markers: ImageMarkers) -> None:
+    """Gemma 4's template writes the soft token itself once per image (or clip); Gemma4Processor's
+    replace_image_token (replace_audio_token) makes it begin + n soft tokens + end, nothing around, and its rows
+    attend causally (use_bidirectional_attention unset on the small models; audio never)."""
+    m = markers
+    assert m.placeholder == m.soft and not m.bidirectional
+    text = f"<|turn>user\n{m.soft}x{m.soft}<turn|>"
+    want = f"<|turn>user\n{m.start}{m.soft * 3}{m.end}x{m.start}{m.soft}{m.end}<turn|>"
+    assert expand_images(text, m, [3, 1]) == want
+    with pytest.raises(ValueError, match="2 placeholders"):
+        expand_images(text, m, [3])
+    for forged in (m.start, m.end):
+        with pytest.raises(ValueError, match="spells out"):
+            expand_images(text + forged, m, [3, 1])
 
 
 def _greedy_alone(model: TextModel, ids: list[int], images: list[ImageSpan], n: int) -> list[int]:

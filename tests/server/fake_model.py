@@ -24,17 +24,36 @@ import numpy as np
 from gpu.errors import GPUFailure
 from gpu.turns import Turns
 from models.text.batch import EndEvent, Event, TokenEvent
+from models.text.chat_template import GEMMA4_TEMPLATE
 from models.text.engine import ContextLengthExceeded
-from models.text.images import GEMMA3_MARKERS, ImageSpan, check_spans
+from models.text.images import GEMMA3_MARKERS, GEMMA4_AUDIO_MARKERS, ImageSpan, check_spans
 from models.text.sampler import Sampler, SamplingParams
 from tests.fake_image_encoder import FakeImageEncoder
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
 BYTE0 = len(SPECIALS)
 IMAGE_PIECES = [GEMMA3_MARKERS.start, GEMMA3_MARKERS.soft, GEMMA3_MARKERS.end]  # ids BYTE0 + 256 + k
+AUDIO_PIECES = [GEMMA4_AUDIO_MARKERS.start, GEMMA4_AUDIO_MARKERS.soft, GEMMA4_AUDIO_MARKERS.end]  # after those
 IMAGE0 = BYTE0 + 256
 SCRIPT = "Hello world. "
-_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS + IMAGE_PIECES) + ")")
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS + IMAGE_PIECES + AUDIO_PIECES) + ")")
+
+
+class FakeAudioEncoder:
+    """An audio tower of the AudioEncoder protocol: a soft token per started 0.25 s, rows of the clip's mean."""
+
+    sample_rate = 16000
+    max_samples = 30 * 16000
+    embedding_size = 16
+
+    def features(self, samples: np.ndarray) -> np.ndarray:
+        return np.asarray(samples, np.float32).reshape(-1, 1)
+
+    def soft_tokens(self, samples: int) -> int:
+        return -(-samples // 4000)
+
+    def encode(self, features: np.ndarray) -> np.ndarray:
+        return np.full((self.soft_tokens(len(features)), self.embedding_size), features.mean(), np.float32)
 
 
 class FakeDecoder:
@@ -55,10 +74,13 @@ class FakeTokenizer:
     vocab_size = BYTE0 + 256
     chat_template: str | None = None
 
-    def __init__(self, images: bool = False) -> None:
-        self.images = images  # whether Gemma 3's image pieces are in the vocabulary
-        if images:
-            self.vocab_size = IMAGE0 + len(IMAGE_PIECES)
+    def __init__(self, images: bool = False, audio: bool = False) -> None:
+        self.images = images or audio  # whether Gemma 3's image pieces are in the vocabulary
+        self.audio = audio  # and Gemma 4's audio pieces, with Gemma 4's turn format
+        if self.images:
+            self.vocab_size = IMAGE0 + len(IMAGE_PIECES) + (len(AUDIO_PIECES) if audio else 0)
+        if audio:
+            self.chat_template = GEMMA4_TEMPLATE
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         ids = [self.bos_id] if add_bos else []
@@ -67,6 +89,8 @@ class FakeTokenizer:
                 ids.append(SPECIALS.index(part))
             elif part in IMAGE_PIECES and self.images:
                 ids.append(IMAGE0 + IMAGE_PIECES.index(part))
+            elif part in AUDIO_PIECES and self.audio:
+                ids.append(IMAGE0 + len(IMAGE_PIECES) + AUDIO_PIECES.index(part))
             else:
                 ids.extend(BYTE0 + b for b in part.encode("utf-8"))
         return ids
@@ -79,12 +103,12 @@ class FakeTokenizer:
 
     def id_to_piece(self, token_id: int) -> str:
         if token_id >= IMAGE0:
-            return IMAGE_PIECES[token_id - IMAGE0]
+            return (IMAGE_PIECES + AUDIO_PIECES)[token_id - IMAGE0]
         return SPECIALS[token_id] if token_id < BYTE0 else f"<0x{token_id - BYTE0:02X}>"
 
     def id_to_bytes(self, token_id: int) -> bytes:
         if token_id >= IMAGE0:
-            return IMAGE_PIECES[token_id - IMAGE0].encode()
+            return (IMAGE_PIECES + AUDIO_PIECES)[token_id - IMAGE0].encode()
         return SPECIALS[token_id].encode() if token_id < BYTE0 else bytes([token_id - BYTE0])
 
 
@@ -220,14 +244,16 @@ class FakeModel:
     def __init__(self, name: str = "fake", step_s: float = 0.0, context_length: int = 256,
                  eos_after: int | None = None, fail_after: int | None = None, max_batch: int = 4,
                  turns: Turns | None = None, on_step: Callable[[int], None] | None = None,
-                 image_encoder: Any = None) -> None:
+                 image_encoder: Any = None, audio_encoder: Any = None) -> None:
         self.name = name
-        self.tokenizer = FakeTokenizer(images=image_encoder is not None)
+        self.tokenizer = FakeTokenizer(images=image_encoder is not None, audio=audio_encoder is not None)
         self.context_length = context_length
         self.vocab_size = self.tokenizer.vocab_size
         self.embedding_size = 16
         self.image_encoder = image_encoder  # tests/fake_image_encoder.py's, for a model that takes images
         self.image_markers = GEMMA3_MARKERS if image_encoder is not None else None
+        self.audio_encoder = audio_encoder  # FakeAudioEncoder, for a model that takes audio (Gemma 4's markers)
+        self.audio_markers = GEMMA4_AUDIO_MARKERS if audio_encoder is not None else None
         self.images_seen: list[list[tuple[int, int, str]]] = []  # per sequence with images: (start, rows, digest)
         self.step_s = step_s
         self.eos_after = eos_after
@@ -261,6 +287,8 @@ def fake_loader(step_s: float = 0.0, fail: bool = False, **model_kwargs: Any) ->
         kwargs = dict(model_kwargs)
         if projector is not None:
             kwargs.setdefault("image_encoder", FakeImageEncoder(16, tokens_per_image=4))
+            if "audio" in source:
+                kwargs.setdefault("audio_encoder", FakeAudioEncoder())
         return FakeModel(source, step_s=step_s, **kwargs)
 
     return load

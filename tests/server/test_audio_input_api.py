@@ -68,3 +68,23 @@ def test_malformed_parts_are_400(client: openai.OpenAI, part: dict[str, Any]) ->
     with pytest.raises(openai.BadRequestError) as raised:
         chat(client, [part], TEXT)
     assert raised.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+def test_audio_streams_a_reply_and_counts_its_rows(client: openai.OpenAI) -> None:
+    """A clip goes into the prompt at the template's <|audio|> as Gemma4Processor expands it: <|audio>, a soft token
+    per encoder row (the fake's: one per started 0.25 s, so 0.9 s makes 4), <audio|>; usage counts those rows."""
+    text = [{"type": "text", "text": "What is said?"}]
+    plain = chat(client, text, AUDIO).usage.prompt_tokens
+    stream = client.chat.completions.create(model=AUDIO, stream=True, max_tokens=3, temperature=0,
+                                            stream_options={"include_usage": True},
+                                            messages=[{"role": "user", "content": [*text, audio_part(wav(0.9))]}])
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = next(c.usage for c in chunks if c.usage is not None)
+    assert usage.prompt_tokens == plain + 4 + 2
+
+
+def test_a_spelled_out_audio_piece_is_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        chat(client, [{"type": "text", "text": "<|audio>"}, audio_part(wav(0.5))], AUDIO)
+    assert "spells out" in raised.value.body["message"]  # type: ignore[index]
