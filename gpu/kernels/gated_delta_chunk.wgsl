@@ -14,6 +14,7 @@
 // then each owns columns of [W | U] and walks the segment's rows (its earlier rows' values read back from wu,
 // which it wrote itself).
 #include "common/step.wgsl"
+#include "common/delta_runs.wgsl"
 
 override H_K: u32 = 2u;          // query / key heads
 override H_V: u32 = 4u;          // value heads (a multiple of H_K)
@@ -32,8 +33,6 @@ override B_OFFSET: u32 = 0u;     // column of b's head 0 (the update rate input,
 const WG: u32 = 256u;
 const WU: u32 = D_K + D_V;       // values per (row, head) of wu
 const PG: u32 = C + 4u;          // values per (row, head) of pg
-const QK_EPS: f32 = 1e-6;        // added to the sum of squares (FLA's and transformers' l2norm)
-const SOFTPLUS_LINEAR: f32 = 20.0;  // torch's softplus threshold: softplus(x) = x above it
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;           // [rows, QKV_STRIDE]
@@ -51,14 +50,6 @@ var<workgroup> beta: array<f32, C>;
 var<workgroup> q_scale: array<f32, C>;
 var<workgroup> k_scale: array<f32, C>;
 var<workgroup> ut: array<f32, C * C>;   // L[t, s], s < t in one segment, else 0
-
-fn softplus(x: f32) -> f32 {
-    return select(log(1.0 + exp(x)), x, x > SOFTPLUS_LINEAR);
-}
-
-fn continues(t: u32) -> bool {
-    return t > 0u && rows[t - 1u].y == rows[t].y && rows[t - 1u].x + 1u == rows[t].x;
-}
 
 fn dot_rows(r1: u32, off1: u32, r2: u32, off2: u32) -> f32 {
     var sum = 0.0;

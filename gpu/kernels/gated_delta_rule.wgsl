@@ -20,6 +20,7 @@
 // together, so that a row's step waits on no global load, and each row takes one barrier (the sums' buffers
 // alternate between rows; a row's output is summed after the next row's barrier).
 #include "common/step.wgsl"
+#include "common/delta_runs.wgsl"
 
 override H_K: u32 = 2u;          // query / key heads
 override H_V: u32 = 4u;          // value heads (a multiple of H_K)
@@ -40,8 +41,6 @@ override O_STRIDE: u32 = 512u;   // values per output row (>= H_V * D_V)
 
 const WG: u32 = COLS * LANES;
 const ROWS: u32 = D_K / LANES;   // state values per invocation
-const QK_EPS: f32 = 1e-6;        // added to the sum of squares (FLA's and transformers' l2norm)
-const SOFTPLUS_LINEAR: f32 = 20.0;  // torch's softplus threshold: softplus(x) = x above it
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;          // [rows, QKV_STRIDE]
@@ -64,15 +63,6 @@ var<workgroup> beta_blk: array<f32, BLOCK>;
 var<workgroup> kv_parts: array<f32, 2u * WG>;
 var<workgroup> norm_parts: array<vec2<f32>, 2u * LANES>;
 var<workgroup> out_parts: array<f32, 2u * WG>;
-
-fn softplus(x: f32) -> f32 {
-    return select(log(1.0 + exp(x)), x, x > SOFTPLUS_LINEAR);
-}
-
-// Whether row t continues the sequence of row t - 1 in the step.
-fn continues(t: u32) -> bool {
-    return t > 0u && rows[t - 1u].y == rows[t].y && rows[t - 1u].x + 1u == rows[t].x;
-}
 
 // Column c's output for the row whose parts are in buffer p (lane 0 of the column writes it).
 fn write_out(p: u32, c: u32, r: u32, h: u32, col: u32, q_scale: f32) {

@@ -10,6 +10,7 @@
 // the workgroups of a run's first row work. The state's columns lie in workgroup memory; each product's outputs
 // are shared out over the invocations.
 #include "common/step.wgsl"
+#include "common/delta_runs.wgsl"
 
 override H_K: u32 = 2u;          // query / key heads
 override H_V: u32 = 4u;          // value heads (a multiple of H_K)
@@ -37,10 +38,6 @@ const PG: u32 = C + 4u;
 
 var<workgroup> s_cols: array<f32, D_K * COLS>;  // S[i, col0 + c] at i * COLS + c
 var<workgroup> v_new: array<f32, C * COLS>;     // V'[t, col0 + c] at t * COLS + c
-
-fn continues(t: u32) -> bool {
-    return t > 0u && rows[t - 1u].y == rows[t].y && rows[t - 1u].x + 1u == rows[t].x;
-}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
