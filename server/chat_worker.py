@@ -26,7 +26,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
-import numpy as np
 from PIL import Image
 
 from config.settings import Settings
@@ -37,9 +36,9 @@ from models.text.images import ImageSpan
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
 from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
+from server.media_rows import MediaRows
 from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer, adapter_turns
 from server.request_context import logging_as
-from server.services.audio_inputs import PromptAudio
 from server.text_stream import TextStream
 from server.thread_worker import load_on_own_device as _on_own_device
 from server.worker_base import WorkerBase
@@ -85,6 +84,7 @@ class ChatWorker(WorkerBase[ChatModel]):
         self.chat_template: ChatTemplate | None = None
         self._current: Job | None = None
         self._places = 0  # places in the batch given so far: the clock of the admission rotation
+        self._media = MediaRows(None, None)  # the model's encoders once it has loaded
 
     # -- event-loop side -----------------------------------------------------------------
     @property
@@ -141,6 +141,7 @@ class ChatWorker(WorkerBase[ChatModel]):
         """The batch loop: admit choices while the batch has room, run a round, route its events."""
         generator = self.model.generator()
         turns = adapter_turns(self.model)
+        self._media = MediaRows(getattr(self.model, "image_encoder", None), getattr(self.model, "audio_encoder", None))
         admitting: list[tuple[Job, deque[ChoiceSpec]]] = []  # jobs taken from the queue, choices left
         runs: dict[tuple[int, int], _ChoiceRun] = {}  # by (id(job), choice index)
         while True:
@@ -211,37 +212,22 @@ class ChatWorker(WorkerBase[ChatModel]):
                 extra["stop_ids"] = self.model.tokenizer.eos_ids | job.stop_ids
             try:
                 if spec.images:
-                    extra["images"] = self._image_spans(job, spec)
+                    extra["images"] = self._image_spans(spec, admitting)
                 generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs, **extra)
                 runs[key].cached = generator.cached(key)
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
 
-    def _image_spans(self, job: Job, spec: ChoiceSpec) -> list[ImageSpan]:
-        """The choice's images and audio clips as rows of the model's embeddings: each of the job's inputs encoded
-        once (its choices share them), images of one size in one call (the encoders take the adapter's turn
-        themselves, a part at a time, so other models' steps get in between)."""
-        clips = [i for i in spec.images if isinstance(i, PromptAudio)]
-        pictures = [i for i in spec.images if not isinstance(i, PromptAudio)]
-        if clips:
-            audio_encoder = getattr(self.model, "audio_encoder", None)
-            if audio_encoder is None:
-                raise ValueError(f"{self.name} has no audio encoder")
-            for clip in clips:
-                if clip.digest not in job.image_rows:
-                    job.image_rows[clip.digest] = np.asarray(audio_encoder.encode(clip.features), np.float32)
-        if pictures:
-            encoder = getattr(self.model, "image_encoder", None)
-            if encoder is None:
-                raise ValueError(f"{self.name} has no image encoder")
-            missing = {i.digest: i.pixels for i in pictures if i.digest not in job.image_rows}
-            by_shape: dict[tuple[int, ...], list[str]] = {}
-            for digest, pixels in missing.items():
-                by_shape.setdefault(pixels.shape, []).append(digest)
-            for digests in by_shape.values():
-                rows = encoder.encode(np.stack([missing[d] for d in digests]))
-                job.image_rows.update(zip(digests, np.asarray(rows, np.float32), strict=True))
-        return [ImageSpan(i.start, job.image_rows[i.digest], i.digest) for i in spec.images]
+    def _image_spans(self, spec: ChoiceSpec, admitting: list[tuple[Job, deque[ChoiceSpec]]]) -> list[ImageSpan]:
+        """The choice's images and audio clips as rows of the model's embeddings (server/media_rows.py): cached
+        ones reused, images of one size encoded in one call together with those of the choices still waiting for
+        a place (the encoders take the adapter's turn themselves, a part at a time, so other models' steps get in
+        between)."""
+        waiting = [item for _, specs in admitting for choice in specs if choice is not spec for item in choice.images]
+        waiting += [item for job in self._queue.waiting() if not job.cancelled.is_set()
+                    for choice in job.choices for item in choice.images]
+        rows = self._media.rows(spec.images, waiting)
+        return [ImageSpan(item.start, r, item.digest) for item, r in zip(spec.images, rows, strict=True)]
 
     def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
                      ) -> tuple[Job, deque[ChoiceSpec] | None, ChoiceSpec] | None:

@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from models.text.grammar import TokenConstraint
 from models.text.sampler import SamplingParams
 from server.errors import to_hearth_error
@@ -105,7 +103,6 @@ class Job:
     finished_sent: bool = False  # worker side: its end (done or failed) has been emitted
     arrival: int = 0  # its place in the order of arrival (JobQueue.put)
     turn: int = -1  # worker side: its place in the admission rotation (-1 until the worker has seen it)
-    image_rows: dict[str, np.ndarray] = field(default_factory=dict)  # worker side: encoded images by pixel digest
     _loop: asyncio.AbstractEventLoop | None = None
     _events: asyncio.Queue[JobEvent] | None = None
 

@@ -21,6 +21,7 @@ class FakeImageEncoder:
                             / np.sqrt(3 * SIDE * SIDE)).astype(np.float32)
         self._scale = np.float32(scale)
         self.encoded = 0  # images encoded so far
+        self.calls = 0  # encode calls so far
 
     def preprocess(self, image: Image.Image) -> np.ndarray:
         """float32 [3, 8, 8] in [-1, 1], as SigLIP's processors normalise (mean 0.5, std 0.5)."""
@@ -36,6 +37,7 @@ class FakeImageEncoder:
         if pixels.ndim != 4 or pixels.shape[1:] != (3, SIDE, SIDE):
             raise ValueError(f"pixels must be [N, 3, {SIDE}, {SIDE}], not {pixels.shape}")
         self.encoded += len(pixels)
+        self.calls += 1
         flat = pixels.reshape(len(pixels), -1).astype(np.float32)
         rows = np.einsum("nk,tkd->ntd", flat, self._projection) + 0.5
         return (rows * self._scale).astype(np.float32)
