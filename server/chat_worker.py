@@ -212,21 +212,17 @@ class ChatWorker(WorkerBase[ChatModel]):
                 extra["stop_ids"] = self.model.tokenizer.eos_ids | job.stop_ids
             try:
                 if spec.images:
-                    extra["images"] = self._image_spans(spec, admitting)
+                    extra["images"] = self._image_spans(spec)
                 generator.add(key, spec.prompt_ids, spec.sampling, spec.max_tokens, logprobs=job.logprobs, **extra)
                 runs[key].cached = generator.cached(key)
             except BaseException as error:  # noqa: BLE001 - this request's error (context too long, ...)
                 self._end_run(runs[key], runs, error)
 
-    def _image_spans(self, spec: ChoiceSpec, admitting: list[tuple[Job, deque[ChoiceSpec]]]) -> list[ImageSpan]:
-        """The choice's images and audio clips as rows of the model's embeddings (server/media_rows.py): cached
-        ones reused, images of one size encoded in one call together with those of the choices still waiting for
-        a place (the encoders take the adapter's turn themselves, a part at a time, so other models' steps get in
-        between)."""
-        waiting = [item for _, specs in admitting for choice in specs if choice is not spec for item in choice.images]
-        waiting += [item for job in self._queue.waiting() if not job.cancelled.is_set()
-                    for choice in job.choices for item in choice.images]
-        rows = self._media.rows(spec.images, waiting)
+    def _image_spans(self, spec: ChoiceSpec) -> list[ImageSpan]:
+        """The choice's images and audio clips as rows of the model's embeddings (server/media_rows.py: inputs seen
+        before reused, images of one size in one call; the encoders take the adapter's turn themselves, a part at a
+        time, so other models' steps get in between)."""
+        rows = self._media.rows(spec.images)
         return [ImageSpan(item.start, r, item.digest) for item, r in zip(spec.images, rows, strict=True)]
 
     def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
