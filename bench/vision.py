@@ -13,8 +13,6 @@ Measurements, each --warmup times untimed then --reps times timed, every engine 
   does) to its 256 projected soft tokens on the host. Hearth: the encoder's encode() wall time (the patches cut on
   the host, the tower and projector on the GPU, the rows read back). llama.cpp: its own "mtmd batch encoding done
   in N ms" (mtmd_batch_encode: the clip graph and the copy of its output to the host; whole milliseconds).
-- image encode ms per image of a batch (Hearth only): --batch copies of the image in one encode() call, divided by
-  --batch, as the server encodes the same-size images of waiting requests; llama-mtmd-cli encodes one at a time.
 - time to first token ms of a one-image chat prompt (Gemma's turn format with the image before the text, as
   llama-mtmd-cli builds it: `<bos><start_of_turn>user\\n<start_of_image>` + 256 image rows + `<end_of_image>` + the
   text + `<end_of_turn>\\n<start_of_turn>model\\n`): the image's encode, the prefill of the whole prompt with the
@@ -65,8 +63,7 @@ TURN = ("<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n")
 IMAGE_BEGIN, IMAGE_END, SOFT = "<start_of_image>", "<end_of_image>", "<image_soft_token>"
 LOG_ATTEMPTS = 3  # llama-mtmd-cli runs per sample at most, should its log lose its timings (run_mtmd)
 CONTEXT = 1024  # positions: the prompt is under 300
-ROWS = (("encode_ms", "image encode ms"), ("batch_encode_ms", "image encode ms, per image of a batch"),
-        ("ttft_ms", "time to first token ms"))
+ROWS = (("encode_ms", "image encode ms"), ("ttft_ms", "time to first token ms"))
 
 
 class HearthVision:
@@ -103,14 +100,6 @@ class HearthVision:
         self.encoder.encode(self.pixels)
         return 1000 * (time.perf_counter() - started)
 
-    def batch_encode_ms(self, images: int) -> float:
-        """Milliseconds per image to encode `images` copies of the pixels in one call (as the server does with the
-        images of one size of waiting requests, server/media_rows.py)."""
-        batch = np.repeat(self.pixels, images, axis=0)
-        started = time.perf_counter()
-        self.encoder.encode(batch)
-        return 1000 * (time.perf_counter() - started) / images
-
     def ttft_ms(self) -> float:
         """Milliseconds from the preprocessed pixels to the first sampled token of the prompt, in a new session."""
         session = self.model.new_session()
@@ -124,16 +113,13 @@ class HearthVision:
             session.close()
 
 
-def bench_hearth(model: str, mmproj: str, photo: Path, prompt: str, warmup: int, reps: int,
-                 batch: int) -> dict[str, Any]:
+def bench_hearth(model: str, mmproj: str, photo: Path, prompt: str, warmup: int, reps: int) -> dict[str, Any]:
     """Hearth's samples (ms) per measurement."""
     h = HearthVision(model, mmproj, photo, prompt)
     c = h.encoder.config  # type: ignore[attr-defined]
-    samples = {"encode_ms": timed(h.encode_ms, warmup, reps),
-               "batch_encode_ms": timed(lambda: h.batch_encode_ms(batch), warmup, reps),
-               "ttft_ms": timed(h.ttft_ms, warmup, reps)}
+    samples = {"encode_ms": timed(h.encode_ms, warmup, reps), "ttft_ms": timed(h.ttft_ms, warmup, reps)}
     print("hearth: " + ", ".join(f"{key} {cell(s)}" for key, s in samples.items()), flush=True)
-    return {"detail": h.detail, "samples": samples, "prompt_tokens": len(h.ids), "batch_images": batch,
+    return {"detail": h.detail, "samples": samples, "prompt_tokens": len(h.ids),
             "image_rows": "image embeddings" if h.splices else "token embeddings (no image rows in this tree)",
             "tower": {"image_size": c.image_size, "patch_size": c.patch_size, "width": c.d_model,
                       "layers": c.n_layers, "heads": c.n_heads, "ffn": c.d_ffn, "tokens": c.tokens_per_image,
@@ -223,9 +209,6 @@ def main() -> int:
     parser.add_argument("--image", type=Path, default=PHOTO, help=f"the photo ({PHOTO.relative_to(ROOT)})")
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--llama-bin", help="directory of llama-mtmd-cli (bench/llama_cpp_cuda.sh); none: Hearth only")
-    parser.add_argument("--batch", type=int, default=4,
-                        help="images in one encode call for the per-image batch figure (Hearth: llama-mtmd-cli "
-                             "encodes an image at a time)")
     add_timing_args(parser, warmup=5)
     args = parser.parse_args()
     check_timing_args(parser, args)
@@ -237,7 +220,7 @@ def main() -> int:
         print(f"no llama-mtmd-cli in {args.llama_bin}: Hearth only", file=sys.stderr, flush=True)
         args.llama_bin = None
     engines = (("hearth", lambda: bench_hearth(args.model, args.mmproj, args.image, args.prompt, args.warmup,
-                                               args.reps, args.batch)),
+                                               args.reps)),
                ("llama.cpp", (lambda: bench_llama(args.llama_bin, args.model, args.mmproj, args.image, args.prompt,
                                                   args.warmup, args.reps)) if args.llama_bin else None))
     results: dict[str, dict[str, Any]] = {}
