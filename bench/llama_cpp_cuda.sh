@@ -38,7 +38,7 @@ DEST="$PREFIX/bin"
 # Kernels go into the library uncompressed (GGML_CUDA_COMPRESSION_MODE=none): xz packs them into a
 # smaller bundle than nvcc's own compression does.
 ARCHS="${LLAMA_CPP_ARCHS:-90-real}"
-TARGETS=(llama-bench llama-batched-bench llama-quantize llama-mtmd-cli)  # libmtmd comes with llama-mtmd-cli
+TARGETS=(llama-bench llama-batched-bench llama-quantize llama-mtmd-cli llama-server)  # libmtmd comes with llama-mtmd-cli
 PART_SIZE=15000000      # files back from $OUT: at most 16 MiB each
 
 pack_src() {
@@ -51,13 +51,18 @@ pack_src() {
     tar -xzf "$sdist" -C "$work" --wildcards "*/vendor/llama.cpp/*"
     local src=("$work"/llama_cpp_python-*/vendor/llama.cpp) out="$work/llama.cpp"
     mkdir -p "$out/ggml/src" "$out/tools" "$out/vendor"
-    # Allow-list: what the library, llama-common, libmtmd and the four tools need, CPU and CUDA backends only.
+    # Allow-list: what the library, llama-common, libmtmd and the five tools need, CPU and CUDA backends only.
     cp -a "$src"/{CMakeLists.txt,LICENSE,cmake,include,src,common,licenses} "$out/"
     cp -a "$src"/ggml/{CMakeLists.txt,cmake,include} "$out/ggml/"
     find "$src/ggml/src" -maxdepth 1 -type f -exec cp -a {} "$out/ggml/src/" \;
     cp -a "$src"/ggml/src/{ggml-cpu,ggml-cuda} "$out/ggml/src/"
     rm -rf "$out/ggml/src/ggml-cpu/spacemit" "$out/ggml/src/ggml-cpu/arch/"{arm,loongarch,powerpc,riscv,s390,wasm}
-    cp -a "$src"/tools/{llama-bench,batched-bench,quantize,mtmd} "$out/tools/"
+    cp -a "$src"/tools/{llama-bench,batched-bench,quantize,mtmd,server} "$out/tools/"
+    rm -rf "$out/tools/server/bench"
+    # llama-server's web UI: only the files that embed it (none here: the server runs without its UI).
+    mkdir -p "$out/tools/ui" "$out/scripts"
+    cp -a "$src"/tools/ui/{CMakeLists.txt,sources.cmake,ui.cpp.in,ui.h.in} "$out/tools/ui/"
+    cp -a "$src"/scripts/ui-assets.cmake "$out/scripts/"
     rm -f "$out"/tools/mtmd/test-*.{jpeg,mp3,mp4}   # its sample media (not built)
     cp -a "$src"/vendor/{cpp-httplib,hash,miniaudio,nlohmann,sheredom,stb} "$out/vendor/"
     cat > "$out/tools/CMakeLists.txt" <<'EOF'
@@ -68,6 +73,8 @@ add_subdirectory(batched-bench)
 add_subdirectory(llama-bench)
 add_subdirectory(quantize)
 add_subdirectory(mtmd)
+add_subdirectory(ui)
+add_subdirectory(server)
 EOF
     cat > "$out/vendor/CMakeLists.txt" <<'EOF'
 # stripped by bench/llama_cpp_cuda.sh: what llama-common and libmtmd link
@@ -90,7 +97,7 @@ EOF
 cmake_flags() {
     echo -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DMTMD_VIDEO=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DMTMD_VIDEO=OFF \
         -DLLAMA_BUILD_COMMIT="$COMMIT" -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DGGML_CUDA_COMPRESSION_MODE=none \
         ${CUDA_FIXUPS:-} ${LLAMA_CPP_CMAKE_ARGS:-}
 }
