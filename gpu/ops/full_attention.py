@@ -4,10 +4,58 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from gpu.device import DeviceLimits
 from gpu.program import ProgramBuilder, workgroup_grid
 from gpu.tensor import Tensor
 
 MAX_SCORES_BYTES = 256 << 20  # the scores activation of one group of heads at most (and within the binding limit)
+FLASH = True  # one pass (attention_full_flash.wgsl) where flash_plan finds a fit; False: always the scores path
+FLASH_ROWS = (64, 32, 16)  # query rows per workgroup tried, most first (fewer passes over K and V)
+FLASH_MAX_KEYS = 64  # keys per chunk at most
+FLASH_MIN_KEYS = 32  # keys per chunk that a larger row block must allow to be preferred
+
+
+@dataclass(frozen=True)
+class FlashPlan:
+    """Work split of attention_full_flash.wgsl: its BR and KC overrides and the threads they give."""
+
+    rows: int  # query rows per workgroup (BR)
+    keys: int  # keys per chunk in workgroup memory (KC)
+    threads: int  # workgroup size: rows / 4 * head_dim / 4
+    storage_bytes: int  # workgroup memory used
+
+
+def flash_storage_bytes(rows: int, keys: int, head_dim: int) -> int:
+    """Workgroup memory of attention_full_flash.wgsl: q tile, K/V tile (rows padded to an odd count of vec4),
+    scores and one f32 per row."""
+    padded = (head_dim // 4) | 1
+    return 16 * (rows * padded + keys * padded + rows * keys // 4) + 4 * rows
+
+
+def flash_plan(n: int, heads: int, head_dim: int, limits: DeviceLimits) -> FlashPlan | None:
+    """Rows per workgroup and keys per chunk for attention_full_flash.wgsl on a device with these limits, or
+    None where the kernel does not apply (head_dim not a multiple of 4 or under 16, or no block fits). The most
+    rows whose block still takes FLASH_MIN_KEYS keys a chunk, else the most keys a chunk; keys a multiple of 4, at
+    most FLASH_MAX_KEYS and at most n rounded up to 4."""
+    if head_dim % 4 or head_dim < 16 or n < 1 or heads < 1:
+        return None
+    cap = min(FLASH_MAX_KEYS, -(-n // 4) * 4)
+    fits = []
+    for rows in FLASH_ROWS:
+        threads = rows // 4 * head_dim // 4
+        if threads > limits.max_invocations:
+            continue
+        keys = cap
+        while keys >= 4 and flash_storage_bytes(rows, keys, head_dim) > limits.workgroup_storage_bytes:
+            keys -= 4
+        if keys >= 4:
+            fits.append(FlashPlan(rows, keys, threads, flash_storage_bytes(rows, keys, head_dim)))
+    for plan in fits:
+        if plan.keys >= min(FLASH_MIN_KEYS, cap):
+            return plan
+    return max(fits, key=lambda p: p.keys, default=None)
 
 
 def score_groups(b: ProgramBuilder, n: int, heads: int) -> int:
@@ -23,6 +71,14 @@ def score_groups(b: ProgramBuilder, n: int, heads: int) -> int:
     return heads // group
 
 
+def attention_full_flash(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: int, head_dim: int,
+                         scale: float, plan: FlashPlan) -> None:
+    """out = attention of the fused q|k|v rows over all n rows in one pass (kernels/attention_full_flash.wgsl):
+    one workgroup per block of plan.rows query rows of one head."""
+    constants = {"N": n, "HEADS": heads, "D": head_dim, "SCALE": scale, "BR": plan.rows, "KC": plan.keys}
+    b.dispatch("attention_full_flash", constants, [b.step, qkv, out], workgroup_grid(heads * -(-n // plan.rows)))
+
+
 def full_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: int, head_dim: int,
                    scale: float) -> None:
     """out = attention of the fused q|k|v rows over all n rows. With n a multiple of 4: scores into an activation
@@ -30,7 +86,12 @@ def full_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: i
     (kernels/attention_full_scores.wgsl, softmax_rows.wgsl, attention_full_values.wgsl; faster than one pass per
     (head, row) on lavapipe), for each group of heads whose scores fit one binding (score_groups: all heads at once
     for Whisper's 1500 rows, several groups for the 4096 rows of Gemma 3's vision tower); else one pass
-    (kernels/attention_full.wgsl)."""
+    (kernels/attention_full.wgsl). Where flash_plan finds a work split (and FLASH is on), all of it in one pass
+    without the scores (kernels/attention_full_flash.wgsl)."""
+    plan = flash_plan(n, heads, head_dim, b.device.limits) if FLASH else None
+    if plan is not None:
+        attention_full_flash(b, qkv, out, n, heads, head_dim, scale, plan)
+        return
     constants = {"N": n, "HEADS": heads, "D": head_dim}
     if n % 4:
         b.dispatch("attention_full", constants | {"SCALE": scale}, [b.step, qkv, out],

@@ -1,0 +1,183 @@
+// attention_full_flash: full (unmasked) self-attention over N rows in one pass, without the N x N scores:
+//   out[t, h, :] = sum_j softmax_j(SCALE * q[t, h] . k[j, h]) v[j, h]
+// q, k and v are read from one fused row [q | k | v] of 3 * HEADS * D values; out rows hold HEADS * D values.
+// Work split (FlashAttention-2): a workgroup takes BR consecutive query rows of one head and walks all N keys in
+// chunks of KC. The block's q rows (prescaled by SCALE * log2 e, so the softmax runs in base 2) stay in
+// workgroup memory; each chunk's K rows, then its V rows, are loaded once into one tile shared by every query
+// row of the block. Per chunk:
+//   scores: register tiles of 4 rows x 4 keys (keys g + KC4 u, u < 4: interleaved so that neighbouring threads
+//     read neighbouring rows of the tile; rows padded to an odd count of vec4 against bank conflicts), 16 FMAs
+//     per pair of vec4 loads, into s (the row's keys g + KC4 u as one vec4);
+//   softmax: thread r < BR owns row r's running max and sum in registers, turns the chunk's scores into
+//     weights in place and leaves the accumulator's rescale factor in `alpha` (the V rows load meanwhile);
+//   values: thread (row group, vec4 c) of WG = BR / 4 * D / 4 holds 4 rows x 4 dims of the output accumulator
+//     in named registers (loop-indexed arrays spill to local memory on NVIDIA's Vulkan compiler), 16 FMAs per
+//     pair of loads (a vec4 of weights, a vec4 of values).
+// Keys past N weigh 0; rows past N are computed from zero q and not written. The host picks BR and KC from
+// the device's workgroup storage (gpu/ops/full_attention.py, flash_plan).
+#include "common/step.wgsl"
+
+override N: u32 = 1500u;        // rows (queries and keys), any count
+override HEADS: u32 = 6u;       // heads in a fused row (and in an output row)
+override D: u32 = 64u;          // head dimension, a multiple of 4 (at least 16)
+override SCALE: f32 = 0.125;    // score scale, 1 / sqrt(D)
+override BR: u32 = 64u;         // query rows per workgroup, a multiple of 4
+override KC: u32 = 32u;         // keys per chunk, a multiple of 4
+
+const V4: u32 = D / 4u;                  // vec4 per head row
+const VP: u32 = V4 | 1u;                 // vec4 per tile row: odd, so rows start on different banks
+const KC4: u32 = KC / 4u;                // key groups per chunk
+const WG: u32 = BR / 4u * V4;            // threads: one per (4 rows, vec4 of the output)
+const STRIDE4: u32 = 3u * HEADS * V4;    // vec4 per fused row
+const TILES: u32 = BR / 4u * KC4;        // score tiles of 4 rows x 4 keys per chunk
+const BLOCKS: u32 = (N + BR - 1u) / BR;  // query blocks per head
+const LOG2E: f32 = 1.4426950408889634;
+const NEG_BIG: f32 = -3.4028235e38;
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> qkv: array<vec4<f32>>;         // [N, 3 * HEADS * D / 4]
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;   // [N, HEADS * D / 4]
+
+var<workgroup> q_tile: array<vec4<f32>, BR * VP>;   // [BR][VP] the block's q rows, prescaled
+var<workgroup> kv_tile: array<vec4<f32>, KC * VP>;  // [KC][VP] the chunk's K rows, then its V rows
+var<workgroup> s: array<vec4<f32>, BR * KC4>;       // [BR][KC4] scores, then weights, of keys g + KC4 u
+var<workgroup> alpha: array<f32, BR>;               // per row: the accumulator's rescale factor, at the end 1 / sum
+
+// Stage rows [chunk, chunk + KC) of part `part` (1: K, 2: V) of head h into kv_tile (rows past N: zeros).
+fn load_chunk(chunk: u32, part: u32, h: u32, lid: u32) {
+    for (var i = lid; i < KC * V4; i += WG) {
+        let j = i / V4;
+        let c = i % V4;
+        let key = chunk + j;
+        var x = vec4<f32>(0.0);
+        if (key < N) {
+            x = qkv[key * STRIDE4 + (part * HEADS + h) * V4 + c];
+        }
+        kv_tile[j * VP + c] = x;
+    }
+}
+
+// The weighted sum of the 4 values rows g + KC4 u of the tile at vec4 c.
+fn values4(g: u32, c: u32, w: vec4<f32>) -> vec4<f32> {
+    return w.x * kv_tile[g * VP + c] + w.y * kv_tile[(g + KC4) * VP + c] + w.z * kv_tile[(g + 2u * KC4) * VP + c]
+        + w.w * kv_tile[(g + 3u * KC4) * VP + c];
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let id = wid.x + wid.y * nwg.x;
+    // uniform per workgroup: the whole workgroup returns before any barrier
+    if (id >= HEADS * BLOCKS || step.n_tokens == 0u) {
+        return;
+    }
+    let h = id / BLOCKS;
+    let row0 = (id % BLOCKS) * BR;
+
+    for (var i = lid; i < BR * V4; i += WG) {
+        let r = i / V4;
+        let c = i % V4;
+        var x = vec4<f32>(0.0);
+        if (row0 + r < N) {
+            x = qkv[(row0 + r) * STRIDE4 + h * V4 + c] * (SCALE * LOG2E);
+        }
+        q_tile[r * VP + c] = x;
+    }
+
+    // this thread's output tile: rows 4 rg + i, vec4 c
+    let rg = lid / V4;
+    let c = lid % V4;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    // row lid's running max (log2 units) and sum, for lid < BR
+    var m = NEG_BIG;
+    var l = 0.0;
+    let lanes = vec4<u32>(0u, KC4, 2u * KC4, 3u * KC4);
+
+    for (var chunk = 0u; chunk < N; chunk += KC) {
+        load_chunk(chunk, 1u, h, lid);
+        workgroupBarrier();
+        for (var t = lid; t < TILES; t += WG) {
+            let g = t % KC4;
+            let r = (t / KC4) * 4u;
+            var s0 = vec4<f32>(0.0);
+            var s1 = vec4<f32>(0.0);
+            var s2 = vec4<f32>(0.0);
+            var s3 = vec4<f32>(0.0);
+            for (var d = 0u; d < V4; d++) {
+                let k0 = kv_tile[g * VP + d];
+                let k1 = kv_tile[(g + KC4) * VP + d];
+                let k2 = kv_tile[(g + 2u * KC4) * VP + d];
+                let k3 = kv_tile[(g + 3u * KC4) * VP + d];
+                let q0 = q_tile[r * VP + d];
+                let q1 = q_tile[(r + 1u) * VP + d];
+                let q2 = q_tile[(r + 2u) * VP + d];
+                let q3 = q_tile[(r + 3u) * VP + d];
+                s0 += vec4<f32>(dot(q0, k0), dot(q0, k1), dot(q0, k2), dot(q0, k3));
+                s1 += vec4<f32>(dot(q1, k0), dot(q1, k1), dot(q1, k2), dot(q1, k3));
+                s2 += vec4<f32>(dot(q2, k0), dot(q2, k1), dot(q2, k2), dot(q2, k3));
+                s3 += vec4<f32>(dot(q3, k0), dot(q3, k1), dot(q3, k2), dot(q3, k3));
+            }
+            s[r * KC4 + g] = s0;
+            s[(r + 1u) * KC4 + g] = s1;
+            s[(r + 2u) * KC4 + g] = s2;
+            s[(r + 3u) * KC4 + g] = s3;
+        }
+        workgroupBarrier();
+        load_chunk(chunk, 2u, h, lid);
+        if (lid < BR) {
+            // keys past N (only in the last chunk) count as -inf
+            let limit = vec4<u32>(N - chunk);
+            var mx = vec4<f32>(NEG_BIG);
+            for (var g = 0u; g < KC4; g++) {
+                mx = max(mx, select(vec4<f32>(NEG_BIG), s[lid * KC4 + g], lanes + g < limit));
+            }
+            let m_new = max(m, max(max(mx.x, mx.y), max(mx.z, mx.w)));
+            let a = exp2(m - m_new);
+            var sum = vec4<f32>(0.0);
+            for (var g = 0u; g < KC4; g++) {
+                let p = select(vec4<f32>(0.0), exp2(s[lid * KC4 + g] - m_new), lanes + g < limit);
+                s[lid * KC4 + g] = p;
+                sum += p;
+            }
+            l = l * a + (sum.x + sum.y) + (sum.z + sum.w);
+            m = m_new;
+            alpha[lid] = a;
+        }
+        workgroupBarrier();
+        let r = rg * 4u;
+        acc0 *= alpha[r];
+        acc1 *= alpha[r + 1u];
+        acc2 *= alpha[r + 2u];
+        acc3 *= alpha[r + 3u];
+        for (var g = 0u; g < KC4; g++) {
+            acc0 += values4(g, c, s[r * KC4 + g]);
+            acc1 += values4(g, c, s[(r + 1u) * KC4 + g]);
+            acc2 += values4(g, c, s[(r + 2u) * KC4 + g]);
+            acc3 += values4(g, c, s[(r + 3u) * KC4 + g]);
+        }
+        workgroupBarrier();
+    }
+
+    if (lid < BR) {
+        alpha[lid] = 1.0 / l;
+    }
+    workgroupBarrier();
+    let r = rg * 4u;
+    let o = (row0 + r) * HEADS * V4 + h * V4 + c;
+    let ostride = HEADS * V4;
+    if (row0 + r < N) {
+        out[o] = acc0 * alpha[r];
+    }
+    if (row0 + r + 1u < N) {
+        out[o + ostride] = acc1 * alpha[r + 1u];
+    }
+    if (row0 + r + 2u < N) {
+        out[o + 2u * ostride] = acc2 * alpha[r + 2u];
+    }
+    if (row0 + r + 3u < N) {
+        out[o + 3u * ostride] = acc3 * alpha[r + 3u];
+    }
+}
