@@ -81,17 +81,22 @@ def attention_full_flash(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, he
 
 def full_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: int, head_dim: int,
                    scale: float) -> None:
-    """out = attention of the fused q|k|v rows over all n rows. With n a multiple of 4: scores into an activation
-    [group * n, n] by register tiles, softmax per row in place, then the values by register tiles
-    (kernels/attention_full_scores.wgsl, softmax_rows.wgsl, attention_full_values.wgsl; faster than one pass per
-    (head, row) on lavapipe), for each group of heads whose scores fit one binding (score_groups: all heads at once
-    for Whisper's 1500 rows, several groups for the 4096 rows of Gemma 3's vision tower); else one pass
-    (kernels/attention_full.wgsl). Where flash_plan finds a work split (and FLASH is on), all of it in one pass
-    without the scores (kernels/attention_full_flash.wgsl)."""
+    """out = attention of the fused q|k|v rows over all n rows: in one pass without the n x n scores
+    (kernels/attention_full_flash.wgsl) where flash_plan finds a work split within the device's limits and FLASH is
+    on, else through the scores (full_attention_scores)."""
     plan = flash_plan(n, heads, head_dim, b.device.limits) if FLASH else None
     if plan is not None:
         attention_full_flash(b, qkv, out, n, heads, head_dim, scale, plan)
-        return
+    else:
+        full_attention_scores(b, qkv, out, n, heads, head_dim, scale)
+
+
+def full_attention_scores(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: int, head_dim: int,
+                          scale: float) -> None:
+    """full_attention through the scores. With n a multiple of 4: scores into an activation [group * n, n] by
+    register tiles, softmax per row in place, then the values by register tiles (kernels/attention_full_scores.wgsl,
+    softmax_rows.wgsl, attention_full_values.wgsl), for each group of heads whose scores fit one binding
+    (score_groups); else one pass per (head, row) (kernels/attention_full.wgsl)."""
     constants = {"N": n, "HEADS": heads, "D": head_dim}
     if n % 4:
         b.dispatch("attention_full", constants | {"SCALE": scale}, [b.step, qkv, out],
