@@ -8,8 +8,10 @@
 //   scores: register tiles of 4 rows x 4 keys (keys g + KC4 u, u < 4: interleaved so that neighbouring threads
 //     read neighbouring rows of the tile; rows padded to an odd count of vec4 against bank conflicts), 16 FMAs
 //     per pair of vec4 loads, into s (the row's keys g + KC4 u as one vec4);
-//   softmax: thread r < BR owns row r's running max and sum in registers, turns the chunk's scores into
-//     weights in place and leaves the accumulator's rescale factor in `alpha` (the V rows load meanwhile);
+//   softmax: PARTS threads a row each take every PARTS-th key group and keep the row's running max and their
+//     part of its sum in registers; they share their chunk maxima through workgroup memory, turn the chunk's
+//     scores into weights in place and leave the accumulator's rescale factor in `alpha` (the V rows load
+//     meanwhile);
 //   values: thread (row group, vec4 c) of WG = BR / 4 * D / 4 holds 4 rows x 4 dims of the output accumulator
 //     in named registers (loop-indexed arrays spill to local memory on NVIDIA's Vulkan compiler), 16 FMAs per
 //     pair of loads (a vec4 of weights, a vec4 of values).
@@ -30,6 +32,7 @@ const KC4: u32 = KC / 4u;                // key groups per chunk
 const WG: u32 = BR / 4u * V4;            // threads: one per (4 rows, vec4 of the output)
 const STRIDE4: u32 = 3u * HEADS * V4;    // vec4 per fused row
 const TILES: u32 = BR / 4u * KC4;        // score tiles of 4 rows x 4 keys per chunk
+const PARTS: u32 = min(4u, V4 / 4u);     // threads per row in the softmax (at most WG / BR)
 const BLOCKS: u32 = (N + BR - 1u) / BR;  // query blocks per head
 const LOG2E: f32 = 1.4426950408889634;
 const NEG_BIG: f32 = -3.4028235e38;
@@ -42,6 +45,7 @@ var<workgroup> q_tile: array<vec4<f32>, BR * VP>;   // [BR][VP] the block's q ro
 var<workgroup> kv_tile: array<vec4<f32>, KC * VP>;  // [KC][VP] the chunk's K rows, then its V rows
 var<workgroup> s: array<vec4<f32>, BR * KC4>;       // [BR][KC4] scores, then weights, of keys g + KC4 u
 var<workgroup> alpha: array<f32, BR>;               // per row: the accumulator's rescale factor, at the end 1 / sum
+var<workgroup> part_max: array<f32, PARTS * BR>;    // per row and part: the chunk's max, at the end the part's sum
 
 // Stage rows [chunk, chunk + KC) of part `part` (1: K, 2: V) of head h into kv_tile (rows past N: zeros).
 fn load_chunk(chunk: u32, part: u32, h: u32, lid: u32) {
@@ -55,12 +59,6 @@ fn load_chunk(chunk: u32, part: u32, h: u32, lid: u32) {
         }
         kv_tile[j * VP + c] = x;
     }
-}
-
-// The weighted sum of the 4 values rows g + KC4 u of the tile at vec4 c.
-fn values4(g: u32, c: u32, w: vec4<f32>) -> vec4<f32> {
-    return w.x * kv_tile[g * VP + c] + w.y * kv_tile[(g + KC4) * VP + c] + w.z * kv_tile[(g + 2u * KC4) * VP + c]
-        + w.w * kv_tile[(g + 3u * KC4) * VP + c];
 }
 
 @compute @workgroup_size(WG)
@@ -91,7 +89,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
-    // row lid's running max (log2 units) and sum, for lid < BR
+    // thread lid < PARTS * BR: part `part` of row `own`'s keys, its running max (log2 units, the same in all
+    // of the row's parts) and its part of the running sum
+    let own = lid / PARTS;
+    let part = lid % PARTS;
     var m = NEG_BIG;
     var l = 0.0;
     let lanes = vec4<u32>(0u, KC4, 2u * KC4, 3u * KC4);
@@ -127,24 +128,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         load_chunk(chunk, 2u, h, lid);
-        if (lid < BR) {
-            // keys past N (only in the last chunk) count as -inf
-            let limit = vec4<u32>(N - chunk);
-            var mx = vec4<f32>(NEG_BIG);
-            for (var g = 0u; g < KC4; g++) {
-                mx = max(mx, select(vec4<f32>(NEG_BIG), s[lid * KC4 + g], lanes + g < limit));
+        // keys past N (only in the last chunk) count as -inf
+        let limit = vec4<u32>(N - chunk);
+        var mx = vec4<f32>(NEG_BIG);
+        if (lid < PARTS * BR) {
+            for (var g = part; g < KC4; g += PARTS) {
+                mx = max(mx, select(vec4<f32>(NEG_BIG), s[own * KC4 + g], lanes + g < limit));
             }
-            let m_new = max(m, max(max(mx.x, mx.y), max(mx.z, mx.w)));
+            part_max[lid] = max(max(mx.x, mx.y), max(mx.z, mx.w));
+        }
+        workgroupBarrier();
+        if (lid < PARTS * BR) {
+            var m_new = m;
+            for (var u = 0u; u < PARTS; u++) {
+                m_new = max(m_new, part_max[own * PARTS + u]);
+            }
             let a = exp2(m - m_new);
             var sum = vec4<f32>(0.0);
-            for (var g = 0u; g < KC4; g++) {
-                let p = select(vec4<f32>(0.0), exp2(s[lid * KC4 + g] - m_new), lanes + g < limit);
-                s[lid * KC4 + g] = p;
+            for (var g = part; g < KC4; g += PARTS) {
+                let p = select(vec4<f32>(0.0), exp2(s[own * KC4 + g] - m_new), lanes + g < limit);
+                s[own * KC4 + g] = p;
                 sum += p;
             }
             l = l * a + (sum.x + sum.y) + (sum.z + sum.w);
             m = m_new;
-            alpha[lid] = a;
+            if (part == 0u) {
+                alpha[own] = a;
+            }
         }
         workgroupBarrier();
         let r = rg * 4u;
@@ -153,16 +163,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc2 *= alpha[r + 2u];
         acc3 *= alpha[r + 3u];
         for (var g = 0u; g < KC4; g++) {
-            acc0 += values4(g, c, s[r * KC4 + g]);
-            acc1 += values4(g, c, s[(r + 1u) * KC4 + g]);
-            acc2 += values4(g, c, s[(r + 2u) * KC4 + g]);
-            acc3 += values4(g, c, s[(r + 3u) * KC4 + g]);
+            let v0 = kv_tile[g * VP + c];
+            let v1 = kv_tile[(g + KC4) * VP + c];
+            let v2 = kv_tile[(g + 2u * KC4) * VP + c];
+            let v3 = kv_tile[(g + 3u * KC4) * VP + c];
+            let w0 = s[r * KC4 + g];
+            let w1 = s[(r + 1u) * KC4 + g];
+            let w2 = s[(r + 2u) * KC4 + g];
+            let w3 = s[(r + 3u) * KC4 + g];
+            acc0 += w0.x * v0 + w0.y * v1 + w0.z * v2 + w0.w * v3;
+            acc1 += w1.x * v0 + w1.y * v1 + w1.z * v2 + w1.w * v3;
+            acc2 += w2.x * v0 + w2.y * v1 + w2.z * v2 + w2.w * v3;
+            acc3 += w3.x * v0 + w3.y * v1 + w3.z * v2 + w3.w * v3;
         }
         workgroupBarrier();
     }
 
+    if (lid < PARTS * BR) {
+        part_max[lid] = l;
+    }
+    workgroupBarrier();
     if (lid < BR) {
-        alpha[lid] = 1.0 / l;
+        var sum = 0.0;
+        for (var u = 0u; u < PARTS; u++) {
+            sum += part_max[lid * PARTS + u];
+        }
+        alpha[lid] = 1.0 / sum;
     }
     workgroupBarrier();
     let r = rg * 4u;

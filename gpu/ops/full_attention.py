@@ -29,9 +29,10 @@ class FlashPlan:
 
 def flash_storage_bytes(rows: int, keys: int, head_dim: int) -> int:
     """Workgroup memory of attention_full_flash.wgsl: q tile, K/V tile (rows padded to an odd count of vec4),
-    scores and one f32 per row."""
+    scores, one f32 per row and one per row and softmax part."""
     padded = (head_dim // 4) | 1
-    return 16 * (rows * padded + keys * padded + rows * keys // 4) + 4 * rows
+    parts = min(4, head_dim // 16)
+    return 16 * (rows * padded + keys * padded + rows * keys // 4) + 4 * rows * (1 + parts)
 
 
 def flash_plan(n: int, heads: int, head_dim: int, limits: DeviceLimits) -> FlashPlan | None:

@@ -59,11 +59,11 @@ def test_attention_full_flash(ex: Executor, monkeypatch: pytest.MonkeyPatch, n: 
 
 
 def test_flash_plan() -> None:
-    # lavapipe's and NVIDIA's 32 KiB: 64 rows would leave 16 keys a chunk for 72 dims, so 32 rows of 52 keys
-    assert flash_plan(4096, 16, 72, limits(32768)) == FlashPlan(32, 52, 144, 32320)
-    assert flash_plan(1500, 6, 64, limits(32768)) == FlashPlan(32, 56, 128, 31232)
-    # 48 KiB: 64 rows of 52 keys
-    assert flash_plan(4096, 16, 72, limits(49152)) == FlashPlan(64, 52, 288, 48832)
+    # lavapipe's and NVIDIA's 32 KiB: 64 rows would leave 16 keys a chunk for 72 dims, so 32 rows of 48 keys
+    assert flash_plan(4096, 16, 72, limits(32768)) == FlashPlan(32, 48, 144, 31104)
+    assert flash_plan(1500, 6, 64, limits(32768)) == FlashPlan(32, 56, 128, 31744)
+    # 48 KiB: 64 rows of 48 keys
+    assert flash_plan(4096, 16, 72, limits(49152)) == FlashPlan(64, 48, 288, 47616)
     # WebGPU's 16 KiB minimum and 256 invocations
     plan = flash_plan(4096, 16, 72, limits(16384, 256))
     assert plan is not None and plan.storage_bytes <= 16384 and plan.threads <= 256 and plan.keys % 4 == 0
