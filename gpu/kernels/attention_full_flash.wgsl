@@ -15,8 +15,11 @@
 //   values: thread (row group, vec4 c) of WG = BR / 4 * D / 4 holds 4 rows x 4 dims of the output accumulator
 //     in named registers (loop-indexed arrays spill to local memory on NVIDIA's Vulkan compiler), 16 FMAs per
 //     pair of loads (a vec4 of weights, a vec4 of values).
-// Keys past N weigh 0; rows past N are computed from zero q and not written. The host picks BR and KC from
-// the device's workgroup storage (gpu/ops/full_attention.py, flash_plan).
+// PREFETCH: each thread's share of the V rows is fetched from global memory into registers before the scores
+// and stored to the tile after them, and the next chunk's K rows during the values, so that the loads' latency
+// hides behind the FMAs (at most 4 vec4 a thread: KC <= BR). Without it, each tile is loaded right before use.
+// Keys past N weigh 0; rows past N are computed from zero q and not written. The host picks BR, KC and PREFETCH
+// from the device's workgroup storage (gpu/ops/full_attention.py, flash_plan).
 #include "common/step.wgsl"
 
 override N: u32 = 1500u;        // rows (queries and keys), any count
@@ -25,6 +28,7 @@ override D: u32 = 64u;          // head dimension, a multiple of 4 (at least 16)
 override SCALE: f32 = 0.125;    // score scale, 1 / sqrt(D)
 override BR: u32 = 64u;         // query rows per workgroup, a multiple of 4
 override KC: u32 = 32u;         // keys per chunk, a multiple of 4
+override PREFETCH: bool = false; // K and V words fetched into registers a phase ahead (needs KC <= BR)
 
 const V4: u32 = D / 4u;                  // vec4 per head row
 const VP: u32 = V4 | 1u;                 // vec4 per tile row: odd, so rows start on different banks
@@ -34,6 +38,8 @@ const STRIDE4: u32 = 3u * HEADS * V4;    // vec4 per fused row
 const TILES: u32 = BR / 4u * KC4;        // score tiles of 4 rows x 4 keys per chunk
 const PARTS: u32 = min(4u, V4 / 4u);     // threads per row in the softmax (at most WG / BR)
 const BLOCKS: u32 = (N + BR - 1u) / BR;  // query blocks per head
+const LOADS: u32 = KC * V4;              // vec4 of K (and of V) per chunk
+const PER: u32 = (LOADS + WG - 1u) / WG; // of them per thread: 4 KC / BR, at most 4 with PREFETCH
 const LOG2E: f32 = 1.4426950408889634;
 const NEG_BIG: f32 = -3.4028235e38;
 
@@ -47,17 +53,61 @@ var<workgroup> s: array<vec4<f32>, BR * KC4>;       // [BR][KC4] scores, then we
 var<workgroup> alpha: array<f32, BR>;               // per row: the accumulator's rescale factor, at the end 1 / sum
 var<workgroup> part_max: array<f32, PARTS * BR>;    // per row and part: the chunk's max, at the end the part's sum
 
+// Load i of rows [chunk, chunk + KC) of part `part` of head h: zero past the chunk's loads or past N.
+fn chunk_word(i: u32, chunk: u32, part: u32, h: u32) -> vec4<f32> {
+    let key = chunk + i / V4;
+    if (i >= LOADS || key >= N) {
+        return vec4<f32>(0.0);
+    }
+    return qkv[key * STRIDE4 + (part * HEADS + h) * V4 + i % V4];
+}
+
 // Stage rows [chunk, chunk + KC) of part `part` (1: K, 2: V) of head h into kv_tile (rows past N: zeros).
 fn load_chunk(chunk: u32, part: u32, h: u32, lid: u32) {
-    for (var i = lid; i < KC * V4; i += WG) {
-        let j = i / V4;
-        let c = i % V4;
-        let key = chunk + j;
-        var x = vec4<f32>(0.0);
-        if (key < N) {
-            x = qkv[key * STRIDE4 + (part * HEADS + h) * V4 + c];
-        }
-        kv_tile[j * VP + c] = x;
+    for (var i = lid; i < LOADS; i += WG) {
+        kv_tile[i / V4 * VP + i % V4] = chunk_word(i, chunk, part, h);
+    }
+}
+
+// A thread's words of a chunk's K or V rows in registers (PREFETCH): load lid + WG u in field u.
+struct Staged {
+    w0: vec4<f32>,
+    w1: vec4<f32>,
+    w2: vec4<f32>,
+    w3: vec4<f32>,
+}
+
+fn fetch(chunk: u32, part: u32, h: u32, lid: u32) -> Staged {
+    var x = Staged(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    x.w0 = chunk_word(lid, chunk, part, h);
+    if (PER > 1u) {
+        x.w1 = chunk_word(lid + WG, chunk, part, h);
+    }
+    if (PER > 2u) {
+        x.w2 = chunk_word(lid + 2u * WG, chunk, part, h);
+    }
+    if (PER > 3u) {
+        x.w3 = chunk_word(lid + 3u * WG, chunk, part, h);
+    }
+    return x;
+}
+
+fn stage_word(i: u32, w: vec4<f32>) {
+    if (i < LOADS) {
+        kv_tile[i / V4 * VP + i % V4] = w;
+    }
+}
+
+fn stage(x: Staged, lid: u32) {
+    stage_word(lid, x.w0);
+    if (PER > 1u) {
+        stage_word(lid + WG, x.w1);
+    }
+    if (PER > 2u) {
+        stage_word(lid + 2u * WG, x.w2);
+    }
+    if (PER > 3u) {
+        stage_word(lid + 3u * WG, x.w3);
     }
 }
 
@@ -96,10 +146,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var m = NEG_BIG;
     var l = 0.0;
     let lanes = vec4<u32>(0u, KC4, 2u * KC4, 3u * KC4);
+    var k_next = Staged(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    var v_next = k_next;
+    if (PREFETCH) {
+        k_next = fetch(0u, 1u, h, lid);
+    }
 
     for (var chunk = 0u; chunk < N; chunk += KC) {
-        load_chunk(chunk, 1u, h, lid);
+        if (PREFETCH) {
+            stage(k_next, lid);
+        } else {
+            load_chunk(chunk, 1u, h, lid);
+        }
         workgroupBarrier();
+        if (PREFETCH) {  // in flight during the scores
+            v_next = fetch(chunk, 2u, h, lid);
+        }
         for (var t = lid; t < TILES; t += WG) {
             let g = t % KC4;
             let r = (t / KC4) * 4u;
@@ -127,7 +189,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             s[(r + 3u) * KC4 + g] = s3;
         }
         workgroupBarrier();
-        load_chunk(chunk, 2u, h, lid);
+        if (PREFETCH) {
+            stage(v_next, lid);
+        } else {
+            load_chunk(chunk, 2u, h, lid);
+        }
         // keys past N (only in the last chunk) count as -inf
         let limit = vec4<u32>(N - chunk);
         var mx = vec4<f32>(NEG_BIG);
@@ -157,6 +223,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         workgroupBarrier();
+        if (PREFETCH) {  // the next chunk's keys, in flight during the values
+            k_next = fetch(chunk + KC, 1u, h, lid);
+        }
         let r = rg * 4u;
         acc0 *= alpha[r];
         acc1 *= alpha[r + 1u];

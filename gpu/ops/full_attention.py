@@ -19,12 +19,13 @@ FLASH_MIN_KEYS = 32  # keys per chunk that a larger row block must allow to be p
 
 @dataclass(frozen=True)
 class FlashPlan:
-    """Work split of attention_full_flash.wgsl: its BR and KC overrides and the threads they give."""
+    """Work split of attention_full_flash.wgsl: its BR, KC and PREFETCH overrides and the threads they give."""
 
     rows: int  # query rows per workgroup (BR)
     keys: int  # keys per chunk in workgroup memory (KC)
     threads: int  # workgroup size: rows / 4 * head_dim / 4
     storage_bytes: int  # workgroup memory used
+    prefetch: bool = False  # K and V fetched into registers a phase ahead: at most 4 vec4 a thread, keys <= rows
 
 
 def flash_storage_bytes(rows: int, keys: int, head_dim: int) -> int:
@@ -39,7 +40,7 @@ def flash_plan(n: int, heads: int, head_dim: int, limits: DeviceLimits) -> Flash
     """Rows per workgroup and keys per chunk for attention_full_flash.wgsl on a device with these limits, or
     None where the kernel does not apply (head_dim not a multiple of 4 or under 16, or no block fits). The most
     rows whose block still takes FLASH_MIN_KEYS keys a chunk, else the most keys a chunk; keys a multiple of 4, at
-    most FLASH_MAX_KEYS and at most n rounded up to 4."""
+    most FLASH_MAX_KEYS and at most n rounded up to 4; prefetching where the keys allow it."""
     if head_dim % 4 or head_dim < 16 or n < 1 or heads < 1:
         return None
     cap = min(FLASH_MAX_KEYS, -(-n // 4) * 4)
@@ -52,7 +53,7 @@ def flash_plan(n: int, heads: int, head_dim: int, limits: DeviceLimits) -> Flash
         while keys >= 4 and flash_storage_bytes(rows, keys, head_dim) > limits.workgroup_storage_bytes:
             keys -= 4
         if keys >= 4:
-            fits.append(FlashPlan(rows, keys, threads, flash_storage_bytes(rows, keys, head_dim)))
+            fits.append(FlashPlan(rows, keys, threads, flash_storage_bytes(rows, keys, head_dim), keys <= rows))
     for plan in fits:
         if plan.keys >= min(FLASH_MIN_KEYS, cap):
             return plan
@@ -76,7 +77,8 @@ def attention_full_flash(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, he
                          scale: float, plan: FlashPlan) -> None:
     """out = attention of the fused q|k|v rows over all n rows in one pass (kernels/attention_full_flash.wgsl):
     one workgroup per block of plan.rows query rows of one head."""
-    constants = {"N": n, "HEADS": heads, "D": head_dim, "SCALE": scale, "BR": plan.rows, "KC": plan.keys}
+    constants = {"N": n, "HEADS": heads, "D": head_dim, "SCALE": scale, "BR": plan.rows, "KC": plan.keys,
+                 "PREFETCH": plan.prefetch}
     b.dispatch("attention_full_flash", constants, [b.step, qkv, out], workgroup_grid(heads * -(-n // plan.rows)))
 
 

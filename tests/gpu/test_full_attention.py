@@ -10,6 +10,8 @@ order 1, accurate to a few f32 ulps times the rescales, well inside rtol/atol 1e
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -42,11 +44,14 @@ def limits(storage: int, invocations: int = 1024) -> DeviceLimits:
     (37, 2, 128, 32768),    # fewer rows than a block
     (1024, 16, 72, 32768),  # Gemma 3 vision's heads at a quarter of its rows
 ])
+@pytest.mark.parametrize("prefetch", [False, True])
 def test_attention_full_flash(ex: Executor, monkeypatch: pytest.MonkeyPatch, n: int, heads: int, d: int,
-                              storage: int) -> None:
+                              storage: int, prefetch: bool) -> None:
     storage = min(storage, ex.device.limits.workgroup_storage_bytes)
     plan = flash_plan(n, heads, d, limits(storage, ex.device.limits.max_invocations))
     assert plan is not None
+    keys = min(plan.keys, plan.rows) if prefetch else plan.keys  # prefetching needs keys <= rows
+    plan = replace(plan, keys=keys, storage_bytes=flash_storage_bytes(plan.rows, keys, d), prefetch=prefetch)
     monkeypatch.setattr(attention_op, "flash_plan", lambda *args: plan)
     rng = np.random.default_rng(n + d)
     qkv = rng.standard_normal((n, 3 * heads * d)).astype(np.float32)
@@ -63,7 +68,7 @@ def test_flash_plan() -> None:
     assert flash_plan(4096, 16, 72, limits(32768)) == FlashPlan(32, 48, 144, 31104)
     assert flash_plan(1500, 6, 64, limits(32768)) == FlashPlan(32, 56, 128, 31744)
     # 48 KiB: 64 rows of 48 keys
-    assert flash_plan(4096, 16, 72, limits(49152)) == FlashPlan(64, 48, 288, 47616)
+    assert flash_plan(4096, 16, 72, limits(49152)) == FlashPlan(64, 48, 288, 47616, prefetch=True)
     # WebGPU's 16 KiB minimum and 256 invocations
     plan = flash_plan(4096, 16, 72, limits(16384, 256))
     assert plan is not None and plan.storage_bytes <= 16384 and plan.threads <= 256 and plan.keys % 4 == 0
@@ -76,6 +81,7 @@ def test_flash_plan() -> None:
             if plan is not None:
                 assert plan.storage_bytes == flash_storage_bytes(plan.rows, plan.keys, d) <= storage
                 assert plan.threads == plan.rows * d // 16 and plan.rows % 4 == 0 and plan.keys % 4 == 0
+                assert plan.prefetch == (plan.keys <= plan.rows)
     assert flash_plan(100, 2, 70, limits(32768)) is None  # head dim not a multiple of 4
     assert flash_plan(100, 2, 512, limits(16384)) is None  # no block fits
 

@@ -1,7 +1,7 @@
 """Full (unmasked) self-attention benchmark: GPU time of the scores path (attention_full_scores + softmax_rows +
 attention_full_values, gpu/ops/full_attention.py's full_attention_scores) and of the one-pass
-attention_full_flash.wgsl (its default flash_plan, and with --sweep other row blocks and key chunks) on the same
-fused q|k|v rows, for the encoders' shapes: Gemma 3's vision tower (4096 rows, 16 heads of 72, 27 layers) and
+attention_full_flash.wgsl (its default flash_plan, and with --sweep other row blocks, key chunks and prefetching)
+on the same fused q|k|v rows, for the encoders' shapes: Gemma 3's vision tower (4096 rows, 16 heads of 72, 27 layers) and
 Whisper's audio encoder (1500 rows, heads of 64: 6 for tiny, 8 for base, 20 for large, 32 layers for large).
 
 Each variant's program is replayed inside one compute pass with timestamp queries at the pass's start and end;
@@ -56,7 +56,8 @@ def pass_seconds(timer: PassTimer, program: Program, reps: int, n: int) -> float
 
 
 def sweep_plans(ex: Executor, n: int, d: int) -> list[FlashPlan]:
-    """The flash plans of SWEEP_KEYS keys a chunk and FLASH_ROWS rows that fit the device."""
+    """The flash plans of SWEEP_KEYS keys a chunk and FLASH_ROWS rows that fit the device, with and without
+    prefetching where it applies."""
     plans = []
     for rows in FLASH_ROWS:
         for keys in SWEEP_KEYS:
@@ -65,6 +66,8 @@ def sweep_plans(ex: Executor, n: int, d: int) -> list[FlashPlan]:
             if keys <= -(-n // 4) * 4 and storage <= ex.device.limits.workgroup_storage_bytes \
                     and threads <= ex.device.limits.max_invocations:
                 plans.append(FlashPlan(rows, keys, threads, storage))
+                if keys <= rows:
+                    plans.append(FlashPlan(rows, keys, threads, storage, prefetch=True))
     return plans
 
 
@@ -78,11 +81,11 @@ def run_case(ex: Executor, timer: PassTimer, n: int, heads: int, d: int, sweep: 
     default = flash_plan(n, heads, d, ex.device.limits)
     variants: dict[str, FlashPlan | None] = {"scores path": None}
     if default is not None:
-        variants[f"flash default br{default.rows} kc{default.keys}"] = default
+        variants[f"flash default br{default.rows} kc{default.keys}{' pf' if default.prefetch else ''}"] = default
     if sweep:
         for plan in sweep_plans(ex, n, d):
             if plan != default:
-                variants[f"flash br{plan.rows} kc{plan.keys} wg{plan.threads}"] = plan
+                variants[f"flash br{plan.rows} kc{plan.keys} wg{plan.threads}{' pf' if plan.prefetch else ''}"] = plan
     programs, diffs, reference = {}, {}, None
     for name, plan in variants.items():
         b = ProgramBuilder(ex, name)
