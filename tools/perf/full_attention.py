@@ -1,8 +1,9 @@
 """Full (unmasked) self-attention benchmark: GPU time of the scores path (attention_full_scores + softmax_rows +
 attention_full_values, gpu/ops/full_attention.py's full_attention_scores) and of the one-pass
 attention_full_flash.wgsl (its default flash_plan, and with --sweep other row blocks, key chunks and prefetching)
-on the same fused q|k|v rows, for the encoders' shapes: Gemma 3's vision tower (4096 rows, 16 heads of 72, 27 layers) and
-Whisper's audio encoder (1500 rows, heads of 64: 6 for tiny, 8 for base, 20 for large, 32 layers for large).
+on the same fused q|k|v rows, for the encoders' shapes: Gemma 3's vision tower (4096 rows, 16 heads of 72, 27
+layers) and Whisper's audio encoder (1500 rows, heads of 64: 6 for tiny, 8 for base, 20 for large, 32 layers for
+large).
 
 Each variant's program is replayed inside one compute pass with timestamp queries at the pass's start and end;
 a call's time is the fastest of ROUNDS passes, the variants' passes interleaved. Outputs are compared with the
