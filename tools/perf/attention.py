@@ -12,6 +12,8 @@ of a whole prefill: sliding layers x the sliding time + global layers x the glob
 
     python tools/perf/attention.py                        # 270m, 1b, 4b; default variant and a small sweep
     python tools/perf/attention.py --models 270m --no-sweep --tokens 32 --ctx 64   # smoke test (lavapipe)
+    python tools/perf/attention.py --full [--sweep] [--cases 1024:16:72]  # the encoders' full attention
+                                                                          # (tools/perf/full_attention.py)
 
 The sweep's rows name each variant (subgroup reduction, rows in pairs, threads, keys per chunk, splits): its
 fastest is what gpu/ops/attention_prompt.py should pick on that GPU.
@@ -166,6 +168,10 @@ def summary(results: list[dict]) -> list[str]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--full"]:  # full (unmasked) attention has a tool of its own; its arguments follow
+        from tools.perf import full_attention
+        full_attention.main()
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="270m,1b,4b")
     parser.add_argument("--tokens", type=int, default=512, help="tokens of a prompt chunk")
