@@ -241,7 +241,8 @@ class ChatWorker(WorkerBase[ChatModel]):
             for digests in by_shape.values():
                 rows = encoder.encode(np.stack([missing[d] for d in digests]))
                 job.image_rows.update(zip(digests, np.asarray(rows, np.float32), strict=True))
-        return [ImageSpan(i.start, job.image_rows[i.digest], i.digest) for i in spec.images]
+        return [ImageSpan(i.start, job.image_rows[i.digest], i.digest, audio=isinstance(i, PromptAudio))
+                for i in spec.images]
 
     def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
                      ) -> tuple[Job, deque[ChoiceSpec] | None, ChoiceSpec] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,11 +27,14 @@ from models.text.step_io import PREFILL_BUCKETS
 @dataclass(frozen=True, eq=False)
 class ImageSpan:
     """An image's rows in a prompt: rows [start, start + len(embeddings)) take embeddings (f32 [n, D]) as inputs.
-    digest: a hash of the image's pixels, the image's identity wherever rows of prompts are compared or reused."""
+    digest: a hash of the image's pixels, the image's identity wherever rows of prompts are compared or reused.
+    audio: the rows are an audio clip's, causal whatever the family does for images (Gemma 4's mm_token_type_ids
+    mark only images as a block)."""
 
     start: int
     embeddings: np.ndarray
     digest: str = field(default="")
+    audio: bool = False
 
     @property
     def end(self) -> int:
@@ -72,13 +76,20 @@ def chunk_end(spans: Sequence[ImageSpan], start: int, n_prompt: int, chunk: int)
     return end
 
 
-def rows_in(spans: Sequence[ImageSpan], start: int, end: int) -> list[tuple[int, np.ndarray]]:
-    """The images inside chunk [start, end) as (first row within the chunk, embeddings); spans do not straddle
-    chunk edges (chunk_end)."""
+class ChunkImage(NamedTuple):
+    """An image (or audio clip) inside a prompt chunk."""
+
+    first: int  # its first row in the chunk
+    embeddings: np.ndarray  # f32 [n, D]
+    audio: bool = False  # ImageSpan.audio
+
+
+def rows_in(spans: Sequence[ImageSpan], start: int, end: int) -> list[ChunkImage]:
+    """The images inside chunk [start, end); spans do not straddle chunk edges (chunk_end)."""
     inside = []
     for span in spans:
         if span.start >= start and span.end <= end:
-            inside.append((span.start - start, span.embeddings))
+            inside.append(ChunkImage(span.start - start, span.embeddings, span.audio))
         elif span.start < end and span.end > start:
             raise ValueError(f"image rows [{span.start}, {span.end}) straddle the chunk [{start}, {end})")
     return inside
