@@ -98,3 +98,17 @@ def test_the_wrong_mask_moves_the_logits(model: TextModel, golden: dict[str, np.
     spans = [replace(s, audio=not s.audio) for s in spans_of(golden, key)]
     logits, _ = run(model, ids, spans, 1)
     assert one_minus_cos(logits, golden[f"{key}/logits"]) > 100 * MAX_ONE_MINUS_COS, flip
+
+
+def test_images_both_ways_on_full_layers_too_move_the_logits(tmp_path: Path, golden: dict[str, np.ndarray],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ablation: Gemma 3's rule (an image both ways on every layer) on the moe kind, whose full layers transformers
+    keeps causal, leaves the image prompt's logits clearly off."""
+    path = write_gguf(FIXTURES["moe"], tmp_path / "gemma4_moe_f32.gguf", "f32", "llamacpp")
+    model = load_text_model(str(path), context_length=128, max_batch=1, kv_dtype="f32")
+    arch = model.arch
+    arch.config = replace(arch.config, images_both_ways_sliding_only=False)  # type: ignore[attr-defined]
+    monkeypatch.setattr(TextModel, "images_both_ways", property(lambda self: True))
+    key = "moe/image"
+    logits, _ = run(model, [int(i) for i in golden[f"{key}/ids"]], spans_of(golden, key), 1)
+    assert one_minus_cos(logits, golden[f"{key}/logits"]) > 100 * MAX_ONE_MINUS_COS
