@@ -39,6 +39,7 @@ from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQu
 from server.media_rows import MediaRows
 from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer, adapter_turns
 from server.request_context import logging_as
+from server.services.audio_inputs import PromptAudio
 from server.text_stream import TextStream
 from server.thread_worker import load_on_own_device as _on_own_device
 from server.worker_base import WorkerBase
@@ -223,7 +224,8 @@ class ChatWorker(WorkerBase[ChatModel]):
         before reused, images of one size in one call; the encoders take the adapter's turn themselves, a part at a
         time, so other models' steps get in between)."""
         rows = self._media.rows(spec.images)
-        return [ImageSpan(item.start, r, item.digest) for item, r in zip(spec.images, rows, strict=True)]
+        return [ImageSpan(item.start, r, item.digest, audio=isinstance(item, PromptAudio))
+                for item, r in zip(spec.images, rows, strict=True)]
 
     def _next_choice(self, generator: BatchGenerator, admitting: list[tuple[Job, deque[ChoiceSpec]]],
                      ) -> tuple[Job, deque[ChoiceSpec] | None, ChoiceSpec] | None:

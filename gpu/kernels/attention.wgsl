@@ -42,6 +42,7 @@ override KV_HEADS: u32 = 1u;    // key/value heads (grouped-query attention)
 override WINDOW: u32 = 0u;      // sliding window in tokens; 0 = global attention
 override SCALE: f32 = 0.0625;   // score scale, 1/sqrt(D) for Gemma 3
 override SOFTCAP: f32 = 0.0;    // scores capped to SOFTCAP * tanh(score / SOFTCAP) (Gemma 2); 0 = none
+override LATER_KEYS: bool = true;  // rows[t].w is honoured; false: causal (Gemma 4's full layers under images)
 override KV_F16: bool = true;   // cache words hold two f16 values
 override SPLITS: u32 = 1u;      // parts of each row's key range, one workgroup each
 override PAGE_TOKENS: u32 = 128u;  // positions per KV page
@@ -125,7 +126,7 @@ fn attention_main(group: u32, tid: u32) {
     let kv_base = kv_head * D;
     let p = rows[t].x;
     let slot = rows[t].y;
-    let hi = p + rows[t].w;
+    let hi = p + select(0u, rows[t].w, LATER_KEYS);
     let cut = key_parts(p, hi);  // attention/key_parts.wgsl
     let start = cut.lo + part * cut.per_part;
     let end = min(start + cut.per_part, hi + 1u);   // keys [start, end); empty when start >= end

@@ -21,6 +21,7 @@ override HEADS: u32 = 4u;
 override SPLITS: u32 = 2u;
 override WINDOW: u32 = 0u;         // as attention.wgsl's: which keys a row sees,
 override MIN_PART_KEYS: u32 = 16u; // and how many parts they fill
+override LATER_KEYS: bool = true;  // (rows[t].w honoured or not)
 
 const WG: u32 = 256u;
 const QUADS: u32 = D / 4u;                      // vec4s of a row
@@ -58,7 +59,7 @@ fn combine_main(row: u32, tid: u32) {
     }
     let first = row * SPLITS * STRIDE4;
     let r = rows[row / HEADS];
-    let parts = key_parts(r.x, r.x + r.w).parts;  // parts past these hold no keys
+    let parts = key_parts(r.x, r.x + select(0u, r.w, LATER_KEYS)).parts;  // parts past these hold no keys
     for (var s = tid; s < SPLITS; s += WG) {
         let ml = partials[first + s * STRIDE4 + D / 4u];
         part_max[s] = ml.x;

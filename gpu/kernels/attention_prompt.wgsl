@@ -32,6 +32,7 @@ override KV_HEADS: u32 = 1u;    // key/value heads (grouped-query attention)
 override WINDOW: u32 = 0u;      // sliding window in tokens; 0 = global attention
 override SCALE: f32 = 0.0625;   // score scale, 1/sqrt(D) for Gemma 3
 override SOFTCAP: f32 = 0.0;    // scores capped to SOFTCAP * tanh(score / SOFTCAP) (Gemma 2); 0 = none
+override LATER_KEYS: bool = true;  // rows[t].w is honoured; false: causal (Gemma 4's full layers under images)
 override KV_F16: bool = true;   // cache words hold two f16 values
 override WG: u32 = 256u;        // threads per workgroup
 override KC: u32 = 16u;         // keys per chunk in workgroup memory (a multiple of 4)
@@ -147,11 +148,16 @@ struct Row {
     lo: u32,
 }
 
+// The keys past its position row t also sees (its image's rest), or none where LATER_KEYS is off.
+fn later(t: u32) -> u32 {
+    return select(0u, rows[t].w, LATER_KEYS);
+}
+
 fn row_info(qr: u32, n_rows: u32, g: u32) -> Row {
     let r = min(qr, n_rows - 1u);
     let t = r / GROUP;
     let p = rows[t].x;
-    return Row(qr < n_rows, t * HEADS + g * GROUP + r % GROUP, p + rows[t].w, first_key(p));
+    return Row(qr < n_rows, t * HEADS + g * GROUP + r % GROUP, p + later(t), first_key(p));
 }
 
 // Scores s of keys `key` (four) of a row, masked to its range and the part's end (-big where masked).
@@ -216,14 +222,14 @@ fn prompt_main(group: u32, me: u32) {
         let t_first = run_first / GROUP;
         let slot = rows[t_first].y;
         var lo = first_key(rows[t_first].x);
-        var hi = rows[t_first].x + rows[t_first].w + 1u;
+        var hi = rows[t_first].x + later(t_first) + 1u;
         var t_next = t_first + 1u;
         loop {
             if (t_next >= t_stop || rows[t_next].y != slot) {
                 break;
             }
             lo = min(lo, first_key(rows[t_next].x));
-            hi = max(hi, rows[t_next].x + rows[t_next].w + 1u);
+            hi = max(hi, rows[t_next].x + later(t_next) + 1u);
             t_next += 1u;
         }
         let run_end = min(t_next * GROUP, row_end);

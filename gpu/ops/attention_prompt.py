@@ -121,14 +121,14 @@ def prompt_config(
 def attention_prompt(
     b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
     heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float = 0.0,
-    config: PromptConfig | None = None, subgroups: bool | None = None,
+    config: PromptConfig | None = None, subgroups: bool | None = None, later_keys: bool = True,
 ) -> None:
     """Causal attention of the step's queries (q: [T, heads * head_dim]) over their sequences' keys in
     the layer's paged cache, into out ([T, heads * head_dim]); rows is the row table. Arguments as
     `transformer.attention`; config forces a variant (tests, benchmarks)."""
     if not supports(head_dim, heads, kv_heads):
         transformer.attention(b, q, pool, layer, rows, out, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                              window=window, scale=scale, softcap=softcap)
+                              window=window, scale=scale, softcap=softcap, later_keys=later_keys)
         return
     t_max = q.shape[0]
     if config is None:
@@ -140,6 +140,8 @@ def attention_prompt(
                  "PAGE_TOKENS": pool.page_tokens, "MAX_PAGES": pool.max_pages}
     if softcap:
         constants["SOFTCAP"] = softcap
+    if not later_keys:  # named only off its default, so that other pipelines keep their keys
+        constants["LATER_KEYS"] = False
     blocks = math.ceil(t_max * (heads // kv_heads) / config.rows(head_dim)) * kv_heads
     cache = [pool.keys[layer], pool.values[layer]]
     if config.splits == 1:

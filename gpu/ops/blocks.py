@@ -138,6 +138,7 @@ def attention(
     rope: Tensor, pool: KVPool, cache: int, rows: Tensor, t_max: int, name: str, *, prompt: bool, heads: int,
     kv_heads: int, head_dim: int, window: int, scale: float, eps: float, v_norm: bool = False, stack: bool = True,
     qk_norm: bool = True, biases: Sequence[Tensor | None] = (), softcap: float = 0.0, output_gate: bool = False,
+    later_keys: bool = True,
 ) -> Tensor:
     """Self-attention of a block [T, heads * head_dim]: q = rope(rms_norm(x Wq) * q_norm); unless the layer reads
     another layer's cache (k_norm None: q alone among the projections), k = rope(rms_norm(x Wk) * k_norm) and
@@ -147,7 +148,8 @@ def attention(
     decode rows (flash-decoding splits). qk_norm False: q and k are rotated without their norms (q_norm and
     k_norm are not read). biases: each fused matrix's bias (q|k|v biases, as its rows), added to its product.
     softcap: attention logits capped (Gemma 2), 0 for none. output_gate: the projections' fourth part is a per-head
-    gate, and each head's output is scaled by its sigmoid (Qwen3.5).
+    gate, and each head's output is scaled by its sigmoid (Qwen3.5). later_keys False: an image's rows stay causal
+    here even where the row table lets them see the image's rest (Gemma 4's full layers).
     """
     cols = projections(b, qkv, x, t_max, f"qkv.{name}", stack=stack and not any(bias is not None for bias in biases))
     if any(bias is not None for bias in biases):  # one product per fused matrix: its first column's tensor
@@ -175,7 +177,7 @@ def attention(
     a = b.activation(f"attn.{name}", (t_max, heads * head_dim))
     (attention_prompt if prompt else ops.attention)(
         b, queries, pool, cache, rows, a, heads=heads, kv_heads=kv_heads, head_dim=head_dim, window=window,
-        scale=scale, softcap=softcap)
+        scale=scale, softcap=softcap, later_keys=later_keys)
     if output_gate:
         gate, column = cols[3]
         sigmoid_gate(b, a, gate, heads=heads, head_dim=head_dim, g_offset=column)

@@ -173,7 +173,7 @@ class RawQKV:
 def attention(
     b: ProgramBuilder, q: Tensor | RawQKV, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
     heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float = 0.0,
-    splits: int | None = None, subgroups: bool | None = None,
+    splits: int | None = None, subgroups: bool | None = None, later_keys: bool = True,
 ) -> None:
     """Causal attention of the step's queries over their sequences' keys in the layer's paged
     cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence). softcap > 0:
@@ -187,7 +187,8 @@ def attention(
     a CPU adapter gets 2 parts when it has fewer than 64 rows. A part holds at least
     ATTENTION_MIN_PART_KEYS keys, so short rows leave the rest of their parts empty. subgroups: the
     kernels' sums by subgroup operations (kernels/attention/decode_subgroup.wgsl, combine_subgroup.wgsl;
-    the default where the adapter has them) or through workgroup memory (False).
+    the default where the adapter has them) or through workgroup memory (False). later_keys False: rows'
+    later keys (an image's rest, common/rows.wgsl) are ignored and every row is causal.
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
@@ -210,6 +211,8 @@ def attention(
         **_paging(pool), **source}
     if softcap:
         constants["SOFTCAP"] = softcap
+    later = {} if later_keys else {"LATER_KEYS": False}  # named only off its default: other keys stay as they were
+    constants.update(later)
     cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
         b.dispatch("attention", constants, [b.step, queries, *cache, out, rows, pool.page_table, *extra],
@@ -219,7 +222,7 @@ def attention(
     b.dispatch("attention", constants, [b.step, queries, *cache, partials, rows, pool.page_table, *extra],
                workgroup_grid(n_rows * splits))
     b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits, "WINDOW": window,
-                                     "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": constants["REDUCE"]},
+                                     "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": constants["REDUCE"], **later},
                [b.step, partials, out, rows], workgroup_grid(n_rows))
 
 

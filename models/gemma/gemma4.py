@@ -102,6 +102,9 @@ def read_config(f: GGUFFile) -> DecoderConfig:
         d_ple=int(f.value(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, 0)),
         n_experts=int(f.value(Keys.LLM.EXPERT_COUNT, 0)),
         n_experts_used=int(f.value(Keys.LLM.EXPERT_USED_COUNT, 0)),
+        # the converter writes no use_bidirectional_attention; the kinds that set it to "vision" (26B, 31B) are
+        # the ones without per-layer embeddings, while E2B and E4B (unset) have them
+        images_both_ways_sliding_only=not f.value(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, 0),
     )
 
 

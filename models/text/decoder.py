@@ -143,6 +143,8 @@ class DecoderConfig:
     layer_kinds: tuple[str, ...] = ()
     rope_dims: int = 0  # dims of each head that RoPE turns, the first ones in pairs (i, i + R/2); 0 = all
     attn_output_gate: bool = False  # q's product carries a per-head output gate: a *= sigmoid(x Wgate) (Qwen3.5)
+    # an image's rows see each other both ways on sliding layers only, causal on full ones (Gemma 4's larger kinds)
+    images_both_ways_sliding_only: bool = False
 
     def attention(self, i: int) -> bool:
         """Whether layer i is an attention layer (else a recurrent one, with state rather than a KV cache)."""
@@ -495,7 +497,8 @@ class Decoder:
                     t, str(i), prompt=t > r_max, heads=c.n_heads, kv_heads=c.kv_heads[i], head_dim=c.head_dims[i],
                     window=c.window if sliding else 0, scale=c.query_scale, eps=c.eps, v_norm=c.v_norm,
                     stack=self.fusable, qk_norm=w.qk_norm, biases=w.qkv_bias, softcap=c.attn_softcap,
-                    output_gate=c.attn_output_gate)
+                    output_gate=c.attn_output_gate,
+                    later_keys=sliding or not c.images_both_ways_sliding_only)
             o = residual.output(w.o, a, f"o{i}")
             h2 = residual.add_norm(o, w.post_attention_norm, w.ffn_norm, w.gate_up, f"h2_{i}", gated=True)
             y = self.feed_forward(b, w, i, h2, residual)

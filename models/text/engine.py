@@ -31,7 +31,16 @@ from models.audio_encoder import AudioEncoder
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
-from models.text.images import AUDIO_MARKERS, IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
+from models.text.images import (
+    AUDIO_MARKERS,
+    IMAGE_MARKERS,
+    ChunkImage,
+    ImageMarkers,
+    ImageSpan,
+    check_spans,
+    chunk_end,
+    rows_in,
+)
 from models.text.prefix_cache import page_keys, reusable_pages
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
 from models.text.tokenizer import Tokenizer
@@ -50,7 +59,6 @@ MAX_STEPS_PER_SUBMIT = 16  # decode steps recorded into one submission
 # (Submission.step); GPUs only: a software adapter's "GPU" is the same CPU cores.
 PREFILL_EARLY_DISPATCHES = 64
 TOKEN_SOURCE_IMAGE = 2  # the row table's token source of an image's rows (gpu/kernels/common/rows.wgsl)
-ChunkImage = tuple[int, np.ndarray]  # an image inside a prompt chunk: (its first row there, embeddings f32 [n, D])
 
 
 class Architecture(Protocol):
@@ -206,15 +214,16 @@ class Engine:
         rows[:, 0], rows[:, 1] = np.arange(session.n_past, session.n_past + n), session.slot
         ex = self.executor
         ex.write(self.io.ids, np.asarray(ids, np.uint32))
-        for first, embeddings in images:
+        both_ways = getattr(self.model, "images_both_ways", True)  # tests' fakes without the property: Gemma 3's
+        for image in images:
+            first, embeddings, audio = ChunkImage(*image)
             if self.io.images is None or embeddings.shape[1:] != (self.io.images.shape[1],):
                 raise ValueError(f"image rows must be [n, {self.model.embedding_size}], not {embeddings.shape}")
             last = first + len(embeddings) - 1
             if first < 0 or last >= n:
                 raise ValueError(f"image rows [{first}, {last}] lie outside the chunk of {n} rows")
             rows[first:last + 1, 2] = TOKEN_SOURCE_IMAGE
-            markers = getattr(self.model, "image_markers", None)
-            if markers is None or markers.bidirectional:
+            if both_ways and not audio:
                 rows[first:last + 1, 3] = last - np.arange(first, last + 1)  # each row sees the image's rest
             ex.write(self.io.images, np.ascontiguousarray(embeddings, np.float32),
                      offset_elements=first * self.io.images.shape[1])
@@ -495,6 +504,14 @@ class TextModel:
     def image_markers(self) -> ImageMarkers | None:
         """How the family's prompts mark images (models/text/images.py), None where it has no image format."""
         return IMAGE_MARKERS.get(getattr(self.arch, "architecture", ""))
+
+    @property
+    def images_both_ways(self) -> bool:
+        """Whether an image's rows see each other both ways (on every layer, or on sliding ones where the config
+        says so); audio clips stay causal."""
+        markers = self.image_markers
+        config = getattr(self.arch, "config", None)
+        return markers is None or markers.bidirectional or bool(getattr(config, "images_both_ways_sliding_only", 0))
 
     @property
     def audio_markers(self) -> ImageMarkers | None:

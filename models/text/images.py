@@ -4,8 +4,8 @@ A prompt with images is its token ids (an image's rows hold the template's soft-
 and penalties count them as tokens) and, for each image, an ImageSpan: where its rows start and their embeddings,
 already in the text model's embedding space. The step takes those rows as they are (no embedding scale) and, where
 the family's markers say so, lets them attend to each other both ways (Gemma 3's bidirectional attention within an
-image; the row table's token source 2 and later keys, gpu/kernels/common/rows.wgsl). Audio clips (Gemma 4) are
-spans of the same kind. A row sees later rows of its image only once their keys are
+image; the row table's token source 2 and later keys, gpu/kernels/common/rows.wgsl), or where the decoder's config
+does, on its sliding layers only (Gemma 4's 26B and 31B). Audio clips (Gemma 4) are spans of the same kind, causal. A row sees later rows of its image only once their keys are
 in the cache, so an image's rows go in one prompt chunk: chunk_end moves a chunk's end to before an image it would
 cut. On sliding-window layers a row's first key stays bounded by its own position, as llama.cpp's non-causal image
 batches do (transformers lets an image's rows see the whole image past a window); the two agree wherever the window
@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,11 +27,14 @@ from models.text.step_io import PREFILL_BUCKETS
 @dataclass(frozen=True, eq=False)
 class ImageSpan:
     """An image's rows in a prompt: rows [start, start + len(embeddings)) take embeddings (f32 [n, D]) as inputs.
-    digest: a hash of the image's pixels, the image's identity wherever rows of prompts are compared or reused."""
+    digest: a hash of the image's pixels, the image's identity wherever rows of prompts are compared or reused.
+    audio: the rows are an audio clip's, causal whatever the family does for images (Gemma 4's mm_token_type_ids
+    mark only images as a block)."""
 
     start: int
     embeddings: np.ndarray
     digest: str = field(default="")
+    audio: bool = False
 
     @property
     def end(self) -> int:
@@ -72,13 +76,20 @@ def chunk_end(spans: Sequence[ImageSpan], start: int, n_prompt: int, chunk: int)
     return end
 
 
-def rows_in(spans: Sequence[ImageSpan], start: int, end: int) -> list[tuple[int, np.ndarray]]:
-    """The images inside chunk [start, end) as (first row within the chunk, embeddings); spans do not straddle
-    chunk edges (chunk_end)."""
+class ChunkImage(NamedTuple):
+    """An image (or audio clip) inside a prompt chunk."""
+
+    first: int  # its first row in the chunk
+    embeddings: np.ndarray  # f32 [n, D]
+    audio: bool = False  # ImageSpan.audio
+
+
+def rows_in(spans: Sequence[ImageSpan], start: int, end: int) -> list[ChunkImage]:
+    """The images inside chunk [start, end); spans do not straddle chunk edges (chunk_end)."""
     inside = []
     for span in spans:
         if span.start >= start and span.end <= end:
-            inside.append((span.start - start, span.embeddings))
+            inside.append(ChunkImage(span.start - start, span.embeddings, span.audio))
         elif span.start < end and span.end > start:
             raise ValueError(f"image rows [{span.start}, {span.end}) straddle the chunk [{start}, {end})")
     return inside
@@ -89,7 +100,7 @@ class ImageMarkers:
     """The pieces a family's prompt marks an image (or an audio clip) with: the template writes `marker` where it
     goes, and the reference processor puts its rows (soft tokens) there as `around` + `start` + soft * n + `end` +
     `around`. bidirectional: whether the rows see each other both ways (Gemma 3's token_type_ids block) or
-    causally (Gemma 4's smaller models, whose use_bidirectional_attention is unset, and its audio)."""
+    causally (Gemma 4's; its larger kinds turn images both ways on sliding layers through DecoderConfig)."""
 
     start: str
     soft: str

@@ -88,17 +88,17 @@ def _later(images: Images, segment: int, p: int) -> int:
 
 def _check(ex: Executor, *, kv_f16: bool, heads: int, kv_heads: int, d: int, window: int,
            segments: list[tuple[int, int]], t_max: int, config: PromptConfig | None = None,
-           softcap: float = 0.0, scale: float | None = None, images: Images = ()) -> None:
+           softcap: float = 0.0, scale: float | None = None, images: Images = (), later_keys: bool = True) -> None:
     pool, keys, values, tokens, rows, q = _step(ex, kv_f16, heads, kv_heads, d, segments, t_max, images=images)
     qt, out = ex.tensor("q", q.shape, data=q), ex.tensor("o", (t_max, heads * d))
     scale = scale or 1 / np.sqrt(d)
     b = ProgramBuilder(ex, "t")
     attention_prompt(b, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads, head_dim=d, window=window,
-                     scale=scale, softcap=softcap, config=config)
+                     scale=scale, softcap=softcap, config=config, later_keys=later_keys)
     got, = ex.run(b.build(), StepParams(len(tokens)), read=[out])
     for t, (i, p) in enumerate(tokens):
         want = _reference(q[t].reshape(heads, d).astype(np.float64), keys[i], values[i], p, heads, kv_heads,
-                          window, scale, softcap, _later(images, i, p))
+                          window, scale, softcap, _later(images, i, p) if later_keys else 0)
         np.testing.assert_allclose(got[t].reshape(heads, d), want, rtol=RTOL, atol=ATOL,
                                    err_msg=f"token {t} (sequence {i}, position {p})")
     np.testing.assert_array_equal(got[len(tokens):], 0)  # rows past n_tokens untouched
@@ -188,3 +188,19 @@ def test_prompt_attention_image_rows_fallback(ex: Executor) -> None:
     """Head dims attention_prompt does not cover go to attention.wgsl, whose key parts and their merge
     (attention_combine.wgsl) follow an image's rows too."""
     _check(ex, kv_f16=False, heads=2, kv_heads=1, d=80, window=0, segments=SEGMENTS, t_max=40, images=IMAGES)
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_prompt_attention_image_rows_kept_causal(ex: Executor, splits: int) -> None:
+    """LATER_KEYS off (Gemma 4's full layers under an image): the same row table, every row causal."""
+    base = prompt_config(ex.device, head_dim=256, kv_f16=True, t_max=40, heads=8, kv_heads=4)
+    config = PromptConfig(base.reduce, base.threads, base.keys, splits, min_part=8)
+    _check(ex, kv_f16=True, heads=8, kv_heads=4, d=256, window=0, segments=SEGMENTS, t_max=40, config=config,
+           images=IMAGES, later_keys=False)
+
+
+def test_prompt_attention_image_rows_kept_causal_fallback(ex: Executor) -> None:
+    """LATER_KEYS off in attention.wgsl and attention_combine.wgsl's key parts (one head: few enough rows that a
+    software adapter splits them, so the merge runs)."""
+    _check(ex, kv_f16=False, heads=1, kv_heads=1, d=80, window=0, segments=SEGMENTS, t_max=40, images=IMAGES,
+           later_keys=False)
