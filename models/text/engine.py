@@ -127,6 +127,60 @@ class Engine:
             self._programs[key] = self.model.arch.build_step(self.pool, self.io, t_max, r_max, masked)
         return self._programs[key]
 
+    def decode_buckets(self) -> tuple[int, ...]:
+        """The output widths (r_max) of the decode programs a batch of 1 to max_batch sequences runs."""
+        top = next(b for b in DECODE_BUCKETS if b >= self.model.max_batch)
+        return tuple(b for b in DECODE_BUCKETS if b <= top)
+
+    def compile_all(self) -> int:
+        """Build every program a request can run on this engine, so none compiles a pipeline mid-request: the prompt
+        chunks (1 token and each of PREFILL_BUCKETS), decode at each batch bucket, each with and without token masks
+        (constrained decoding), the candidates programs (CPU sampling) and both halves of split steps (grammars
+        sampled on the GPU). Builds record commands and compile pipelines but run nothing; the pipelines compiled."""
+        device = self.executor.device
+        before = device.pipelines_compiled
+        for masked in (False, True):
+            for t_max in (1, *PREFILL_BUCKETS):
+                self.prefill_program(t_max, masked)
+            for r_max in self.decode_buckets():
+                self.program(r_max, r_max, masked)
+        for r_max in self.decode_buckets():
+            self.candidates_program(r_max)
+            self.split_program("logits", r_max)
+            self.split_program("sample", r_max)
+        return device.pipelines_compiled - before
+
+    def warm_up(self, run: bool | None = None) -> int:
+        """compile_all, then (run: by default on a GPU, not on a software adapter, where a 512-token prompt takes
+        seconds) run each prompt chunk program once and a decode step at each batch bucket, so that the driver's
+        first-use work and the host's read-back buffers are done too. The pipelines compiled."""
+        compiled = self.compile_all()
+        if run is None:
+            run = not self.executor.device.is_software
+        if not run:
+            return compiled
+        bos = max(self.model.tokenizer.bos_id, 0)
+        for t_max in (1, *PREFILL_BUCKETS):
+            if t_max > min(self.pool.n_ctx, self.pool.free_tokens):  # a pool made small (tests)
+                continue
+            session = self.new_session()
+            try:
+                self.submit_prefill(session, [bos] * t_max, read_candidates=True).wait()
+            finally:
+                session.close()
+        buckets = self.decode_buckets()
+        sessions = [self.new_session() for _ in range(min(buckets[-1], self.model.max_batch))]
+        try:
+            for session in sessions:
+                self.submit_prefill(session, [bos])
+            for r_max in buckets:
+                rows = [DecodeRow(s) for s in sessions[:r_max]]
+                self.submit_decode(rows, 2).wait()
+        finally:
+            for session in sessions:
+                session.close()
+        return compiled
+
     @property
     def split_io(self) -> StepIO:
         """The inputs and outputs of split steps alone (their rows and logits wait there for their sampling), whose
@@ -521,6 +575,11 @@ class TextModel:
         if kv_dtype not in self._engines:
             self._engines[kv_dtype] = Engine(self, kv_dtype)
         return self._engines[kv_dtype]
+
+    def warm_up(self, run: bool | None = None) -> int:
+        """Compile every pipeline a request to this model can hit (its engine's Engine.warm_up; run: also run the
+        programs, by default on a GPU only); the pipelines compiled."""
+        return self.engine().warm_up(run)
 
     def new_session(self, kv_dtype: str | None = None) -> Session:
         """A new sequence in the KV pool; kv_dtype ("f16" or "f32") overrides the model's cache type."""

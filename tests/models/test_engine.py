@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from gpu.device import Device, choose_adapter
 from gpu.kv_cache import PAGE_TOKENS
 from gpu.ops.sampling import mask_words
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
@@ -51,6 +52,26 @@ def test_gpu_greedy_multi_step_equals_host_argmax(model: TextModel) -> None:
     finally:
         session.close()
     assert got == want
+
+
+def test_compile_all_leaves_a_request_nothing_to_compile() -> None:
+    """After compile_all, a batch of prompts and decodes (GPU-sampled and CPU-sampled rows) compiles no pipeline:
+    the server's worker compiles this way before it says it is ready. On a device of its own, so that the other
+    tests' programs have compiled nothing for it."""
+    fresh = load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS,
+                            device=Device(choose_adapter()))
+    device = fresh.executor.device
+    assert fresh.engine().compile_all() > 0
+    before = device.pipelines_compiled
+    generator = BatchGenerator(fresh, steps_per_submit=4, overlap_rounds=False)
+    generator.add("greedy", encode(fresh, PROMPTS[0]), GREEDY, 6)
+    generator.add("long", encode(fresh, PROMPTS[2] * 3), SamplingParams(temperature=0.8, seed=1), 6)
+    generator.add("top_k", encode(fresh, PROMPTS[1]), SamplingParams(temperature=0.8, top_k=5, seed=1), 6)
+    ended = 0
+    while generator.busy:
+        ended += sum(isinstance(event, EndEvent) for event in generator.step())
+    assert ended == 3
+    assert device.pipelines_compiled == before
 
 
 def test_batched_decode_equals_each_sequence_alone(model: TextModel) -> None:
