@@ -230,6 +230,10 @@ class Settings(_Frozen):
     prefix_caching: bool = Field(True, description="chat models reuse the KV cache of a prompt's leading pages that "
                                  "an earlier request had (a system prompt, a chat's earlier turns) rather than "
                                  "prefill them again; the same outputs either way")
+    compile_ahead: bool = Field(True, description="chat models compile every pipeline a request can hit (each "
+                                "prompt chunk size, decode batch size and sampler) before /ready says ready, and run "
+                                "them once on a GPU; off: only a short prompt's and one decode step's, the rest on "
+                                "the requests that first need them")
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -370,6 +374,7 @@ _ENV_KEYS = {
     "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",
     "HEARTH_PREFIX_CACHING": "prefix_caching",
+    "HEARTH_COMPILE_AHEAD": "compile_ahead",
     "HEARTH_ADAPTERS": "adapters",
 }
 

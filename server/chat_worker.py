@@ -66,12 +66,16 @@ class ChatWorker(WorkerBase[ChatModel]):
         return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
                    int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector,
-                   prefix_caching=settings.prefix_caching)
+                   prefix_caching=settings.prefix_caching, compile_ahead=settings.compile_ahead)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
-                 int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True) -> None:
+                 int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True,
+                 compile_ahead: bool = True) -> None:
+        """compile_ahead: with warm_up, every pipeline a request can hit is compiled (the model's warm_up) before
+        the worker says it is ready, not only those of a short prompt and a decode step."""
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
+        self._compile_ahead = compile_ahead
         self._load_kwargs: dict[str, object] = {"kv_dtype": kv_dtype, "context_length": context_length}
         if int8_activations:  # only then, so that loaders without the argument (tests' fakes) still work
             self._load_kwargs["int8_activations"] = True
@@ -121,11 +125,19 @@ class ChatWorker(WorkerBase[ChatModel]):
         self.model = cast(ChatModel, self._loader(self.source, progress=self._on_progress, **self._load_kwargs))
         tokenizer = self.model.tokenizer
         self.chat_template = chat_template_of(tokenizer)
-        if self._warm_up:  # compile the prefill and decode pipelines now, not on the first request
+        if self._warm_up:  # compile the pipelines now, not on the first request
             turns = adapter_turns(self.model)
             session = self.model.new_session()
             try:
                 with turns.turn() if turns is not None else contextlib.nullcontext():
+                    warm_up = getattr(self.model, "warm_up", None) if self._compile_ahead else None
+                    if warm_up is not None:  # every prompt chunk, decode bucket and sampler (run on a GPU only)
+                        compile_started = time.perf_counter()
+                        compiled = warm_up()
+                        log.info("%s: %d pipelines compiled ahead in %.1f s", self.name, compiled,
+                                 time.perf_counter() - compile_started)
+                    # a short prompt and a decode step run: on a software adapter, whose driver finishes a
+                    # pipeline at its first dispatch, the commonest request's pipelines are then ready too
                     logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
                     session.decode(int(logits.argmax()))
                     encoder = getattr(self.model, "image_encoder", None)

@@ -83,6 +83,11 @@ def test_invalid_env_value_is_reported() -> None:
         load_settings(env={"HEARTH_PORT": "eighty"})
 
 
+def test_compile_ahead_is_on_unless_turned_off() -> None:
+    assert load_settings(env={}).compile_ahead
+    assert not load_settings(env={"HEARTH_COMPILE_AHEAD": "false"}).compile_ahead
+
+
 def test_config_imports_nothing_of_the_project() -> None:
     """config/ is a leaf: the model registry lives in models/, and settings name loaders as strings."""
     import ast
