@@ -219,7 +219,9 @@ class ChatWorker(WorkerBase[ChatModel]):
             extra: dict[str, object] = {}  # only what is asked for, so that simpler generators (tests') still serve
             if spec.constraint is not None:
                 extra["constraint"] = spec.constraint
-            if job.stop_ids:
+            if job.ignore_eos:
+                extra["stop_ids"] = job.stop_ids
+            elif job.stop_ids:
                 extra["stop_ids"] = self.model.tokenizer.eos_ids | job.stop_ids
             try:
                 if spec.images:

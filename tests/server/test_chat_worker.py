@@ -65,6 +65,10 @@ def test_generates_until_length_then_until_eos() -> None:
         texts, done = await run_job(eos_worker, job(max_tokens=8))
         assert texts[0] == SCRIPT[:3]
         assert (done[0].finish_reason, done[0].completion_tokens) == ("stop", 3)
+        ignoring = job(max_tokens=8)
+        ignoring.ignore_eos = True  # past the end-of-sequence token, to max_tokens
+        texts, done = await run_job(eos_worker, ignoring)
+        assert (done[0].finish_reason, done[0].completion_tokens) == ("length", 8)
         eos_worker.stop()
 
     asyncio.run(main())
