@@ -33,6 +33,7 @@ from config.settings import Settings
 from models.registry import ModelEntry
 from models.text.batch import EndEvent, Event
 from models.text.chat_template import ChatTemplate
+from models.text.generate import STEPS_PER_SUBMIT
 from models.text.images import ImageSpan
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
@@ -66,12 +67,13 @@ class ChatWorker(WorkerBase[ChatModel]):
         return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
                    int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector,
-                   prefix_caching=settings.prefix_caching, compile_ahead=settings.compile_ahead)
+                   prefix_caching=settings.prefix_caching, compile_ahead=settings.compile_ahead,
+                   steps_per_submit=settings.steps_per_submit)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
                  int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True,
-                 compile_ahead: bool = True) -> None:
+                 compile_ahead: bool = True, steps_per_submit: int = STEPS_PER_SUBMIT) -> None:
         """compile_ahead: with warm_up, every pipeline a request can hit is compiled (the model's warm_up) before
         the worker says it is ready, not only those of a short prompt and a decode step."""
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
@@ -81,6 +83,8 @@ class ChatWorker(WorkerBase[ChatModel]):
             self._load_kwargs["int8_activations"] = True
         if not prefix_caching:  # likewise
             self._load_kwargs["prefix_caching"] = False
+        if steps_per_submit != STEPS_PER_SUBMIT:  # likewise
+            self._load_kwargs["steps_per_submit"] = steps_per_submit
         if max_batch is not None:
             self._load_kwargs["max_batch"] = max_batch
         if projector is not None:

@@ -31,6 +31,7 @@ from models.audio_encoder import AudioEncoder
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
+from models.text.generate import STEPS_PER_SUBMIT
 from models.text.images import AUDIO_MARKERS, IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
 from models.text.prefix_cache import page_keys, reusable_pages
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
@@ -515,7 +516,8 @@ class TextModel:
 
     def __init__(self, name: str, path: Path, executor: Executor, arch: Architecture, tokenizer: Tokenizer,
                  context_length: int, kv_dtype: str, max_batch: int = MAX_BATCH, pool_tokens: int | None = None,
-                 page_tokens: int = PAGE_TOKENS, prefix_caching: bool = True) -> None:
+                 page_tokens: int = PAGE_TOKENS, prefix_caching: bool = True,
+                 steps_per_submit: int = STEPS_PER_SUBMIT) -> None:
         self.name = name
         self.path = path
         self.executor = executor
@@ -528,6 +530,7 @@ class TextModel:
         self.pool_tokens = pool_tokens
         self.page_tokens = page_tokens
         self.prefix_caching = prefix_caching  # whether its engines reuse the cached pages of prompts' prefixes
+        self.steps_per_submit = steps_per_submit  # decode steps per submission of its generators' GPU-sampled rows
         self._engines: dict[str, Engine] = {}
         # the vision tower and projector beside the decoder (models/vision/), None for a text-only model
         self.image_encoder: ImageEncoder | None = None
@@ -587,7 +590,7 @@ class TextModel:
 
     def generator(self, kv_dtype: str | None = None) -> BatchGenerator:
         """A continuous-batching generator over this model (models/text/batch.py)."""
-        return BatchGenerator(self, kv_dtype)
+        return BatchGenerator(self, kv_dtype, steps_per_submit=self.steps_per_submit)
 
 
 class Session:
@@ -676,6 +679,7 @@ def load_text_model(
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
     max_batch: int = MAX_BATCH, pool_tokens: int | None = None, page_tokens: int = PAGE_TOKENS,
     int8_activations: bool = False, projector: str | Path | None = None, prefix_caching: bool = True,
+    steps_per_submit: int = STEPS_PER_SUBMIT,
 ) -> TextModel:
     """Load a GGUF model onto the GPU (the shipped default when no name is given).
 
@@ -690,7 +694,12 @@ def load_text_model(
     activations kept quantised between its dispatches where that pays), on activations quantised to 8
     bits per 32 values, as llama.cpp's do: 1.3x (270M) to 1.6x (1B, 4B) faster prompts on an H100 (session
     15; decode about the same), logits about as far from the exact ones as llama.cpp's
-    (Executor.int8_matmuls)."""
+    (Executor.int8_matmuls).
+
+    steps_per_submit: decode steps per submission of the model's batches (BatchGenerator), 1 to
+    MAX_STEPS_PER_SUBMIT: fewer pace each stream's tokens evenly, more spread a submission's host cost."""
+    if not 1 <= steps_per_submit <= MAX_STEPS_PER_SUBMIT:
+        raise ValueError(f"steps_per_submit must be 1 to {MAX_STEPS_PER_SUBMIT}, not {steps_per_submit}")
     path = resolve_model_path(name_or_path)
     started = time.perf_counter()
     f = GGUFFile(path)
@@ -712,7 +721,7 @@ def load_text_model(
              arch.weight_bytes / 1e6, n_ctx, kv_dtype, ", int8 activations" if int8_activations else "",
              time.perf_counter() - started)
     model = TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens,
-                      prefix_caching)
+                      prefix_caching, steps_per_submit)
     encoder = _load_image_encoder(path, executor, projector)
     if encoder is not None:
         model.attach_image_encoder(encoder)

@@ -19,11 +19,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from config.settings import MAX_STEPS_PER_SUBMIT as config_max_steps
 from gpu.device import Device, choose_adapter
 from gpu.kv_cache import PAGE_TOKENS
 from gpu.ops.sampling import mask_words
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
-from models.text.engine import DecodeRow, Engine, TextModel, load_text_model
+from models.text.engine import MAX_STEPS_PER_SUBMIT, DecodeRow, Engine, TextModel, load_text_model
 from models.text.generate import generate
 from models.text.sampler import SamplingParams
 from models.text.step_io import GpuSampling
@@ -72,6 +73,29 @@ def test_compile_all_leaves_a_request_nothing_to_compile() -> None:
         ended += sum(isinstance(event, EndEvent) for event in generator.step())
     assert ended == 3
     assert device.pipelines_compiled == before
+
+
+def test_steps_per_submit_changes_the_pacing_not_the_tokens(model: TextModel) -> None:
+    """One step a submission (tokens paced one by one) and sixteen (the most) give the same greedy tokens."""
+    prompts = {str(i): encode(model, p) for i, p in enumerate(PROMPTS[:2])}
+
+    def run(steps: int) -> dict[str, list[int]]:
+        generator = BatchGenerator(model, steps_per_submit=steps)
+        for key, prompt in prompts.items():
+            generator.add(key, prompt, GREEDY, 20, stop_ids=frozenset())
+        got: dict[str, list[int]] = {key: [] for key in prompts}
+        while generator.busy:
+            for event in generator.step():
+                if isinstance(event, TokenEvent):
+                    got[str(event.key)].append(event.token.id)
+        return got
+
+    one = run(1)
+    assert all(len(tokens) == 20 for tokens in one.values())
+    assert run(16) == one
+    assert config_max_steps == MAX_STEPS_PER_SUBMIT  # the setting's bound is the engine's
+    with pytest.raises(ValueError, match="steps_per_submit"):
+        load_text_model(steps_per_submit=MAX_STEPS_PER_SUBMIT + 1)
 
 
 def test_batched_decode_equals_each_sequence_alone(model: TextModel) -> None:

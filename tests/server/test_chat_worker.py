@@ -209,6 +209,22 @@ def test_ready_only_after_compiling_ahead(compile_ahead: bool) -> None:
         worker.stop()
 
 
+def test_steps_per_submit_reaches_the_loader_when_set() -> None:
+    seen: list[dict[str, object]] = []
+
+    def loader(source: str, **kwargs: object) -> object:
+        seen.append(kwargs)
+        return fake_loader()(source, **kwargs)
+
+    for steps in (8, 1):
+        worker = ChatWorker("fake", "fake-source", loader, max_queue=1, steps_per_submit=steps)
+        worker.start()
+        assert wait_for(lambda: worker.state == "ready")
+        worker.stop()
+    assert "steps_per_submit" not in seen[0]  # the default: loaders without the argument still work
+    assert seen[1]["steps_per_submit"] == 1
+
+
 def test_a_dropped_handle_cancels_its_job() -> None:
     """A stream whose response never started never iterates its handle; dropping it must free the place."""
 
