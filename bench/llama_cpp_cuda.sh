@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# llama.cpp with CUDA (sm_90: H100 and H200) for the GPU benchmarks, the peer of bench/gpu.py and bench/vision.py.
+# llama.cpp with CUDA (sm_90: H100 and H200) for the GPU benchmarks, the peer of bench/gpu.py and bench/vision.py,
+# and llama-server, the peer of bench/serve.py (built without its web UI).
 #
 # The GPU machine has nvcc, cmake and ninja but no internet, starts bare on every call and takes
 # 64 MiB of files per call, so the sources travel as a stripped tarball (2.5 MB) and the build
@@ -38,7 +39,7 @@ DEST="$PREFIX/bin"
 # Kernels go into the library uncompressed (GGML_CUDA_COMPRESSION_MODE=none): xz packs them into a
 # smaller bundle than nvcc's own compression does.
 ARCHS="${LLAMA_CPP_ARCHS:-90-real}"
-TARGETS=(llama-bench llama-batched-bench llama-quantize llama-mtmd-cli)  # libmtmd comes with llama-mtmd-cli
+TARGETS=(llama-bench llama-batched-bench llama-quantize llama-mtmd-cli llama-server)  # libmtmd comes with mtmd-cli
 PART_SIZE=15000000      # files back from $OUT: at most 16 MiB each
 
 pack_src() {
@@ -51,8 +52,12 @@ pack_src() {
     tar -xzf "$sdist" -C "$work" --wildcards "*/vendor/llama.cpp/*"
     local src=("$work"/llama_cpp_python-*/vendor/llama.cpp) out="$work/llama.cpp"
     mkdir -p "$out/ggml/src" "$out/tools" "$out/vendor"
-    # Allow-list: what the library, llama-common, libmtmd and the four tools need, CPU and CUDA backends only.
+    # Allow-list: what the library, llama-common, libmtmd and the five tools need, CPU and CUDA backends only.
     cp -a "$src"/{CMakeLists.txt,LICENSE,cmake,include,src,common,licenses} "$out/"
+    mkdir -p "$out/scripts" "$out/tools/server" "$out/tools/ui"
+    cp -a "$src"/scripts/ui-assets.cmake "$out/scripts/"   # llama-server's UI table (left empty: no UI is built)
+    cp -a "$src"/tools/ui/{CMakeLists.txt,sources.cmake,ui.cpp.in,ui.h.in} "$out/tools/ui/"
+    cp -a "$src"/tools/server/{CMakeLists.txt,*.cpp,*.h} "$out/tools/server/"
     cp -a "$src"/ggml/{CMakeLists.txt,cmake,include} "$out/ggml/"
     find "$src/ggml/src" -maxdepth 1 -type f -exec cp -a {} "$out/ggml/src/" \;
     cp -a "$src"/ggml/src/{ggml-cpu,ggml-cuda} "$out/ggml/src/"
@@ -68,6 +73,8 @@ add_subdirectory(batched-bench)
 add_subdirectory(llama-bench)
 add_subdirectory(quantize)
 add_subdirectory(mtmd)
+add_subdirectory(ui)
+add_subdirectory(server)
 EOF
     cat > "$out/vendor/CMakeLists.txt" <<'EOF'
 # stripped by bench/llama_cpp_cuda.sh: what llama-common and libmtmd link
@@ -90,7 +97,8 @@ EOF
 cmake_flags() {
     echo -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DMTMD_VIDEO=OFF \
+        -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DMTMD_VIDEO=OFF \
         -DLLAMA_BUILD_COMMIT="$COMMIT" -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DGGML_CUDA_COMPRESSION_MODE=none \
         ${CUDA_FIXUPS:-} ${LLAMA_CPP_CMAKE_ARGS:-}
 }
