@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 CONFIG_DIR = Path(__file__).resolve().parent
 DEFAULT_CONFIG_FILE = CONFIG_DIR / "hearth.toml"
 SHIPPED_MODEL = "gemma-3-270m"
+MAX_STEPS_PER_SUBMIT = 16  # models/text/engine.py's: decode steps one submission can hold
 # OpenAI model names that clients hard-code; they reach the default chat model.
 OPENAI_ALIASES = ("gpt-4o-mini", "gpt-3.5-turbo")
 SHIPPED_EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -230,6 +231,13 @@ class Settings(_Frozen):
     prefix_caching: bool = Field(True, description="chat models reuse the KV cache of a prompt's leading pages that "
                                  "an earlier request had (a system prompt, a chat's earlier turns) rather than "
                                  "prefill them again; the same outputs either way")
+    compile_ahead: bool = Field(True, description="chat models compile every pipeline a request can hit (each "
+                                "prompt chunk size, decode batch size and sampler) before /ready says ready, and run "
+                                "them once on a GPU; off: only a short prompt's and one decode step's, the rest on "
+                                "the requests that first need them")
+    steps_per_submit: int = Field(8, description="decode steps of a chat batch per GPU submission (1 to 16): more "
+                                  "spread the host's cost of a submission over more tokens, fewer pace a stream's "
+                                  "tokens evenly rather than in bursts of that many")
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -275,6 +283,14 @@ class Settings(_Frozen):
     @classmethod
     def _check_keep_alive(cls, value: str | float) -> str | float:
         parse_keep_alive(value)
+        return value
+
+    @field_validator("steps_per_submit")
+    @classmethod
+    def _check_steps_per_submit(cls, value: int) -> int:
+        if not 1 <= value <= MAX_STEPS_PER_SUBMIT:  # the engine records at most this many steps a submission
+            raise ValueError(f"HEARTH_STEPS_PER_SUBMIT (steps_per_submit) must be 1 to {MAX_STEPS_PER_SUBMIT} decode "
+                             f"steps a submission, not {value}")
         return value
 
     def api_keys(self) -> tuple[str, ...]:
@@ -370,6 +386,8 @@ _ENV_KEYS = {
     "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",
     "HEARTH_PREFIX_CACHING": "prefix_caching",
+    "HEARTH_COMPILE_AHEAD": "compile_ahead",
+    "HEARTH_STEPS_PER_SUBMIT": "steps_per_submit",
     "HEARTH_ADAPTERS": "adapters",
 }
 

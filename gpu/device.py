@@ -117,6 +117,9 @@ class Device:
         self.turns = turns_for(f"{_identity(info)}#{slot}")
         self._pipelines: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+        # compute pipelines created on this device so far: tests and the server's warm-up tell by it whether a
+        # request still compiles (a shader compile mid-request costs it milliseconds to seconds)
+        self.pipelines_compiled = 0
         log.info(
             "GPU adapter %r (%s, %s); features %s; max binding %d MiB, max buffer %d MiB, "
             "workgroup storage %d KiB",
@@ -248,6 +251,7 @@ class Device:
             )
         with self._lock:
             self._pipelines[key] = pipeline
+            self.pipelines_compiled += 1
         return pipeline
 
 

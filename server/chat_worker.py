@@ -32,6 +32,7 @@ from config.settings import Settings
 from models.registry import ModelEntry
 from models.text.batch import EndEvent, Event
 from models.text.chat_template import ChatTemplate
+from models.text.generate import STEPS_PER_SUBMIT
 from models.text.images import ImageSpan
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
@@ -66,17 +67,24 @@ class ChatWorker(WorkerBase[ChatModel]):
         return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
                    int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector,
-                   prefix_caching=settings.prefix_caching)
+                   prefix_caching=settings.prefix_caching, compile_ahead=settings.compile_ahead,
+                   steps_per_submit=settings.steps_per_submit)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
-                 int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True) -> None:
+                 int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True,
+                 compile_ahead: bool = True, steps_per_submit: int = STEPS_PER_SUBMIT) -> None:
+        """compile_ahead: with warm_up, every pipeline a request can hit is compiled (the model's warm_up) before
+        the worker says it is ready, not only those of a short prompt and a decode step."""
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
+        self._compile_ahead = compile_ahead
         self._load_kwargs: dict[str, object] = {"kv_dtype": kv_dtype, "context_length": context_length}
         if int8_activations:  # only then, so that loaders without the argument (tests' fakes) still work
             self._load_kwargs["int8_activations"] = True
         if not prefix_caching:  # likewise
             self._load_kwargs["prefix_caching"] = False
+        if steps_per_submit != STEPS_PER_SUBMIT:  # likewise
+            self._load_kwargs["steps_per_submit"] = steps_per_submit
         if max_batch is not None:
             self._load_kwargs["max_batch"] = max_batch
         if projector is not None:
@@ -122,11 +130,19 @@ class ChatWorker(WorkerBase[ChatModel]):
         self.model = cast(ChatModel, self._loader(self.source, progress=self._on_progress, **self._load_kwargs))
         tokenizer = self.model.tokenizer
         self.chat_template = chat_template_of(tokenizer)
-        if self._warm_up:  # compile the prefill and decode pipelines now, not on the first request
+        if self._warm_up:  # compile the pipelines now, not on the first request
             turns = adapter_turns(self.model)
             session = self.model.new_session()
             try:
                 with turns.turn() if turns is not None else contextlib.nullcontext():
+                    warm_up = getattr(self.model, "warm_up", None) if self._compile_ahead else None
+                    if warm_up is not None:  # every prompt chunk, decode bucket and sampler (run on a GPU only)
+                        compile_started = time.perf_counter()
+                        compiled = warm_up()
+                        log.info("%s: %d pipelines compiled ahead in %.1f s", self.name, compiled,
+                                 time.perf_counter() - compile_started)
+                    # a short prompt and a decode step run: on a software adapter, whose driver finishes a
+                    # pipeline at its first dispatch, the commonest request's pipelines are then ready too
                     logits = session.prefill(tokenizer.encode("Hello", add_bos=True))
                     session.decode(int(logits.argmax()))
                     encoder = getattr(self.model, "image_encoder", None)
@@ -209,7 +225,9 @@ class ChatWorker(WorkerBase[ChatModel]):
             extra: dict[str, object] = {}  # only what is asked for, so that simpler generators (tests') still serve
             if spec.constraint is not None:
                 extra["constraint"] = spec.constraint
-            if job.stop_ids:
+            if job.ignore_eos:
+                extra["stop_ids"] = job.stop_ids
+            elif job.stop_ids:
                 extra["stop_ids"] = self.model.tokenizer.eos_ids | job.stop_ids
             try:
                 if spec.images:

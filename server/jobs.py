@@ -96,6 +96,7 @@ class Job:
     logprobs: bool = False
     stop_ids: frozenset[int] = frozenset()  # tokens that end a choice besides the model's end ids (never sent)
     shown_ids: frozenset[int] = frozenset()  # control tokens whose text the reply keeps (a tool format's markers)
+    ignore_eos: bool = False  # the model's end ids do not end a choice (stop_ids and stop strings still do)
     cancelled: threading.Event = field(default_factory=threading.Event)
     request_id: str = field(default_factory=current_request_id)
     finished: bool = False  # the event loop has seen its end

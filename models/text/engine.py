@@ -31,6 +31,7 @@ from models.audio_encoder import AudioEncoder
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
+from models.text.generate import STEPS_PER_SUBMIT
 from models.text.images import (
     AUDIO_MARKERS,
     IMAGE_MARKERS,
@@ -134,6 +135,60 @@ class Engine:
         if key not in self._programs:
             self._programs[key] = self.model.arch.build_step(self.pool, self.io, t_max, r_max, masked)
         return self._programs[key]
+
+    def decode_buckets(self) -> tuple[int, ...]:
+        """The output widths (r_max) of the decode programs a batch of 1 to max_batch sequences runs."""
+        top = next(b for b in DECODE_BUCKETS if b >= self.model.max_batch)
+        return tuple(b for b in DECODE_BUCKETS if b <= top)
+
+    def compile_all(self) -> int:
+        """Build every program a request can run on this engine, so none compiles a pipeline mid-request: the prompt
+        chunks (1 token and each of PREFILL_BUCKETS), decode at each batch bucket, each with and without token masks
+        (constrained decoding), the candidates programs (CPU sampling) and both halves of split steps (grammars
+        sampled on the GPU). Builds record commands and compile pipelines but run nothing; the pipelines compiled."""
+        device = self.executor.device
+        before = device.pipelines_compiled
+        for masked in (False, True):
+            for t_max in (1, *PREFILL_BUCKETS):
+                self.prefill_program(t_max, masked)
+            for r_max in self.decode_buckets():
+                self.program(r_max, r_max, masked)
+        for r_max in self.decode_buckets():
+            self.candidates_program(r_max)
+            self.split_program("logits", r_max)
+            self.split_program("sample", r_max)
+        return device.pipelines_compiled - before
+
+    def warm_up(self, run: bool | None = None) -> int:
+        """compile_all, then (run: by default on a GPU, not on a software adapter, where a 512-token prompt takes
+        seconds) run each prompt chunk program once and a decode step at each batch bucket, so that the driver's
+        first-use work and the host's read-back buffers are done too. The pipelines compiled."""
+        compiled = self.compile_all()
+        if run is None:
+            run = not self.executor.device.is_software
+        if not run:
+            return compiled
+        bos = max(self.model.tokenizer.bos_id, 0)
+        for t_max in (1, *PREFILL_BUCKETS):
+            if t_max > min(self.pool.n_ctx, self.pool.free_tokens):  # a pool made small (tests)
+                continue
+            session = self.new_session()
+            try:
+                self.submit_prefill(session, [bos] * t_max, read_candidates=True).wait()
+            finally:
+                session.close()
+        buckets = self.decode_buckets()
+        sessions = [self.new_session() for _ in range(min(buckets[-1], self.model.max_batch))]
+        try:
+            for session in sessions:
+                self.submit_prefill(session, [bos])
+            for r_max in buckets:
+                rows = [DecodeRow(s) for s in sessions[:r_max]]
+                self.submit_decode(rows, 2).wait()
+        finally:
+            for session in sessions:
+                session.close()
+        return compiled
 
     @property
     def split_io(self) -> StepIO:
@@ -470,7 +525,8 @@ class TextModel:
 
     def __init__(self, name: str, path: Path, executor: Executor, arch: Architecture, tokenizer: Tokenizer,
                  context_length: int, kv_dtype: str, max_batch: int = MAX_BATCH, pool_tokens: int | None = None,
-                 page_tokens: int = PAGE_TOKENS, prefix_caching: bool = True) -> None:
+                 page_tokens: int = PAGE_TOKENS, prefix_caching: bool = True,
+                 steps_per_submit: int = STEPS_PER_SUBMIT) -> None:
         self.name = name
         self.path = path
         self.executor = executor
@@ -483,6 +539,7 @@ class TextModel:
         self.pool_tokens = pool_tokens
         self.page_tokens = page_tokens
         self.prefix_caching = prefix_caching  # whether its engines reuse the cached pages of prompts' prefixes
+        self.steps_per_submit = steps_per_submit  # decode steps per submission of its generators' GPU-sampled rows
         self._engines: dict[str, Engine] = {}
         # the vision tower and projector beside the decoder (models/vision/), None for a text-only model
         self.image_encoder: ImageEncoder | None = None
@@ -539,13 +596,18 @@ class TextModel:
             self._engines[kv_dtype] = Engine(self, kv_dtype)
         return self._engines[kv_dtype]
 
+    def warm_up(self, run: bool | None = None) -> int:
+        """Compile every pipeline a request to this model can hit (its engine's Engine.warm_up; run: also run the
+        programs, by default on a GPU only); the pipelines compiled."""
+        return self.engine().warm_up(run)
+
     def new_session(self, kv_dtype: str | None = None) -> Session:
         """A new sequence in the KV pool; kv_dtype ("f16" or "f32") overrides the model's cache type."""
         return Session(self, self.engine(kv_dtype))
 
     def generator(self, kv_dtype: str | None = None) -> BatchGenerator:
         """A continuous-batching generator over this model (models/text/batch.py)."""
-        return BatchGenerator(self, kv_dtype)
+        return BatchGenerator(self, kv_dtype, steps_per_submit=self.steps_per_submit)
 
 
 class Session:
@@ -634,6 +696,7 @@ def load_text_model(
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
     max_batch: int = MAX_BATCH, pool_tokens: int | None = None, page_tokens: int = PAGE_TOKENS,
     int8_activations: bool = False, projector: str | Path | None = None, prefix_caching: bool = True,
+    steps_per_submit: int = STEPS_PER_SUBMIT,
 ) -> TextModel:
     """Load a GGUF model onto the GPU (the shipped default when no name is given).
 
@@ -648,7 +711,12 @@ def load_text_model(
     activations kept quantised between its dispatches where that pays), on activations quantised to 8
     bits per 32 values, as llama.cpp's do: 1.3x (270M) to 1.6x (1B, 4B) faster prompts on an H100 (session
     15; decode about the same), logits about as far from the exact ones as llama.cpp's
-    (Executor.int8_matmuls)."""
+    (Executor.int8_matmuls).
+
+    steps_per_submit: decode steps per submission of the model's batches (BatchGenerator), 1 to
+    MAX_STEPS_PER_SUBMIT: fewer pace each stream's tokens evenly, more spread a submission's host cost."""
+    if not 1 <= steps_per_submit <= MAX_STEPS_PER_SUBMIT:
+        raise ValueError(f"steps_per_submit must be 1 to {MAX_STEPS_PER_SUBMIT}, not {steps_per_submit}")
     path = resolve_model_path(name_or_path)
     started = time.perf_counter()
     f = GGUFFile(path)
@@ -670,7 +738,7 @@ def load_text_model(
              arch.weight_bytes / 1e6, n_ctx, kv_dtype, ", int8 activations" if int8_activations else "",
              time.perf_counter() - started)
     model = TextModel(name, path, executor, arch, tokenizer, n_ctx, kv_dtype, max_batch, pool_tokens, page_tokens,
-                      prefix_caching)
+                      prefix_caching, steps_per_submit)
     encoder = _load_image_encoder(path, executor, projector)
     if encoder is not None:
         model.attach_image_encoder(encoder)

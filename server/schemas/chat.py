@@ -11,6 +11,7 @@ from server.schemas.common import (
     ChoiceCount,
     FinishReason,
     GrammarField,
+    IgnoreEos,
     JsonSchemaField,
     KeepAlive,
     MinP,
@@ -202,6 +203,7 @@ class ChatCompletionRequest(SamplingRequest):
     top_k: TopK = 0
     min_p: MinP = 0.0
     repetition_penalty: RepetitionPenalty = 1.0
+    ignore_eos: IgnoreEos = False
     keep_alive: KeepAlive = None
     json_schema: JsonSchemaField = None
     grammar: GrammarField = None

@@ -86,6 +86,8 @@ class StreamOptions(OpenAIRequest):
 TopK = Annotated[int, Field(ge=-1, description="keep the k most likely tokens; 0 or -1 turns it off")]
 MinP = Annotated[float, Field(ge=0.0, le=1.0, description="drop tokens below min_p times the top probability")]
 RepetitionPenalty = Annotated[float, Field(gt=0.0, le=2.0, description="scale down logits of seen tokens; 1 is off")]
+IgnoreEos = Annotated[bool, Field(description="go on past the model's end-of-sequence tokens, to max_tokens (stop "
+                                  "strings still end a choice): load generators get the token counts they ask for")]
 
 
 class SamplingRequest(OpenAIRequest):

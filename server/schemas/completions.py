@@ -11,6 +11,7 @@ from server.schemas.common import (
     ChoiceCount,
     FinishReason,
     GrammarField,
+    IgnoreEos,
     JsonSchemaField,
     KeepAlive,
     MinP,
@@ -56,6 +57,7 @@ class CompletionRequest(SamplingRequest):
     top_k: TopK = 0
     min_p: MinP = 0.0
     repetition_penalty: RepetitionPenalty = 1.0
+    ignore_eos: IgnoreEos = False
     keep_alive: KeepAlive = None
     response_format: ResponseFormat | None = Field(None, description="as chat's: json_object and json_schema are "
                                                    "enforced by constrained decoding (vLLM's extension)")

@@ -119,7 +119,8 @@ def make_job(request: SamplingRequest, prompts: list[list[int]], max_tokens: lis
                    constraint=None if constraint is None else constraint.copy(), images=tuple(images))
         for p, ids in enumerate(prompts) for i in range(n)
     ]
-    return Job(choices=choices, stop=tuple(getattr(request, "stop", [])), logprobs=top_logprobs is not None)
+    return Job(choices=choices, stop=tuple(getattr(request, "stop", [])), logprobs=top_logprobs is not None,
+               ignore_eos=bool(getattr(request, "ignore_eos", False)))
 
 
 # Called with each job submitted in the current context, before it is queued: a dialect whose replies carry

@@ -83,6 +83,19 @@ def test_invalid_env_value_is_reported() -> None:
         load_settings(env={"HEARTH_PORT": "eighty"})
 
 
+def test_compile_ahead_is_on_unless_turned_off() -> None:
+    assert load_settings(env={}).compile_ahead
+    assert not load_settings(env={"HEARTH_COMPILE_AHEAD": "false"}).compile_ahead
+
+
+def test_steps_per_submit_is_checked_with_its_variable_named() -> None:
+    assert load_settings(env={}).steps_per_submit == 8
+    assert load_settings(env={"HEARTH_STEPS_PER_SUBMIT": "1"}).steps_per_submit == 1
+    for bad in ("0", "17"):
+        with pytest.raises(SettingsError, match=f"HEARTH_STEPS_PER_SUBMIT.*1 to 16 .*not {bad}"):
+            load_settings(env={"HEARTH_STEPS_PER_SUBMIT": bad})
+
+
 def test_config_imports_nothing_of_the_project() -> None:
     """config/ is a leaf: the model registry lives in models/, and settings name loaders as strings."""
     import ast

@@ -101,6 +101,15 @@ def test_unused_activation_is_an_error(ex: Executor) -> None:
         b.build()
 
 
+def test_pipelines_compiled_counts_each_variant_once(device: Device) -> None:
+    before = device.pipelines_compiled
+    first = device.pipeline("rms_norm", {"D": 40})  # a width no model here uses, so it compiles now
+    assert device.pipelines_compiled == before + 1
+    assert device.pipeline("rms_norm", {"D": 40}) is first  # cached: nothing new
+    device.pipeline("rms_norm", {"D": 44})
+    assert device.pipelines_compiled == before + 2
+
+
 def test_unknown_constant_names_the_kernel() -> None:
     with pytest.raises(ShaderSourceError, match="rms_norm.*NOT_A_CONSTANT"):
         compile_source("rms_norm", {"NOT_A_CONSTANT": 1})

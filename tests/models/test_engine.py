@@ -19,10 +19,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from config.settings import MAX_STEPS_PER_SUBMIT as config_max_steps
+from gpu.device import Device, choose_adapter
 from gpu.kv_cache import PAGE_TOKENS
 from gpu.ops.sampling import mask_words
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
-from models.text.engine import DecodeRow, Engine, TextModel, load_text_model
+from models.text.engine import MAX_STEPS_PER_SUBMIT, DecodeRow, Engine, TextModel, load_text_model
 from models.text.generate import generate
 from models.text.sampler import SamplingParams
 from models.text.step_io import GpuSampling
@@ -51,6 +53,49 @@ def test_gpu_greedy_multi_step_equals_host_argmax(model: TextModel) -> None:
     finally:
         session.close()
     assert got == want
+
+
+def test_compile_all_leaves_a_request_nothing_to_compile() -> None:
+    """After compile_all, a batch of prompts and decodes (GPU-sampled and CPU-sampled rows) compiles no pipeline:
+    the server's worker compiles this way before it says it is ready. On a device of its own, so that the other
+    tests' programs have compiled nothing for it."""
+    fresh = load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS,
+                            device=Device(choose_adapter()))
+    device = fresh.executor.device
+    assert fresh.engine().compile_all() > 0
+    before = device.pipelines_compiled
+    generator = BatchGenerator(fresh, steps_per_submit=4, overlap_rounds=False)
+    generator.add("greedy", encode(fresh, PROMPTS[0]), GREEDY, 6)
+    generator.add("long", encode(fresh, PROMPTS[2] * 3), SamplingParams(temperature=0.8, seed=1), 6)
+    generator.add("top_k", encode(fresh, PROMPTS[1]), SamplingParams(temperature=0.8, top_k=5, seed=1), 6)
+    ended = 0
+    while generator.busy:
+        ended += sum(isinstance(event, EndEvent) for event in generator.step())
+    assert ended == 3
+    assert device.pipelines_compiled == before
+
+
+def test_steps_per_submit_changes_the_pacing_not_the_tokens(model: TextModel) -> None:
+    """One step a submission (tokens paced one by one) and sixteen (the most) give the same greedy tokens."""
+    prompts = {str(i): encode(model, p) for i, p in enumerate(PROMPTS[:2])}
+
+    def run(steps: int) -> dict[str, list[int]]:
+        generator = BatchGenerator(model, steps_per_submit=steps)
+        for key, prompt in prompts.items():
+            generator.add(key, prompt, GREEDY, 20, stop_ids=frozenset())
+        got: dict[str, list[int]] = {key: [] for key in prompts}
+        while generator.busy:
+            for event in generator.step():
+                if isinstance(event, TokenEvent):
+                    got[str(event.key)].append(event.token.id)
+        return got
+
+    one = run(1)
+    assert all(len(tokens) == 20 for tokens in one.values())
+    assert run(16) == one
+    assert config_max_steps == MAX_STEPS_PER_SUBMIT  # the setting's bound is the engine's
+    with pytest.raises(ValueError, match="steps_per_submit"):
+        load_text_model(steps_per_submit=MAX_STEPS_PER_SUBMIT + 1)
 
 
 def test_batched_decode_equals_each_sequence_alone(model: TextModel) -> None:

@@ -244,7 +244,8 @@ class FakeModel:
     def __init__(self, name: str = "fake", step_s: float = 0.0, context_length: int = 256,
                  eos_after: int | None = None, fail_after: int | None = None, max_batch: int = 4,
                  turns: Turns | None = None, on_step: Callable[[int], None] | None = None,
-                 image_encoder: Any = None, audio_encoder: Any = None) -> None:
+                 image_encoder: Any = None, audio_encoder: Any = None,
+                 on_warm_up: Callable[[], None] | None = None) -> None:
         self.name = name
         self.tokenizer = FakeTokenizer(images=image_encoder is not None, audio=audio_encoder is not None)
         self.context_length = context_length
@@ -263,11 +264,20 @@ class FakeModel:
         self.lock = threading.Lock()
         self.steps = 0  # batch rounds run so far
         self.on_step = on_step  # called on the worker thread with the round's number, before it runs
+        self.on_warm_up = on_warm_up  # called on the worker thread by warm_up
+        self.warm_ups = 0  # warm_up calls so far
         if turns is not None:
             self.executor = FakeExecutor(FakeDevice(turns))
 
     def new_session(self) -> FakeSession:
         return FakeSession(self)
+
+    def warm_up(self, run: bool | None = None) -> int:
+        """As TextModel.warm_up: the worker calls it before it is ready (with compile_ahead); nothing to compile."""
+        self.warm_ups += 1
+        if self.on_warm_up is not None:
+            self.on_warm_up()
+        return 0
 
     def generator(self) -> FakeGenerator:
         return FakeGenerator(self)

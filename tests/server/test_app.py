@@ -201,6 +201,20 @@ def test_server_keeps_serving_after_client_errors(server: ThreadServer) -> None:
     assert httpx.post(f"{server.url}/v1/chat/completions", json={**CHAT, "max_tokens": 2}).status_code == 200
 
 
+def test_ignore_eos_generates_max_tokens_on_chat_and_completions() -> None:
+    server = start(eos_after=3)
+    try:
+        completion = {"model": "gemma-3-270m", "prompt": "x"}
+        for path, body in (("/v1/completions", completion), ("/v1/chat/completions", CHAT)):
+            for ignore_eos, want in ((False, ("stop", 3)), (True, ("length", 6))):
+                reply = httpx.post(f"{server.url}{path}", json={**body, "max_tokens": 6, "ignore_eos": ignore_eos})
+                assert reply.status_code == 200, reply.text
+                got = reply.json()
+                assert (got["choices"][0]["finish_reason"], got["usage"]["completion_tokens"]) == want, path
+    finally:
+        server.__exit__()
+
+
 def test_logprobs_shapes(server: ThreadServer) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
     chat = client.chat.completions.create(**CHAT, max_tokens=3, logprobs=True, top_logprobs=2)  # type: ignore

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -64,6 +65,10 @@ def test_generates_until_length_then_until_eos() -> None:
         texts, done = await run_job(eos_worker, job(max_tokens=8))
         assert texts[0] == SCRIPT[:3]
         assert (done[0].finish_reason, done[0].completion_tokens) == ("stop", 3)
+        ignoring = job(max_tokens=8)
+        ignoring.ignore_eos = True  # past the end-of-sequence token, to max_tokens
+        texts, done = await run_job(eos_worker, ignoring)
+        assert (done[0].finish_reason, done[0].completion_tokens) == ("length", 8)
         eos_worker.stop()
 
     asyncio.run(main())
@@ -181,6 +186,43 @@ def test_load_failure_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="hearth.worker"):
         asyncio.run(main())
     assert "loading fake: 100% (4/4)" in caplog.text
+
+
+@pytest.mark.parametrize("compile_ahead", [True, False], ids=["compile-ahead", "short-warm-up"])
+def test_ready_only_after_compiling_ahead(compile_ahead: bool) -> None:
+    """With compile_ahead the worker calls the model's warm_up (every pipeline a request can hit) and is loading
+    until it returns; without it, only the short prompt and decode step of the plain warm-up run."""
+    release = threading.Event()
+    worker = ChatWorker("fake", "fake-source", fake_loader(on_warm_up=release.wait), max_queue=1,
+                        compile_ahead=compile_ahead)
+    worker.start()
+    try:
+        if compile_ahead:
+            assert wait_for(lambda: hasattr(worker, "model"))
+            time.sleep(0.05)
+            assert worker.state == "loading"
+        release.set()
+        assert wait_for(lambda: worker.state == "ready")
+        assert worker.model.warm_ups == (1 if compile_ahead else 0)
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_steps_per_submit_reaches_the_loader_when_set() -> None:
+    seen: list[dict[str, object]] = []
+
+    def loader(source: str, **kwargs: object) -> object:
+        seen.append(kwargs)
+        return fake_loader()(source, **kwargs)
+
+    for steps in (8, 1):
+        worker = ChatWorker("fake", "fake-source", loader, max_queue=1, steps_per_submit=steps)
+        worker.start()
+        assert wait_for(lambda: worker.state == "ready")
+        worker.stop()
+    assert "steps_per_submit" not in seen[0]  # the default: loaders without the argument still work
+    assert seen[1]["steps_per_submit"] == 1
 
 
 def test_a_dropped_handle_cancels_its_job() -> None:
