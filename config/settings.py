@@ -230,6 +230,9 @@ class Settings(_Frozen):
     prefix_caching: bool = Field(True, description="chat models reuse the KV cache of a prompt's leading pages that "
                                  "an earlier request had (a system prompt, a chat's earlier turns) rather than "
                                  "prefill them again; the same outputs either way")
+    jump_forward: bool = Field(True, description="constrained decoding feeds the tokens a grammar forces (a JSON "
+                               "schema's keys and punctuation) as one prompt chunk rather than a decode step each; "
+                               "the same outputs either way")
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -370,6 +373,7 @@ _ENV_KEYS = {
     "HEARTH_RESPONSES_STORE_SIZE": "limits.responses_store_size",
     "HEARTH_INT8_ACTIVATIONS": "int8_activations",
     "HEARTH_PREFIX_CACHING": "prefix_caching",
+    "HEARTH_JUMP_FORWARD": "jump_forward",
     "HEARTH_ADAPTERS": "adapters",
 }
 

@@ -66,11 +66,12 @@ class ChatWorker(WorkerBase[ChatModel]):
         return cls(entry.alias_of or entry.id, entry.source, loader, max_queue=max_queue,
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
                    int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector,
-                   prefix_caching=settings.prefix_caching)
+                   prefix_caching=settings.prefix_caching, jump_forward=settings.jump_forward)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
-                 int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True) -> None:
+                 int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True,
+                 jump_forward: bool = True) -> None:
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
         self._load_kwargs: dict[str, object] = {"kv_dtype": kv_dtype, "context_length": context_length}
         if int8_activations:  # only then, so that loaders without the argument (tests' fakes) still work
@@ -81,6 +82,7 @@ class ChatWorker(WorkerBase[ChatModel]):
             self._load_kwargs["max_batch"] = max_batch
         if projector is not None:
             self._load_kwargs["projector"] = projector
+        self._jump_forward = jump_forward  # whether its generator feeds a grammar's forced tokens as one chunk
         self._queue = JobQueue(max_queue)
         self.chat_template: ChatTemplate | None = None
         self._current: Job | None = None
@@ -139,7 +141,8 @@ class ChatWorker(WorkerBase[ChatModel]):
 
     def _serve(self) -> None:
         """The batch loop: admit choices while the batch has room, run a round, route its events."""
-        generator = self.model.generator()
+        # only when off, so that generators without the setting (tests' fakes) still serve
+        generator = self.model.generator(**({} if self._jump_forward else {"jump_forward": False}))
         turns = adapter_turns(self.model)
         admitting: list[tuple[Job, deque[ChoiceSpec]]] = []  # jobs taken from the queue, choices left
         runs: dict[tuple[int, int], _ChoiceRun] = {}  # by (id(job), choice index)

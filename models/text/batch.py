@@ -322,9 +322,10 @@ class BatchGenerator:
         return events
 
     def _plan(self, max_chunks: int | None = None) -> _Plan:
-        """What the next round holds: prompt chunks of the sequences waiting to prefill (in turn, see
-        _prefills) and the chunks of forced tokens (jump-forward), the GPU-sampled decode rows, the stepwise rows whose token is known or comes back with the
-        round in flight (handled before their submission goes, see step), and the split rows."""
+        """What the next round holds: the chunks of forced tokens (jump-forward, _jump) and prompt chunks of the
+        sequences waiting to prefill (in turn, see _prefills), the GPU-sampled decode rows, the stepwise rows whose
+        token is known or comes back with the round in flight (handled before their submission goes, see step), and
+        the split rows."""
         live = sorted((s for s in self._sequences.values() if not s.finished), key=lambda s: s.order)
         on_gpu = [s for s in live if s.decoding and not s.stepwise and not s.split]
         stepwise = [s for s in live if s.decoding and s.stepwise and (s.next_token is not None or s.in_flight)]

@@ -33,8 +33,16 @@ from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
 from models.text.images import AUDIO_MARKERS, IMAGE_MARKERS, ImageMarkers, ImageSpan, check_spans, chunk_end, rows_in
 from models.text.prefix_cache import page_keys, reusable_pages
-from models.text.step_io import (CANDIDATES, PREFILL_BUCKETS, ChunkRow, DecodeRow, GpuSampling, PendingStep, StepIO,
-                                 sample_tokens)
+from models.text.step_io import (
+    CANDIDATES,
+    PREFILL_BUCKETS,
+    ChunkRow,
+    DecodeRow,
+    GpuSampling,
+    PendingStep,
+    StepIO,
+    sample_tokens,
+)
 from models.text.tokenizer import Tokenizer
 from models.vision import ImageEncoder
 
