@@ -13,8 +13,13 @@ rate, the part of the decode wall time the host spends in the grammar. Both runs
 and --reps timed ones, alternated (free, constrained, free, ...) so that a load that changes during the benchmark
 falls on both; the table shows median (min-max) and constrained/free as the ratio of medians (bench/timing.py).
 
+The constrained runs jump forward (models/text/batch.py: the tokens the grammar forces, a record's keys and
+punctuation, go in as one prompt chunk). --stepped adds a third run of every measurement, constrained with
+jump-forward off (a step a token), alternated with the others, and the table gains its tok/s, jump/stepped (ratio of
+medians) and both runs' rounds per token (BatchGenerator.step() calls during decode per token of a stream).
+
     .venv/bin/python bench/constrained.py [--model PATH] [--schema records|bounded] [--streams 1,8] [--tokens N]
-        [--warmup 1] [--reps 5] [--json out.json]
+        [--stepped] [--warmup 1] [--reps 5] [--json out.json]
 
 --tokens defaults to 128 on a GPU and 32 on a software adapter (lavapipe decodes a few tokens a second). This is a
 benchmark, not a test: nothing here asserts a speed.
@@ -89,6 +94,14 @@ class TimedConstraint:
         finally:
             self.fill_s += time.perf_counter() - start
 
+    def forced_tokens(self, limit: int) -> list[int]:
+        """TokenConstraint.forced_tokens (jump-forward), timed with advance."""
+        start = time.perf_counter()
+        try:
+            return self.inner.forced_tokens(limit)
+        finally:
+            self.advance_s += time.perf_counter() - start
+
     def advance(self, token: int) -> None:
         """TokenConstraint.advance, timed."""
         start = time.perf_counter()
@@ -114,14 +127,16 @@ class Run:
 
     tok_s: float
     tokens: list[int]
+    rounds_per_token: float  # step() calls during decode per token of a stream
     fill_us: float = 0.0  # per constrained token
-    advance_us: float = 0.0
+    advance_us: float = 0.0  # with the jump-forward's look-ups of forced tokens
 
 
 def run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], streams: int, tokens: int,
-             grammar: str | None) -> Run:
+             grammar: str | None, jump_forward: bool = True) -> Run:
     """All streams from the prompt to `tokens` tokens each (under grammar unless it is None); raises if a stream
-    ends otherwise (an error, a grammar complete early) or a stream is preempted (the pool is sized to avoid it)."""
+    ends otherwise (an error, a grammar complete early) or a stream is preempted (the pool is sized to avoid it).
+    jump_forward: whether the grammar's forced tokens go in as one chunk (off: a step a token)."""
     import models.text.batch as batch_module
 
     # The batch fills its constrained rows' masks together (models.text.grammar.fill_masks, on llguidance's threads):
@@ -140,18 +155,18 @@ def run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int],
 
     batch_module.fill_masks = timed_fill_masks
     try:
-        return _run_once(model, vocabulary, prompt, streams, tokens, grammar)
+        return _run_once(model, vocabulary, prompt, streams, tokens, grammar, jump_forward)
     finally:
         batch_module.fill_masks = fill_masks
 
 
 def _run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], streams: int, tokens: int,
-              grammar: str | None) -> Run:
+              grammar: str | None, jump_forward: bool) -> Run:
     from models.text.batch import BatchGenerator, EndEvent, TokenEvent
     from models.text.grammar import TokenConstraint
     from models.text.sampler import SamplingParams
 
-    generator = BatchGenerator(model)
+    generator = BatchGenerator(model, jump_forward=jump_forward)
     timers = []
     for key in range(streams):
         constraint = None
@@ -164,12 +179,13 @@ def _run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int]
     # gave the last token, and counts the tokens of the steps between.
     started: set[int] = set()
     start = end = 0.0
-    decoded = produced = 0
+    decoded = produced = rounds = 0
     first_stream: list[int] = []
     while generator.busy:
         events = generator.step()
         now = time.perf_counter()
         timing = bool(start)
+        rounds += timing
         for event in events:
             if isinstance(event, TokenEvent):
                 produced += 1
@@ -187,7 +203,7 @@ def _run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int]
         raise RuntimeError(f"{generator.preemptions} preemptions: the KV pool is too small for {streams} streams")
     if produced != streams * tokens or not decoded:
         raise RuntimeError(f"{produced} tokens from {streams} streams of {tokens}: nothing to time")
-    run = Run(decoded / (end - start), first_stream)
+    run = Run(decoded / (end - start), first_stream, rounds * streams / decoded)
     if timers:
         n = sum(t.tokens for t in timers)
         run.fill_us = 1e6 * sum(t.fill_s for t in timers) / n
@@ -202,6 +218,7 @@ class Result:
     streams: int
     free: list[Run] = field(default_factory=list)
     constrained: list[Run] = field(default_factory=list)
+    stepped: list[Run] = field(default_factory=list)  # constrained, jump-forward off (--stepped)
 
     def series(self) -> dict[str, list[float]]:
         """Samples per measurement (one per timed run)."""
@@ -214,44 +231,64 @@ class Result:
             "advance_us_per_token": [r.advance_us for r in c],
             # the share of decode wall time the host spends in the grammar: seconds per token times tokens per second
             "mask_share": [(r.fill_us + r.advance_us) * 1e-6 * r.tok_s for r in c],
+            "free_rounds_per_token": [r.rounds_per_token for r in self.free],
+            "constrained_rounds_per_token": [r.rounds_per_token for r in c],
+            **({"stepped_tok_s": [r.tok_s for r in self.stepped],
+                "stepped_rounds_per_token": [r.rounds_per_token for r in self.stepped],
+                "stepped_mask_us_per_token": [r.fill_us + r.advance_us for r in self.stepped]} if self.stepped else {}),
         }
 
     def record(self, decode: Callable[[list[int]], str]) -> dict[str, Any]:
         """What --json keeps: every sample with median, min and max, the ratio of medians, and the first stream's
         last constrained reply (what the grammar let the model write)."""
         series = self.series()
+        stepped = {"jump_over_stepped": ratio(series["constrained_tok_s"], series["stepped_tok_s"]),
+                   "stepped_reply_same": self.stepped[-1].tokens == self.constrained[-1].tokens} if self.stepped else {}
         return {**{name: summary(samples) for name, samples in series.items()},
-                "constrained_over_free": ratio(series["constrained_tok_s"], series["free_tok_s"]),
+                "constrained_over_free": ratio(series["constrained_tok_s"], series["free_tok_s"]), **stepped,
                 "constrained_reply": decode(self.constrained[-1].tokens)}
 
 
 def measure(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], streams: int, tokens: int,
-            grammar: str, warmup: int, reps: int) -> Result:
-    """warmup untimed runs of both, then reps timed runs of both, alternated."""
+            grammar: str, warmup: int, reps: int, stepped: bool = False) -> Result:
+    """warmup untimed runs of each (free, constrained, and with stepped constrained with jump-forward off), then reps
+    timed runs of each, alternated."""
     result = Result(streams)
     for rep in range(warmup):
         print(f"{streams} streams: warm-up {rep + 1}/{warmup}", file=sys.stderr, flush=True)
         run_once(model, vocabulary, prompt, streams, tokens, None)
         run_once(model, vocabulary, prompt, streams, tokens, grammar)
+        if stepped:
+            run_once(model, vocabulary, prompt, streams, tokens, grammar, jump_forward=False)
     for rep in range(reps):
         result.free.append(run_once(model, vocabulary, prompt, streams, tokens, None))
         result.constrained.append(run_once(model, vocabulary, prompt, streams, tokens, grammar))
         free, constrained = result.free[-1], result.constrained[-1]
-        print(f"{streams} streams: run {rep + 1}/{reps}: free {free.tok_s:.1f} tok/s, constrained "
-              f"{constrained.tok_s:.1f} tok/s, mask {constrained.fill_us + constrained.advance_us:.0f} us/token",
-              file=sys.stderr, flush=True)
+        line = (f"{streams} streams: run {rep + 1}/{reps}: free {free.tok_s:.1f} tok/s, constrained "
+                f"{constrained.tok_s:.1f} tok/s ({constrained.rounds_per_token:.2f} rounds/token), mask "
+                f"{constrained.fill_us + constrained.advance_us:.0f} us/token")
+        if stepped:
+            result.stepped.append(run_once(model, vocabulary, prompt, streams, tokens, grammar, jump_forward=False))
+            line += (f", stepped {result.stepped[-1].tok_s:.1f} tok/s ({result.stepped[-1].rounds_per_token:.2f} "
+                     "rounds/token)")
+        print(line, file=sys.stderr, flush=True)
     return result
 
 
 def table(results: list[Result]) -> str:
     """One line per stream count: median (min-max) of each measurement and constrained/free (ratio of medians)."""
+    stepped = any(r.stepped for r in results)
     head = ["streams", "free tok/s", "constrained tok/s", "constrained/free", "mask us/token", "mask share %"]
+    head += ["stepped tok/s", "jump/stepped", "rounds/token jump", "rounds/token stepped"] if stepped else []
     rows = [head]
     for r in results:
         s = r.series()
         rows.append([str(r.streams), cell(s["free_tok_s"]), cell(s["constrained_tok_s"]),
                      f"{ratio(s['constrained_tok_s'], s['free_tok_s']):.2f}", cell(s["mask_us_per_token"]),
                      cell(s["mask_share"], 1, 100.0)])
+        if stepped:
+            rows[-1] += [cell(s["stepped_tok_s"]), f"{ratio(s['constrained_tok_s'], s['stepped_tok_s']):.2f}",
+                         cell(s["constrained_rounds_per_token"], 2), cell(s["stepped_rounds_per_token"], 2)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(value.rjust(width) for value, width in zip(row, widths, strict=True)) for row in rows)
 
@@ -266,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", default="1,8", help="comma-separated stream counts (1,8)")
     parser.add_argument("--tokens", type=int, help="tokens per stream (default: 128 on a GPU, 32 on a software "
                         "adapter)")
+    parser.add_argument("--stepped", action="store_true", help="also time the constrained runs with jump-forward "
+                        "off (a step a token) and compare")
     add_timing_args(parser, warmup=1)
     args = parser.parse_args(argv)
     check_timing_args(parser, args)
@@ -294,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     vocabulary = grammar_vocabulary(model.tokenizer)
     the_schema = schema(args.schema, tokens)
     grammar = compile_grammar(vocabulary, json_schema(the_schema))
-    results = [measure(model, vocabulary, prompt, n, tokens, grammar, args.warmup, args.reps) for n in streams]
+    results = [measure(model, vocabulary, prompt, n, tokens, grammar, args.warmup, args.reps, args.stepped)
+               for n in streams]
 
     print(f"model: {model.path}")
     print(f"device: {detail}")
@@ -305,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfirst stream's constrained reply: {reply[:160]!r}{' ...' if len(reply) > 160 else ''}")
     write_json(args.json, {**run_info("constrained", args.warmup, args.reps), "model": str(model.path),
                            "device": detail, "prompt_tokens": len(prompt), "tokens": tokens,
-                           "schema_name": args.schema, "schema": the_schema,
+                           "schema_name": args.schema, "schema": the_schema, "stepped": args.stepped,
                            "results": {str(r.streams): r.record(model.tokenizer.decode) for r in results}})
     return 0
 

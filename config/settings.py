@@ -238,6 +238,9 @@ class Settings(_Frozen):
     steps_per_submit: int = Field(8, description="decode steps of a chat batch per GPU submission (1 to 16): more "
                                   "spread the host's cost of a submission over more tokens, fewer pace a stream's "
                                   "tokens evenly rather than in bursts of that many")
+    jump_forward: bool = Field(True, description="constrained decoding feeds the tokens a grammar forces (a JSON "
+                               "schema's keys and punctuation) as one prompt chunk rather than a decode step each; "
+                               "the same outputs either way")
     keep_alive: str | float = Field("5m", description="how long a model loaded on demand stays loaded while "
                                     "idle (Ollama's keep_alive: '5m', seconds, -1 for ever); requests may set it")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -388,6 +391,7 @@ _ENV_KEYS = {
     "HEARTH_PREFIX_CACHING": "prefix_caching",
     "HEARTH_COMPILE_AHEAD": "compile_ahead",
     "HEARTH_STEPS_PER_SUBMIT": "steps_per_submit",
+    "HEARTH_JUMP_FORWARD": "jump_forward",
     "HEARTH_ADAPTERS": "adapters",
 }
 

@@ -68,12 +68,14 @@ class ChatWorker(WorkerBase[ChatModel]):
                    max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
                    int8_activations=entry.int8_activations, warm_up=warm_up, projector=entry.projector,
                    prefix_caching=settings.prefix_caching, compile_ahead=settings.compile_ahead,
-                   steps_per_submit=settings.steps_per_submit)
+                   steps_per_submit=settings.steps_per_submit,
+                   jump_forward=settings.jump_forward)
 
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
                  int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True,
-                 compile_ahead: bool = True, steps_per_submit: int = STEPS_PER_SUBMIT) -> None:
+                 compile_ahead: bool = True, steps_per_submit: int = STEPS_PER_SUBMIT,
+                 jump_forward: bool = True) -> None:
         """compile_ahead: with warm_up, every pipeline a request can hit is compiled (the model's warm_up) before
         the worker says it is ready, not only those of a short prompt and a decode step."""
         super().__init__(name, source, loader, warm_up=warm_up, thread_name=f"hearth-worker-{name}")
@@ -89,6 +91,7 @@ class ChatWorker(WorkerBase[ChatModel]):
             self._load_kwargs["max_batch"] = max_batch
         if projector is not None:
             self._load_kwargs["projector"] = projector
+        self._jump_forward = jump_forward  # whether its generator feeds a grammar's forced tokens as one chunk
         self._queue = JobQueue(max_queue)
         self.chat_template: ChatTemplate | None = None
         self._current: Job | None = None
@@ -156,7 +159,8 @@ class ChatWorker(WorkerBase[ChatModel]):
 
     def _serve(self) -> None:
         """The batch loop: admit choices while the batch has room, run a round, route its events."""
-        generator = self.model.generator()
+        # only when off, so that generators without the setting (tests' fakes) still serve
+        generator = self.model.generator(**({} if self._jump_forward else {"jump_forward": False}))
         turns = adapter_turns(self.model)
         self._media = MediaRows(getattr(self.model, "image_encoder", None), getattr(self.model, "audio_encoder", None))
         admitting: list[tuple[Job, deque[ChoiceSpec]]] = []  # jobs taken from the queue, choices left

@@ -99,7 +99,8 @@ class ReplicaSet:
                 max_batch=settings.limits.max_batch, context_length=entry.context_length, kv_dtype=entry.kv_dtype,
                 int8_activations=entry.int8_activations, warm_up=warm_up, replica=index, adapter=adapter,
                 owner=replicas, prefix_caching=settings.prefix_caching, compile_ahead=settings.compile_ahead,
-                steps_per_submit=settings.steps_per_submit)
+                steps_per_submit=settings.steps_per_submit,
+                jump_forward=settings.jump_forward)
             replica.name = replicas.name  # its errors (queue full, ...) name the model the client asked for
             replicas.replicas.append(replica)
         return replicas

@@ -31,6 +31,11 @@ then covers its work). A round holds at most:
   grammar's masks, and these sequences advance a token a round (a sequence whose prompt ends in a round joins
   them in the next). On a GPU both halves are recorded ahead (the sampling while the host waits for the round,
   the network while another thread fills the masks), so that once the masks are known only the sending is left.
+- the chunks of the constrained sequences jumping forward, in one submission (Engine.submit_last_chunks): where a
+  grammar allows one continuation only (a schema's keys and punctuation), the tokens it forces (up to JUMP_TOKENS)
+  are handed out at once and go in as a prompt chunk, the token after them sampled at its end under the mask, so
+  they cost a round rather than a round each (the same tokens: they are the only ones the masks would allow). A
+  step already recorded or sent for such a sequence runs on, its sampled token dropped.
 A sequence's slot and KV pages go back to the pool once it has ended and no submission in flight
 still writes to them. Admission looks ahead, not to the end: a sequence is admitted when the
 pool's free pages cover its prompt and its next ADMIT_LOOKAHEAD tokens beside what the running
@@ -74,7 +79,7 @@ from models.text.generate import STEPS_PER_SUBMIT, gpu_sampling
 from models.text.grammar import fill_masks
 from models.text.images import ImageSpan, check_spans, chunk_end, rows_in
 from models.text.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
-from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep
+from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, ChunkRow, DecodeRow, GpuSampling, PendingStep
 
 if TYPE_CHECKING:  # annotations only: the engine builds on this module
     from models.text.engine import Engine, LogitsStep, RecordedDecode, RecordedLogits, Session, TextModel
@@ -109,6 +114,7 @@ class EndEvent:
 
 Event = TokenEvent | EndEvent
 ADMIT_LOOKAHEAD = 256  # generated tokens a new sequence must find KV pages for (beyond: preemption)
+JUMP_TOKENS = PREFILL_BUCKETS[0]  # most tokens of a jump-forward chunk (the smallest prompt program's rows)
 
 
 @dataclass(eq=False)
@@ -135,6 +141,7 @@ class _Sequence:
     constraint: TokenConstraint | None = None  # the grammar its tokens must follow
     images: list[ImageSpan] = field(default_factory=list)  # the request's images, in prompt order
     cached: int = 0  # prompt tokens taken from the prefix cache rather than prefilled (at admission)
+    jump: bool = False  # its next chunk is tokens its grammar forced (jump-forward), handed out already
 
     @property
     def cacheable(self) -> list[int]:
@@ -173,6 +180,7 @@ class _Submission:
     sequences: list[_Sequence]
     handle: Callable[[_Submission], list[Event]]
     n_steps: int = 1
+    dropped: frozenset[int] = frozenset()  # rows whose sequence jumped forward since the step was recorded
 
 
 @dataclass
@@ -188,9 +196,10 @@ class BatchGenerator:
 
     def __init__(self, model: TextModel, kv_dtype: str | None = None, steps_per_submit: int = STEPS_PER_SUBMIT,
                  prefill_chunk: int = PREFILL_BUCKETS[-1], engine: Engine | None = None,
-                 overlap_rounds: bool | None = None) -> None:
+                 overlap_rounds: bool | None = None, jump_forward: bool = True) -> None:
         """engine: the KV pool and programs to run in (the model's, of kv_dtype, by default). overlap_rounds:
-        whether round N+1 is recorded while round N runs (None: on a GPU, not on a CPU adapter)."""
+        whether round N+1 is recorded while round N runs (None: on a GPU, not on a CPU adapter). jump_forward:
+        whether the tokens a grammar forces go in as one prompt chunk rather than a step each (_jump)."""
         if not 1 <= prefill_chunk <= PREFILL_BUCKETS[-1]:
             raise ValueError(f"prefill_chunk must be in [1, {PREFILL_BUCKETS[-1]}], not {prefill_chunk}")
         self.model = model
@@ -205,6 +214,8 @@ class BatchGenerator:
         self._chunks = 0  # prompt chunks submitted so far: the clock of the prefill rotation
         self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
         self.cached_tokens = 0  # prompt tokens taken from the prefix cache rather than prefilled, so far
+        self.jump_forward = jump_forward
+        self.forced_tokens = 0  # tokens handed out by jump-forward (forced by a grammar, not sampled), so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
         self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
         # the next split step's network half, recorded while the grammars fill their masks (_sample_split)
@@ -316,14 +327,16 @@ class BatchGenerator:
         return events
 
     def _plan(self, max_chunks: int | None = None) -> _Plan:
-        """What the next round holds: prompt chunks of the sequences waiting to prefill (in turn, see
-        _prefills), the GPU-sampled decode rows, the stepwise rows whose token is known or comes back with the
-        round in flight (handled before their submission goes, see step), and the split rows."""
+        """What the next round holds: the chunks of forced tokens (jump-forward, _jump) and prompt chunks of the
+        sequences waiting to prefill (in turn, see _prefills), the GPU-sampled decode rows, the stepwise rows whose
+        token is known or comes back with the round in flight (handled before their submission goes, see step), and
+        the split rows."""
         live = sorted((s for s in self._sequences.values() if not s.finished), key=lambda s: s.order)
         on_gpu = [s for s in live if s.decoding and not s.stepwise and not s.split]
         stepwise = [s for s in live if s.decoding and s.stepwise and (s.next_token is not None or s.in_flight)]
         split = [s for s in live if s.decoding and s.split]
-        return self._prefills(live, max_chunks), on_gpu, stepwise, split
+        jumps = [s for s in live if s.jump]  # they decode on: outside the prefill rotation, and never held back
+        return jumps + self._prefills([s for s in live if not s.jump], max_chunks), on_gpu, stepwise, split
 
     def _prefills(self, live: list[_Sequence], max_chunks: int | None) -> list[_Sequence]:
         """The sequences that send a prompt chunk this round (the module docstring): the first in turn, then
@@ -406,6 +419,7 @@ class BatchGenerator:
         seq.turn = self._chunks  # it prefills again, behind the sequences waiting now
         seq.submitted = seq.produced
         seq.next_token = None
+        seq.jump = False  # its forced tokens are prefilled with the rest
         self.preemptions += 1
 
     def _gpu_steps(self, rows: list[_Sequence]) -> int:
@@ -417,7 +431,13 @@ class BatchGenerator:
         """Send the round's prompt chunks and GPU decode; record its stepwise decode (sent by step)."""
         round_ = _Round()
         prefills, on_gpu, stepwise, _ = plan
-        for prefilling in prefills:
+        jumps = [s for s in prefills if s.jump]
+        prompts = [s for s in prefills if not s.jump]
+        # the forced tokens of every jumping row in one submission; a hybrid's recurrent layers take a sequence's
+        # prompt at a time
+        for group in [jumps] if jumps and getattr(self.pool, "recurrent", None) is None else [[s] for s in jumps]:
+            round_.submissions.append(self._submit_jumps(group))
+        for prefilling in prompts:
             round_.submissions.append(self._submit_prefill(prefilling))
             if prefilling.decoding and not prefilling.stepwise and not prefilling.split:  # it decodes this round
                 on_gpu = sorted([*on_gpu, prefilling], key=lambda s: s.order)
@@ -445,14 +465,30 @@ class BatchGenerator:
                                              read_logits=on_cpu and not seq.candidates,
                                              read_candidates=on_cpu and seq.candidates, mask=mask,
                                              **({"images": inside} if inside else {}))
-        seq.prefilled += len(chunk)
+        self._chunk_sent(seq, len(chunk), last)
+        return _Submission(pending, [seq], self._handle_prefill if last else self._handle_nothing)
+
+    def _submit_jumps(self, seqs: list[_Sequence]) -> _Submission:
+        """The chunks of forced tokens of jumping sequences (_jump) in one submission, each sampling the token after
+        its chunk under its grammar's mask."""
+        rows = [ChunkRow(s.session, s.prompt[s.prefilled:], s.gpu or GpuSampling(),
+                         read_logits=s.gpu is None and not s.candidates, read_candidates=s.gpu is None and s.candidates,
+                         mask=self._mask(s)) for s in seqs]
+        pending = self.engine.submit_last_chunks(rows)
+        for seq, row in zip(seqs, rows, strict=True):
+            self._chunk_sent(seq, len(row.ids), True)
+        return _Submission(pending, seqs, self._handle_stepwise)
+
+    def _chunk_sent(self, seq: _Sequence, n: int, last: bool) -> None:
+        assert seq.session is not None
+        seq.prefilled += n
+        seq.jump = False
         seq.session.publish(seq.cacheable, seq.images)  # sequences admitted from now on reuse its full pages
         self._chunks += 1
         seq.turn = self._chunks  # behind every sequence waiting now
         if last:
             seq.submitted += 1  # the token after the prompt is sampled in this submission
         seq.in_flight += 1
-        return _Submission(pending, [seq], self._handle_prefill if last else self._handle_nothing)
 
     def _submit_gpu_decode(self, rows: list[_Sequence]) -> _Submission:
         n_steps = self._gpu_steps(rows)
@@ -476,22 +512,23 @@ class BatchGenerator:
 
     def _send_stepwise(self, recorded: RecordedDecode, rows: list[_Sequence]) -> tuple[_Submission, list[Event]]:
         """Send a recorded stepwise step, its rows' tokens and masks known now (a row that ended meanwhile runs
-        with token 0 and no mask; its result is dropped)."""
+        with token 0 and no mask, a row that jumped forward meanwhile with no mask; their results are dropped)."""
         events: list[Event] = []
         for row, seq in zip(recorded.rows, rows, strict=True):
             if not seq.finished:
                 assert seq.next_token is not None, "a stepwise row was sent before its token was known"
                 row.token, seq.next_token = seq.next_token, None
         constrained = [(row, seq) for row, seq in zip(recorded.rows, rows, strict=True)
-                       if seq.constraint is not None and not seq.finished]
+                       if seq.constraint is not None and not seq.finished and not seq.jump]
         if constrained:
             masks, events = self._fill_masks([seq for _, seq in constrained])
             for i, (row, seq) in enumerate(constrained):
                 row.mask = masks[i]
         for row, seq in zip(recorded.rows, rows, strict=True):
-            if seq.finished:
-                row.token, row.mask = 0, None
-        return _Submission(recorded.submit(), rows, self._handle_stepwise), events
+            if seq.finished:  # the token its position holds where a jump ended the sequence (the cache is published)
+                row.token, row.mask, seq.next_token = seq.next_token or 0, None, None
+        dropped = frozenset(i for i, seq in enumerate(rows) if seq.jump)
+        return _Submission(recorded.submit(), rows, self._handle_stepwise, dropped=dropped), events
 
     def _submit_logits(self, rows: list[_Sequence]) -> None:
         """The network half of a split step of these rows, each on the token the GPU sampled last (the one
@@ -509,14 +546,15 @@ class BatchGenerator:
     def _sample_split(self) -> list[Event]:
         """Send the sampling half of the open split step, each row under its grammar's mask: first the rounds in
         flight that hold the rows' last tokens are handled (the grammars take those tokens). Its submission is
-        a round of its own, handled like the others; a row that ended meanwhile draws unmasked, its token dropped."""
+        a round of its own, handled like the others; a row that ended or jumped forward meanwhile draws unmasked, its
+        token dropped."""
         assert self._split is not None
         step, rows = self._split
         events: list[Event] = []
         while self._rounds and any(not s.finished and s.produced < s.submitted for s in rows):
             events += self._handle_round(self._rounds.popleft())
         self._split = None
-        live = [i for i, s in enumerate(rows) if not s.finished]
+        live = [i for i, s in enumerate(rows) if not s.finished and not s.jump]  # a jumped row's chunk samples
         if not live:  # nothing to sample for: the logits are dropped
             step.abandon()
             for s in rows:
@@ -535,13 +573,14 @@ class BatchGenerator:
         else:
             filled, failed = self._fill_masks(live_rows)
         masks[live] = filled
-        masks[[i for i, s in enumerate(rows) if s.finished]] = 0xFFFFFFFF  # a grammar that failed: unmasked
+        dropped = frozenset(i for i, s in enumerate(rows) if s.jump)
+        masks[[i for i, s in enumerate(rows) if s.finished or i in dropped]] = 0xFFFFFFFF  # a failed grammar too
         events += failed
         pending = step.sample(masks)
-        for s in rows:
+        for s in live_rows:
             s.submitted += 1
         # the rows' hold passes from the network half to this submission (_handle releases it)
-        self._rounds.append(_Round([_Submission(pending, rows, self._handle_stepwise)]))
+        self._rounds.append(_Round([_Submission(pending, rows, self._handle_stepwise, dropped=dropped)]))
         return events
 
     def _record_logits(self, rows: list[_Sequence]) -> RecordedLogits:
@@ -610,6 +649,8 @@ class BatchGenerator:
         tokens, _ = submission.pending.wait()
         events: list[Event] = []
         for row, seq in enumerate(submission.sequences):
+            if row in submission.dropped:
+                continue
             if seq.gpu is not None:
                 events += self._accept(seq, SampledToken(int(tokens[0, row]), math.nan))
             else:
@@ -627,10 +668,8 @@ class BatchGenerator:
             logits = pending.wait()[1].get(row)
             logits = self.engine.row_logits(seq.session) if logits is None else logits.reshape(-1)
             token = seq.sampler.sample(logits, seq.history)
-        events = self._accept(seq, token)
-        if not seq.finished:
-            seq.history.append(token.id)
-        return events
+        seq.history.append(token.id)  # before _accept: a jump appends the forced tokens after it
+        return self._accept(seq, token)
 
     def _accept(self, seq: _Sequence, token: SampledToken) -> list[Event]:
         """A sampled token of a running sequence: the end of it, or one more token out (for a stepwise
@@ -639,6 +678,15 @@ class BatchGenerator:
             return []
         if token.id in seq.stops:
             return self._finish(seq, "stop")
+        events = self._take(seq, token)
+        if not seq.finished and seq.stepwise:
+            seq.next_token = token.id
+        if not seq.finished and seq.constraint is not None and self.jump_forward:
+            events += self._jump(seq, token.id)
+        return events
+
+    def _take(self, seq: _Sequence, token: SampledToken) -> list[Event]:
+        """One more token out: its grammar takes it, and it may end the sequence (grammar complete, max_tokens)."""
         seq.produced += 1
         seq.emitted.append(token.id)
         events: list[Event] = [TokenEvent(seq.key, token)]
@@ -651,8 +699,37 @@ class BatchGenerator:
                 return events + self._finish(seq, "stop")
         if seq.produced >= seq.max_tokens:
             events += self._finish(seq, "length")
-        elif seq.stepwise:
-            seq.next_token = token.id
+        return events
+
+    def _jump(self, seq: _Sequence, token: int) -> list[Event]:
+        """Jump-forward decoding: the tokens seq's grammar forces after `token` (its only legal continuation, so
+        greedy or sampled, a step each would give the same) are handed out now and go in as one prompt chunk
+        (_submit_jumps), with the token if no step sent yet feeds it; the token after them is sampled at the chunk's
+        end. So a schema's fixed keys and punctuation cost a round, not a round a token."""
+        assert seq.session is not None and seq.constraint is not None
+        fed = seq.session.n_past  # positions sent: the token's among them where a step recorded or sent feeds it
+        unfed = len(seq.request) + len(seq.emitted) - fed
+        forced = seq.constraint.forced_tokens(min(JUMP_TOKENS - unfed, seq.max_tokens - seq.produced))
+        if not forced:
+            return []
+        events: list[Event] = []
+        on_cpu = seq.gpu is None  # its logprob under the grammar: the only token allowed
+        for taken, forced_id in enumerate(forced, 1):
+            events += self._take(seq, SampledToken(forced_id, 0.0 if on_cpu else math.nan,
+                                                   [(forced_id, 0.0)] if on_cpu else []))
+            seq.history.append(forced_id)
+            if seq.finished:
+                break
+        self.forced_tokens += taken
+        if seq.sampler is not None:  # its later draws stay those of a step a token
+            seq.sampler.skip(taken)
+        # a step in flight feeds the token (and runs on for an ended row, whose cache is published); else the chunk
+        seq.next_token = token if seq.stepwise and not unfed else None
+        if not seq.finished:
+            seq.prompt = seq.request + seq.emitted
+            seq.prefilled = fed
+            seq.submitted = seq.produced  # a step in flight that samples for it is dropped (_Submission.dropped)
+            seq.jump = True
         return events
 
     def _finish(self, seq: _Sequence, reason: str, error: BaseException | None = None) -> list[Event]:

@@ -43,7 +43,16 @@ from models.text.images import (
     rows_in,
 )
 from models.text.prefix_cache import page_keys, reusable_pages
-from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampling, PendingStep, StepIO, sample_tokens
+from models.text.step_io import (
+    CANDIDATES,
+    PREFILL_BUCKETS,
+    ChunkRow,
+    DecodeRow,
+    GpuSampling,
+    PendingStep,
+    StepIO,
+    sample_tokens,
+)
 from models.text.tokenizer import Tokenizer
 from models.vision import ImageEncoder
 
@@ -312,6 +321,49 @@ class Engine:
         session.n_past += len(ids)
         return PendingStep(submission.submit(), 1 if last else 0, 1, [0] if last and read_logits else [],
                            [0] if last and read_candidates else [])
+
+    def submit_last_chunks(self, rows: list[ChunkRow]) -> PendingStep:
+        """The last prompt chunks of several sequences (at most PREFILL_BUCKETS[-1] tokens in all) in one step, the
+        token after each sampled (under its mask where given) and kept for its next decode step; result row i is
+        rows[i]'s. Short chunks of many sequences (a grammar's forced tokens, models/text/batch.py) so cost one
+        submission, not one each."""
+        n, total = len(rows), sum(len(r.ids) for r in rows)
+        if not 1 <= n <= self.model.max_batch or not all(r.ids for r in rows) or total > PREFILL_BUCKETS[-1]:
+            raise ValueError(f"a batch of last chunks holds 1 to {self.model.max_batch} non-empty chunks of "
+                             f"{PREFILL_BUCKETS[-1]} tokens in all, not {[len(r.ids) for r in rows]}")
+        r_max = next(b for b in DECODE_BUCKETS if b >= n)
+        # rows of one sequence that see each other need the prompt program (t_max > r_max)
+        single = total <= r_max and all(len(r.ids) == 1 for r in rows)
+        t_max = r_max if single else next(b for b in PREFILL_BUCKETS if b >= total and b > r_max)
+        program = self.program(t_max, r_max, any(r.mask is not None for r in rows))
+        table = np.zeros((total, 4), np.uint32)  # (position, slot, token source 0: ids, 0)
+        ends = np.cumsum([len(r.ids) for r in rows]) - 1  # each chunk's last row: its output row
+        for r, end in zip(rows, ends, strict=True):
+            r.session._reserve(len(r.ids))
+            table[end + 1 - len(r.ids):end + 1, 0] = np.arange(r.session.n_past, r.session.n_past + len(r.ids))
+            table[end + 1 - len(r.ids):end + 1, 1] = r.session.slot
+        out, ex = self.io.outputs(r_max), self.executor
+        ex.write(self.io.ids, np.array([t for r in rows for t in r.ids], np.uint32))
+        ex.write(self.io.rows, table)
+        ex.write(self.io.out_rows, ends.astype(np.uint32))
+        ex.write(out.sampling, np.array([r.sampling.words(int(table[end, 0]), r.mask is not None)
+                                         for r, end in zip(rows, ends, strict=True)], np.uint32))
+        for i, r in enumerate(rows):
+            if r.mask is not None:
+                ex.write(out.token_mask, r.mask, offset_elements=i * out.token_mask.shape[1])
+        submission = ex.submission()
+        submission.step(program, StepParams(n_tokens=total, n_out=n))
+        submission.read(out.sampled, n * 4)
+        logit_rows = [i for i, r in enumerate(rows) if r.read_logits]
+        candidate_rows = [i for i, r in enumerate(rows) if r.read_candidates]
+        vocab_bytes = self.model.vocab_size * 4
+        for i in logit_rows:
+            submission.read(out.logits, vocab_bytes, offset=i * vocab_bytes)
+        if candidate_rows:
+            self._read_candidates(submission, r_max, n, [(i, rows[i].session) for i in candidate_rows])
+        for r in rows:
+            r.session.n_past += len(r.ids)
+        return PendingStep(submission.submit(), 1, n, logit_rows, candidate_rows)
 
     def stage_decode(self, sessions: list[Session]) -> tuple[Program, StepParams]:
         """Write the inputs of one decode step of these sessions (each decoding the token the GPU
@@ -605,9 +657,10 @@ class TextModel:
         """A new sequence in the KV pool; kv_dtype ("f16" or "f32") overrides the model's cache type."""
         return Session(self, self.engine(kv_dtype))
 
-    def generator(self, kv_dtype: str | None = None) -> BatchGenerator:
-        """A continuous-batching generator over this model (models/text/batch.py)."""
-        return BatchGenerator(self, kv_dtype, steps_per_submit=self.steps_per_submit)
+    def generator(self, kv_dtype: str | None = None, jump_forward: bool = True) -> BatchGenerator:
+        """A continuous-batching generator over this model (models/text/batch.py); jump_forward: a grammar's forced
+        tokens go in as one prompt chunk rather than a step each."""
+        return BatchGenerator(self, kv_dtype, steps_per_submit=self.steps_per_submit, jump_forward=jump_forward)
 
 
 class Session:

@@ -10,6 +10,7 @@ mask (one bit per token) with the step and the GPU sampler never picks a token o
     constraint = TokenConstraint(vocabulary, grammar)       # one per sequence
     constraint.fill_mask(mask_row)                          # before each step: u32 [ceil(V / 32)]
     constraint.advance(token)                               # after it
+    constraint.forced_tokens(16)                            # the tokens that must follow, if only one way on
 
 Grammars are written in llguidance's Lark dialect (docs/syntax.md upstream): `%json {...}` embeds a JSON
 schema, `<name>` names a special token of the vocabulary, `[lazy]` rules end at their first match.
@@ -272,6 +273,14 @@ class TokenConstraint:
         """Take a sampled token (one the mask allowed); GrammarError if the grammar refuses it."""
         if not self._matcher.consume_token(token):
             raise GrammarError(_clean(self._matcher.get_error() or f"the grammar refused token {token}"))
+
+    def forced_tokens(self, limit: int) -> list[int]:
+        """The tokens the grammar forces next (at most limit), the only ones its masks would allow one after the
+        other (llguidance's fast-forward tokens, in the vocabulary's canonical tokenization); not consumed: advance
+        takes each in turn. Empty where the next token is the model's choice."""
+        if limit <= 0 or self._matcher.is_stopped():
+            return []
+        return self._matcher.compute_ff_tokens()[:limit]
 
     def _check(self) -> None:
         if self._matcher.is_error():

@@ -1,15 +1,15 @@
 """Images in a prompt: spans of rows whose input embeddings an image encoder made (models/vision/).
 
-A prompt with images is its token ids (an image's rows hold the template's soft-token id, so that lengths, usage
-and penalties count them as tokens) and, for each image, an ImageSpan: where its rows start and their embeddings,
-already in the text model's embedding space. The step takes those rows as they are (no embedding scale) and, where
-the family's markers say so, lets them attend to each other both ways (Gemma 3's bidirectional attention within an
-image; the row table's token source 2 and later keys, gpu/kernels/common/rows.wgsl), or where the decoder's config
-does, on its sliding layers only (Gemma 4's 26B and 31B). Audio clips (Gemma 4) are spans of the same kind, causal. A row sees later rows of its image only once their keys are
-in the cache, so an image's rows go in one prompt chunk: chunk_end moves a chunk's end to before an image it would
-cut. On sliding-window layers a row's first key stays bounded by its own position, as llama.cpp's non-causal image
-batches do (transformers lets an image's rows see the whole image past a window); the two agree wherever the window
-is wider than an image, as Gemma 3's are (512 or 1024 positions, 256 rows an image).
+A prompt with images is its token ids (an image's rows hold the template's soft-token id, so that lengths, usage and
+penalties count them as tokens) and, for each image, an ImageSpan: where its rows start and their embeddings, already in
+the text model's embedding space. The step takes those rows as they are (no embedding scale) and, where the family's
+markers say so, lets them attend to each other both ways (Gemma 3's bidirectional attention within an image; the row
+table's token source 2 and later keys, gpu/kernels/common/rows.wgsl), or where the decoder's config does, on its sliding
+layers only (Gemma 4's 26B and 31B). Audio clips (Gemma 4) are spans of the same kind, causal. A row sees later rows of
+its image only once their keys are in the cache, so an image's rows go in one prompt chunk: chunk_end moves a chunk's
+end to before an image it would cut. On sliding-window layers a row's first key stays bounded by its own position, as
+llama.cpp's non-causal image batches do (transformers lets an image's rows see the whole image past a window); the two
+agree wherever the window is wider than an image, as Gemma 3's are (512 or 1024 positions, 256 rows an image).
 """
 
 from __future__ import annotations

@@ -120,6 +120,12 @@ class Sampler:
         top = _top_logprobs(x, log_z, p.top_logprobs) if p.top_logprobs else []
         return SampledToken(chosen, float(x[chosen]) - log_z, top)
 
+    def skip(self, n: int) -> None:
+        """Move the random stream on as n draws would: tokens a grammar forced, taken without drawing
+        (models/text/batch.py's jump-forward), so that a seeded sequence's later draws are the same either way."""
+        if self.params.temperature != 0 and n > 0:
+            self._rng.random(n)
+
     def sample_candidates(self, c: Candidates) -> SampledToken | None:
         """The same choice as sample() over the row's candidates alone (candidates_can_serve(params) must hold),
         or None when this step's top_p or min_p keeps tokens past them: then sample() needs the whole row.

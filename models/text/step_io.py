@@ -143,6 +143,19 @@ class DecodeRow:
     constrained: bool = False  # whether the row has a mask (known when the submission is recorded)
 
 
+@dataclass
+class ChunkRow:
+    """One sequence's last prompt chunk in a batched submission (Engine.submit_last_chunks): the token after it is
+    sampled."""
+
+    session: Session
+    ids: list[int]
+    sampling: GpuSampling = field(default_factory=GpuSampling)
+    read_logits: bool = False
+    read_candidates: bool = False
+    mask: np.ndarray | None = None  # the tokens the one after the chunk may be, u32 [ceil(V / 32)] bits
+
+
 class PendingStep:
     """A submitted step (or run of decode steps); wait() gives the sampled tokens and any logits,
     `candidates` then holds the rows' candidates that were asked for."""

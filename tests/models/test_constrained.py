@@ -62,6 +62,14 @@ SMALL: dict[str, Any] = {
     "required": ["n", "ok"],
     "additionalProperties": False,
 }
+# Jump-forward's case: long keys, each a run of tokens the grammar forces (the model picks only the booleans).
+LONG_KEYS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"the_animal_is_a_domestic_pet": {"type": "boolean"},
+                   "the_animal_has_been_vaccinated_this_year": {"type": "boolean"}},
+    "required": ["the_animal_is_a_domestic_pet", "the_animal_has_been_vaccinated_this_year"],
+    "additionalProperties": False,
+}
 JSON_PROMPT = "A pet record as JSON: "
 FREE_PROMPTS = {"free-greedy": "The capital of France is", "free-seeded": "Once upon a time, in a small village",
                 "free-top-p": "def fibonacci(n):"}
@@ -88,13 +96,16 @@ class Run:
     tokens: dict[str, list[int]] = field(default_factory=dict)
     ends: dict[str, EndEvent] = field(default_factory=dict)
     ended_with_last_token: dict[str, bool] = field(default_factory=dict)
+    rounds: int = 0  # step() calls until every row had ended
+    forced: int = 0  # tokens handed out by jump-forward (forced by a grammar) rather than sampled
 
 
 def run_batch(model: TextModel, vocabulary: GrammarVocabulary, rows: Mapping[str, Row], overlap_rounds: bool,
-              engine: Engine | None = None) -> tuple[Run, BatchGenerator]:
+              engine: Engine | None = None, jump_forward: bool = True) -> tuple[Run, BatchGenerator]:
     """Every row in one BatchGenerator (4 GPU steps a submission, as test_engine.py), run until all have ended;
     end-of-sequence ids are not stops, so a constrained row can end "stop" only through its grammar."""
-    generator = BatchGenerator(model, steps_per_submit=4, engine=engine, overlap_rounds=overlap_rounds)
+    generator = BatchGenerator(model, steps_per_submit=4, engine=engine, overlap_rounds=overlap_rounds,
+                               jump_forward=jump_forward)
     grammars = {id(r.schema): compile_grammar(vocabulary, json_schema(r.schema)) for r in rows.values() if r.schema}
     for key, row in rows.items():
         constraint = TokenConstraint(vocabulary, grammars[id(row.schema)]) if row.schema else None
@@ -103,6 +114,7 @@ def run_batch(model: TextModel, vocabulary: GrammarVocabulary, rows: Mapping[str
     result = Run(tokens={key: [] for key in rows})
     while generator.busy:
         events = generator.step()
+        result.rounds += 1
         for event in events:
             if isinstance(event, TokenEvent):
                 result.tokens[event.key].append(event.token.id)
@@ -112,6 +124,7 @@ def run_batch(model: TextModel, vocabulary: GrammarVocabulary, rows: Mapping[str
                 result.ended_with_last_token[event.key] = any(
                     isinstance(e, TokenEvent) and e.key == event.key for e in events)
     assert set(result.ends) == set(rows)
+    result.forced = generator.forced_tokens
     return result, generator
 
 
@@ -296,3 +309,93 @@ def test_preempted_constrained_sequence_gives_valid_json(model: TextModel, vocab
         parse_reply(model, result.tokens[key], SMALL)
     assert result.tokens["second"] == result.tokens["first"]
     assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == 32
+
+
+# -- jump-forward: the tokens a grammar forces go in as one prompt chunk (models/text/batch.py _jump) --------------
+
+JSON_ROWS = ("json-greedy", "json-seeded", "json-top-p")
+
+
+@pytest.mark.heavy
+def test_jump_forward_gives_the_tokens_of_stepping(model: TextModel, vocabulary: GrammarVocabulary,
+                                                   mixed: Run) -> None:
+    """The constrained rows of the mixed batch (jump-forward on, the default) again with jump-forward off, a step a
+    token: the same tokens for greedy, the GPU's seeded draw and the CPU's top_p (forced tokens are the only ones
+    the mask allows, the GPU's noise is keyed by position and the CPU sampler skips a draw per forced token), in
+    fewer rounds with it on."""
+    stepped, _ = run_batch(model, vocabulary, {key: MIXED[key] for key in JSON_ROWS}, overlap_rounds=False,
+                           jump_forward=False)
+    assert stepped.forced == 0 < mixed.forced
+    for key in JSON_ROWS:
+        assert stepped.tokens[key] == mixed.tokens[key], key
+        assert stepped.ends[key].reason == mixed.ends[key].reason == "stop", key
+    assert mixed.rounds < stepped.rounds
+
+
+@pytest.mark.heavy
+def test_jump_forward_feeds_forced_keys_in_one_submission(model: TextModel, vocabulary: GrammarVocabulary) -> None:
+    """Two rows of a schema with long keys: their forced tokens (most of the reply) go in as chunks, the two rows'
+    chunks together in one submission where they jump in the same round, so the reply takes far fewer rounds than
+    tokens; with jump-forward off it takes a round a token, and gives the same tokens."""
+    rows = {"greedy": Row(JSON_PROMPT, GREEDY, 40, LONG_KEYS), "seeded": Row(JSON_PROMPT, SEEDED, 40, LONG_KEYS)}
+    calls: list[list[int]] = []
+    submit = Engine.submit_last_chunks
+
+    def spy(engine: Engine, chunks: Any) -> Any:
+        calls.append([len(c.ids) for c in chunks])
+        return submit(engine, chunks)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Engine, "submit_last_chunks", spy)
+        jumped, _ = run_batch(model, vocabulary, rows, overlap_rounds=False)
+    stepped, _ = run_batch(model, vocabulary, rows, overlap_rounds=False, jump_forward=False)
+    n_tokens = len(jumped.tokens["greedy"])
+    for key in rows:
+        assert jumped.ends[key].reason == "stop", (key, model.tokenizer.decode(jumped.tokens[key]))
+        parse_reply(model, jumped.tokens[key], LONG_KEYS)
+        assert jumped.tokens[key] == stepped.tokens[key], key
+    assert any(len(chunks) == 2 for chunks in calls)  # both rows' chunks in one submission
+    assert max(n for chunks in calls for n in chunks) > 4  # a key's tokens in one chunk
+    assert jumped.forced > n_tokens  # of both rows: most of each reply
+    assert 2 * jumped.rounds < n_tokens <= stepped.rounds
+
+
+@pytest.mark.heavy
+def test_sampled_replies_with_jump_forward_are_documents_over_seeds(model: TextModel,
+                                                                    vocabulary: GrammarVocabulary) -> None:
+    """Four seeded draws at temperature 1 on the GPU and one top_p draw on the CPU, all jumping forward, rounds
+    overlapped (a GPU's way): every reply is a document of the schema."""
+    rows = {f"seed-{seed}": Row(JSON_PROMPT, SamplingParams(temperature=1.0, seed=seed), REPLY_TOKENS, PET)
+            for seed in range(4)} | {"top-p": Row(JSON_PROMPT, SamplingParams(temperature=1.0, top_p=0.95, seed=7),
+                                                  REPLY_TOKENS, PET)}
+    result, _ = run_batch(model, vocabulary, rows, overlap_rounds=True)
+    assert result.forced > 0
+    for key in rows:
+        assert result.ends[key].reason == "stop", (key, model.tokenizer.decode(result.tokens[key]))
+        parse_reply(model, result.tokens[key], PET)
+    assert len({tuple(tokens) for tokens in result.tokens.values()}) > 1
+
+
+@pytest.mark.heavy
+def test_sequence_preempted_between_jumps_gives_valid_json(model: TextModel, vocabulary: GrammarVocabulary) -> None:
+    """Three greedy rows of the long-keys schema in a pool of four 16-position pages: rows are preempted while their
+    forced tokens wait for their chunk, and rejoin by prefilling their prompt and every token handed out (forced
+    ones too), the grammar state kept; each reply is still the document the others give."""
+    engine = Engine(model, "f16", pool_tokens=64, page_tokens=16, n_ctx=64)
+    rows = {key: Row(JSON_PROMPT, GREEDY, 56, LONG_KEYS) for key in ("first", "second", "third")}
+    waiting: list[bool] = []  # at each preemption: whether the row had forced tokens waiting for their chunk
+    preempt = BatchGenerator._preempt
+
+    def spy(generator: BatchGenerator, seq: Any) -> None:
+        waiting.append(seq.jump)
+        preempt(generator, seq)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BatchGenerator, "_preempt", spy)
+        result, _ = run_batch(model, vocabulary, rows, overlap_rounds=False, engine=engine)
+    assert any(waiting), waiting
+    for key in rows:
+        assert result.ends[key].reason == "stop", (key, model.tokenizer.decode(result.tokens[key]))
+        parse_reply(model, result.tokens[key], LONG_KEYS)
+        assert result.tokens[key] == result.tokens["first"], key
+    assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == 64

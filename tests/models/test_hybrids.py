@@ -122,9 +122,9 @@ def test_preempted_sequences_resume_with_the_same_tokens(family: str, model: Tex
 @pytest.mark.parametrize("dtype", ["f32", "q8_0"])
 def test_gpu_kernels_give_the_reference_tokens(family: str, golden: dict[str, np.ndarray], dtype: str) -> None:
     """The kernels a GPU runs (residual norms folded into the matvecs that read them, the conv layers' in-projection
-    among them; rounds overlapped; attention's decode prologue), run here on lavapipe by making the device claim not to be a CPU: transformers'
-    greedy tokens for both prompts decoded in one batch, the long one in chunks of 16, and its logits after the
-    prompt within the parity tests' cosine of 0.99999."""
+    among them; rounds overlapped; attention's decode prologue), run here on lavapipe by making the device claim
+    not to be a CPU: transformers' greedy tokens for both prompts decoded in one batch, the long one in chunks of
+    16, and its logits after the prompt within the parity tests' cosine of 0.99999."""
     from gpu.device import Device
 
     with pytest.MonkeyPatch.context() as patch:
