@@ -23,11 +23,11 @@ from config.settings import MAX_STEPS_PER_SUBMIT as config_max_steps
 from gpu.device import Device, choose_adapter
 from gpu.kv_cache import PAGE_TOKENS
 from gpu.ops.sampling import mask_words
-from models.text.batch import BatchGenerator, EndEvent, TokenEvent
+from models.text.batch import JUMP_TOKENS, BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import MAX_STEPS_PER_SUBMIT, DecodeRow, Engine, TextModel, load_text_model
 from models.text.generate import generate
 from models.text.sampler import SamplingParams
-from models.text.step_io import GpuSampling
+from models.text.step_io import ChunkRow, GpuSampling
 from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens
 
 pytestmark = pytest.mark.heavy
@@ -72,6 +72,17 @@ def test_compile_all_leaves_a_request_nothing_to_compile() -> None:
     while generator.busy:
         ended += sum(isinstance(event, EndEvent) for event in generator.step())
     assert ended == 3
+    assert device.pipelines_compiled == before
+    # jump-forward's chunks of several sequences (the grammar's forced tokens, up to JUMP_TOKENS each)
+    sessions = [fresh.new_session() for _ in range(3)]
+    try:
+        for session, prompt in zip(sessions, PROMPTS, strict=False):
+            fresh.engine().submit_prefill(session, encode(fresh, prompt)).wait()
+        chunks = [ChunkRow(session, [5] * n) for session, n in zip(sessions, (JUMP_TOKENS, 3, 1), strict=True)]
+        fresh.engine().submit_last_chunks(chunks).wait()
+    finally:
+        for session in sessions:
+            session.close()
     assert device.pipelines_compiled == before
 
 
