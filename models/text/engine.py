@@ -299,6 +299,19 @@ class Engine:
             ex.write(self.io.outputs(1).token_mask, mask)
         return program, StepParams(n_tokens=n, n_out=1)
 
+    def _read_rows(self, submission: Submission, rows: Sequence[ChunkRow | DecodeRow],
+                   r_max: int) -> tuple[list[int], list[int]]:
+        """Queue the read-back of the output rows that asked for their logits or candidates (after a step of
+        len(rows) output rows, the program of r_max); those rows' indices, logits first."""
+        logit_rows = [i for i, r in enumerate(rows) if r.read_logits]
+        candidate_rows = [i for i, r in enumerate(rows) if r.read_candidates]
+        vocab_bytes = self.model.vocab_size * 4
+        for i in logit_rows:
+            submission.read(self.io.outputs(r_max).logits, vocab_bytes, offset=i * vocab_bytes)
+        if candidate_rows:
+            self._read_candidates(submission, r_max, len(rows), [(i, rows[i].session) for i in candidate_rows])
+        return logit_rows, candidate_rows
+
     def submit_prefill(self, session: Session, ids: list[int], sampling: GpuSampling | None = None,
                        read_logits: bool = False, last: bool = True, read_candidates: bool = False,
                        mask: np.ndarray | None = None, images: Sequence[ChunkImage] = ()) -> PendingStep:
@@ -354,13 +367,7 @@ class Engine:
         submission = ex.submission()
         submission.step(program, StepParams(n_tokens=total, n_out=n))
         submission.read(out.sampled, n * 4)
-        logit_rows = [i for i, r in enumerate(rows) if r.read_logits]
-        candidate_rows = [i for i, r in enumerate(rows) if r.read_candidates]
-        vocab_bytes = self.model.vocab_size * 4
-        for i in logit_rows:
-            submission.read(out.logits, vocab_bytes, offset=i * vocab_bytes)
-        if candidate_rows:
-            self._read_candidates(submission, r_max, n, [(i, rows[i].session) for i in candidate_rows])
+        logit_rows, candidate_rows = self._read_rows(submission, rows, r_max)
         for r in rows:
             r.session.n_past += len(r.ids)
         return PendingStep(submission.submit(), 1, n, logit_rows, candidate_rows)
@@ -393,10 +400,8 @@ class Engine:
             raise ValueError(f"a decode batch holds 1 to {self.model.max_batch} sequences, not {n}")
         if not 1 <= n_steps <= self.max_steps:
             raise ValueError(f"n_steps must be in [1, {self.max_steps}], not {n_steps}")
-        logit_rows = [i for i, r in enumerate(rows) if r.read_logits]
-        candidate_rows = [i for i, r in enumerate(rows) if r.read_candidates]
         masked = any(r.constrained for r in rows)
-        if (logit_rows or candidate_rows or masked) and n_steps > 1:
+        if n_steps > 1 and (masked or any(r.read_logits or r.read_candidates for r in rows)):
             raise ValueError("logits, candidates and token masks go with single-step submissions only")
         r_max = next(b for b in DECODE_BUCKETS if b >= n)
         program = self.program(r_max, r_max, masked)
@@ -412,11 +417,7 @@ class Engine:
             submission.step(program, StepParams(n_tokens=n, n_out=n, iteration=step, seed=step))
             submission.copy(out.sampled, self.history, n * 4, dst_offset=step * n * 4)
         submission.read(self.history, n_steps * n * 4)
-        vocab_bytes = self.model.vocab_size * 4
-        for i in logit_rows:
-            submission.read(out.logits, vocab_bytes, offset=i * vocab_bytes)
-        if candidate_rows:
-            self._read_candidates(submission, r_max, n, [(i, rows[i].session) for i in candidate_rows])
+        logit_rows, candidate_rows = self._read_rows(submission, rows, r_max)
         for r in rows:
             r.session.n_past += n_steps
         return RecordedDecode(self, rows, starts, n_steps, submission, logit_rows, candidate_rows, r_max)
