@@ -6,7 +6,8 @@ speech clip (scripts/make_gemma4_e2e_fixtures.py; tests/golden/gemma4_e2e/meta.j
 Hearth runs the request as the server does: the model loaded with its projector by load_text_model, the chat
 request (an image_url data: URL of the photo's file, an input_audio part of the WAV) through ChatService's prompt
 (the template, Hearth's own image and audio preprocessing, the soft-token expansion), then the chat worker's
-_image_spans (server/media_rows.py: the towers), and the decoder with those rows spliced in.
+_image_spans (server/media_rows.py: the towers), and the decoder with those rows spliced in: a session's prefill
+and decode (logits read back), and the worker's batch generator (both prompts in one batch, sampled on the GPU).
 
 Bounds, with what lavapipe measures:
 - the image's pixels equal the processor's exactly (its patch rows as uint8; they are u8 / 255), the clip's log-mel
@@ -35,8 +36,10 @@ import numpy as np
 import pytest
 
 from config.settings import Settings
+from models.text.batch import TokenEvent
 from models.text.engine import TextModel, load_text_model
 from models.text.images import ImageSpan
+from models.text.sampler import SamplingParams
 from server.chat_worker import ChatWorker, chat_template_of
 from server.media_rows import MediaRows
 from server.schemas.chat import ChatCompletionRequest
@@ -65,7 +68,7 @@ def golden() -> dict[str, np.ndarray]:
 def model() -> Iterator[TextModel]:
     for name in (f"{NAME}.f32.gguf", f"mmproj-{NAME}.f32.gguf", "clip.wav", "golden.npz"):
         assert hashlib.sha256((GOLDEN / name).read_bytes()).hexdigest() == META["sha256"][name], name
-    yield load_text_model(str(GOLDEN / f"{NAME}.f32.gguf"), kv_dtype="f32", context_length=512, max_batch=1,
+    yield load_text_model(str(GOLDEN / f"{NAME}.f32.gguf"), kv_dtype="f32", context_length=512, max_batch=2,
                           projector=GOLDEN / f"mmproj-{NAME}.f32.gguf")
 
 
@@ -127,3 +130,20 @@ def test_prompt_and_greedy_tokens_match_transformers(model: TextModel, golden: d
     finally:
         session.close()
     assert tokens == golden[f"{kind}/greedy"].tolist()
+
+
+def test_batch_generator_samples_the_same_tokens(model: TextModel, golden: dict[str, np.ndarray]) -> None:
+    """The chat worker's generator (model.generator(): both prompts in one batch, tokens sampled on the GPU at
+    temperature 0) gives transformers' greedy tokens too."""
+    generator = model.generator()
+    got: dict[str, list[int]] = {}
+    for kind in ("image", "audio"):
+        ids, _, spans = prompt(model, kind)
+        generator.add(kind, ids, SamplingParams(temperature=0.0), len(golden[f"{kind}/greedy"]),
+                      stop_ids=frozenset(), images=spans)
+        got[kind] = []
+    while generator.busy:
+        for event in generator.step():
+            if isinstance(event, TokenEvent):
+                got[str(event.key)].append(event.token.id)
+    assert got == {kind: golden[f"{kind}/greedy"].tolist() for kind in got}
