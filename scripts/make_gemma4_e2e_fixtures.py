@@ -37,7 +37,8 @@ Outputs in --out (tests/golden/gemma4_e2e):
 - meta.json: versions, seed, configs, soft-token counts, smallest top-2 margins, image_pixels_sha256 (the image
   processor's pixel values, padding rows left out, as uint8: they are u8 / 255), sha256 of each file.
 
-Run (about a minute; torch CPU, transformers 5.24, tokenizers, Pillow, PyAV; from the repository root):
+Run (about a minute; torch CPU, transformers 5.24, tokenizers, Pillow, PyAV 18.1 as in Hearth's venv; from the
+repository root):
 
     /work/refvenv/bin/python scripts/make_gemma4_e2e_fixtures.py --out tests/golden/gemma4_e2e
 """
