@@ -7,14 +7,14 @@ are causal) and "moe" (the 26B-A4B's features, no PLE; use_bidirectional_attenti
 see each other both ways on sliding layers and causally on full ones). Each prompt places rows of soft tokens
 whose input embeddings are seeded random vectors of the scaled token embeddings' size, standing in for the image
 and audio towers' output (tests/golden/vision and tests/golden/gemma4_audio check the towers against
-transformers): one image, one audio clip, or both.
+transformers): one image, one audio clip, or both, or one image of more rows than the sliding window.
 
 transformers' side is Gemma4Model.forward's own composition, minus the towers: the soft rows' ids become the pad
 id for the per-layer inputs, the embeddings are spliced in, and the mask mapping comes from
 create_masks_for_vision_model on get_block_sequence_ids_for_mask(mm_token_type_ids) (images 1, audio 3) where
 use_bidirectional_attention is "vision", else the causal masks. Every step is a full forward without a cache.
 
-Outputs in --out (tests/golden/gemma4_mm): golden.npz with, per kind k and prompt p (image, audio, both):
+Outputs in --out (tests/golden/gemma4_mm): golden.npz with, per kind k and prompt p (image, audio, both, wide):
 <k>/<p>/ids int32 [T], <k>/<p>/spans int32 [n, 3] (start, rows, 1 for audio), <k>/<p>/embeddings float32 [rows, D]
 (every span's rows in order), <k>/<p>/logits float32 [V] (after the prompt), <k>/<p>/greedy int32 [32];
 meta.json with the versions, seed and the sha256 of each fixture GGUF.
@@ -51,9 +51,12 @@ SEED = 4242
 PAD = 0
 KINDS = {"e2b": None, "moe": "vision"}  # fixture -> its use_bidirectional_attention
 IMAGE, AUDIO = 1, 3  # mm_token_type_ids of an image's and an audio clip's soft tokens
-IMAGE_ROWS, AUDIO_ROWS = 9, 7
-# (kind of span, first row) per prompt; 30 tokens in all, the later spans past the 16-token window
-PROMPTS = {"image": [(IMAGE, 5)], "audio": [(AUDIO, 6)], "both": [(IMAGE, 3), (AUDIO, 18)]}
+IMAGE_ROWS, AUDIO_ROWS, WIDE_ROWS = 9, 7, 24
+# (kind of span, first row, rows) per prompt; 30 tokens in all, the later spans past the 16-token window; "wide": an
+# image of more rows than the window, so on the moe kind's sliding layers its first rows see later rows that their
+# later rows' windows have left behind
+PROMPTS = {"image": [(IMAGE, 5, IMAGE_ROWS)], "audio": [(AUDIO, 6, AUDIO_ROWS)],
+           "both": [(IMAGE, 3, IMAGE_ROWS), (AUDIO, 18, AUDIO_ROWS)], "wide": [(IMAGE, 3, WIDE_ROWS)]}
 PROMPT_TOKENS = 30
 
 
@@ -62,8 +65,7 @@ def prompt(kind: str, name: str, embed_rms: float) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([SEED, list(KINDS).index(kind), list(PROMPTS).index(name)])
     ids = [2] + rng.integers(FIRST_TEXT_ID, len(VOCAB), PROMPT_TOKENS - 1).tolist()
     spans, rows = [], []
-    for source, start in PROMPTS[name]:
-        n = IMAGE_ROWS if source == IMAGE else AUDIO_ROWS
+    for source, start, n in PROMPTS[name]:
         ids[start:start + n] = [PAD] * n  # any id: neither side looks soft rows up
         spans.append((start, n, int(source == AUDIO)))
         rows.append(rng.normal(0, embed_rms, (n, FIXTURES[kind].hidden_size)))

@@ -8,8 +8,9 @@ table's token source 2 and later keys, gpu/kernels/common/rows.wgsl), or where t
 layers only (Gemma 4's 26B and 31B). Audio clips (Gemma 4) are spans of the same kind, causal. A row sees later rows of
 its image only once their keys are in the cache, so an image's rows go in one prompt chunk: chunk_end moves a chunk's
 end to before an image it would cut. On sliding-window layers a row's first key stays bounded by its own position, as
-llama.cpp's non-causal image batches do (transformers lets an image's rows see the whole image past a window); the two
-agree wherever the window is wider than an image, as Gemma 3's are (512 or 1024 positions, 256 rows an image).
+llama.cpp's non-causal image batches do and transformers 5.24's Gemma 4 mask (the window ANDed over causal OR image
+block): an image wider than the window lets its first rows see all its later ones, while its later rows no longer see
+its first (tests/models/test_gemma4_multimodal_parity.py's "wide" prompt).
 """
 
 from __future__ import annotations

@@ -184,6 +184,18 @@ def test_prompt_attention_image_rows(ex: Executor, splits: int, pairs: bool) -> 
            images=IMAGES)
 
 
+@pytest.mark.parametrize("splits,pairs", [(1, False), (4, False), (2, True)])
+def test_prompt_attention_image_wider_than_window(ex: Executor, splits: int, pairs: bool) -> None:
+    """A sliding window (6) narrower than the images (10 and 8 rows; Gemma 4's 26B and 31B let an image's rows see
+    each other on sliding layers, transformers ANDing the window over causal OR image): an image's first rows see
+    all its later ones, its later rows' earliest key still trails them by the window."""
+    base = prompt_config(ex.device, head_dim=256, kv_f16=True, t_max=40, heads=8, kv_heads=4, pairs=pairs)
+    config = PromptConfig(base.reduce, base.threads, base.keys, splits, min_part=8, pairs=pairs)
+    _check(ex, kv_f16=True, heads=8, kv_heads=4, d=256, window=6, segments=SEGMENTS, t_max=40, config=config,
+           images=IMAGES)
+    _check(ex, kv_f16=False, heads=2, kv_heads=1, d=80, window=6, segments=SEGMENTS, t_max=40, images=IMAGES)
+
+
 def test_prompt_attention_image_rows_fallback(ex: Executor) -> None:
     """Head dims attention_prompt does not cover go to attention.wgsl, whose key parts and their merge
     (attention_combine.wgsl) follow an image's rows too."""

@@ -2,11 +2,14 @@
 
 scripts/make_gemma4_multimodal_fixtures.py wrote tests/golden/gemma4_mm: for the "e2b" fixture (image rows causal)
 and the "moe" one (use_bidirectional_attention "vision": an image's rows see each other both ways on sliding
-layers, causally on full ones; audio causal), each with one image, one audio clip or both, transformers' logits
-after the prompt and its 32 greedy tokens. Here the same GGUF (rebuilt, checked byte for byte) runs with those
-rows as ImageSpans. Bound: 1 - cosine <= 1e-5 on the last position's logits: both sides compute in float32 with
-an f32 KV cache, so only summation order differs (the text-only Gemma 4 parity measures cosines above 0.9999999),
-while a wrong mask on a single span moves them far past it (the ablations below).
+layers, causally on full ones; audio causal), each with one image, one audio clip, both, or one image of 24 rows
+(wider than the 16-token window), transformers' logits after the prompt and its 32 greedy tokens. On "wide" the
+window still bounds an image row's earliest key (transformers ANDs it over causal OR block): letting the image's rows
+see the whole image instead moves transformers' own logits by 1 - cosine 0.22, so the bound tells the two apart.
+Here the same GGUF (rebuilt, checked byte for byte) runs with those rows as ImageSpans. Bound: 1 - cosine <= 1e-5
+on the last position's logits: both sides compute in float32 with an f32 KV cache, so only summation order differs
+(the text-only Gemma 4 parity measures cosines above 0.9999999), while a wrong mask on a single span moves them far
+past it (the ablations below).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from models.text.images import ImageSpan, rows_in
 from scripts.make_gemma4_fixtures import FIXTURES, file_sha256, write_gguf
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "gemma4_mm"
-PROMPTS = ("image", "audio", "both")
+PROMPTS = ("image", "audio", "both", "wide")
 MAX_ONE_MINUS_COS = 1e-5
 
 
