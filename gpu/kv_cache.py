@@ -144,6 +144,10 @@ class KVPool:
             pages.append(page)
         return pages
 
+    def held(self, pages: list[int]) -> int:
+        """How many of these pages some slot holds (sharing them takes no free page)."""
+        return sum(self._refs[page] > 0 for page in pages)
+
     def share(self, slot: int, pages: list[int]) -> None:
         """Let a slot that holds no pages yet start with these published pages (positions [0, len(pages) *
         page_tokens)), held by reference."""

@@ -274,7 +274,7 @@ class ChatWorker(WorkerBase[ChatModel]):
         for job, specs in sorted(candidates, key=lambda c: (c[0].turn, c[0].arrival)):
             spec = job.choices[0] if specs is None else specs[0]
             in_batch = specs is not None and job.remaining > len(specs)  # some of its choices are running
-            if generator.can_admit(len(spec.prompt_ids), spec.max_tokens, 2 if in_batch else 1):
+            if generator.can_admit(spec.prompt_ids, spec.max_tokens, 2 if in_batch else 1):
                 return job, specs, spec
             if not in_batch:
                 return None

@@ -6,7 +6,7 @@ the running batch at any step.
     while generator.busy:
         for event in generator.step():          # TokenEvent / EndEvent, in each sequence's order
             ...
-        if generator.can_admit(len(other_prompt), 64):
+        if generator.can_admit(other_prompt, 64):
             generator.add("b", other_prompt, ...)
 
 Each call of step() submits one round of GPU work and then handles the round before it, so the
@@ -78,6 +78,7 @@ from gpu.kv_cache import PoolExhausted
 from models.text.generate import STEPS_PER_SUBMIT, gpu_sampling
 from models.text.grammar import fill_masks
 from models.text.images import ImageSpan, check_spans, chunk_end, rows_in
+from models.text.prefix_cache import cached_prefix
 from models.text.sampler import SampledToken, Sampler, SamplingParams, candidates_can_serve
 from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, ChunkRow, DecodeRow, GpuSampling, PendingStep
 
@@ -244,13 +245,15 @@ class BatchGenerator:
             need += self.pool.pages_for(upto + self.steps_per_submit) - self.pool.pages_for(held)
         return need
 
-    def can_admit(self, n_prompt: int, max_tokens: int, n_sequences: int = 1) -> bool:
-        """Whether n_sequences more of this size fit now: a slot and a batch place each, and KV pages
-        for the prompt and the next ADMIT_LOOKAHEAD tokens."""
+    def can_admit(self, prompt: Sequence[int], max_tokens: int, n_sequences: int = 1) -> bool:
+        """Whether n_sequences more of this prompt fit now: a slot and a batch place each, and KV pages
+        for the prompt and the next ADMIT_LOOKAHEAD tokens, less the cached prefix pages that running sequences
+        hold (a shared system prompt's: admission shares them by reference)."""
         if self.running + n_sequences > self.max_batch or self.pool.free_slots < n_sequences:
             return False
         ahead = min(max_tokens, ADMIT_LOOKAHEAD) + self.steps_per_submit
-        wanted = n_sequences * self.pool.pages_for(n_prompt + ahead)
+        shared = self.pool.held(cached_prefix(self.pool, prompt))
+        wanted = n_sequences * (self.pool.pages_for(len(prompt) + ahead) - shared)
         free_pages = self.pool.free_tokens // self.pool.page_tokens
         return wanted + self._near_pages() <= free_pages or not self.running
 

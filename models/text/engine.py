@@ -42,7 +42,7 @@ from models.text.images import (
     chunk_end,
     rows_in,
 )
-from models.text.prefix_cache import page_keys, reusable_pages
+from models.text.prefix_cache import cached_prefix, page_keys
 from models.text.step_io import (
     CANDIDATES,
     PREFILL_BUCKETS,
@@ -714,10 +714,9 @@ class Session:
         pages (models/text/prefix_cache.py), held by reference; the positions they cover, which need no prefill
         (0 where the pool does not cache prefixes). images: the prompt's images, in order."""
         pool = self.engine.pool
-        if not pool.prefix_caching or self.n_past:
+        if self.n_past:
             return 0
-        found = pool.lookup(page_keys(ids, images, pool.page_tokens, (len(ids) - 1) // pool.page_tokens))
-        pages = found[:reusable_pages(len(found), len(ids), images, pool.page_tokens)]
+        pages = cached_prefix(pool, ids, images)
         pool.share(self.slot, pages)
         self.n_past = len(pages) * pool.page_tokens
         return self.n_past

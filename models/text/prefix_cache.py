@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from models.text.images import ImageSpan
+
+if TYPE_CHECKING:
+    from gpu.kv_cache import KVPool
 
 
 def page_keys(ids: Sequence[int], spans: Sequence[ImageSpan], page_tokens: int, n_pages: int | None = None
@@ -51,3 +55,12 @@ def reusable_pages(n_found: int, n_prompt: int, spans: Sequence[ImageSpan], page
         if span.start < n * page_tokens < span.end:
             n = span.start // page_tokens
     return n
+
+
+def cached_prefix(pool: KVPool, ids: Sequence[int], spans: Sequence[ImageSpan] = ()) -> list[int]:
+    """The published pages a new sequence of these prompt ids may start with (none where the pool does not cache
+    prefixes): the longest cached run of its leading pages, cut as reusable_pages says."""
+    if not pool.prefix_caching:
+        return []
+    found = pool.lookup(page_keys(ids, spans, pool.page_tokens, (len(ids) - 1) // pool.page_tokens))
+    return found[:reusable_pages(len(found), len(ids), spans, pool.page_tokens)]

@@ -176,7 +176,7 @@ def test_continuous_batching_matches_single_sequences(model: TextModel, overlap_
                 ended[event.key] = event.reason
         rounds += 1
         if rounds == 2:  # the long prompt joins a running batch
-            assert generator.can_admit(len(long), 4)
+            assert generator.can_admit(long, 4)
             generator.add("long", long, GREEDY, 4, stop_ids=frozenset())
     assert got == want
     assert ended == {"gpu": "length", "cpu": "length", "long": "length"}

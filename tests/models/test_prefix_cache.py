@@ -18,6 +18,7 @@ import pytest
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import Engine, TextModel, load_text_model
 from models.text.images import ImageSpan, pixel_digest
+from models.text.prefix_cache import cached_prefix
 from models.text.sampler import SamplingParams
 from tests.fake_image_encoder import FakeImageEncoder
 from tests.models.test_family_parity import FAMILIES_DIR
@@ -174,6 +175,39 @@ def test_images_in_a_cached_prefix_must_be_the_same_images() -> None:
         assert run(generator, {}, 4) == run(alone, {}, 4)
 
 
+def test_admission_counts_the_pages_a_running_sequence_shares_once(model: TextModel) -> None:
+    """A prompt whose leading pages a running sequence holds needs only its other pages to be admitted: with the
+    rest of the pool taken but for what the second prompt needs beyond the shared system prompt, it is admitted,
+    and the same pool without the prefix cache would refuse it (it counted every prompt page before)."""
+    engine = Engine(model, "f16", pool_tokens=16 * PAGE, page_tokens=PAGE, n_ctx=16 * PAGE)  # a slot may fill it
+    pool = engine.pool
+    generator = BatchGenerator(model, steps_per_submit=4, prefill_chunk=PAGE, engine=engine)
+    first = model.tokenizer.encode(SYSTEM + " What is the capital of France?")
+    second = model.tokenizer.encode(SYSTEM + " Which river runs through Paris?")
+    generator.add("first", first, GREEDY, 8, stop_ids=frozenset())
+    while generator._sequences["first"].prefilling:
+        generator.step()
+    shared = pool.held(cached_prefix(pool, second))
+    assert shared >= 1
+    blocker = pool.open_slot()  # takes free pages until the second prompt just fits
+    try:
+        taken = pool.free_tokens // PAGE
+        pool.reserve(blocker, taken * PAGE)
+        while taken and not generator.can_admit(second, 8):
+            taken -= 1
+            pool.release_pages(blocker)
+            pool.reserve(blocker, taken * PAGE)
+        assert taken and generator.can_admit(second, 8)
+        pool.prefix_caching = False
+        assert not generator.can_admit(second, 8)
+        pool.prefix_caching = True
+    finally:
+        pool.close_slot(blocker)
+    while generator.busy:
+        generator.step()
+    assert pool.free_slots == pool.n_slots and pool.free_tokens == pool.n_pages * PAGE
+
+
 def test_a_short_pool_runs_many_prompts_with_a_shared_header_and_every_page_comes_back() -> None:
     """Gemma's fixture in a pool of ten 16-position pages, which the sequences outgrow: twelve prompts behind one
     header, four at once and then the others as the batch admits them, sequences preempted, cached pages reclaimed
@@ -192,7 +226,7 @@ def test_a_short_pool_runs_many_prompts_with_a_shared_header_and_every_page_come
         got: dict[str, list[int]] = {}
         while waiting or generator.busy:
             # the first four come in together, more than the pool holds as they grow: the newest are preempted
-            while waiting and (len(waiting) > 8 or generator.can_admit(len(waiting[0][1]), 24)
+            while waiting and (len(waiting) > 8 or generator.can_admit(waiting[0][1], 24)
                                or not generator.busy):
                 key, prompt = waiting.pop(0)
                 generator.add(key, prompt, GREEDY, 24, stop_ids=frozenset())

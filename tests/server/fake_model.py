@@ -161,7 +161,7 @@ class FakeGenerator:
     def busy(self) -> bool:
         return bool(self._seqs)
 
-    def can_admit(self, n_prompt: int, max_tokens: int, n_sequences: int = 1) -> bool:
+    def can_admit(self, prompt: Sequence[int], max_tokens: int, n_sequences: int = 1) -> bool:
         return len(self._seqs) + n_sequences <= self.model.max_batch
 
     def add(self, key: Any, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import pytest
@@ -43,7 +43,7 @@ class BurstGenerator:
     def busy(self) -> bool:
         return bool(self.seqs)
 
-    def can_admit(self, n_prompt: int, max_tokens: int, n_sequences: int = 1) -> bool:
+    def can_admit(self, prompt: Sequence[int], max_tokens: int, n_sequences: int = 1) -> bool:
         return True
 
     def add(self, key: Hashable, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
