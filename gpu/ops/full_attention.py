@@ -86,8 +86,9 @@ def full_attention(b: ProgramBuilder, qkv: Tensor, out: Tensor, n: int, heads: i
                    scale: float) -> None:
     """out = attention of the fused q|k|v rows over all n rows: in one pass without the n x n scores
     (kernels/attention_full_flash.wgsl) where flash_plan finds a work split within the device's limits and FLASH is
-    on, else through the scores (full_attention_scores)."""
-    plan = flash_plan(n, heads, head_dim, b.device.limits) if FLASH else None
+    on, else through the scores (full_attention_scores). Software adapters (lavapipe) take the scores: on a CPU the
+    one pass measured slower (tools/perf/full_attention.py)."""
+    plan = flash_plan(n, heads, head_dim, b.device.limits) if FLASH and not b.device.is_software else None
     if plan is not None:
         attention_full_flash(b, qkv, out, n, heads, head_dim, scale, plan)
     else:

@@ -41,8 +41,9 @@ still writes to them. Admission looks ahead, not to the end: a sequence is admit
 pool's free pages cover its prompt and its next ADMIT_LOOKAHEAD tokens beside what the running
 sequences need next, so requests that ask for "up to the context end" still share the batch.
 When a round would not fit, the newest sequences are preempted (vLLM's recompute preemption):
-their pages go back, and they rejoin later by prefilling their prompt and the tokens they have
-produced so far, then go on exactly where they were.
+their pages go back (published, with prefix caching), and they rejoin later by prefilling their prompt and the
+tokens they have produced so far, less the leading pages still cached where the round has pages to spare for them,
+then go on exactly where they were.
 
 Prefill is shared, so that a long prompt cannot hold a short one back. A round's prompt chunks are the
 next chunk of the sequence first in turn (round-robin: one just served goes behind every sequence waiting
@@ -215,6 +216,8 @@ class BatchGenerator:
         self._chunks = 0  # prompt chunks submitted so far: the clock of the prefill rotation
         self.preemptions = 0  # sequences sent back to prefill for want of KV pages, so far
         self.cached_tokens = 0  # prompt tokens taken from the prefix cache rather than prefilled, so far
+        self.resumed_tokens = 0  # tokens preempted sequences took back from the prefix cache on their return, so far
+        self._spare_pages = 0  # free KV pages the round's plan leaves (a returning sequence may take cached ones)
         self.jump_forward = jump_forward
         self.forced_tokens = 0  # tokens handed out by jump-forward (forced by a grammar, not sampled), so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
@@ -310,6 +313,7 @@ class BatchGenerator:
                 events += self._sample_split()
             plan, made_room = self._make_room()
             events += made_room
+            self._spare_pages = self.pool.free_tokens // self.pool.page_tokens - self._pages_wanted(plan)
             if plan[3]:  # first: the GPU may finish the sampling just sent before the rest of the round is sent
                 self._submit_logits(plan[3])
             current, stepwise = self._submit_round(plan)
@@ -373,16 +377,21 @@ class BatchGenerator:
     def _pages_wanted(self, plan: _Plan) -> int:
         prefills, on_gpu, stepwise, split = plan
         wanted = 0
-        for prefilling in prefills:  # its chunk, and its first decode steps if the chunk is its last
-            held = prefilling.session.n_past if prefilling.session is not None else 0
-            chunk = prefilling.next_chunk(self.prefill_chunk)
-            last = prefilling.prefilled + chunk == len(prefilling.prompt)
-            upto = held + chunk + (self.steps_per_submit if last else 0)
-            wanted += self.pool.pages_for(upto) - self.pool.pages_for(held)
+        for prefilling in prefills:
+            wanted += self._chunk_pages(prefilling)
         for s, steps in [(s, self._gpu_steps(on_gpu)) for s in on_gpu] + [(s, 1) for s in stepwise + split]:
             assert s.session is not None
             wanted += self.pool.pages_needed(s.session.slot, s.session.n_past + steps)
         return wanted
+
+    def _chunk_pages(self, seq: _Sequence) -> int:
+        """New KV pages a prefilling sequence's next chunk takes: the chunk's, and its first decode steps' if the chunk
+        is its last."""
+        held = seq.session.n_past if seq.session is not None else 0
+        chunk = seq.next_chunk(self.prefill_chunk)
+        last = seq.prefilled + chunk == len(seq.prompt)
+        upto = held + chunk + (self.steps_per_submit if last else 0)
+        return self.pool.pages_for(upto) - self.pool.pages_for(held)
 
     def _fits(self, plan: _Plan) -> bool:
         return self._pages_wanted(plan) * self.pool.page_tokens <= self.pool.free_tokens
@@ -412,7 +421,8 @@ class BatchGenerator:
         return plan, events
 
     def _preempt(self, seq: _Sequence) -> None:
-        """Give a sequence's slot and pages back; it will prefill its prompt and its tokens so far again."""
+        """Give a sequence's slot and pages back (published: _resume may find them cached); it will prefill its prompt
+        and its tokens so far again."""
         assert seq.session is not None and seq.in_flight == 0
         seq.session.publish(seq.cacheable, seq.images)
         seq.session.close()
@@ -454,9 +464,30 @@ class BatchGenerator:
             events += self._handle(submission)
         return events
 
+    def _resume(self, seq: _Sequence) -> None:
+        """A preempted sequence comes back: a new session, which starts with the cached pages of its tokens so far
+        (published when it was preempted, if no other sequence's pages have replaced them since) where the round's
+        spare pages cover what that costs beyond the plan (the cached pages no sequence holds, and the decode steps
+        of a chunk that becomes its last); else it prefills them all again."""
+        planned = self._chunk_pages(seq)
+        pages = cached_prefix(self.pool, seq.prompt, seq.images)
+        seq.session = self.engine.new_session()
+        if not pages:
+            return
+        seq.prefilled = len(pages) * self.pool.page_tokens
+        chunk = seq.next_chunk(self.prefill_chunk)
+        last = seq.prefilled + chunk == len(seq.prompt)
+        cost = len(pages) - self.pool.held(pages) + self.pool.pages_for(chunk + (self.steps_per_submit if last else 0))
+        if cost - planned > self._spare_pages:
+            seq.prefilled = 0
+            return
+        self._spare_pages -= cost - planned
+        seq.prefilled = seq.session.take_cached_prefix(seq.prompt, seq.images)  # the same pages
+        self.resumed_tokens += seq.prefilled
+
     def _submit_prefill(self, seq: _Sequence) -> _Submission:
-        if seq.session is None:  # a preempted sequence comes back
-            seq.session = self.engine.new_session()
+        if seq.session is None:
+            self._resume(seq)
         end = seq.prefilled + seq.next_chunk(self.prefill_chunk)
         chunk = seq.prompt[seq.prefilled:end]
         last = end == len(seq.prompt)

@@ -17,7 +17,13 @@ import pytest
 
 from gpu.device import DeviceLimits
 from gpu.ops import full_attention as attention_op
-from gpu.ops.full_attention import FlashPlan, flash_plan, flash_storage_bytes, full_attention
+from gpu.ops.full_attention import (
+    FlashPlan,
+    attention_full_flash,
+    flash_plan,
+    flash_storage_bytes,
+    full_attention,
+)
 from gpu.program import Executor, ProgramBuilder, StepParams
 
 
@@ -45,19 +51,17 @@ def limits(storage: int, invocations: int = 1024) -> DeviceLimits:
     (1024, 16, 72, 32768),  # Gemma 3 vision's heads at a quarter of its rows
 ])
 @pytest.mark.parametrize("prefetch", [False, True])
-def test_attention_full_flash(ex: Executor, monkeypatch: pytest.MonkeyPatch, n: int, heads: int, d: int,
-                              storage: int, prefetch: bool) -> None:
+def test_attention_full_flash(ex: Executor, n: int, heads: int, d: int, storage: int, prefetch: bool) -> None:
     storage = min(storage, ex.device.limits.workgroup_storage_bytes)
     plan = flash_plan(n, heads, d, limits(storage, ex.device.limits.max_invocations))
     assert plan is not None
     keys = min(plan.keys, plan.rows) if prefetch else plan.keys  # prefetching needs keys <= rows
     plan = replace(plan, keys=keys, storage_bytes=flash_storage_bytes(plan.rows, keys, d), prefetch=prefetch)
-    monkeypatch.setattr(attention_op, "flash_plan", lambda *args: plan)
     rng = np.random.default_rng(n + d)
     qkv = rng.standard_normal((n, 3 * heads * d)).astype(np.float32)
     q_t, out_t = ex.tensor("qkv", qkv.shape, data=qkv), ex.tensor("out", (n, heads * d))
     b = ProgramBuilder(ex, "attn")
-    full_attention(b, q_t, out_t, n, heads, d, d ** -0.5)
+    attention_full_flash(b, q_t, out_t, n, heads, d, d ** -0.5, plan)
     assert [x.kernel for x in b._dispatches] == ["attention_full_flash"]
     out, = ex.run(b.build(), StepParams(n_tokens=n), read=[out_t])
     np.testing.assert_allclose(out, reference(qkv, heads, d), rtol=1e-5, atol=1e-5)
@@ -84,6 +88,14 @@ def test_flash_plan() -> None:
                 assert plan.prefetch == (plan.keys <= plan.rows)
     assert flash_plan(100, 2, 70, limits(32768)) is None  # head dim not a multiple of 4
     assert flash_plan(100, 2, 512, limits(16384)) is None  # no block fits
+
+
+def test_full_attention_takes_one_pass_on_gpus_only(ex: Executor) -> None:
+    """The one pass where flash_plan fits, but on software adapters, where the scores path runs faster."""
+    b = ProgramBuilder(ex, "attn")
+    full_attention(b, ex.tensor("qkv", (64, 3 * 64)), ex.tensor("out", (64, 64)), 64, 1, 64, 0.125)
+    one_pass = ["attention_full_flash"]
+    assert ([x.kernel for x in b._dispatches] == one_pass) == (not ex.device.is_software)
 
 
 def test_full_attention_scores_path_without_flash(ex: Executor, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -211,8 +211,8 @@ def test_admission_counts_the_pages_a_running_sequence_shares_once(model: TextMo
 def test_a_short_pool_runs_many_prompts_with_a_shared_header_and_every_page_comes_back() -> None:
     """Gemma's fixture in a pool of ten 16-position pages, which the sequences outgrow: twelve prompts behind one
     header, four at once and then the others as the batch admits them, sequences preempted, cached pages reclaimed
-    for running ones; every sequence gets the tokens of a cache-less engine's run, and at the end every page is free
-    or cached and no slot holds any."""
+    for running ones, preempted ones resuming from their own pages where still cached; every sequence gets the tokens
+    of a cache-less engine's run, and at the end every page is free or cached and no slot holds any."""
     model = load_text_model(str(FAMILIES_DIR / "gemma.f32.gguf"), max_batch=4, context_length=128, kv_dtype="f32")
     rng = np.random.default_rng(3)
     header = [int(t) for t in rng.integers(3, 400, 2 * PAGE + 3)]
@@ -241,6 +241,7 @@ def test_a_short_pool_runs_many_prompts_with_a_shared_header_and_every_page_come
     got, generator = run_waves(True)
     assert got == want
     assert generator.cached_tokens >= 2 * PAGE * 6 and generator.preemptions > 0
+    assert generator.resumed_tokens >= PAGE  # a preempted sequence came back to pages of its own still cached
     pool = generator.pool
     assert pool.free_slots == pool.n_slots and pool.free_tokens == pool.n_pages * PAGE
     assert not any(pool._refs) and pool.cached_pages > 0
