@@ -384,10 +384,11 @@ class BatchGenerator:
             wanted += self.pool.pages_needed(s.session.slot, s.session.n_past + steps)
         return wanted
 
-    def _chunk_pages(self, seq: _Sequence) -> int:
+    def _chunk_pages(self, seq: _Sequence, held: int | None = None) -> int:
         """New KV pages a prefilling sequence's next chunk takes: the chunk's, and its first decode steps' if the chunk
-        is its last."""
-        held = seq.session.n_past if seq.session is not None else 0
+        is its last; held: the positions its session holds before it (by default, those it holds now)."""
+        if held is None:
+            held = seq.session.n_past if seq.session is not None else 0
         chunk = seq.next_chunk(self.prefill_chunk)
         last = seq.prefilled + chunk == len(seq.prompt)
         upto = held + chunk + (self.steps_per_submit if last else 0)
@@ -475,9 +476,7 @@ class BatchGenerator:
         if not pages:
             return
         seq.prefilled = len(pages) * self.pool.page_tokens
-        chunk = seq.next_chunk(self.prefill_chunk)
-        last = seq.prefilled + chunk == len(seq.prompt)
-        cost = len(pages) - self.pool.held(pages) + self.pool.pages_for(chunk + (self.steps_per_submit if last else 0))
+        cost = len(pages) - self.pool.held(pages) + self._chunk_pages(seq, held=seq.prefilled)
         if cost - planned > self._spare_pages:
             seq.prefilled = 0
             return
