@@ -303,11 +303,13 @@ def word_lanes_shape(glu: bool, tuning: MatmulTuning) -> MatvecShape:
     return MatvecShape(tpr, tuning.word_lanes_threads // tpr)
 
 
-def row_interleave(rows: int, tuning: MatmulTuning) -> int:
-    """Rows a matvec workgroup of `rows` rows (row slots, with PAIRS) interleaves thread by thread: the largest power
-    of two up to tuning.row_interleave dividing it."""
+def row_interleave(rows: int, t_max: int, tuning: MatmulTuning) -> int:
+    """Rows a matvec workgroup of `rows` rows (row slots, with PAIRS) interleaves thread by thread in steps of t_max
+    tokens (one, or interleave_min_tokens or more): the largest power of two up to tuning.row_interleave
+    (one_token_row_interleave for one token) dividing it."""
+    most = tuning.one_token_row_interleave if t_max == 1 else tuning.row_interleave
     interleave = 1
-    while interleave < tuning.row_interleave and rows % (2 * interleave) == 0:
+    while interleave < most and rows % (2 * interleave) == 0:
         interleave *= 2
     return interleave
 
@@ -423,8 +425,8 @@ def plan_matvec(
         shape = tuning.matvec_split or word_lanes_shape(glu, tuning)
         lane_words = True
         defines.append(("LANE_WORDS", 1))
-    elif t_max >= tuning.interleave_min_tokens and not int8 and not q8_output:
-        interleave = row_interleave(shape.rows, tuning)
+    elif not int8 and not q8_output and (t_max == 1 or t_max >= tuning.interleave_min_tokens):
+        interleave = row_interleave(shape.rows, t_max, tuning)
         defines.append(("INTERLEAVE", interleave))
     defines += [("TPR", shape.tpr), ("ROWS", shape.rows)]
     if x_source:

@@ -49,6 +49,9 @@ class MatmulTuning:
     # steps of this many tokens or more interleave a workgroup's rows thread by thread, so threads share loads of x
     interleave_min_tokens: int = 4
     row_interleave: int = 8  # at most this many rows interleaved (a power of two dividing the workgroup's rows)
+    # one-token steps interleave this many: neighbours' shared loads of x still pay, where more rows spread a warp's
+    # weight loads over more cache lines than they save (steps of 2 and 3 tokens interleave none)
+    one_token_row_interleave: int = 2
     # largest input a matvec workgroup normalises for itself (NormedInput): room beside the reduction under 32 KiB
     normed_input_bytes: int = 16 << 10
     # widest model width normalised that way: wider ones (Llama 8B's) ran faster normalised once by residual_norm,

@@ -16,9 +16,9 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from gpu.ops.matmul import LinearKernel, block_values, linear_glu
-from gpu.ops.matmul_plan import MatmulTile, matmul_tile
+from gpu.ops.matmul_plan import MatmulTile, MatvecShape, matmul_tile
 from gpu.ops.matmul_tuning import DEFAULT_TUNING
-from gpu.program import Executor, ProgramBuilder, StepParams
+from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.weights import row_bytes, upload_weight
 from tests.gpu.test_matmul import (
     MATVEC_MAX_TOKENS,
@@ -51,8 +51,8 @@ def run_glu(
     ex: Executor, qtype: Q, k: int, f: int, t_max: int, n_tokens: int, *, seed: int = 0,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
     max_shard_bytes: int | None = None, activation: str = "gelu_tanh",
-) -> tuple[int, int]:
-    """Run linear_glu on random data and check it against numpy; returns (shards, dispatches)."""
+) -> tuple[int, Program]:
+    """Run linear_glu on random data and check it against numpy; returns (shards, the program)."""
     rng = np.random.default_rng(seed)
     raw = random_weight_bytes(rng, qtype, k, 2 * f)  # gate rows then up rows
     weight = upload_weight(ex, "w", qtype, k, 2 * f, raw, max_shard_bytes=max_shard_bytes)
@@ -77,7 +77,7 @@ def run_glu(
     assert np.all(err <= allowed), (
         f"{qtype.name} {k}x{f}: token {worst[0]} column {worst[1]}: got {got[worst]}, want {want[worst]}")
     assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
-    return len(weight.shards), len(program.dispatches)
+    return len(weight.shards), program
 
 
 def glu_k(qtype: Q, blocks_small: int, blocks_k: int) -> int:
@@ -92,10 +92,25 @@ def test_glu_decode(ex: Executor, qtype: Q, variant: str) -> None:
     if variant == "subgroup" and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
     k = glu_k(qtype, 4, 2)
-    shards, dispatches = run_glu(ex, qtype, k, 45, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=1,
-                                 kernel=LinearKernel.MATVEC, subgroups=variant == "subgroup",
-                                 whole_rows=variant == "whole-rows")
-    assert (shards, dispatches) == (1, 1)
+    shards, program = run_glu(ex, qtype, k, 45, MATVEC_MAX_TOKENS, MATVEC_MAX_TOKENS - 1, seed=1,
+                              kernel=LinearKernel.MATVEC, subgroups=variant == "subgroup",
+                              whole_rows=variant == "whole-rows")
+    assert (shards, len(program.dispatches)) == (1, 1)
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q6_K, Q.Q4_K], ids=lambda q: q.name)
+def test_glu_one_token_interleave(ex: Executor, qtype: Q, subgroups: bool) -> None:
+    """One token: a workgroup's gate rows interleaved in twos (one_token_row_interleave; each thread on a gate
+    row's lanes and its up row's), at 16 threads a row and 8 rows a workgroup, 45 rows: the last workgroup partial."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    shape = MatvecShape(16, 8)
+    _, program = run_glu(tuned(ex, matvec_split=shape), qtype, 2560, 45, 1, 1, seed=7, kernel=LinearKernel.MATVEC,
+                         subgroups=subgroups, whole_rows=False)
+    defines = program.dispatches[-1].defines
+    assert [defines[key] for key in ("TPR", "ROWS", "GLU", "INTERLEAVE")] == [
+        *shape, 1, DEFAULT_TUNING.one_token_row_interleave]
 
 
 @pytest.mark.parametrize("variant", ["f32-tiles", "f16-tiles", "whole-rows"])
@@ -107,10 +122,10 @@ def test_glu_prefill(ex: Executor, qtype: Q, variant: str) -> None:
         pytest.skip("adapter without shader-f16")
     ex = tuned(ex, f16_tile_types=frozenset(TYPES) if variant == "f16-tiles" else frozenset())
     k = glu_k(qtype, 2, 1)
-    shards, dispatches = run_glu(ex, qtype, k, 75, 70, 67, seed=2, kernel=LinearKernel.MATMUL,
-                                 whole_rows=variant == "whole-rows")
+    shards, program = run_glu(ex, qtype, k, 75, 70, 67, seed=2, kernel=LinearKernel.MATMUL,
+                              whole_rows=variant == "whole-rows")
     split = variant != "whole-rows" and matmul_tile(k, 75, 70, DEFAULT_TUNING, glu=True).split > 1
-    assert (shards, dispatches) == (1, 2 if split else 1)
+    assert (shards, len(program.dispatches)) == (1, 2 if split else 1)
 
 
 @pytest.mark.parametrize("kernel", [LinearKernel.MATVEC, LinearKernel.MATMUL], ids=lambda k: k.value)
@@ -128,9 +143,9 @@ def test_glu_silu(ex: Executor, qtype: Q, kernel: LinearKernel) -> None:
 def test_glu_tile_shapes(ex: Executor, tile: MatmulTile) -> None:
     """Other tile shapes with GLU: 4 vec4 of x per thread, k split in 2 and 4 (2 dispatches: the parts,
     then matmul_reduce's GLU epilogue), 8 tokens a thread."""
-    _, dispatches = run_glu(tuned(ex, tile=tile), Q.Q6_K, 512, 40, 40, 37, seed=3, kernel=LinearKernel.MATMUL,
-                            whole_rows=False)
-    assert dispatches == (1 if tile.split == 1 else 2)
+    _, program = run_glu(tuned(ex, tile=tile), Q.Q6_K, 512, 40, 40, 37, seed=3, kernel=LinearKernel.MATMUL,
+                         whole_rows=False)
+    assert len(program.dispatches) == (1 if tile.split == 1 else 2)
 
 
 @pytest.mark.parametrize("kernel", list(LinearKernel), ids=lambda k: k.value)
@@ -145,10 +160,10 @@ def test_glu_sharded(ex: Executor, kernel: LinearKernel, whole_rows: bool, qtype
     ex = tuned(ex, tile=MatmulTile(16, 64, 8, 16))
     k = small_k(qtype, 2) if qtype is Q.Q8_0 else small_k(qtype, 1)
     t_max = 1 if kernel is LinearKernel.MATVEC else 8
-    shards, dispatches = run_glu(ex, qtype, k, f, t_max, t_max, seed=4, kernel=kernel, whole_rows=whole_rows,
-                                 max_shard_bytes=shard_rows * row_bytes(qtype, k) + 4)
+    shards, program = run_glu(ex, qtype, k, f, t_max, t_max, seed=4, kernel=kernel, whole_rows=whole_rows,
+                              max_shard_bytes=shard_rows * row_bytes(qtype, k) + 4)
     straddling = int(f % shard_rows != 0)
-    assert shards == -(-2 * f // shard_rows) and dispatches == shards + straddling + 1
+    assert shards == -(-2 * f // shard_rows) and len(program.dispatches) == shards + straddling + 1
 
 
 def test_glu_default_kernels(ex: Executor) -> None:

@@ -196,6 +196,27 @@ def test_matvec_row_interleave(ex: Executor, qtype: Q, kernel: str, subgroups: b
     assert chosen == [kernel, *shape, int(pairs), interleave]
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["rows", "pairs"])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize(("qtype", "kernel"), [(Q.Q8_0, "matvec"), (Q.Q6_K, "matvec_q6_k"),
+                                               (Q.Q4_K, "matvec_q4_k")], ids=lambda v: getattr(v, "name", v))
+def test_matvec_one_token_interleave(ex: Executor, qtype: Q, kernel: str, subgroups: bool, pairs: bool) -> None:
+    """One-token steps: a workgroup's rows interleaved in twos (one_token_row_interleave) by default, in the generic
+    kernel and the K-quant ones, rows in pairs or not, at 16 threads a row and 8 row slots a workgroup; 45 rows, the
+    last workgroup partial (the fused gate-up: tests/gpu/test_linear_glu.py)."""
+    if subgroups and not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    if pairs and kernel not in plan.ROW_PAIRS_KERNELS:
+        pytest.skip("the generic kernel does not pair rows")
+    shape = MatvecShape(16, 8)
+    ex = tuned(ex, matvec_split=shape, row_pairs=pairs, row_pairs_min_k=256)
+    _, program = run_linear(ex, qtype, 2560, 45, 1, 1, seed=24, kernel=LinearKernel.MATVEC, subgroups=subgroups,
+                            whole_rows=False)
+    dispatch = program.dispatches[-1]
+    chosen = [dispatch.kernel] + [dispatch.defines[key] for key in ("TPR", "ROWS", "PAIRS", "INTERLEAVE")]
+    assert chosen == [kernel, *shape, int(pairs), DEFAULT_TUNING.one_token_row_interleave]
+
+
 def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float, post_norm: bool = True,
                         ) -> tuple[matmul_ops.NormedInput, np.ndarray, np.ndarray]:
     """A NormedInput of t random rows of k values, and in float64 what it computes: the residual r (written to
