@@ -44,6 +44,10 @@ MODELS = {
     "270m": dict(heads=4, kv=1, d=256, window=512, layers=18),
     "1b": dict(heads=4, kv=1, d=256, window=512, layers=26),
     "4b": dict(heads=8, kv=4, d=256, window=1024, layers=34),
+    # the families' (decode_attention.py only: no sliding layers)
+    "llama3.2-1b": dict(heads=32, kv=8, d=64, window=0, layers=16),
+    "qwen3-4b": dict(heads=32, kv=8, d=128, window=0, layers=36),
+    "llama3.1-8b": dict(heads=32, kv=8, d=128, window=0, layers=32),
 }
 SWA_PATTERN = 6
 TARGET_PASS_S = 0.02  # GPU time per timed pass

@@ -1,6 +1,6 @@
 """Decode attention benchmark: GPU time of one decode row's attention (kernels/attention.wgsl with the
 q/k norm, RoPE and KV append of its "raw" prologue) and of its combine (attention_combine.wgsl), per layer,
-for Gemma 3's head shapes at several cache lengths and splits of the keys.
+for Gemma 3's head shapes (and Llama's and Qwen 3's) at several cache lengths and splits of the keys.
 
 Each variant's program holds the op on 8 layers of one pool (one sequence, f16 cache) and is replayed
 inside one compute pass with timestamp queries at the pass's start and end (tools/perf/attention.py's Timer);
@@ -12,6 +12,7 @@ so it reads them all). The first line is the floor: one small elementwise dispat
     python tools/perf/decode_attention.py                       # 270m and 4b heads, 64 / 512 / 2048 keys
     python tools/perf/decode_attention.py --positions 64 --splits 4,32 --min-part-keys 16,32
     python tools/perf/decode_attention.py --reduce subgroup,workgroup     # the kernel's two reduction variants
+    python tools/perf/decode_attention.py --models llama3.1-8b,qwen3-4b --positions 128,640   # the families' heads
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.perf.attention import MODELS, Timer  # noqa: E402
 from gpu.device import default_device  # noqa: E402
 from gpu.kv_cache import KVPool, rope_table  # noqa: E402
 from gpu.ops import transformer as ops  # noqa: E402
 from gpu.ops.transformer import RawQKV  # noqa: E402
 from gpu.program import Executor, ProgramBuilder  # noqa: E402
+from tools.perf.attention import MODELS, Timer  # noqa: E402
 
 LAYERS = 8  # layers of the pool each program walks (one op per layer)
 
