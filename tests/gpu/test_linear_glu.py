@@ -113,6 +113,17 @@ def test_glu_one_token_interleave(ex: Executor, qtype: Q, subgroups: bool) -> No
         *shape, 1, DEFAULT_TUNING.one_token_row_interleave]
 
 
+@pytest.mark.parametrize("qtype,k", [(Q.Q5_0, 640), (Q.Q8_0, 640)], ids=["Q5_0-quads", "Q8_0-pairs"])
+def test_glu_whole_rows_blocks(ex: Executor, qtype: Q, k: int) -> None:
+    """The software adapters' gate-up by block quads (Q5_0) and pairs (Q8_0), at K = 640 (rows not 16-byte aligned),
+    45 gate rows, one token and several."""
+    kernel = {Q.Q5_0: "matvec_q5_0_rows", Q.Q8_0: "matvec_q8_0_rows"}[qtype]
+    for n_tokens in (1, MATVEC_MAX_TOKENS - 1):
+        _, program = run_glu(ex, qtype, k, 45, MATVEC_MAX_TOKENS, n_tokens, seed=8, kernel=LinearKernel.MATVEC,
+                             whole_rows=True, activation="silu")
+        assert [d.kernel for d in program.dispatches] == [kernel]
+
+
 @pytest.mark.parametrize("variant", ["f32-tiles", "f16-tiles", "whole-rows"])
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_glu_prefill(ex: Executor, qtype: Q, variant: str) -> None:

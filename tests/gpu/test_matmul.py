@@ -395,6 +395,20 @@ def test_matvec_whole_rows_q8_0(ex: Executor, k: int, n: int, tokens: int) -> No
     run_linear(ex, Q.Q8_0, k, n, MATVEC_MAX_TOKENS, tokens, seed=10, kernel=LinearKernel.MATVEC, whole_rows=True)
 
 
+@pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS - 1])
+@pytest.mark.parametrize("k,n,kernel", [(640, 300, "matvec_q5_0_rows"), (1024, 45, "matvec_q5_0_rows"),
+                                        (96, 41, "matvec")], ids=["quads-640", "quads-1024", "odd-quad-count"])
+def test_matvec_whole_rows_q5_0(ex: Executor, k: int, n: int, kernel: str, tokens: int) -> None:
+    """Q5_0 by block quads (K = 640: rows at 8-byte but not 16-byte offsets, so a quad's first word takes places 0
+    and 2 in its vec4; K = 1024 over two shards), and K = 96 (3 blocks), which falls back to the generic kernel;
+    one token, and several on one read of each quad's words."""
+    shard_bytes = 30 * row_bytes(Q.Q5_0, k) if k == 1024 else None
+    weight, program = run_linear(ex, Q.Q5_0, k, n, MATVEC_MAX_TOKENS, tokens, seed=11, kernel=LinearKernel.MATVEC,
+                                 whole_rows=True, max_shard_bytes=shard_bytes)
+    assert {d.kernel for d in program.dispatches} == {kernel}
+    assert len(weight.shards) == (2 if shard_bytes else 1)
+
+
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_matmul(ex: Executor, qtype: Q) -> None:
     # two token tiles and two row tiles (the second of each partial), K of 2 blocks
