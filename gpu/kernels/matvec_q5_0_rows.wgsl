@@ -2,7 +2,8 @@
 // software adapters (lavapipe); the same result as kernels/matvec.wgsl, read differently.
 //
 // Why (as matvec_q8_0_rows.wgsl): lavapipe compiles a buffer load with lane-varying addresses into a
-// per-lane loop, so the number of loads bounds it, and a vec4 load costs little more than a u32 one.
+// per-lane loop, so the number of loads bounds it, and a vec4 load costs about twice a u32 one for four
+// times the bytes.
 // matvec.wgsl's Q5_0 decoder (quant/q5_0.wgsl) reads a 22-byte block through about sixteen u32 loads;
 // here a thread reads four blocks (a quad: 88 bytes, 22 words) in six vec4 loads. K is a multiple of
 // 128, so a row holds K / 128 * 22 words, an even number: every quad starts at a word whose place in
