@@ -12,8 +12,8 @@ columns of y; with GLU = 1 a dispatch reads gate row r and up row F + r and stor
 Kernels:
 - kernels/matvec.wgsl and the K-quant kernels matvec_q4_k / matvec_q6_k.wgsl: decode, up to matvec_max_tokens
   tokens. Threads split each row's K and reduce once a row (by subgroups where the adapter has them); on software
-  adapters whole rows a thread (matvec/whole_rows.wgsl; Q8_0 by aligned block pairs: matvec_q8_0_rows.wgsl; Q5_0
-  by block quads: matvec_q5_0_rows.wgsl).
+  adapters whole rows a thread (matvec/whole_rows.wgsl; Q8_0 by aligned block pairs, Q5_0 by block quads and Q4_K
+  by 16-byte units: matvec_q8_0_rows, matvec_q5_0_rows and matvec_q4_k_rows.wgsl).
   Long rows and steps of several tokens pair rows, and rows interleave thread by thread (two for one token), so
   threads share their loads of x.
 - kernels/matmul.wgsl: prompts. On GPUs register tiles fed through workgroup memory (matmul/tiles.wgsl), k split

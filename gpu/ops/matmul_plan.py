@@ -143,7 +143,7 @@ class LinearInput(Enum):
 class MatvecPlan:
     """A decode dispatch over some rows (kernels/matvec*.wgsl): its kernel, split and the defines that say so."""
 
-    kernel: str  # matvec, matvec_q8_0_rows, matvec_q5_0_rows, or a WIDE_MATVEC_KERNELS / INT8_MATVEC_KERNELS kernel
+    kernel: str  # matvec, a software adapters' matvec_*_rows, or a WIDE_MATVEC_KERNELS / INT8_MATVEC_KERNELS kernel
     shape: MatvecShape  # threads a row and rows (row slots, with pairs) a workgroup; whole rows: (1, threads)
     groups: int  # workgroups
     defines: Defines  # split, reduction, output and input (X_SOURCE) defines
@@ -388,7 +388,7 @@ def plan_matvec(
     int8_matvec); q8_output: y is quantised (matvec/store_q8.wgsl, whose workgroups hold whole 32-row blocks);
     normed: the input is normalised in every workgroup; max_threads: the device's most invocations a workgroup,
     where workgroups need not be a power of two; x_source: the X_SOURCE define (how the kernel reads x), given to
-    every kernel but matvec_q8_0_rows and matvec_q5_0_rows, which read x directly."""
+    every kernel but the software adapters' matvec_*_rows, which read x directly."""
     if whole_rows:
         if q8_output:
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
@@ -398,6 +398,8 @@ def plan_matvec(
             return MatvecPlan("matvec_q8_0_rows", MatvecShape(1, threads), groups, (("WG", threads),))
         if weight.qtype is GGMLQuantizationType.Q5_0 and weight.k % 128 == 0:
             return MatvecPlan("matvec_q5_0_rows", MatvecShape(1, threads), groups, (("WG", threads),))
+        if weight.qtype is GGMLQuantizationType.Q4_K:
+            return MatvecPlan("matvec_q4_k_rows", MatvecShape(1, threads), groups, (("WG", threads),))
         defines: list[tuple[str, int | str]] = [("ENTRY", "whole_rows"), ("TPR", 1), ("ROWS", threads),
                                                 ("STORE", "row")]
         if x_source:

@@ -113,11 +113,12 @@ def test_glu_one_token_interleave(ex: Executor, qtype: Q, subgroups: bool) -> No
         *shape, 1, DEFAULT_TUNING.one_token_row_interleave]
 
 
-@pytest.mark.parametrize("qtype,k", [(Q.Q5_0, 640), (Q.Q8_0, 640)], ids=["Q5_0-quads", "Q8_0-pairs"])
+@pytest.mark.parametrize("qtype,k", [(Q.Q5_0, 640), (Q.Q8_0, 640), (Q.Q4_K, 1024)],
+                         ids=["Q5_0-quads", "Q8_0-pairs", "Q4_K-units"])
 def test_glu_whole_rows_blocks(ex: Executor, qtype: Q, k: int) -> None:
-    """The software adapters' gate-up by block quads (Q5_0) and pairs (Q8_0), at K = 640 (rows not 16-byte aligned),
-    45 gate rows, one token and several."""
-    kernel = {Q.Q5_0: "matvec_q5_0_rows", Q.Q8_0: "matvec_q8_0_rows"}[qtype]
+    """The software adapters' gate-up by block quads (Q5_0), pairs (Q8_0) and vec4 units (Q4_K), at K = 640 (rows
+    not 16-byte aligned) and 1024, 45 gate rows, one token and several."""
+    kernel = {Q.Q5_0: "matvec_q5_0_rows", Q.Q8_0: "matvec_q8_0_rows", Q.Q4_K: "matvec_q4_k_rows"}[qtype]
     for n_tokens in (1, MATVEC_MAX_TOKENS - 1):
         _, program = run_glu(ex, qtype, k, 45, MATVEC_MAX_TOKENS, n_tokens, seed=8, kernel=LinearKernel.MATVEC,
                              whole_rows=True, activation="silu")

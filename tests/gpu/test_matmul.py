@@ -409,6 +409,18 @@ def test_matvec_whole_rows_q5_0(ex: Executor, k: int, n: int, kernel: str, token
     assert len(weight.shards) == (2 if shard_bytes else 1)
 
 
+@pytest.mark.parametrize("tokens", [1, MATVEC_MAX_TOKENS - 1])
+@pytest.mark.parametrize("k,n", [(1024, 640), (2048, 45)], ids=["one-shard", "two-shards"])
+def test_matvec_whole_rows_q4_k(ex: Executor, k: int, n: int, tokens: int) -> None:
+    """Q4_K by vec4 units (its header once a block), 640 rows (a workgroup's rows partial) and 45 over two shards;
+    one token, and several."""
+    shard_bytes = 30 * row_bytes(Q.Q4_K, k) if n == 45 else None
+    weight, program = run_linear(ex, Q.Q4_K, k, n, MATVEC_MAX_TOKENS, tokens, seed=12, kernel=LinearKernel.MATVEC,
+                                 whole_rows=True, max_shard_bytes=shard_bytes)
+    assert {d.kernel for d in program.dispatches} == {"matvec_q4_k_rows"}
+    assert len(weight.shards) == (2 if shard_bytes else 1)
+
+
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_matmul(ex: Executor, qtype: Q) -> None:
     # two token tiles and two row tiles (the second of each partial), K of 2 blocks
