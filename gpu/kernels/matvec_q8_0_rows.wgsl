@@ -16,24 +16,9 @@
 //
 // Block pair layout (words W0..W16): W0 low half d0, bytes 2..33 q of block 0 (W0 high half ..
 // W8 low half), W8 high half d1, W9..W16 q of block 1. value = d * q (int8).
-#include "common/step.wgsl"
-#include "matmul/glu.wgsl"
+#include "matvec/four_rows.wgsl"
 
-override K: u32 = 64u;         // values per weight row, a multiple of 64
-override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
-override FIRST_ROW: u32 = 0u;  // the shard's row where this dispatch starts
-override ROW_START: u32 = 0u;  // y column of the dispatch's first row
-override Y_STRIDE: u32 = 1u;   // values per y row
-override T_MAX: u32 = 1u;      // rows of x and y: the program's tokens per step
-override WG: u32 = 64u;        // threads per workgroup; a workgroup computes 4 WG rows
-override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
-
-const ROW_WORDS: u32 = K / 64u * 17u;
-
-@group(0) @binding(0) var<uniform> step: Step;
-@group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;  // Q8_0 blocks as stored
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;       // [T_MAX, K]
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;       // [T_MAX, Y_STRIDE]
+const ROW_WORDS: u32 = K / 64u * 17u;  // u32 words of a row (K a multiple of 64)
 
 // 64 values of x (one block pair's worth) for one token.
 struct X64 {
@@ -103,15 +88,14 @@ fn pair_dot(w: Pair, xs: X64) -> f32 {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let first_row = (wid.x + wid.y * nwg.x) * WG * 4u + lid;
+    let first_row = first_row_of(wid, nwg, lid);
     let n = min(step.n_tokens, T_MAX);
     if (first_row >= N_ROWS) {
         return;
     }
-    // rows past the shard repeat its last; their sums are not stored
-    let rows = min(vec4<u32>(first_row) + vec4<u32>(0u, 1u, 2u, 3u) * WG, vec4<u32>(N_ROWS - 1u));
-    let w0 = (vec4<u32>(FIRST_ROW) + rows) * ROW_WORDS;
-    let wu = w0 + vec4<u32>(N_ROWS * ROW_WORDS * GLU);  // their up rows
+    let words = row_words(first_row);
+    let w0 = words.gate;
+    let wu = words.up;
     var acc: array<vec4<f32>, T_MAX>;  // [token]: rows j = 0..3
     var acc_u: array<vec4<f32>, T_MAX>;  // [token]: up rows (GLU)
     for (var p = 0u; p < K / 64u; p++) {
@@ -143,15 +127,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
-    for (var t = 0u; t < n; t++) {
-        for (var j = 0u; j < 4u; j++) {
-            if (first_row + j * WG < N_ROWS) {
-                var v = acc[t][j];
-                if (GLU == 1u) {
-                    v = glu(v, acc_u[t][j]);
-                }
-                y[t * Y_STRIDE + ROW_START + first_row + j * WG] = v;
-            }
-        }
-    }
+    store_rows(first_row, n, acc, acc_u);
 }
