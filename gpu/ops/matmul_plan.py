@@ -34,6 +34,10 @@ ROWS_PER_THREAD = 4  # whole-row matvec kernels (software adapters): rows a thre
 # K-quant matvecs with kernels of their own: 32 values a load step, scales applied per sub-block
 WIDE_MATVEC_KERNELS = {Q.Q4_K: "matvec_q4_k", Q.Q6_K: "matvec_q6_k"}
 ROW_PAIRS_KERNELS = frozenset({"matvec_q4_k", "matvec_q6_k"})  # the matvec kernels that implement PAIRS
+# The software adapters' matvecs of these types read whole blocks in vec4 loads (matvec/four_rows.wgsl), rows of K a
+# multiple of the values given (a Q8_0 block pair, a Q5_0 block quad, a Q4_K block); other K take matvec.wgsl
+WHOLE_ROW_BLOCK_KERNELS = {Q.Q8_0: ("matvec_q8_0_rows", 64), Q.Q5_0: ("matvec_q5_0_rows", 128),
+                           Q.Q4_K: ("matvec_q4_k_rows", 256)}
 # Weight types whose matmul tiles can run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks)
 INT8_TYPES = frozenset({Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0})
 # Decode matvecs in 8-bit integers, each workgroup quantising its input (kernels/matvec/q8_input.wgsl)
@@ -394,12 +398,9 @@ def plan_matvec(
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
         threads = software_matvec_threads(n_rows, tuning)
         groups = -(-n_rows // (threads * ROWS_PER_THREAD))
-        if weight.qtype is GGMLQuantizationType.Q8_0 and weight.k % 64 == 0:
-            return MatvecPlan("matvec_q8_0_rows", MatvecShape(1, threads), groups, (("WG", threads),))
-        if weight.qtype is GGMLQuantizationType.Q5_0 and weight.k % 128 == 0:
-            return MatvecPlan("matvec_q5_0_rows", MatvecShape(1, threads), groups, (("WG", threads),))
-        if weight.qtype is GGMLQuantizationType.Q4_K:
-            return MatvecPlan("matvec_q4_k_rows", MatvecShape(1, threads), groups, (("WG", threads),))
+        block_kernel = WHOLE_ROW_BLOCK_KERNELS.get(weight.qtype)
+        if block_kernel is not None and weight.k % block_kernel[1] == 0:
+            return MatvecPlan(block_kernel[0], MatvecShape(1, threads), groups, (("WG", threads),))
         defines: list[tuple[str, int | str]] = [("ENTRY", "whole_rows"), ("TPR", 1), ("ROWS", threads),
                                                 ("STORE", "row")]
         if x_source:
