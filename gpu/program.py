@@ -15,6 +15,7 @@ between the first use of one and the last use of the other.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -211,6 +212,7 @@ class Executor:
         self.step_tensor = Tensor("step", (StepParams.STRUCT_BYTES // 4,), "u32", Lifetime.PERSISTENT, buffer)
         self._staging: dict[int, list[Any]] = {}  # free MAP_READ buffers by size
         self._rings: dict[int, list[Any]] = {}  # free step-struct rings by size
+        self._pool_lock = threading.Lock()
         self.transfer_buffers = 0  # read-back and ring buffers made so far (they are reused once returned)
 
     def tensor(self, name: str, shape: Sequence[int], dtype: str = "f32", data: np.ndarray | None = None) -> Tensor:
@@ -245,14 +247,16 @@ class Executor:
 
     def _take_buffer(self, pool: dict[int, list[Any]], nbytes: int, usage: int, label: str) -> Any:
         size = 1 << max(8, (nbytes - 1).bit_length())
-        free = pool.setdefault(size, [])
-        if free:
-            return free.pop()
-        self.transfer_buffers += 1
+        with self._pool_lock:  # submissions may be recorded on another thread (models/text/batch.py)
+            free = pool.setdefault(size, [])
+            if free:
+                return free.pop()
+            self.transfer_buffers += 1
         return self.device.create_buffer(size, f"{label}{size}", usage)
 
     def _give_buffer(self, pool: dict[int, list[Any]], buffer: Any) -> None:
-        pool.setdefault(buffer.size, []).append(buffer)
+        with self._pool_lock:
+            pool.setdefault(buffer.size, []).append(buffer)
 
 
 class Submission:

@@ -29,8 +29,9 @@ then covers its work). A round holds at most:
   of their next step right after it (before the round's other submissions), the token it reads left on the GPU
   by that sampling. So the GPU runs a step's network while the host reads the last token back and fills the
   grammar's masks, and these sequences advance a token a round (a sequence whose prompt ends in a round joins
-  them in the next). On a GPU both halves are recorded ahead (the sampling while the host waits for the round,
-  the network while another thread fills the masks), so that once the masks are known only the sending is left.
+  them in the next). On a GPU both halves are recorded ahead: the sampling while the host waits for the round, the
+  network halves a few steps ahead on another thread (wgpu's encoding runs there beside this thread's work), so
+  that once the masks are known only the sending is left.
 - the chunks of the constrained sequences jumping forward, in one submission (Engine.submit_last_chunks): where a
   grammar allows one continuation only (a schema's keys and punctuation), the tokens it forces (up to JUMP_TOKENS)
   are handed out at once and go in as a prompt chunk, the token after them sampled at its end under the mask, so
@@ -88,17 +89,6 @@ if TYPE_CHECKING:  # annotations only: the engine builds on this module
     from models.text.grammar import TokenConstraint
 
 
-def _try_fill_masks(constraints: list[TokenConstraint]) -> np.ndarray | None:
-    """The token masks of these grammars (u32 [n, mask_words]) filled together, or None where one of them failed.
-    It touches nothing but the grammars, so it may run on another thread."""
-    masks = np.empty((len(constraints), constraints[0].vocabulary.mask_words), np.uint32)
-    try:
-        fill_masks(constraints, masks)
-    except Exception:  # noqa: BLE001 - the caller finds whose grammar failed
-        return None
-    return masks
-
-
 @dataclass(frozen=True)
 class TokenEvent:
     key: Hashable
@@ -117,6 +107,18 @@ class EndEvent:
 Event = TokenEvent | EndEvent
 ADMIT_LOOKAHEAD = 256  # generated tokens a new sequence must find KV pages for (beyond: preemption)
 JUMP_TOKENS = PREFILL_BUCKETS[0]  # most tokens of a jump-forward chunk (the smallest prompt program's rows)
+LOGITS_AHEAD = 2  # split steps' network halves recorded ahead: one recording can take a whole step's GPU time
+
+
+def _rows_key(rows: list[_Sequence]) -> list[tuple[_Sequence, Session]]:
+    """What a recorded network half is for: the rows and their sessions (a preempted row comes back with another)."""
+    return [(s, s.session) for s in rows]  # type: ignore[misc]  # decoding rows hold a session
+
+
+def _discard_recorded(future: Future[RecordedLogits]) -> None:
+    """Give back the buffers of a network half recorded ahead and not sent (a recording that failed holds none)."""
+    if future.exception() is None:
+        future.result().discard()
 
 
 @dataclass(eq=False)
@@ -222,9 +224,9 @@ class BatchGenerator:
         self.forced_tokens = 0  # tokens handed out by jump-forward (forced by a grammar, not sampled), so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
         self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
-        # the next split step's network half, recorded while the grammars fill their masks (_sample_split)
-        self._next_logits: tuple[RecordedLogits, list[_Sequence]] | None = None
-        self._mask_thread: ThreadPoolExecutor | None = None  # fills the masks meanwhile (llguidance drops the GIL)
+        # On a GPU the split rows' next network halves are recorded ahead on another thread (_record_logits_ahead)
+        self._recorder: ThreadPoolExecutor | None = None
+        self._logits_ahead: deque[tuple[Future[RecordedLogits], list[tuple[_Sequence, Session]]]] = deque()
 
     # -- admission ----------------------------------------------------------------------
     @property
@@ -564,17 +566,20 @@ class BatchGenerator:
         return _Submission(recorded.submit(), rows, self._handle_stepwise, dropped=dropped), events
 
     def _submit_logits(self, rows: list[_Sequence]) -> None:
-        """The network half of a split step of these rows, each on the token the GPU sampled last (the one
-        _sample_split recorded, if it was for the same rows); the rows stay held (in flight) until their sampling
-        half is handled."""
-        recorded = self._take_next_logits()
-        if recorded is None or recorded[1] != rows:
-            if recorded is not None:
-                recorded[0].discard()
-            recorded = (self._record_logits(rows), rows)
-        self._split = (recorded[0].submit(), rows)
+        """The network half of a split step of these rows, each on the token the GPU sampled last (recorded ahead for
+        the same rows, or now); the rows stay held (in flight) until their sampling half is handled."""
+        recorded, key = None, _rows_key(rows)
+        while self._logits_ahead and recorded is None:
+            future, recorded_for = self._logits_ahead.popleft()
+            if recorded_for == key:
+                recorded = future.result()
+            else:  # the rows changed (one ended, jumped or was preempted since)
+                future.add_done_callback(_discard_recorded)
+        self._split = ((recorded or self._record_logits(rows)).submit(), rows)
         for s in rows:
             s.in_flight += 1
+        if self.overlap_rounds:
+            self._record_logits_ahead(rows)
 
     def _sample_split(self) -> list[Event]:
         """Send the sampling half of the open split step, each row under its grammar's mask: first the rounds in
@@ -596,15 +601,7 @@ class BatchGenerator:
             return events
         masks = np.full((len(rows), rows[live[0]].constraint.vocabulary.mask_words), 0xFFFFFFFF, np.uint32)
         live_rows = [rows[i] for i in live]
-        if self.overlap_rounds:  # the masks fill on another thread while this one records the next network half
-            if self._mask_thread is None:
-                self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
-            filling = self._mask_thread.submit(_try_fill_masks, [s.constraint for s in live_rows])
-            self._take_next_logits()
-            self._next_logits = (self._record_logits(live_rows), live_rows)
-            filled, failed = self._fill_masks(live_rows, filling)
-        else:
-            filled, failed = self._fill_masks(live_rows)
+        filled, failed = self._fill_masks(live_rows)  # llguidance drops the GIL: the recorder goes on meanwhile
         masks[live] = filled
         dropped = frozenset(i for i, s in enumerate(rows) if s.jump)
         masks[[i for i, s in enumerate(rows) if s.finished or i in dropped]] = 0xFFFFFFFF  # a failed grammar too
@@ -619,22 +616,27 @@ class BatchGenerator:
     def _record_logits(self, rows: list[_Sequence]) -> RecordedLogits:
         return self.engine.record_logits([DecodeRow(s.session, sampling=s.gpu) for s in rows])
 
-    def _take_next_logits(self) -> tuple[RecordedLogits, list[_Sequence]] | None:
-        """The network half recorded ahead, if any, now the caller's to send or discard."""
-        recorded, self._next_logits = self._next_logits, None
-        return recorded
+    def _record_logits_ahead(self, rows: list[_Sequence]) -> None:
+        """Keep LOGITS_AHEAD network halves of these split rows recorded or being recorded on the recorder thread.
+        Recording a step costs the host nearly what a small model's step costs the GPU: done in turn with the rest of
+        a round's host work, between the token's arrival and the next network half, it would leave the GPU waiting;
+        done ahead, off the round's path, its C part (wgpu's encoding) runs beside this thread's work."""
+        if self._recorder is None:
+            self._recorder = ThreadPoolExecutor(1, thread_name_prefix="split-recorder")
+        while len(self._logits_ahead) < LOGITS_AHEAD:
+            self._logits_ahead.append((self._recorder.submit(self._record_logits, rows), _rows_key(rows)))
 
-    def _fill_masks(self, seqs: list[_Sequence], filling: Future[np.ndarray | None] | None = None
-                    ) -> tuple[np.ndarray, list[Event]]:
-        """The token masks of these constrained sequences (u32 [n, mask_words]), filled together (by `filling`, a
-        _try_fill_masks on another thread, where given); a sequence whose grammar fails ends with its error (its
-        row is left as it is)."""
+    def _fill_masks(self, seqs: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
+        """The token masks of these constrained sequences (u32 [n, mask_words]), filled together; a sequence whose
+        grammar fails ends with its error (its row is left as it is)."""
         constraints = [seq.constraint for seq in seqs]
-        filled = filling.result() if filling is not None else _try_fill_masks(constraints)
-        if filled is not None:
-            return filled, []
-        events: list[Event] = []  # a grammar failed: find whose, row by row
         masks = np.empty((len(seqs), constraints[0].vocabulary.mask_words), np.uint32)
+        try:
+            fill_masks(constraints, masks)
+            return masks, []
+        except Exception:  # noqa: BLE001 - a grammar failed: find whose, row by row
+            pass
+        events: list[Event] = []
         for i, seq in enumerate(seqs):
             try:
                 seq.constraint.fill_mask(masks[i])
@@ -779,6 +781,8 @@ class BatchGenerator:
                 seq.session.close()
 
     def _fail_all(self, error: BaseException) -> list[Event]:
+        while self._logits_ahead:
+            self._logits_ahead.popleft()[0].add_done_callback(_discard_recorded)
         if self._split is not None:
             self._split[0].abandon()
             self._split = None

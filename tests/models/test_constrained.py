@@ -285,10 +285,14 @@ def test_complete_grammar_stops_without_end_of_sequence(model: TextModel, mixed:
 
 
 @pytest.mark.heavy
-def test_preempted_constrained_sequence_gives_valid_json(model: TextModel, vocabulary: GrammarVocabulary) -> None:
+@pytest.mark.parametrize("overlap_rounds", [False, True], ids=["one-at-a-time", "overlapped"])
+def test_preempted_constrained_sequence_gives_valid_json(model: TextModel, vocabulary: GrammarVocabulary,
+                                                         overlap_rounds: bool) -> None:
     """Two greedy rows of the same prompt and schema in a pool of two 16-position pages: once both pass 16
     positions, mid-reply, the newer is preempted, and later prefills its prompt and the tokens of its reply so far
-    again, its grammar state kept. Its reply is still a document of the schema, the same as the other row's."""
+    again, its grammar state kept. Its reply is still a document of the schema, the same as the other row's.
+    Overlapped (a GPU's way), the rows' network halves are recorded ahead on another thread, and those recorded for
+    the batch before the preemption are dropped."""
     engine = Engine(model, "f16", pool_tokens=32, page_tokens=16, n_ctx=32)
     assert engine.pool.n_pages == 2
     rows = {key: Row(JSON_PROMPT, GREEDY, 20, SMALL) for key in ("first", "second")}
@@ -301,7 +305,7 @@ def test_preempted_constrained_sequence_gives_valid_json(model: TextModel, vocab
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(BatchGenerator, "_preempt", spy)
-        result, _ = run_batch(model, vocabulary, rows, overlap_rounds=False, engine=engine)
+        result, _ = run_batch(model, vocabulary, rows, overlap_rounds=overlap_rounds, engine=engine)
     reply = len(result.tokens["second"])
     assert preempted_at and all(key == "second" and 0 < n < reply for key, n in preempted_at), preempted_at
     for key in rows:
