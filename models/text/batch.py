@@ -29,9 +29,9 @@ then covers its work). A round holds at most:
   of their next step right after it (before the round's other submissions), the token it reads left on the GPU
   by that sampling. So the GPU runs a step's network while the host reads the last token back and fills the
   grammar's masks, and these sequences advance a token a round (a sequence whose prompt ends in a round joins
-  them in the next). On a GPU both halves are recorded ahead: the sampling while the host waits for the round, the
-  network halves a few steps ahead on another thread (wgpu's encoding runs there beside this thread's work), so
-  that once the masks are known only the sending is left.
+  them in the next). On a GPU both halves are recorded ahead (the sampling while the host waits for the round, the
+  network halves a few steps ahead, wgpu's encoding of them on another thread), so that once the masks are known
+  only the sending is left.
 - the chunks of the constrained sequences jumping forward, in one submission (Engine.submit_last_chunks): where a
   grammar allows one continuation only (a schema's keys and punctuation), the tokens it forces (up to JUMP_TOKENS)
   are handed out at once and go in as a prompt chunk, the token after them sampled at its end under the mask, so
@@ -107,7 +107,7 @@ class EndEvent:
 Event = TokenEvent | EndEvent
 ADMIT_LOOKAHEAD = 256  # generated tokens a new sequence must find KV pages for (beyond: preemption)
 JUMP_TOKENS = PREFILL_BUCKETS[0]  # most tokens of a jump-forward chunk (the smallest prompt program's rows)
-LOGITS_AHEAD = 2  # split steps' network halves recorded ahead: one recording can take a whole step's GPU time
+LOGITS_AHEAD = 2  # split steps' network halves recorded ahead (their encoding can take a small model's step)
 
 
 def _rows_key(rows: list[_Sequence]) -> list[tuple[_Sequence, Session]]:
@@ -115,10 +115,9 @@ def _rows_key(rows: list[_Sequence]) -> list[tuple[_Sequence, Session]]:
     return [(s, s.session) for s in rows]  # type: ignore[misc]  # decoding rows hold a session
 
 
-def _discard_recorded(future: Future[RecordedLogits]) -> None:
-    """Give back the buffers of a network half recorded ahead and not sent (a recording that failed holds none)."""
-    if future.exception() is None:
-        future.result().discard()
+def _discard_when_finished(recorded: RecordedLogits, finishing: Future[RecordedLogits]) -> None:
+    """Give back the buffers of a network half recorded ahead and not sent, once the recorder thread is done with it."""
+    finishing.add_done_callback(lambda _: recorded.discard())
 
 
 @dataclass(eq=False)
@@ -226,7 +225,8 @@ class BatchGenerator:
         self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
         # On a GPU the split rows' next network halves are recorded ahead on another thread (_record_logits_ahead)
         self._recorder: ThreadPoolExecutor | None = None
-        self._logits_ahead: deque[tuple[Future[RecordedLogits], list[tuple[_Sequence, Session]]]] = deque()
+        self._logits_ahead: deque[tuple[RecordedLogits, Future[RecordedLogits], list[tuple[_Sequence, Session]]]] = \
+            deque()  # (recorded, its end on the recorder thread, the rows it is for)
 
     # -- admission ----------------------------------------------------------------------
     @property
@@ -570,11 +570,11 @@ class BatchGenerator:
         the same rows, or now); the rows stay held (in flight) until their sampling half is handled."""
         recorded, key = None, _rows_key(rows)
         while self._logits_ahead and recorded is None:
-            future, recorded_for = self._logits_ahead.popleft()
+            ahead, finishing, recorded_for = self._logits_ahead.popleft()
             if recorded_for == key:
-                recorded = future.result()
+                recorded = finishing.result()
             else:  # the rows changed (one ended, jumped or was preempted since)
-                future.add_done_callback(_discard_recorded)
+                _discard_when_finished(ahead, finishing)
         self._split = ((recorded or self._record_logits(rows)).submit(), rows)
         for s in rows:
             s.in_flight += 1
@@ -613,18 +613,20 @@ class BatchGenerator:
         self._rounds.append(_Round([_Submission(pending, rows, self._handle_stepwise, dropped=dropped)]))
         return events
 
-    def _record_logits(self, rows: list[_Sequence]) -> RecordedLogits:
-        return self.engine.record_logits([DecodeRow(s.session, sampling=s.gpu) for s in rows])
+    def _record_logits(self, rows: list[_Sequence], finish: bool = True) -> RecordedLogits:
+        return self.engine.record_logits([DecodeRow(s.session, sampling=s.gpu) for s in rows], finish)
 
     def _record_logits_ahead(self, rows: list[_Sequence]) -> None:
-        """Keep LOGITS_AHEAD network halves of these split rows recorded or being recorded on the recorder thread.
-        Recording a step costs the host nearly what a small model's step costs the GPU: done in turn with the rest of
-        a round's host work, between the token's arrival and the next network half, it would leave the GPU waiting;
-        done ahead, off the round's path, its C part (wgpu's encoding) runs beside this thread's work."""
+        """Keep LOGITS_AHEAD network halves of these split rows recorded ahead, each ended on the recorder thread.
+        Recording a step costs the host nearly what a small model's step costs the GPU. Its commands are recorded
+        here, while the GPU runs the step just sent (Python, which holds the GIL: on another thread it would slow
+        this one's work as much); the recording's end, wgpu's encoding of those commands, is one call that drops the
+        GIL, so it runs on the recorder thread beside this thread's waits, masks and sends."""
         if self._recorder is None:
             self._recorder = ThreadPoolExecutor(1, thread_name_prefix="split-recorder")
         while len(self._logits_ahead) < LOGITS_AHEAD:
-            self._logits_ahead.append((self._recorder.submit(self._record_logits, rows), _rows_key(rows)))
+            recorded = self._record_logits(rows, finish=False)
+            self._logits_ahead.append((recorded, self._recorder.submit(recorded.finish), _rows_key(rows)))
 
     def _fill_masks(self, seqs: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
         """The token masks of these constrained sequences (u32 [n, mask_words]), filled together; a sequence whose
@@ -782,7 +784,7 @@ class BatchGenerator:
 
     def _fail_all(self, error: BaseException) -> list[Event]:
         while self._logits_ahead:
-            self._logits_ahead.popleft()[0].add_done_callback(_discard_recorded)
+            _discard_when_finished(*self._logits_ahead.popleft()[:2])
         if self._split is not None:
             self._split[0].abandon()
             self._split = None

@@ -432,18 +432,20 @@ class Engine:
         may be submitted, and no other split step of this engine (RuntimeError)."""
         return self.record_logits(rows).submit()
 
-    def record_logits(self, rows: list[DecodeRow]) -> RecordedLogits:
+    def record_logits(self, rows: list[DecodeRow], finish: bool = True) -> RecordedLogits:
         """submit_logits in two halves: the network's commands are recorded now, and RecordedLogits.submit()
         reserves the rows' pages, writes their inputs and sends them. So the host can record the next split step
-        while the GPU still runs this one, and send it the moment this one's sampling has gone."""
+        while the GPU still runs this one, and send it the moment this one's sampling has gone. finish=False leaves
+        the recording's end (wgpu's encoding of the commands) to RecordedLogits.finish(), which may run on another
+        thread."""
         n = len(rows)
         if not 1 <= n <= self.model.max_batch:
             raise ValueError(f"a decode batch holds 1 to {self.model.max_batch} sequences, not {n}")
         r_max = next(b for b in DECODE_BUCKETS if b >= n)
         submission = self.executor.submission()
         submission.step(self.split_program("logits", r_max), StepParams(n_tokens=n, n_out=n))
-        submission.finish()
-        return RecordedLogits(self, rows, r_max, submission)
+        recorded = RecordedLogits(self, rows, r_max, submission)
+        return recorded.finish() if finish else recorded
 
 
 class RecordedLogits:
@@ -452,6 +454,13 @@ class RecordedLogits:
     def __init__(self, engine: Engine, rows: list[DecodeRow], r_max: int, submission: Submission) -> None:
         self.engine, self.rows, self.r_max = engine, rows, r_max
         self._submission: Submission | None = submission
+
+    def finish(self) -> RecordedLogits:
+        """End the recording (Submission.finish): one call into wgpu, which drops the GIL while it encodes."""
+        if self._submission is None:
+            raise RuntimeError("this split step has been sent or discarded already")
+        self._submission.finish()
+        return self
 
     def submit(self) -> LogitsStep:
         """Send the network half, from the sessions' positions now (Engine.submit_logits)."""
