@@ -94,9 +94,9 @@ class ModelConfig(_Frozen):
                                        "does), with a warning")
     kv_dtype: Literal["f16", "f32"] = "f16"
     int8_activations: bool | None = Field(
-        None, description="GPU matmuls of prompts (and decode's output heads and large Q4_K matvecs) on activations "
-        "quantised to 8 bits, as llama.cpp does: faster prompts, llama.cpp's numerics rather than exact parity; "
-        "None: the server's int8_activations")
+        None, description="GPU matmuls of prompts (and decode's output heads and large Q4_K matvecs; on a CPU "
+        "adapter, decode's Q8_0 matvecs) on activations quantised to 8 bits, as llama.cpp does: faster prompts, "
+        "llama.cpp's numerics rather than exact parity; None: the server's int8_activations")
     keep_alive: str | float | None = Field(
         None, description="idle time before unloading (Ollama style: '5m', seconds, -1 for ever); None: the "
         "server's keep_alive. Preloaded models never unload: /ready promises them")
@@ -226,8 +226,9 @@ class Settings(_Frozen):
     metrics_need_key: bool = Field(False, description="with API keys set, /metrics needs one too (else it is "
                                    "open like /health, for Prometheus on a private network)")
     int8_activations: bool = Field(False, description="chat models' GPU matmuls of prompts on activations quantised "
-                                   "to 8 bits (as llama.cpp's): faster prompts on a GPU, llama.cpp's numerics rather "
-                                   "than exact parity; a model's own int8_activations wins")
+                                   "to 8 bits (as llama.cpp's): faster prompts on a GPU (on a CPU adapter, decode's "
+                                   "Q8_0 matvecs), llama.cpp's numerics rather than exact parity; a model's own "
+                                   "int8_activations wins")
     prefix_caching: bool = Field(True, description="chat models reuse the KV cache of a prompt's leading pages that "
                                  "an earlier request had (a system prompt, a chat's earlier turns) rather than "
                                  "prefill them again; the same outputs either way")

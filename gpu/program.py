@@ -201,8 +201,9 @@ class Executor:
 
     def __init__(self, device: Device, *, int8_matmuls: bool = False, tuning: MatmulTuning = DEFAULT_TUNING) -> None:
         self.device = device
-        # Programs built for this executor run their GPU matmuls (steps of more than 32 tokens) on activations
-        # quantised to 8 bits where the weight type allows (gpu/ops/matmul.py): faster prompts, llama.cpp's numerics.
+        # Programs built for this executor run their GPU matmuls (steps of more than 32 tokens; on a software adapter,
+        # the Q8_0 decode matvecs) on activations quantised to 8 bits where the weight type allows
+        # (gpu/ops/matmul.py): faster prompts, llama.cpp's numerics.
         self.int8_matmuls = int8_matmuls
         # The matrix kernels' tunable constants that programs built for this executor plan with.
         self.tuning = tuning

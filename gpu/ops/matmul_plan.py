@@ -38,6 +38,8 @@ ROW_PAIRS_KERNELS = frozenset({"matvec_q4_k", "matvec_q6_k"})  # the matvec kern
 # multiple of the values given (a Q8_0 block pair, a Q5_0 block quad, a Q4_K block); other K take matvec.wgsl
 WHOLE_ROW_BLOCK_KERNELS = {Q.Q8_0: ("matvec_q8_0_rows", 64), Q.Q5_0: ("matvec_q5_0_rows", 128),
                            Q.Q4_K: ("matvec_q4_k_rows", 256)}
+# ... and these on x quantised to 8 bits (where the executor asks for int8 matmuls; the same K multiples)
+WHOLE_ROW_INT8_KERNELS = {Q.Q8_0: "matvec_q8_0_rows_i8"}
 # Weight types whose matmul tiles can run in 8-bit integers (kernels/quant_i8/<type>.wgsl unpack their blocks)
 INT8_TYPES = frozenset({Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0})
 # Decode matvecs in 8-bit integers, each workgroup quantising its input (kernels/matvec/q8_input.wgsl)
@@ -202,7 +204,7 @@ def plan_linear(
     int8: bool | None = None,
 ) -> LinearPlan:
     """A linear's choices with the defaults resolved: whole rows on software adapters, matvec for few tokens,
-    subgroups where the device has them, int8 where the executor asks for it (int8_matmuls) on a GPU."""
+    subgroups where the device has them, int8 where the executor asks for it (int8_matmuls)."""
     if whole_rows is None:
         whole_rows = traits.software
     if kernel is None:
@@ -214,7 +216,7 @@ def plan_linear(
     if kernel is LinearKernel.MATVEC and t_max > tuning.matvec_max_tokens:
         raise ValueError(f"{name}: matvec handles at most {tuning.matvec_max_tokens} tokens, not {t_max}")
     if int8 is None:
-        int8 = int8_matmuls and not traits.software
+        int8 = int8_matmuls
     return LinearPlan(kernel, subgroups, whole_rows, int8)
 
 
@@ -355,9 +357,15 @@ def int8_matvec_pays(weight: WeightShape, glu: bool, tuning: MatmulTuning) -> bo
 
 def int8_matvec(weight: WeightShape, plan: LinearPlan, t_max: int, glu: bool, tuning: MatmulTuning) -> bool:
     """Whether a matvec runs in 8-bit integers: the plan allows int8, the type has an int8 matvec, its input fits,
-    and int8 pays for the shape."""
-    return (plan.int8 and not plan.whole_rows and weight.qtype in INT8_MATVEC_KERNELS and tuning.wide_matvec
-            and q8_input_fits(weight.k, t_max, tuning) and int8_matvec_pays(weight, glu, tuning))
+    and int8 pays for the shape (on a GPU; on a software adapter, whose whole-row kernels convert each weight byte
+    to f32 otherwise, wherever the type has one)."""
+    if not (plan.int8 and q8_input_fits(weight.k, t_max, tuning)):
+        return False
+    if plan.whole_rows:
+        return (weight.qtype in WHOLE_ROW_INT8_KERNELS
+                and weight.k % WHOLE_ROW_BLOCK_KERNELS[weight.qtype][1] == 0)
+    return (weight.qtype in INT8_MATVEC_KERNELS and tuning.wide_matvec
+            and int8_matvec_pays(weight, glu, tuning))
 
 
 def quantised_input_pays(weight: WeightShape, t_max: int, tuning: MatmulTuning) -> bool:
@@ -400,7 +408,8 @@ def plan_matvec(
         groups = -(-n_rows // (threads * ROWS_PER_THREAD))
         block_kernel = WHOLE_ROW_BLOCK_KERNELS.get(weight.qtype)
         if block_kernel is not None and weight.k % block_kernel[1] == 0:
-            return MatvecPlan(block_kernel[0], MatvecShape(1, threads), groups, (("WG", threads),))
+            name = WHOLE_ROW_INT8_KERNELS[weight.qtype] if int8 else block_kernel[0]
+            return MatvecPlan(name, MatvecShape(1, threads), groups, (("WG", threads),))
         defines: list[tuple[str, int | str]] = [("ENTRY", "whole_rows"), ("TPR", 1), ("ROWS", threads),
                                                 ("STORE", "row")]
         if x_source:

@@ -770,10 +770,9 @@ def load_text_model(
 
     int8_activations: matmuls of steps with more than 32 tokens (prompts, decode batches past 32
     sequences), and the decode matvecs where it pays (output heads, large Q4_K linears, the feed-forward's
-    activations kept quantised between its dispatches where that pays), on activations quantised to 8
-    bits per 32 values, as llama.cpp's do: 1.3x (270M) to 1.6x (1B, 4B) faster prompts on an H100 (session
-    15; decode about the same), logits about as far from the exact ones as llama.cpp's
-    (Executor.int8_matmuls).
+    activations kept quantised between its dispatches where that pays; on a software adapter, the Q8_0
+    ones), on activations quantised to 8 bits per 32 values, as llama.cpp's do: faster prompts on a GPU
+    (README's tables), logits about as far from the exact ones as llama.cpp's (Executor.int8_matmuls).
 
     steps_per_submit: decode steps per submission of the model's batches (BatchGenerator), 1 to
     MAX_STEPS_PER_SUBMIT: fewer pace each stream's tokens evenly, more spread a submission's host cost."""

@@ -23,7 +23,7 @@ from gguf.quants import dequantize
 
 from gpu.ops import matmul as matmul_ops
 from gpu.ops.matmul import LinearKernel, linear, linear_glu, quantize_input
-from gpu.ops.matmul_plan import INT8_MATVEC_KERNELS, INT8_TYPES, MatmulTile
+from gpu.ops.matmul_plan import INT8_MATVEC_KERNELS, INT8_TYPES, WHOLE_ROW_INT8_KERNELS, MatmulTile
 from gpu.ops.matmul_tuning import DEFAULT_TUNING
 from gpu.program import Executor, ProgramBuilder, StepParams
 from gpu.weights import upload_weight
@@ -74,7 +74,8 @@ def q4_k_mins(raw: np.ndarray, k: int) -> np.ndarray:
 
 
 def check_int8_linear(ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, glu: bool,
-                      seed: int, kernel: LinearKernel = LinearKernel.MATMUL, subgroups: bool | None = None) -> None:
+                      seed: int, kernel: LinearKernel = LinearKernel.MATMUL, subgroups: bool | None = None,
+                      whole_rows: bool = False) -> None:
     rng = np.random.default_rng(seed)
     raw = random_weight_bytes(rng, qtype, k, n)
     weight = upload_weight(ex, "w", qtype, k, n, raw)
@@ -83,10 +84,13 @@ def check_int8_linear(ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_toke
     yt = ex.tensor("y", (t_max, cols), data=np.full((t_max, cols), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "linear")
     (linear_glu if glu else linear)(b, weight, ex.tensor("x", x.shape, data=x), yt, t_max,
-                                    kernel=kernel, whole_rows=False, int8=True, subgroups=subgroups)
+                                    kernel=kernel, whole_rows=whole_rows, int8=True, subgroups=subgroups)
     program = b.build()
-    int8_label = "tiles_i8]" if kernel is LinearKernel.MATMUL else "q8_direct]"
-    assert any(d.label.endswith(int8_label) for d in program.dispatches), "the int8 kernel did not run"
+    if whole_rows:
+        assert {d.kernel for d in program.dispatches} == {WHOLE_ROW_INT8_KERNELS[qtype]}, "the int8 kernel did not run"
+    else:
+        int8_label = "tiles_i8]" if kernel is LinearKernel.MATMUL else "q8_direct]"
+        assert any(d.label.endswith(int8_label) for d in program.dispatches), "the int8 kernel did not run"
     got, = ex.run(program, StepParams(n_tokens), read=[yt])
     assert np.all(got[n_tokens:] == SENTINEL), "rows past n_tokens were written"
     got = got[:n_tokens].astype(np.float64)
@@ -149,6 +153,18 @@ def test_matvec_int8(ex: Executor, qtype: Q, glu: bool, subgroups: bool) -> None
     check_int8_linear(tuned(ex, int8_matvec_everywhere=True), qtype, 768, 94 if glu else 47, 5, 3, glu, seed=23,
                       kernel=LinearKernel.MATVEC,
                       subgroups=subgroups)
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+@pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
+@pytest.mark.parametrize("qtype", sorted(WHOLE_ROW_INT8_KERNELS, key=lambda q: q.name), ids=lambda q: q.name)
+def test_matvec_whole_rows_int8(ex: Executor, qtype: Q, glu: bool, tokens: int) -> None:
+    """The software adapters' int8 matvecs (matvec_q8_0_rows_i8: x quantised in each workgroup's prologue, a block
+    an invocation, then whole rows by block pairs), on any adapter: the tiles' bounds, at K = 640 (rows at 8-byte but
+    not 16-byte offsets: a pair's first word takes every place in its vec4), with rows that leave the last
+    workgroup part-empty, one token and several of a program of 5."""
+    check_int8_linear(ex, qtype, 640, 150 if glu else 75, 5, tokens, glu, seed=24, kernel=LinearKernel.MATVEC,
+                      whole_rows=True)
 
 
 @pytest.mark.parametrize("glu", [False, True], ids=["linear", "glu"])
