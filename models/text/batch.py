@@ -223,7 +223,8 @@ class BatchGenerator:
         self.forced_tokens = 0  # tokens handed out by jump-forward (forced by a grammar, not sampled), so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
         self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
-        # On a GPU the split rows' next network halves are recorded ahead on another thread (_record_logits_ahead)
+        # On a GPU the split rows' next network halves are recorded ahead, their encoding ended on the recorder thread
+        # (_record_logits_ahead)
         self._recorder: ThreadPoolExecutor | None = None
         self._logits_ahead: deque[tuple[RecordedLogits, Future[RecordedLogits], list[tuple[_Sequence, Session]]]] = \
             deque()  # (recorded, its end on the recorder thread, the rows it is for)
@@ -636,7 +637,7 @@ class BatchGenerator:
         try:
             fill_masks(constraints, masks)
             return masks, []
-        except Exception:  # noqa: BLE001 - a grammar failed: find whose, row by row
+        except Exception:  # noqa: BLE001 - a grammar failed: find whose, row by row below
             pass
         events: list[Event] = []
         for i, seq in enumerate(seqs):
