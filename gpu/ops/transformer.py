@@ -18,6 +18,12 @@ from gpu.tensor import Tensor
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
 ATTENTION_GROUPS = 512  # attention workgroups wanted on a GPU: key ranges split until rows x parts reach it
 ATTENTION_MIN_PART_KEYS = 16  # fewest keys a part of a split row takes
+# software adapters (kernels/attention_key_lanes.wgsl): invocations a workgroup, each walking a part of a row's keys
+# (a CPU's vector of 8 f32 lanes), workgroups a row where a step has few rows (enough for every core on a small
+# model's 4 heads), and the fewest keys a lane's part takes
+KEY_LANES = 8
+KEY_LANE_GROUPS = 2
+KEY_LANE_MIN_KEYS = 4
 Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
 # The gate activations of a gated feed-forward, as kernels/matmul/glu.wgsl's GLU_ACT codes
 GLU_ACTIVATIONS = {"gelu_tanh": 0, "silu": 1}
@@ -173,11 +179,12 @@ class RawQKV:
 def attention(
     b: ProgramBuilder, q: Tensor | RawQKV, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
     heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float = 0.0,
-    splits: int | None = None, subgroups: bool | None = None, later_keys: bool = True,
+    splits: int | None = None, subgroups: bool | None = None, later_keys: bool = True, key_lanes: bool | None = None,
 ) -> None:
     """Causal attention of the step's queries over their sequences' keys in the layer's paged
-    cache (kernels/attention.wgsl); rows is the row table (each token's position and sequence). softcap > 0:
-    scores capped to softcap * tanh(score / softcap) before the softmax (Gemma 2).
+    cache (kernels/attention.wgsl; on software adapters kernels/attention_key_lanes.wgsl, see key_lanes); rows is
+    the row table (each token's position and sequence). softcap > 0: scores capped to softcap * tanh(score /
+    softcap) before the softmax (Gemma 2).
 
     q: the queries as qk_norm_rope_store leaves them [T, heads * head_dim], or, for a decode step, RawQKV:
     the attention then does qk_norm_rope_store's work itself (kernels/attention/q_raw.wgsl), one dispatch
@@ -188,10 +195,20 @@ def attention(
     ATTENTION_MIN_PART_KEYS keys, so short rows leave the rest of their parts empty. subgroups: the
     kernels' sums by subgroup operations (kernels/attention/decode_subgroup.wgsl, combine_subgroup.wgsl;
     the default where the adapter has them) or through workgroup memory (False). later_keys False: rows'
-    later keys (an image's rest, common/rows.wgsl) are ignored and every row is causal.
+    later keys (an image's rest, common/rows.wgsl) are ignored and every row is causal. key_lanes: each invocation
+    walks whole keys (_attention_key_lanes; the default on software adapters unless splits is given), splits then
+    counting its workgroups a row.
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
+    if key_lanes is None:
+        key_lanes = b.device.is_software and splits is None and not isinstance(q, RawQKV)
+    if key_lanes:
+        if isinstance(q, RawQKV):
+            raise ValueError("attention_key_lanes reads queries as qk_norm_rope_store leaves them, not RawQKV")
+        _attention_key_lanes(b, q, pool, layer, rows, out, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                             window=window, scale=scale, softcap=softcap, groups=splits, later_keys=later_keys)
+        return
     source: dict[str, int | float | str]
     if isinstance(q, RawQKV):  # kernels/attention/q_raw.wgsl
         queries, extra = q.q[0], [q.k[0], q.v[0], q.q_weight, q.k_weight, q.rope_table]
@@ -223,6 +240,30 @@ def attention(
                workgroup_grid(n_rows * splits))
     b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits, "WINDOW": window,
                                      "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": constants["REDUCE"], **later},
+               [b.step, partials, out, rows], workgroup_grid(n_rows))
+
+
+def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
+                         heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float,
+                         groups: int | None, later_keys: bool) -> None:
+    """attention() on kernels/attention_key_lanes.wgsl: `groups` workgroups of KEY_LANES invocations a (token, head)
+    row (KEY_LANE_GROUPS for a step of few rows, else 1), each invocation a part of the row's keys, their partial
+    softmaxes merged by attention_combine.wgsl."""
+    n_rows = _rows(q) * heads
+    groups = groups or (KEY_LANE_GROUPS if n_rows < 64 else 1)
+    parts = groups * KEY_LANES
+    later = {} if later_keys else {"LATER_KEYS": False}
+    cut = {"SPLITS": parts, "WINDOW": window, "MIN_PART_KEYS": KEY_LANE_MIN_KEYS, **later}
+    constants: dict[str, int | float | bool | str] = {
+        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "SCALE": scale, "KV_F16": pool.f16,
+        "LANES": KEY_LANES, **cut, **_paging(pool)}
+    if softcap:
+        constants["SOFTCAP"] = softcap
+    partials = b.activation("attention_partials", (n_rows * parts, head_dim + 4))
+    b.dispatch("attention_key_lanes", constants,
+               [b.step, q, pool.keys[layer], pool.values[layer], partials, rows, pool.page_table],
+               workgroup_grid(n_rows * groups))
+    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "REDUCE": b.device.reduction(None), **cut},
                [b.step, partials, out, rows], workgroup_grid(n_rows))
 
 

@@ -146,12 +146,14 @@ def _attention_reference(q, k, v, pos, heads, kv_heads, window, scale, softcap=0
     (True, 30, 4, 2, 64, 3, 0.5),  # Gemma 2's attention softcap: scores of |s| ~ 1, most bent by a cap of 0.5
     (False, 0, 4, 2, 48, 1, 0.0), (True, 0, 4, 2, 80, 2, 0.0),  # dim quads that do not divide the 32-key chunk
 ])
-@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
+@pytest.mark.parametrize("subgroups,key_lanes", [(False, False), (True, False), (False, True)],
+                         ids=["workgroup", "subgroup", "key_lanes"])
 def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv_heads: int, d: int,
-                         splits: int, softcap: float, subgroups: bool) -> None:
+                         splits: int, softcap: float, subgroups: bool, key_lanes: bool) -> None:
     """Six prompt tokens of sequence a (positions 150-155, keys across a page edge and the
-    window edge) and one decode token of sequence b (position 200) in one step; the kernel's sums
-    through workgroup memory or by subgroup operations."""
+    window edge) and one decode token of sequence b (position 200) in one step; attention.wgsl's sums
+    through workgroup memory or by subgroup operations, or attention_key_lanes.wgsl (splits: its workgroups a
+    row, each invocation of 8 a part of the keys)."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("the adapter has no subgroups")
     rng = np.random.default_rng(3)
@@ -176,7 +178,7 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
     scale = 1 / np.sqrt(d)
     got, = _run(ex, lambda bld: ops.attention(bld, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads,
                                               head_dim=d, window=window, scale=scale, softcap=softcap,
-                                              splits=splits, subgroups=subgroups),
+                                              splits=splits, subgroups=subgroups, key_lanes=key_lanes),
                 StepParams(n), [out])
     for t, (p, slot) in enumerate(zip(positions, slots, strict=True)):
         k = keys[slot].reshape(-1, kv_heads, d).astype(np.float64)
@@ -185,6 +187,70 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
                                     window, scale, softcap)
         np.testing.assert_allclose(got[t].reshape(1, heads, d), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(got[n:], 0)  # rows past n_tokens untouched
+
+
+@pytest.mark.parametrize("key_lanes", [False, True], ids=["attention", "key_lanes"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_paged_attention_later_keys(ex: Executor, key_lanes: bool, splits: int) -> None:
+    """An image's rows (positions 150-155 of sequence a) see the image's later rows too (the row table's w), past
+    the causal limit, in attention.wgsl and attention_key_lanes.wgsl alike; the decode row of b stays causal."""
+    rng = np.random.default_rng(29)
+    heads, kv_heads, d, t_max = 4, 2, 64, 8
+    width = kv_heads * d
+    pool, a, b = _pool(ex, width, "f32", 512, (300, 201))
+    keys = {s: rng.standard_normal((n, width)).astype(np.float32) for s, n in ((a, 300), (b, 201))}
+    values = {s: rng.standard_normal((n, width)).astype(np.float32) for s, n in ((a, 300), (b, 201))}
+    for cache, per_slot in ((pool.keys[0], keys), (pool.values[0], values)):
+        table = np.zeros((pool.n_pages * PAGE_TOKENS, width), np.float32)
+        for slot, data in per_slot.items():
+            table[pool.pool_rows(slot, np.arange(len(data)))] = data
+        ex.write(cache, table.view(np.uint32))
+    positions, slots = [150, 151, 152, 153, 154, 155, 200], [a] * 6 + [b]
+    later = [155 - p for p in positions[:6]] + [0]
+    table = np.zeros((t_max, 4), np.uint32)
+    table[:7, 0], table[:7, 1], table[:7, 3] = positions, slots, later
+    rows = ex.tensor("rows", table.shape, "u32", data=table)
+    q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
+    qt, out = ex.tensor("q", q.shape, data=q), ex.tensor("o", (t_max, heads * d))
+    got, = _run(ex, lambda bld: ops.attention(bld, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads,
+                                              head_dim=d, window=0, scale=0.125, splits=splits,
+                                              key_lanes=key_lanes),
+                StepParams(7), [out])
+    for t, (p, slot, w) in enumerate(zip(positions, slots, later, strict=True)):
+        k = keys[slot].reshape(-1, kv_heads, d).astype(np.float64)
+        v = values[slot].reshape(-1, kv_heads, d).astype(np.float64)
+        want = _attention_reference(q[t:t + 1].reshape(1, heads, d).astype(np.float64), k[:p + w + 1], v[:p + w + 1],
+                                    p + w, heads, kv_heads, 0, 0.125)
+        np.testing.assert_allclose(got[t].reshape(1, heads, d), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kv_f16", [True, False])
+def test_key_lanes_attention_short_rows(ex: Executor, kv_f16: bool) -> None:
+    """attention_key_lanes.wgsl on decode rows of 1, 2, 6, 71 and 300 keys (a window of 256 on the last): with 16
+    lane parts of at least 4 keys a row, the shortest fill one part and leave 15 empty, the longest fill all 16 with
+    parts of unequal length; each row against numpy over the cache as the pool holds it."""
+    rng = np.random.default_rng(23)
+    heads, kv_heads, d, window = 4, 2, 64, 256
+    positions, width = [0, 1, 5, 70, 299], kv_heads * d
+    kv_dtype = "f16" if kv_f16 else "f32"
+    n, t_max = len(positions), 8
+    pool, slots = _decode_pool(ex, width, kv_dtype, positions, seed=24)
+    q = rng.standard_normal((t_max, heads * d)).astype(np.float32)
+    qt, out = ex.tensor("q", q.shape, data=q), ex.tensor("o", (t_max, heads * d))
+    rows = _rows_table(ex, t_max, positions, slots)
+    scale = 1 / np.sqrt(d)
+    for w in (0, window):
+        got, = _run(ex, lambda bld: ops.attention(bld, qt, pool, 0, rows, out, heads=heads, kv_heads=kv_heads,
+                                                  head_dim=d, window=w, scale=scale, key_lanes=True),
+                    StepParams(n), [out])
+        k_all, v_all = (_as_f32(ex.read(cache), kv_f16).reshape(-1, width) for cache in (pool.keys[0], pool.values[0]))
+        for t, (p, slot) in enumerate(zip(positions, slots, strict=True)):
+            at = pool.pool_rows(slot, np.arange(p + 1))
+            k = k_all[at].reshape(-1, kv_heads, d).astype(np.float64)
+            v = v_all[at].reshape(-1, kv_heads, d).astype(np.float64)
+            want = _attention_reference(q[t:t + 1].reshape(1, heads, d).astype(np.float64), k, v, p, heads, kv_heads,
+                                        w, scale)
+            np.testing.assert_allclose(got[t].reshape(1, heads, d), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
