@@ -144,8 +144,8 @@ def attention(
     another layer's cache (k_norm None: q alone among the projections), k = rope(rms_norm(x Wk) * k_norm) and
     v = x Wv (or k before its norm and rope when the projections hold q and k only), rms-normalised without a
     weight where v_norm, stored in the pool's cache `cache` at each row's position; then attention over that
-    cache, causal, within window keys (0: all). prompt: rows of prompt chunks (the blocked prompt kernel), else
-    decode rows (flash-decoding splits). qk_norm False: q and k are rotated without their norms (q_norm and
+    cache, causal, within window keys (0: all). prompt: rows of prompt chunks (on a GPU the blocked prompt kernel),
+    else decode rows (flash-decoding splits). qk_norm False: q and k are rotated without their norms (q_norm and
     k_norm are not read). biases: each fused matrix's bias (q|k|v biases, as its rows), added to its product.
     softcap: attention logits capped (Gemma 2), 0 for none. output_gate: the projections' fourth part is a per-head
     gate, and each head's output is scaled by its sigmoid (Qwen3.5). later_keys False: an image's rows stay causal
@@ -175,9 +175,11 @@ def attention(
             ops.qk_norm_rope_store(b, q, k, v, q_norm, k_norm, rope, pool, cache, rows, queries, heads=heads,
                                    kv_heads=kv_heads, eps=eps, v_norm=v_norm, qk_norm=qk_norm)
     a = b.activation(f"attn.{name}", (t_max, heads * head_dim))
-    (attention_prompt if prompt else ops.attention)(
-        b, queries, pool, cache, rows, a, heads=heads, kv_heads=kv_heads, head_dim=head_dim, window=window,
-        scale=scale, softcap=softcap, later_keys=later_keys)
+    # prompt rows on a GPU: the blocked prompt kernel; a software adapter's rows, prompt or decode, go through
+    # attention_key_lanes (ops.attention's default there)
+    attend = attention_prompt if prompt and not b.device.is_software else ops.attention
+    attend(b, queries, pool, cache, rows, a, heads=heads, kv_heads=kv_heads, head_dim=head_dim, window=window,
+           scale=scale, softcap=softcap, later_keys=later_keys)
     if output_gate:
         gate, column = cols[3]
         sigmoid_gate(b, a, gate, heads=heads, head_dim=head_dim, g_offset=column)

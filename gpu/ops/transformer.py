@@ -18,11 +18,12 @@ from gpu.tensor import Tensor
 ELEMENTWISE_GROUP = 256  # invocations per workgroup of the elementwise kernels
 ATTENTION_GROUPS = 512  # attention workgroups wanted on a GPU: key ranges split until rows x parts reach it
 ATTENTION_MIN_PART_KEYS = 16  # fewest keys a part of a split row takes
-# software adapters (kernels/attention_key_lanes.wgsl): invocations a workgroup, each walking a part of a row's keys
-# (a CPU's vector of 8 f32 lanes), workgroups a row where a step has few rows (enough for every core on a small
-# model's 4 heads), and the fewest keys a lane's part takes
+# software adapters (kernels/attention_key_lanes.wgsl): invocations a workgroup (a CPU's vector of 8 f32 lanes), the
+# parts a row's keys are cut into where a step has fewer than KEY_LANE_MIN_ROWS rows (else 1: a row an invocation),
+# and the fewest keys a part takes
 KEY_LANES = 8
-KEY_LANE_GROUPS = 2
+KEY_LANE_PARTS = 16
+KEY_LANE_MIN_ROWS = 64
 KEY_LANE_MIN_KEYS = 4
 Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
 # The gate activations of a gated feed-forward, as kernels/matmul/glu.wgsl's GLU_ACT codes
@@ -197,7 +198,7 @@ def attention(
     the default where the adapter has them) or through workgroup memory (False). later_keys False: rows'
     later keys (an image's rest, common/rows.wgsl) are ignored and every row is causal. key_lanes: each invocation
     walks whole keys (_attention_key_lanes; the default on software adapters unless splits is given), splits then
-    counting its workgroups a row.
+    counting the parts of a row, an invocation each.
     """
     if head_dim % 16 or head_dim > 512:
         raise ValueError(f"attention supports head_dim multiple of 16 up to 512, not {head_dim}")
@@ -207,7 +208,7 @@ def attention(
         if isinstance(q, RawQKV):
             raise ValueError("attention_key_lanes reads queries as qk_norm_rope_store leaves them, not RawQKV")
         _attention_key_lanes(b, q, pool, layer, rows, out, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                             window=window, scale=scale, softcap=softcap, groups=splits, later_keys=later_keys)
+                             window=window, scale=scale, softcap=softcap, parts=splits, later_keys=later_keys)
         return
     source: dict[str, int | float | str]
     if isinstance(q, RawQKV):  # kernels/attention/q_raw.wgsl
@@ -245,13 +246,12 @@ def attention(
 
 def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
                          heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float,
-                         groups: int | None, later_keys: bool) -> None:
-    """attention() on kernels/attention_key_lanes.wgsl: `groups` workgroups of KEY_LANES invocations a (token, head)
-    row (KEY_LANE_GROUPS for a step of few rows, else 1), each invocation a part of the row's keys, their partial
-    softmaxes merged by attention_combine.wgsl."""
+                         parts: int | None, later_keys: bool) -> None:
+    """attention() on kernels/attention_key_lanes.wgsl: each (token, head) row's keys cut into `parts` parts
+    (KEY_LANE_PARTS for a step of few rows, else 1), an invocation each, their partial softmaxes merged by
+    attention_combine.wgsl where there are several."""
     n_rows = _rows(q) * heads
-    groups = groups or (KEY_LANE_GROUPS if n_rows < 64 else 1)
-    parts = groups * KEY_LANES
+    parts = parts or (KEY_LANE_PARTS if n_rows < KEY_LANE_MIN_ROWS else 1)
     later = {} if later_keys else {"LATER_KEYS": False}
     cut = {"SPLITS": parts, "WINDOW": window, "MIN_PART_KEYS": KEY_LANE_MIN_KEYS, **later}
     constants: dict[str, int | float | bool | str] = {
@@ -259,10 +259,13 @@ def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int,
         "LANES": KEY_LANES, **cut, **_paging(pool)}
     if softcap:
         constants["SOFTCAP"] = softcap
+    cache = [pool.keys[layer], pool.values[layer]]
+    grid = workgroup_grid(-(-n_rows * parts // KEY_LANES))
+    if parts == 1:
+        b.dispatch("attention_key_lanes", constants, [b.step, q, *cache, out, rows, pool.page_table], grid)
+        return
     partials = b.activation("attention_partials", (n_rows * parts, head_dim + 4))
-    b.dispatch("attention_key_lanes", constants,
-               [b.step, q, pool.keys[layer], pool.values[layer], partials, rows, pool.page_table],
-               workgroup_grid(n_rows * groups))
+    b.dispatch("attention_key_lanes", constants, [b.step, q, *cache, partials, rows, pool.page_table], grid)
     b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "REDUCE": b.device.reduction(None), **cut},
                [b.step, partials, out, rows], workgroup_grid(n_rows))
 

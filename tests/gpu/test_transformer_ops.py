@@ -152,8 +152,8 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
                          splits: int, softcap: float, subgroups: bool, key_lanes: bool) -> None:
     """Six prompt tokens of sequence a (positions 150-155, keys across a page edge and the
     window edge) and one decode token of sequence b (position 200) in one step; attention.wgsl's sums
-    through workgroup memory or by subgroup operations, or attention_key_lanes.wgsl (splits: its workgroups a
-    row, each invocation of 8 a part of the keys)."""
+    through workgroup memory or by subgroup operations, or attention_key_lanes.wgsl (splits: the parts of a row's
+    keys, an invocation each; 1: a row an invocation, 8 rows a workgroup)."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("the adapter has no subgroups")
     rng = np.random.default_rng(3)

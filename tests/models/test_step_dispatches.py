@@ -3,7 +3,7 @@ the same kernels, defines and workgroup grids, in the same order, on lavapipe's 
 adapter described as a GPU (folded norms, stacked matvecs, int8 activations). The golden,
 tests/golden/step_dispatches.json, was captured at commit 1e2d9c3 (the tree before it) with
 scripts/capture_step_dispatches.py; kernels renamed since are mapped to their new names. Software programs' entries
-were taken again where their kernels changed since (whole-row matvecs, attention_key_lanes for decode attention),
+were taken again where their kernels changed since (whole-row matvecs, attention_key_lanes for attention),
 their other dispatches checked unchanged. Where a digest differs, the script's --lines output at the base
 (`git worktree add /tmp/base 1e2d9c3`) and here shows where."""
 
