@@ -35,6 +35,7 @@
 #include "attention/decode_memory.wgsl"
 #include "attention/q_${Q_SOURCE}.wgsl"
 #include "attention/key_parts.wgsl"
+#include "attention/score.wgsl"
 
 override D: u32 = 256u;         // head dimension (a multiple of 16, at most 512)
 override HEADS: u32 = 4u;       // query heads
@@ -51,15 +52,6 @@ override MIN_PART_KEYS: u32 = 16u;  // fewest keys a part of a split row takes (
 
 const WG: u32 = 256u;
 const KEYS: u32 = 32u;                  // keys per chunk
-
-// A key's score from its dot with the query: scaled, and capped where the network caps attention logits.
-fn score_of(dot: f32) -> f32 {
-    let s = dot * SCALE;
-    if (SOFTCAP > 0.0) {
-        return SOFTCAP * tanh(s / SOFTCAP);
-    }
-    return s;
-}
 const LANES: u32 = WG / KEYS;           // invocations per key in the score phase
 const LANE_DIMS: u32 = D / LANES;       // dims each of them dots (even)
 const QUADS: u32 = D / 4u;               // vec4s of a value row

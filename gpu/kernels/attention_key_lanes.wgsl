@@ -21,6 +21,7 @@
 #include "common/step.wgsl"
 #include "common/rows.wgsl"
 #include "attention/key_parts.wgsl"
+#include "attention/score.wgsl"
 
 override D: u32 = 256u;          // head dimension (a multiple of 16)
 override HEADS: u32 = 4u;        // query heads
@@ -51,15 +52,6 @@ const_assert D % 16u == 0u;
 
 var<private> query: array<vec4<f32>, QUADS>;
 var<private> acc: array<vec4<f32>, QUADS>;  // the part's sum of exp(score - running max) v, unnormalised
-
-// A key's score from its dot with the query: scaled, and capped where the network caps attention logits.
-fn score_of(dot: f32) -> f32 {
-    let s = dot * SCALE;
-    if (SOFTCAP > 0.0) {
-        return SOFTCAP * tanh(s / SOFTCAP);
-    }
-    return s;
-}
 
 // The eight f16 values of a 16-byte cache word, as two vec4s.
 fn f16_eight(word: vec4<u32>) -> mat2x4<f32> {
