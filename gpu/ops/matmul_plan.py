@@ -355,6 +355,13 @@ def int8_matvec_pays(weight: WeightShape, glu: bool, tuning: MatmulTuning) -> bo
             and weight.k * weight.n >= tuning.int8_matvec_min_values)
 
 
+def whole_row_block_kernel(weight: WeightShape) -> str | None:
+    """The software adapters' block matvec for this weight (WHOLE_ROW_BLOCK_KERNELS), or None where its type has
+    none or its rows are no multiple of the kernel's block group (matvec.wgsl's whole_rows then)."""
+    kernel = WHOLE_ROW_BLOCK_KERNELS.get(weight.qtype)
+    return kernel[0] if kernel is not None and weight.k % kernel[1] == 0 else None
+
+
 def int8_matvec(weight: WeightShape, plan: LinearPlan, t_max: int, glu: bool, tuning: MatmulTuning) -> bool:
     """Whether a matvec runs in 8-bit integers: the plan allows int8, the type has an int8 matvec, its input fits,
     and int8 pays for the shape (on a GPU; on a software adapter, whose whole-row kernels convert each weight byte
@@ -362,8 +369,7 @@ def int8_matvec(weight: WeightShape, plan: LinearPlan, t_max: int, glu: bool, tu
     if not (plan.int8 and q8_input_fits(weight.k, t_max, tuning)):
         return False
     if plan.whole_rows:
-        return (weight.qtype in WHOLE_ROW_INT8_KERNELS
-                and weight.k % WHOLE_ROW_BLOCK_KERNELS[weight.qtype][1] == 0)
+        return weight.qtype in WHOLE_ROW_INT8_KERNELS and whole_row_block_kernel(weight) is not None
     return (weight.qtype in INT8_MATVEC_KERNELS and tuning.wide_matvec
             and int8_matvec_pays(weight, glu, tuning))
 
@@ -406,9 +412,9 @@ def plan_matvec(
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
         threads = software_matvec_threads(n_rows, tuning)
         groups = -(-n_rows // (threads * ROWS_PER_THREAD))
-        block_kernel = WHOLE_ROW_BLOCK_KERNELS.get(weight.qtype)
-        if block_kernel is not None and weight.k % block_kernel[1] == 0:
-            name = WHOLE_ROW_INT8_KERNELS[weight.qtype] if int8 else block_kernel[0]
+        block_kernel = whole_row_block_kernel(weight)
+        if block_kernel is not None:
+            name = WHOLE_ROW_INT8_KERNELS[weight.qtype] if int8 else block_kernel
             return MatvecPlan(name, MatvecShape(1, threads), groups, (("WG", threads),))
         defines: list[tuple[str, int | str]] = [("ENTRY", "whole_rows"), ("TPR", 1), ("ROWS", threads),
                                                 ("STORE", "row")]
