@@ -63,6 +63,7 @@ from gpu.ops.matmul_plan import (  # noqa: E402
     plan_linear,
     plan_matvec,
 )
+from gpu.ops.matmul_tuning import DEFAULT_TUNING  # noqa: E402
 from gpu.ops.transformer import glu_mul  # noqa: E402
 from gpu.profile import PassTimer  # noqa: E402
 from gpu.program import Executor, Program, ProgramBuilder  # noqa: E402
@@ -394,6 +395,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--tiles", type=Path, help="a --sweep JSON: run each measured shape with its fastest tile")
     parser.add_argument("--rotate-mib", type=int, default=ROTATE_BYTES >> 20, help="decode weight copies' total")
+    parser.add_argument("--int8", action="store_true", help="int8 matmuls, the int8 matvecs wherever they run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.model and args.tiles:
@@ -401,7 +403,8 @@ def main() -> None:
     if args.model:
         rows = [end_to_end(args.model, args.prompt_tokens)]
     else:
-        ex = Executor(default_device())
+        ex = Executor(default_device(), int8_matmuls=args.int8,
+                      tuning=dataclasses.replace(DEFAULT_TUNING, int8_matvec_everywhere=args.int8))
         bench = Bench(ex, args.rotate_mib << 20)
         if args.tiles:
             use_sweep_picks(bench, args.tiles)
