@@ -191,8 +191,7 @@ def attention(
     the attention then does qk_norm_rope_store's work itself (kernels/attention/q_raw.wgsl), one dispatch
     fewer. splits > 1 divides each row's keys over that many workgroups and merges their partial
     softmaxes (kernels/attention_combine.wgsl). By default a step with few (token, head)
-    rows (decode) is split so that a GPU gets ~ATTENTION_GROUPS workgroups (at most 32 parts);
-    a CPU adapter gets 2 parts when it has fewer than 64 rows. A part holds at least
+    rows (decode) is split so that a GPU gets ~ATTENTION_GROUPS workgroups (at most 32 parts). A part holds at least
     ATTENTION_MIN_PART_KEYS keys, so short rows leave the rest of their parts empty. subgroups: the
     kernels' sums by subgroup operations (kernels/attention/decode_subgroup.wgsl, combine_subgroup.wgsl;
     the default where the adapter has them) or through workgroup memory (False). later_keys False: rows'
@@ -219,9 +218,7 @@ def attention(
     else:  # kernels/attention/q_cache.wgsl
         queries, extra, source = q, [], {"Q_SOURCE": "cache"}
     n_rows = _rows(queries) * heads
-    if splits is None and b.device.is_software:
-        splits = 2 if n_rows < 64 else 1
-    elif splits is None:  # about 512 workgroups (a batch of 32 decode rows x 4 heads: 4 parts each)
+    if splits is None:  # about 512 workgroups (a batch of 32 decode rows x 4 heads: 4 parts each)
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
     constants: dict[str, int | float | bool | str] = {
         "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
