@@ -22,6 +22,7 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
     python tools/perf/kernels.py --models 4b --types q4_k --tokens 1 --ops gate_up --splits 8x32,8x40,8x20p
                                                          # every GPU matvec at threads x rows (p: in pairs)
     python tools/perf/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
+    python tools/perf/kernels.py --models llama3.1-8b --types q4_k --tokens 1 --int8   # int8 matvecs wherever they run
 
 The sweep times many short passes with compilation between them: an idle GPU lowers its clocks
 (and reads several times slower than the same shape in the kernel benchmark right after), so every
