@@ -220,14 +220,13 @@ def attention(
     n_rows = _rows(queries) * heads
     if splits is None:  # about 512 workgroups (a batch of 32 decode rows x 4 heads: 4 parts each)
         splits = max(1, min(32, ATTENTION_GROUPS // n_rows))
+    cut = _key_cut(splits, window, ATTENTION_MIN_PART_KEYS, later_keys)
+    reduce = b.device.reduction(subgroups)
     constants: dict[str, int | float | bool | str] = {
-        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "WINDOW": window, "SCALE": scale, "KV_F16": pool.f16,
-        "SPLITS": splits, "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": b.device.reduction(subgroups),
-        **_paging(pool), **source}
+        "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "SCALE": scale, "KV_F16": pool.f16, "REDUCE": reduce,
+        **cut, **_paging(pool), **source}
     if softcap:
         constants["SOFTCAP"] = softcap
-    later = {} if later_keys else {"LATER_KEYS": False}  # named only off its default: other keys stay as they were
-    constants.update(later)
     cache = [pool.keys[layer], pool.values[layer]]
     if splits == 1:
         b.dispatch("attention", constants, [b.step, queries, *cache, out, rows, pool.page_table, *extra],
@@ -236,8 +235,21 @@ def attention(
     partials = b.activation("attention_partials", (n_rows * splits, head_dim + 4))
     b.dispatch("attention", constants, [b.step, queries, *cache, partials, rows, pool.page_table, *extra],
                workgroup_grid(n_rows * splits))
-    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "SPLITS": splits, "WINDOW": window,
-                                     "MIN_PART_KEYS": ATTENTION_MIN_PART_KEYS, "REDUCE": constants["REDUCE"], **later},
+    _combine_parts(b, partials, out, rows, n_rows=n_rows, head_dim=head_dim, heads=heads, cut=cut, reduce=reduce)
+
+
+def _key_cut(parts: int, window: int, min_part_keys: int, later_keys: bool) -> dict[str, int | bool]:
+    """The constants by which an attention kernel and attention_combine.wgsl cut each row's keys into parts alike
+    (attention/key_parts.wgsl); LATER_KEYS is named only off its default, so other pipelines' keys stay as they were."""
+    later = {} if later_keys else {"LATER_KEYS": False}
+    return {"SPLITS": parts, "WINDOW": window, "MIN_PART_KEYS": min_part_keys, **later}
+
+
+def _combine_parts(b: ProgramBuilder, partials: Tensor, out: Tensor, rows: Tensor, *, n_rows: int, head_dim: int,
+                   heads: int, cut: dict[str, int | bool], reduce: str) -> None:
+    """attention_combine.wgsl: out = the n_rows rows' partial softmaxes (partials, [n_rows * parts, head_dim + 4])
+    merged, reading only the parts that the attention's key cut gave keys."""
+    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "REDUCE": reduce, **cut},
                [b.step, partials, out, rows], workgroup_grid(n_rows))
 
 
@@ -249,8 +261,7 @@ def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int,
     attention_combine.wgsl where there are several."""
     n_rows = _rows(q) * heads
     parts = parts or (KEY_LANE_PARTS if n_rows < KEY_LANE_MIN_ROWS else 1)
-    later = {} if later_keys else {"LATER_KEYS": False}
-    cut = {"SPLITS": parts, "WINDOW": window, "MIN_PART_KEYS": KEY_LANE_MIN_KEYS, **later}
+    cut = _key_cut(parts, window, KEY_LANE_MIN_KEYS, later_keys)
     constants: dict[str, int | float | bool | str] = {
         "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "SCALE": scale, "KV_F16": pool.f16,
         "LANES": KEY_LANES, **cut, **_paging(pool)}
@@ -263,8 +274,8 @@ def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int,
         return
     partials = b.activation("attention_partials", (n_rows * parts, head_dim + 4))
     b.dispatch("attention_key_lanes", constants, [b.step, q, *cache, partials, rows, pool.page_table], grid)
-    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "REDUCE": b.device.reduction(None), **cut},
-               [b.step, partials, out, rows], workgroup_grid(n_rows))
+    _combine_parts(b, partials, out, rows, n_rows=n_rows, head_dim=head_dim, heads=heads, cut=cut,
+                   reduce=b.device.reduction(None))
 
 
 def glu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor, activation: str = "gelu_tanh") -> None:
