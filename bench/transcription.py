@@ -4,12 +4,12 @@ Real-time factor (RTF = processing seconds / audio seconds; lower is faster) of 
 default temperatures, no VAD) of the golden clips (tests/golden/whisper/clips: 20 espeak-ng sentences and one 45 s
 story, about 110 s of audio), with the model already loaded. A run transcribes every clip; each engine runs it
 --warmup times untimed and --reps times timed (bench/timing.py), and the table shows median (min-max) of the
-seconds and RTF per engine, and Hearth/peer as the ratio of medians. faster-whisper runs the
-shipped CTranslate2 tiny.en (float32 compute on CPU, CUDA when CTranslate2 has it); it is imported from
+seconds and RTF per engine, and Hearth/peer as the ratio of medians. faster-whisper runs the shipped CTranslate2
+tiny.en (float32 compute on CUDA where CTranslate2 runs there, else on all the CPU's cores); it is imported from
 --peer-python (default: this interpreter; the reference venv has it) in a subprocess. Where PyTorch has CUDA and
-CTranslate2 does not (or where CTranslate2 is not installed at all, as on the GPU machine), transformers' Whisper on
-CUDA (same weights, float16, greedy generate per 30 s window, transformers' own feature extractor) is timed too, as
-the GPU peer. Every engine gets the same 16 kHz samples (audio/decode.py, PyAV).
+CTranslate2 does not (its wheels link CUDA 12's libraries, which the GPU machine lacks beside its CUDA 13),
+transformers' Whisper on CUDA (same weights, float16, greedy generate per 30 s window, transformers' own feature
+extractor) is timed too, as the GPU peer. Every engine gets the same 16 kHz samples (audio/decode.py, PyAV).
 
     .venv/bin/python bench/transcription.py [--clips 21] [--warmup 1] [--reps 5] [--peer-python PYTHON] \\
         [--json out.json]
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -72,19 +73,30 @@ def run_hearth(paths: list[Path], warmup: int, reps: int) -> dict:
 
 def run_faster_whisper(paths: list[Path], warmup: int, reps: int) -> dict:
     import ctranslate2
+    import numpy as np
     from faster_whisper import WhisperModel
 
     from audio.decode import decode_audio
 
+    def transcribe(model: WhisperModel, audio: np.ndarray) -> str:
+        return "".join(s.text for s in model.transcribe(audio, beam_size=1, vad_filter=False, language="en")[0])
+
     model_dir = _model_dir()
-    cuda = ctranslate2.get_cuda_device_count() > 0
-    model = WhisperModel(str(model_dir), device="cuda" if cuda else "cpu", compute_type="float32")
+    device, why_not_cuda = "cpu", None
+    if ctranslate2.get_cuda_device_count() > 0:
+        model = WhisperModel(str(model_dir), device="cuda", compute_type="float32")
+        try:  # CTranslate2's wheels link one CUDA's libraries, which the machine may lack
+            transcribe(model, np.zeros(16000, np.float32))
+            device = "cuda"
+        except RuntimeError as error:
+            why_not_cuda = str(error)
+            print(f"faster-whisper on the CPU: CTranslate2 cannot run on CUDA here ({error})", file=sys.stderr)
+    if device == "cpu":
+        model = WhisperModel(str(model_dir), device="cpu", compute_type="float32", cpu_threads=os.cpu_count() or 0)
     audios = [decode_audio(p.read_bytes()) for p in paths]
-    seconds, texts = repeat(
-        lambda a: "".join(s.text for s in model.transcribe(a, beam_size=1, vad_filter=False, language="en")[0]),
-        audios, warmup, reps)
-    return {"engine": "faster-whisper", "device": "cuda" if cuda else "cpu", "seconds": seconds, "texts": texts,
-            "ctranslate2_cuda": cuda}
+    seconds, texts = repeat(lambda a: transcribe(model, a), audios, warmup, reps)
+    return {"engine": "faster-whisper", "device": device, "seconds": seconds, "texts": texts,
+            "ctranslate2_cuda": device == "cuda", "why_not_cuda": why_not_cuda}
 
 
 def run_transformers(paths: list[Path], warmup: int, reps: int, device: str = "cuda") -> dict | None:
