@@ -2,8 +2,8 @@
 
 Requests (server/jobs.py) reach it through a bounded queue; their choices join the model's running batch
 (models.text.batch.BatchGenerator: continuous batching) as soon as it has room for them, and leave it
-when they end. Tokens travel back to the event loop as events put on an asyncio.Queue with
-loop.call_soon_threadsafe. Cancel flags are checked at every round of the batch: a client that goes
+when they end. Tokens travel back to the event loop as events put on an asyncio.Queue, a round's events for all
+jobs with one loop.call_soon_threadsafe (server/jobs.py's hold_events and send_held). Cancel flags are checked at every round of the batch: a client that goes
 away leaves the batch within one round, and its KV pages go back to the pool.
 
 Fairness. Places in the batch go to the jobs in turn (round-robin), one choice per job per turn: a job that
@@ -36,7 +36,19 @@ from models.text.generate import STEPS_PER_SUBMIT
 from models.text.images import ImageSpan
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
-from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, JobQueue, TextDelta, TokenInfo, _JobFailed
+from server.jobs import (
+    _JOB_DONE,
+    ChoiceDone,
+    ChoiceSpec,
+    Job,
+    JobHandle,
+    JobQueue,
+    TextDelta,
+    TokenInfo,
+    _JobFailed,
+    hold_events,
+    send_held,
+)
 from server.media_rows import MediaRows
 from server.protocols import BatchGenerator, ChatModel, Loader, TextTokenizer, adapter_turns
 from server.request_context import logging_as
@@ -179,6 +191,8 @@ class ChatWorker(WorkerBase[ChatModel]):
                 ids = sorted({run.job.request_id for run in runs.values()})
                 log.exception("%s: batch step failed; it fails requests %s", self.name, ", ".join(ids) or "-")
                 events = [EndEvent(key, "error", error) for key in runs]
+            jobs = {id(run.job): run.job for run in runs.values()}
+            hold_events(jobs.values())  # the round's events go to the event loop together
             for event in events:
                 run = runs.get(cast(tuple[int, int], event.key))  # the keys this worker gave generator.add
                 if run is not None:
@@ -187,6 +201,7 @@ class ChatWorker(WorkerBase[ChatModel]):
                 if run.job.cancelled.is_set():
                     generator.cancel(key)
                     self._end_run(run, runs, None)
+            send_held(jobs.values())
             self.running = len({id(run.job) for run in runs.values()})
             self._current = next(iter(runs.values())).job if runs else None
             if not runs and not admitting:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -106,15 +106,53 @@ class Job:
     turn: int = -1  # worker side: its place in the admission rotation (-1 until the worker has seen it)
     _loop: asyncio.AbstractEventLoop | None = None
     _events: asyncio.Queue[JobEvent] | None = None
+    _held: list[JobEvent] | None = None  # worker side: events held back since hold_events, for send_held
 
     def emit(self, event: JobEvent) -> None:
-        """From the worker thread: hand an event to the event loop (dropped once the job is cancelled)."""
-        if self._loop is None or self._events is None:
-            return
+        """From the worker thread: hand an event to the event loop (dropped once the job is cancelled), or hold it
+        for send_held while the worker routes a round (hold_events)."""
+        if self._held is not None:
+            self._held.append(event)
+        else:
+            _send([(self, [event])])
+
+
+def hold_events(jobs: Iterable[Job]) -> None:
+    """From the worker thread: hold the jobs' events (Job.emit) until send_held sends them all at once."""
+    for job in jobs:
+        job._held = []
+
+
+def send_held(jobs: Iterable[Job]) -> None:
+    """From the worker thread: the events held since hold_events, with one wake-up of the event loop for all of
+    them (not one a token: a round of 32 streams at 8 tokens each would be 256)."""
+    batch = []
+    for job in jobs:
+        events, job._held = job._held, None
+        if events:
+            batch.append((job, events))
+    _send(batch)
+
+
+def _send(batch: list[tuple[Job, list[JobEvent]]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, list[JobEvent]]]] = {}
+    for job, events in batch:
+        if job._loop is not None and job._events is not None:
+            by_loop.setdefault(job._loop, []).append((job, events))
+    for loop, items in by_loop.items():
         try:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+            loop.call_soon_threadsafe(_put_all, items)
         except RuntimeError:  # the loop has closed (server shutting down): nobody is listening any more
-            self.cancelled.set()
+            for job, _ in items:
+                job.cancelled.set()
+
+
+def _put_all(items: list[tuple[Job, list[JobEvent]]]) -> None:
+    """On the event loop: the events into their jobs' queues."""
+    for job, events in items:
+        assert job._events is not None
+        for event in events:
+            job._events.put_nowait(event)
 
 
 class JobQueue:
@@ -186,11 +224,21 @@ class JobHandle:
         self.job = job
 
     async def events(self) -> AsyncIterator[TextDelta | ChoiceDone]:
-        """TextDelta and ChoiceDone events until the job ends; the worker's error is raised here."""
-        assert self.job._events is not None
+        """TextDelta and ChoiceDone events until the job ends; the worker's error is raised here. A choice's deltas
+        that are waiting together (a round's tokens) come as one, so that a burst costs one chunk, not one a token."""
+        queue = self.job._events
+        assert queue is not None
+        following: JobEvent | None = None  # taken from the queue while merging, not yet given
         try:
             while True:
-                event = await self.job._events.get()
+                event = following if following is not None else await queue.get()
+                following = None
+                while isinstance(event, TextDelta) and not queue.empty():
+                    following = queue.get_nowait()
+                    if not isinstance(following, TextDelta) or following.index != event.index:
+                        break
+                    event = TextDelta(event.index, event.text + following.text, event.tokens + following.tokens)
+                    following = None
                 if isinstance(event, _JobDone):
                     self.job.finished = True
                     return

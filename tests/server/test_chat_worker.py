@@ -13,7 +13,7 @@ import pytest
 from models.text.sampler import SamplingParams
 from server.chat_worker import ChatWorker
 from server.errors import QueueFull
-from server.jobs import ChoiceDone, ChoiceSpec, Job, TextDelta
+from server.jobs import _JOB_DONE, ChoiceDone, ChoiceSpec, Job, JobHandle, TextDelta, TokenInfo, hold_events, send_held
 from tests.server.fake_model import SCRIPT, fake_loader
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -240,3 +240,52 @@ def test_a_dropped_handle_cancels_its_job() -> None:
         worker.stop()
 
     asyncio.run(main())
+
+
+def test_deltas_waiting_together_come_as_one_event() -> None:
+    """A choice's deltas that wait in the queue together (a round's tokens) reach the service as one: one chunk
+    for the client, the tokens' logprobs in order; another choice's deltas and a choice's end are not merged."""
+
+    class NoWorker:
+        def cancel(self, job: Job) -> None:
+            raise AssertionError("the job ended: nothing to cancel")
+
+    async def main() -> list[object]:
+        j = Job([])
+        j._loop, j._events = asyncio.get_running_loop(), asyncio.Queue()
+        tokens = [TokenInfo(i, str(i), [48 + i], -0.5, []) for i in range(5)]
+        done = ChoiceDone(0, "length", 3, 3)
+        for event in (TextDelta(0, "a", tokens[:1]), TextDelta(0, "b", tokens[1:2]), TextDelta(1, "c", tokens[2:3]),
+                      TextDelta(1, "d", tokens[3:4]), done, TextDelta(0, "e", tokens[4:]), _JOB_DONE):
+            j._events.put_nowait(event)
+        return [event async for event in JobHandle(NoWorker(), j).events()]  # type: ignore[arg-type]
+
+    tokens = [TokenInfo(i, str(i), [48 + i], -0.5, []) for i in range(5)]
+    assert asyncio.run(main()) == [TextDelta(0, "ab", tokens[:2]), TextDelta(1, "cd", tokens[2:4]),
+                                   ChoiceDone(0, "length", 3, 3), TextDelta(0, "e", tokens[4:])]
+
+
+def test_a_rounds_events_wake_the_event_loop_once() -> None:
+    """Held events (the worker's round) go to the loop in one call for all jobs; an event not held goes at once."""
+
+    class Loop:
+        calls = 0
+
+        def call_soon_threadsafe(self, callback: Callable[..., None], *args: object) -> None:
+            self.calls += 1
+            callback(*args)
+
+    loop = Loop()
+    jobs = [Job([]) for _ in range(3)]
+    for j in jobs:
+        j._loop, j._events = loop, asyncio.Queue()  # type: ignore[assignment]
+    hold_events(jobs)
+    for j in jobs:
+        j.emit(TextDelta(0, "a", []))
+        j.emit(TextDelta(0, "b", []))
+    assert loop.calls == 0
+    send_held(jobs)
+    assert loop.calls == 1
+    assert [[j._events.get_nowait().text for _ in range(2)] for j in jobs] == [["a", "b"]] * 3
+    jobs[0].emit(_JOB_DONE)
+    assert loop.calls == 2 and jobs[0]._events.get_nowait() is _JOB_DONE

@@ -127,9 +127,10 @@ def test_function_call_items_become_the_chat_paths_tool_messages(client: openai.
 
 # -- streaming -----------------------------------------------------------------------------------------------------
 
-TEXT_EVENTS = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-               *["response.output_text.delta"] * 4, "response.output_text.done", "response.content_part.done",
-               "response.output_item.done", "response.incomplete"]
+TEXT_OPENING = ["response.created", "response.in_progress", "response.output_item.added",
+                "response.content_part.added"]
+TEXT_CLOSING = ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                "response.incomplete"]
 
 
 def test_stream_event_names_order_and_sequence_numbers(server: ThreadServer) -> None:
@@ -137,14 +138,17 @@ def test_stream_event_names_order_and_sequence_numbers(server: ThreadServer) -> 
     with httpx.stream("POST", f"{server.url}/v1/responses", json=body, timeout=60) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         events = sse(response)  # no `data: [DONE]` (it is not JSON): the last event ends the stream
-    assert [name for name, _ in events] == TEXT_EVENTS
+    names = [name for name, _ in events]
+    # a delta a token, or fewer where tokens waited together (server/jobs.py merges a choice's waiting deltas)
+    n_deltas = len(events) - len(TEXT_OPENING) - len(TEXT_CLOSING)
+    assert names == TEXT_OPENING + ["response.output_text.delta"] * n_deltas + TEXT_CLOSING and 1 <= n_deltas <= 4
     assert all(name == data["type"] for name, data in events)
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
     created, final = events[0][1]["response"], events[-1][1]["response"]
     assert created["status"] == "in_progress" and created["output"] == [] and created["id"] == final["id"]
     deltas = [data["delta"] for name, data in events if name == "response.output_text.delta"]
-    assert "".join(deltas) == SCRIPT[:4] == events[8][1]["text"]
-    item = events[10][1]["item"]
+    assert "".join(deltas) == SCRIPT[:4] == events[-4][1]["text"]
+    item = events[-2][1]["item"]
     assert item["status"] == "incomplete" and item["content"][0]["text"] == SCRIPT[:4]
     assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
     assert final["output"] == [item] and final["usage"]["output_tokens"] == 4
