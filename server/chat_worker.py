@@ -193,15 +193,17 @@ class ChatWorker(WorkerBase[ChatModel]):
                 events = [EndEvent(key, "error", error) for key in runs]
             jobs = {id(run.job): run.job for run in runs.values()}
             hold_events(jobs.values())  # the round's events go to the event loop together
-            for event in events:
-                run = runs.get(cast(tuple[int, int], event.key))  # the keys this worker gave generator.add
-                if run is not None:
-                    self._route(generator, run, event, runs)
-            for key, run in list(runs.items()):
-                if run.job.cancelled.is_set():
-                    generator.cancel(key)
-                    self._end_run(run, runs, None)
-            send_held(jobs.values())
+            try:
+                for event in events:
+                    run = runs.get(cast(tuple[int, int], event.key))  # the keys this worker gave generator.add
+                    if run is not None:
+                        self._route(generator, run, event, runs)
+                for key, run in list(runs.items()):
+                    if run.job.cancelled.is_set():
+                        generator.cancel(key)
+                        self._end_run(run, runs, None)
+            finally:
+                send_held(jobs.values())
             self.running = len({id(run.job) for run in runs.values()})
             self._current = next(iter(runs.values())).job if runs else None
             if not runs and not admitting:
