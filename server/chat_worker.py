@@ -3,8 +3,9 @@
 Requests (server/jobs.py) reach it through a bounded queue; their choices join the model's running batch
 (models.text.batch.BatchGenerator: continuous batching) as soon as it has room for them, and leave it
 when they end. Tokens travel back to the event loop as events put on an asyncio.Queue, a round's events for all
-jobs with one loop.call_soon_threadsafe (server/jobs.py's hold_events and send_held). Cancel flags are checked at every round of the batch: a client that goes
-away leaves the batch within one round, and its KV pages go back to the pool.
+jobs with one loop.call_soon_threadsafe (server/jobs.py's hold_events and send_held). Cancel flags are checked at
+every round of the batch: a client that goes away leaves the batch within one round, and its KV pages go back to
+the pool.
 
 Fairness. Places in the batch go to the jobs in turn (round-robin), one choice per job per turn: a job that
 waits gets a place before any other job gets a second one since it began waiting. A job with choices in the
