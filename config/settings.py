@@ -236,9 +236,10 @@ class Settings(_Frozen):
                                 "prompt chunk size, decode batch size and sampler) before /ready says ready, and run "
                                 "them once on a GPU; off: only a short prompt's and one decode step's, the rest on "
                                 "the requests that first need them")
-    steps_per_submit: int = Field(8, description="decode steps of a chat batch per GPU submission (1 to 16): more "
-                                  "spread the host's cost of a submission over more tokens, fewer pace a stream's "
-                                  "tokens evenly rather than in bursts of that many")
+    steps_per_submit: int | None = Field(None, description="decode steps of a chat batch per GPU submission (1 to "
+                                         "16; by default 8 on a GPU, 1 on a software adapter): more spread the "
+                                         "host's cost of a submission over more tokens, fewer pace a stream's tokens "
+                                         "evenly rather than in bursts of that many")
     jump_forward: bool = Field(True, description="constrained decoding feeds the tokens a grammar forces (a JSON "
                                "schema's keys and punctuation) as one prompt chunk rather than a decode step each; "
                                "the same outputs either way")
@@ -291,8 +292,9 @@ class Settings(_Frozen):
 
     @field_validator("steps_per_submit")
     @classmethod
-    def _check_steps_per_submit(cls, value: int) -> int:
-        if not 1 <= value <= MAX_STEPS_PER_SUBMIT:  # the engine records at most this many steps a submission
+    def _check_steps_per_submit(cls, value: int | None) -> int | None:
+        # the engine records at most this many steps a submission
+        if value is not None and not 1 <= value <= MAX_STEPS_PER_SUBMIT:
             raise ValueError(f"HEARTH_STEPS_PER_SUBMIT (steps_per_submit) must be 1 to {MAX_STEPS_PER_SUBMIT} decode "
                              f"steps a submission, not {value}")
         return value

@@ -33,7 +33,6 @@ from config.settings import Settings
 from models.registry import ModelEntry
 from models.text.batch import EndEvent, Event
 from models.text.chat_template import ChatTemplate
-from models.text.generate import STEPS_PER_SUBMIT
 from models.text.images import ImageSpan
 from models.text.sampler import SampledToken
 from server.errors import QueueFull
@@ -87,7 +86,7 @@ class ChatWorker(WorkerBase[ChatModel]):
     def __init__(self, name: str, source: str, loader: Loader, *, max_queue: int, context_length: int | None = None,
                  kv_dtype: str = "f16", warm_up: bool = True, max_batch: int | None = None,
                  int8_activations: bool = False, projector: str | None = None, prefix_caching: bool = True,
-                 compile_ahead: bool = True, steps_per_submit: int = STEPS_PER_SUBMIT,
+                 compile_ahead: bool = True, steps_per_submit: int | None = None,
                  jump_forward: bool = True) -> None:
         """compile_ahead: with warm_up, every pipeline a request can hit is compiled (the model's warm_up) before
         the worker says it is ready, not only those of a short prompt and a decode step."""
@@ -98,7 +97,7 @@ class ChatWorker(WorkerBase[ChatModel]):
             self._load_kwargs["int8_activations"] = True
         if not prefix_caching:  # likewise
             self._load_kwargs["prefix_caching"] = False
-        if steps_per_submit != STEPS_PER_SUBMIT:  # likewise
+        if steps_per_submit is not None:  # likewise (None: the loader's default for its adapter)
             self._load_kwargs["steps_per_submit"] = steps_per_submit
         if max_batch is not None:
             self._load_kwargs["max_batch"] = max_batch

@@ -126,7 +126,7 @@ def hold_events(jobs: Iterable[Job]) -> None:
 def send_held(jobs: Iterable[Job]) -> None:
     """From the worker thread: the events held since hold_events, with one wake-up of the event loop for all of
     them (not one a token: a round of 32 streams at 8 tokens each would be 256)."""
-    batch = []
+    batch: list[tuple[Job, list[JobEvent]]] = []
     for job in jobs:
         events, job._held = job._held, None
         if events:
@@ -135,6 +135,7 @@ def send_held(jobs: Iterable[Job]) -> None:
 
 
 def _send(batch: list[tuple[Job, list[JobEvent]]]) -> None:
+    """The jobs' events to their event loops, one call_soon_threadsafe a loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, list[JobEvent]]]] = {}
     for job, events in batch:
         if job._loop is not None and job._events is not None:

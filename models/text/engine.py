@@ -31,7 +31,7 @@ from models.audio_encoder import AudioEncoder
 from models.formats.gguf_file import GGUFFile, GGUFFormatError
 from models.text.batch import BatchGenerator
 from models.text.decoder import FAMILIES, family
-from models.text.generate import STEPS_PER_SUBMIT
+from models.text.generate import SOFTWARE_STEPS_PER_SUBMIT, STEPS_PER_SUBMIT
 from models.text.images import (
     AUDIO_MARKERS,
     IMAGE_MARKERS,
@@ -758,7 +758,7 @@ def load_text_model(
     kv_dtype: str = "f16", context_length: int | None = None, device: Device | None = None,
     max_batch: int = MAX_BATCH, pool_tokens: int | None = None, page_tokens: int = PAGE_TOKENS,
     int8_activations: bool = False, projector: str | Path | None = None, prefix_caching: bool = True,
-    steps_per_submit: int = STEPS_PER_SUBMIT,
+    steps_per_submit: int | None = None,
 ) -> TextModel:
     """Load a GGUF model onto the GPU (the shipped default when no name is given).
 
@@ -775,8 +775,9 @@ def load_text_model(
     (README's tables), logits about as far from the exact ones as llama.cpp's (Executor.int8_matmuls).
 
     steps_per_submit: decode steps per submission of the model's batches (BatchGenerator), 1 to
-    MAX_STEPS_PER_SUBMIT: fewer pace each stream's tokens evenly, more spread a submission's host cost."""
-    if not 1 <= steps_per_submit <= MAX_STEPS_PER_SUBMIT:
+    MAX_STEPS_PER_SUBMIT: fewer pace each stream's tokens evenly, more spread a submission's host cost; None:
+    STEPS_PER_SUBMIT on a GPU, SOFTWARE_STEPS_PER_SUBMIT on a software adapter."""
+    if steps_per_submit is not None and not 1 <= steps_per_submit <= MAX_STEPS_PER_SUBMIT:
         raise ValueError(f"steps_per_submit must be 1 to {MAX_STEPS_PER_SUBMIT}, not {steps_per_submit}")
     path = resolve_model_path(name_or_path)
     started = time.perf_counter()
@@ -788,6 +789,8 @@ def load_text_model(
     # a family may read its tokenizer its own way (Gemma 4: Ollama's blobs name a BPE vocabulary "llama")
     tokenizer = getattr(decoder, "load_tokenizer", Tokenizer.from_gguf)(f.reader)
     executor = Executor(device or default_device(), int8_matmuls=int8_activations)
+    if steps_per_submit is None:
+        steps_per_submit = SOFTWARE_STEPS_PER_SUBMIT if executor.device.is_software else STEPS_PER_SUBMIT
     n_ctx_train = int(f.value("{arch}.context_length"))
     n_ctx = context_length or min(DEFAULT_CONTEXT, n_ctx_train)
     if n_ctx > n_ctx_train:  # asked for explicitly, as llama.cpp's -c allows; positions past training may degrade

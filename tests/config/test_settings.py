@@ -89,7 +89,7 @@ def test_compile_ahead_is_on_unless_turned_off() -> None:
 
 
 def test_steps_per_submit_is_checked_with_its_variable_named() -> None:
-    assert load_settings(env={}).steps_per_submit == 8
+    assert load_settings(env={}).steps_per_submit is None  # the engine's default for its adapter
     assert load_settings(env={"HEARTH_STEPS_PER_SUBMIT": "1"}).steps_per_submit == 1
     for bad in ("0", "17"):
         with pytest.raises(SettingsError, match=f"HEARTH_STEPS_PER_SUBMIT.*1 to 16 .*not {bad}"):

@@ -25,7 +25,7 @@ from gpu.kv_cache import PAGE_TOKENS
 from gpu.ops.sampling import mask_words
 from models.text.batch import JUMP_TOKENS, BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import MAX_STEPS_PER_SUBMIT, DecodeRow, Engine, TextModel, load_text_model
-from models.text.generate import generate
+from models.text.generate import SOFTWARE_STEPS_PER_SUBMIT, STEPS_PER_SUBMIT, generate
 from models.text.sampler import SamplingParams
 from models.text.step_io import ChunkRow, GpuSampling
 from tests.models.batch_logits import assert_agree, batched_and_alone, greedy_tokens
@@ -105,6 +105,10 @@ def test_steps_per_submit_changes_the_pacing_not_the_tokens(model: TextModel) ->
     assert all(len(tokens) == 12 for tokens in one.values())
     assert run(16) == one
     assert config_max_steps == MAX_STEPS_PER_SUBMIT  # the setting's bound is the engine's
+    # by default a GPU's batches take eight steps a submission, a software adapter's one (its steps are slow)
+    software = model.executor.device.is_software
+    assert model.steps_per_submit == (SOFTWARE_STEPS_PER_SUBMIT if software else STEPS_PER_SUBMIT)
+    assert model.generator().steps_per_submit == model.steps_per_submit
     with pytest.raises(ValueError, match="steps_per_submit"):
         load_text_model(steps_per_submit=MAX_STEPS_PER_SUBMIT + 1)
 

@@ -216,7 +216,7 @@ def test_steps_per_submit_reaches_the_loader_when_set() -> None:
         seen.append(kwargs)
         return fake_loader()(source, **kwargs)
 
-    for steps in (8, 1):
+    for steps in (None, 1):
         worker = ChatWorker("fake", "fake-source", loader, max_queue=1, steps_per_submit=steps)
         worker.start()
         assert wait_for(lambda: worker.state == "ready")
