@@ -119,7 +119,9 @@ def _generate_on_gpu(session: Session, prompt_ids: Sequence[int], on_gpu: GpuSam
 
     def submit(n_wanted: int) -> PendingStep | None:
         room = engine.pool.n_ctx - session.n_past
-        n = min(STEPS_PER_SUBMIT, n_wanted, max(room, 1))  # past the room, _reserve raises the context error
+        # the model's steps a submission (8 on a GPU, 1 on a software adapter); past the room, _reserve raises the
+        # context error
+        n = min(engine.model.steps_per_submit, n_wanted, max(room, 1))
         return engine.submit_decode([DecodeRow(session, sampling=on_gpu)], n) if n_wanted > 0 else None
 
     current, following = submit(left), None
