@@ -23,9 +23,9 @@ from models.text.step_io import CANDIDATES, PREFILL_BUCKETS, DecodeRow, GpuSampl
 if TYPE_CHECKING:  # annotations only: the engine builds on this module
     from models.text.engine import Session, TextModel
 
-STEPS_PER_SUBMIT = 8  # decode steps per submission on the GPU path (tokens then stream in bursts of 8)
-# ... and a model's batches' default on a software adapter (lavapipe), whose steps are slow beside a submission's host
-# cost: tokens then come one at a time, the first after one step rather than eight
+STEPS_PER_SUBMIT = 8  # a model's decode steps a submission by default on a GPU (tokens then come eight at a time)
+# ... and on a software adapter (lavapipe), whose steps are slow beside a submission's host cost: tokens then come
+# one at a time, the first after one step rather than eight
 SOFTWARE_STEPS_PER_SUBMIT = 1
 
 
