@@ -164,7 +164,8 @@ def test_an_error_after_the_stream_started_is_a_last_error_line() -> None:
         wait_ready(srv)
         out = lines(post(srv, "/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                                            "options": GREEDY}))
-    assert [line["message"]["content"] for line in out[:-1]] == ["H", "e", "l"]
+    # the text before the fault, a line a token or fewer where tokens waited together (server/jobs.py)
+    assert "".join(line["message"]["content"] for line in out[:-1]) == "Hel" and 1 <= len(out) - 1 <= 3
     assert set(out[-1]) == {"error"} and "GPU" in out[-1]["error"]
 
 
