@@ -146,8 +146,10 @@ def test_sampling_and_ignored_fields_are_accepted(client: anthropic.Anthropic) -
 def test_stream_events_come_in_anthropics_order(fake: ThreadServer) -> None:
     events = _events(fake, {"model": MODEL, "max_tokens": 10, "messages": HI, "stop_sequences": ["lo"]})
     names = [name for name, _ in events]
-    assert names == ["message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
-                     "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+    # a delta a token, or fewer where tokens waited together (server/jobs.py merges a choice's waiting deltas)
+    n_deltas = names.count("content_block_delta")
+    assert names == ["message_start", "ping", "content_block_start", *["content_block_delta"] * n_deltas,
+                     "content_block_stop", "message_delta", "message_stop"] and 1 <= n_deltas <= 3
     assert all(payload["type"] == name for name, payload in events)
     start = events[0][1]["message"]
     assert start["content"] == [] and start["stop_reason"] is None and start["usage"]["input_tokens"] > 0
