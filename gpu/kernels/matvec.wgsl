@@ -42,10 +42,10 @@ fn dot16(w: mat4x4<f32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f
 fn prefetch_row(first_row: u32, slot: u32, lane: u32) {}
 
 // acc + the products of group gi's values w (u: its up row's, GLU) with token t (a literal: see
-// matvec/constants.wgsl) where t < n.
+// matvec/constants.wgsl) where computes_token.
 fn group_token(acc: array<f32, OUTS>, t: u32, n: u32, gi: u32, w: mat4x4<f32>, u: mat4x4<f32>) -> array<f32, OUTS> {
     var sums = acc;
-    if (t < T_MAX && t < n) {
+    if (computes_token(t, n)) {
         let xi = (t * K + gi * GROUP_VALUES) / 4u;
         let x0 = x_vec(xi);
         let x1 = x_vec(xi + 1u);

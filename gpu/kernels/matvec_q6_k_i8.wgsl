@@ -88,10 +88,10 @@ struct I8Unit {
     first: u32,
 }
 
-// acc + the unit's products with token t (a literal: see matvec/constants.wgsl) where t < n.
+// acc + the unit's products with token t (a literal: see matvec/constants.wgsl) where computes_token.
 fn unit_token(acc: array<f32, OUTS>, t: u32, n: u32, unit: I8Unit) -> array<f32, OUTS> {
     var sums = acc;
-    if (t < T_MAX && t < n) {
+    if (computes_token(t, n)) {
         let xu = unit_x(t * K + unit.first);
         sums[t] += unit_dot(unit.w, xu);
         if (GLU == 1u) {

@@ -156,6 +156,7 @@ class MatvecPlan:
     pairs: bool = False  # two rows a thread on one load of x
     lane_words: bool = False  # Q4_K lanes along each block's quant words
     interleave: int = 0  # rows interleaved thread by thread (0: the define not given)
+    every_row: bool = False  # sums for every row of x, past the step's tokens too (EVERY_ROW)
 
 
 @dataclass(frozen=True)
@@ -449,10 +450,21 @@ def plan_matvec(
         interleave = row_interleave(shape.rows, t_max, tuning)
         defines.append(("INTERLEAVE", interleave))
     defines += [("TPR", shape.tpr), ("ROWS", shape.rows)]
+    every_row = computes_every_row(name, lane_words, t_max, tuning)
+    if every_row:
+        defines.append(("EVERY_ROW", 1))
     if x_source:
         defines.append(("X_SOURCE", x_source))
     groups = -(-n_rows // (shape.rows * (2 if pairs else 1)))
-    return MatvecPlan(name, shape, groups, tuple(defines), pairs, lane_words, interleave)
+    return MatvecPlan(name, shape, groups, tuple(defines), pairs, lane_words, interleave, every_row)
+
+
+def computes_every_row(kernel: str, lane_words: bool, t_max: int, tuning: MatmulTuning) -> bool:
+    """Whether a GPU matvec of a step of t_max tokens computes every row of x (EVERY_ROW in matvec/constants.wgsl):
+    the Q4_K one on word lanes (every_row_word_lanes), and the Q6_K one up to every_row_q6_k_max_tokens."""
+    if kernel == "matvec_q4_k":
+        return lane_words and tuning.every_row_word_lanes
+    return kernel == "matvec_q6_k" and 1 < t_max <= tuning.every_row_q6_k_max_tokens
 
 
 def stacked_matvec_shape(k: int, n_first: int, n_rows: int, t_max: int, normed: bool, max_threads: int,

@@ -46,6 +46,11 @@ class MatmulTuning:
     # steps of this many tokens or more run Q4_K with a row's lanes along each block's quant words (LANE_WORDS)
     q4_word_lanes_min_tokens: int = 4
     word_lanes_threads: int = 128  # workgroup size of the word-lane Q4_K matvec
+    # steps of several tokens compute all the program's rows (EVERY_ROW: the loads of x for every token issue
+    # together) in the Q4_K word-lane matvec, and in the Q6_K one up to this many tokens (at eight, the Llama 8B's
+    # long rows ran several times slower); the other matvecs ran as fast or slower so
+    every_row_word_lanes: bool = True
+    every_row_q6_k_max_tokens: int = 4
     # steps of this many tokens or more interleave a workgroup's rows thread by thread, so threads share loads of x
     interleave_min_tokens: int = 4
     row_interleave: int = 8  # at most this many rows interleaved (a power of two dividing the workgroup's rows)

@@ -21,6 +21,7 @@ from gpu.ops.matmul_tuning import DEFAULT_TUNING
 from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.weights import row_bytes, upload_weight
 from tests.gpu.test_matmul import (
+    EVERY_ROW_STEPS,
     MATVEC_MAX_TOKENS,
     SENTINEL,
     TYPES,
@@ -50,13 +51,16 @@ ACTIVATIONS = {"gelu_tanh": gelu_tanh, "silu": silu}  # both slopes are below GE
 def run_glu(
     ex: Executor, qtype: Q, k: int, f: int, t_max: int, n_tokens: int, *, seed: int = 0,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
-    max_shard_bytes: int | None = None, activation: str = "gelu_tanh",
+    max_shard_bytes: int | None = None, activation: str = "gelu_tanh", nan_past_step: bool = False,
 ) -> tuple[int, Program]:
-    """Run linear_glu on random data and check it against numpy; returns (shards, the program)."""
+    """Run linear_glu on random data and check it against numpy; returns (shards, the program). nan_past_step: x's
+    rows past n_tokens hold NaN."""
     rng = np.random.default_rng(seed)
     raw = random_weight_bytes(rng, qtype, k, 2 * f)  # gate rows then up rows
     weight = upload_weight(ex, "w", qtype, k, 2 * f, raw, max_shard_bytes=max_shard_bytes)
     x = rng.standard_normal((t_max, k)).astype(np.float32)
+    if nan_past_step:
+        x[n_tokens:] = np.nan
     xt = ex.tensor("x", x.shape, data=x)
     yt = ex.tensor("y", (t_max, f), data=np.full((t_max, f), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "glu")
@@ -96,6 +100,17 @@ def test_glu_decode(ex: Executor, qtype: Q, variant: str) -> None:
                               kernel=LinearKernel.MATVEC, subgroups=variant == "subgroup",
                               whole_rows=variant == "whole-rows")
     assert (shards, len(program.dispatches)) == (1, 1)
+
+
+@pytest.mark.parametrize(("qtype", "t_max", "n_tokens"), EVERY_ROW_STEPS, ids=lambda v: getattr(v, "name", v))
+def test_glu_every_row(ex: Executor, qtype: Q, t_max: int, n_tokens: int) -> None:
+    """The gate-up in the matvecs that compute every row of x (tests/gpu/test_matmul.py test_matvec_every_row): x's
+    rows past the step hold NaN."""
+    if not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    _, program = run_glu(ex, qtype, 1280, 45, t_max, n_tokens, seed=8, kernel=LinearKernel.MATVEC, whole_rows=False,
+                         nan_past_step=True)
+    assert program.dispatches[-1].defines.get("EVERY_ROW") == 1, "the gate-up did not compute every row"
 
 
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])

@@ -91,13 +91,16 @@ def tuned(ex: Executor, **changes: Any) -> Executor:
 def run_linear(
     ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, *, seed: int = 0,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, max_shard_bytes: int | None = None,
-    whole_rows: bool | None = None,
+    whole_rows: bool | None = None, nan_past_step: bool = False,
 ) -> tuple[QuantWeight, Program]:
-    """Run one linear layer on random data and check it against numpy; returns the weight and the program."""
+    """Run one linear layer on random data and check it against numpy; returns the weight and the program.
+    nan_past_step: x's rows past n_tokens hold NaN."""
     rng = np.random.default_rng(seed)
     raw = random_weight_bytes(rng, qtype, k, n)
     weight = upload_weight(ex, "w", qtype, k, n, raw, max_shard_bytes=max_shard_bytes)
     x = rng.standard_normal((t_max, k)).astype(np.float32)
+    if nan_past_step:
+        x[n_tokens:] = np.nan
     xt = ex.tensor("x", x.shape, data=x)
     yt = ex.tensor("y", (t_max, n), data=np.full((t_max, n), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "linear")
@@ -167,6 +170,22 @@ def test_matvec_q4_k_word_lanes(ex: Executor, subgroups: bool, blocks: int, t_ma
                             subgroups=subgroups, whole_rows=False)
     defines = program.dispatches[-1].defines
     assert (defines.get("LANE_WORDS"), defines["TPR"], defines["ROWS"]) == (1, 64, 2), "no word lanes"
+
+
+# (type, program rows, step tokens) of the matvecs that compute every row of x (matmul_plan.computes_every_row)
+EVERY_ROW_STEPS = [(Q.Q4_K, MATVEC_MAX_TOKENS, 5), (Q.Q4_K, 4, 1), (Q.Q6_K, 2, 1), (Q.Q6_K, 4, 3)]
+
+
+@pytest.mark.parametrize(("qtype", "t_max", "n_tokens"), EVERY_ROW_STEPS, ids=lambda v: getattr(v, "name", v))
+def test_matvec_every_row(ex: Executor, qtype: Q, t_max: int, n_tokens: int) -> None:
+    """The matvecs that compute every row of x (EVERY_ROW: Q4_K on word lanes, Q6_K steps of a few tokens): rows of
+    x past the step's tokens hold NaN, as stale rows may, and the step's outputs are still right and the rows past
+    it untouched (the fused gate-up: tests/gpu/test_linear_glu.py)."""
+    if not ex.device.has("subgroup"):
+        pytest.skip("adapter without subgroups")
+    _, program = run_linear(ex, qtype, 1280, 45, t_max, n_tokens, seed=25, kernel=LinearKernel.MATVEC,
+                            whole_rows=False, nan_past_step=True)
+    assert program.dispatches[-1].defines.get("EVERY_ROW") == 1, "the matvec did not compute every row"
 
 
 @pytest.mark.parametrize("pairs", [False, True], ids=["rows", "pairs"])

@@ -1,7 +1,7 @@
 """Kernel benchmark: GPU time of `linear` and `linear_glu` on the layer shapes of Gemma 3 270M, 1B
 and 4B, for decode (T = 1) and prefill (T = 512), with the bytes and FLOPs each call moves.
 
-A program holds one call (its dispatches) per copy of the weight; for decode the weight is copied
+A program holds one call (its dispatches) per copy of the weight; for decode (matvec steps) the weight is copied
 until the copies exceed the L2 cache (256 MiB), so that each call reads its weight from memory as
 in a model. The program is replayed `reps` times inside one compute pass with timestamp queries at
 the pass's start and end; a call's time is the pass's time over the calls (median of 3 passes),
@@ -23,6 +23,8 @@ kernels; the operands dense and random, so it moves more bytes than a quantised 
                                                          # every GPU matvec at threads x rows (p: in pairs)
     python tools/perf/kernels.py --model s270.gguf            # end-to-end prefill tok/s of a GGUF
     python tools/perf/kernels.py --models llama3.1-8b --types q4_k --tokens 1 --int8   # int8 matvecs wherever they run
+    python tools/perf/kernels.py --models 4b --types q6_k --tokens 8 --tunings ";every_row_q6_k_max_tokens=8"
+                                                         # each op with the default tuning, then with one change
 
 The sweep times many short passes with compilation between them: an idle GPU lowers its clocks
 (and reads several times slower than the same shape in the kernel benchmark right after), so every
@@ -144,7 +146,9 @@ class Bench:
         return [upload_weight(self.ex, f"{name}{c}", qtype, k, n, raw) for c in range(copies)]
 
     def copies(self, qtype: Q, k: int, n: int, t: int) -> int:
-        return 1 if t > 4 else max(1, min(512, math.ceil(self.rotate_bytes / (row_bytes(qtype, k) * n))))
+        if t > self.ex.tuning.matvec_max_tokens:
+            return 1
+        return max(1, min(512, math.ceil(self.rotate_bytes / (row_bytes(qtype, k) * n))))
 
     def _pass(self, program: Program, reps: int, n_tokens: int) -> tuple[float, float]:
         """(GPU seconds from timestamps, or nan, wall seconds) of one pass replaying program reps times."""
@@ -358,6 +362,20 @@ def with_split(ex: Executor, split: str, run: Callable[[], list[dict]]) -> list[
         return [row | {"split": split} for row in run()]
 
 
+def with_tuning(ex: Executor, spec: str, run: Callable[[], list[dict]]) -> list[dict]:
+    """run() with MatmulTuning fields changed, spec "field=value,field=value" (integers or true/false); its rows
+    tagged."""
+    changes: dict[str, Any] = {}
+    for item in filter(None, spec.split(",")):
+        field, value = item.split("=")
+        changes[field] = {"true": True, "false": False}.get(value.lower(), None)
+        if changes[field] is None:
+            changes[field] = int(value)
+    print(f"# tuning {spec or 'default'}", flush=True)
+    with tuned(ex, **changes):
+        return [row | {"tuning": spec} for row in run()]
+
+
 def end_to_end(path: str, prompt_tokens: int) -> dict:
     """Prefill tok/s of a GGUF (median of 3 after a warm-up)."""
     from models.text.engine import load_text_model
@@ -392,6 +410,8 @@ def main() -> None:
     parser.add_argument("--wide-sweep", action="store_true", help="matvec_q4_k/q6_k threads per row instead")
     parser.add_argument("--splits", default="", help="time the wide K-quant matvecs at each of these splits, e.g. "
                         "8x32,8x40,16x8p (threads a row x rows a workgroup; p: rows in pairs)")
+    parser.add_argument("--tunings", default="", help="time every op under each of these MatmulTuning changes, "
+                        "';'-separated, e.g. ';every_row_q6_k_max_tokens=8' (the default, then one change)")
     parser.add_argument("--model", help="a GGUF: end-to-end prefill tok/s instead")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--tiles", type=Path, help="a --sweep JSON: run each measured shape with its fastest tile")
@@ -429,7 +449,11 @@ def main() -> None:
                         if (op == "output" and t > 1) or (only and op not in only):
                             continue
                         for split in splits or [None]:
-                            if split:
+                            if args.tunings:
+                                for spec in args.tunings.split(";"):
+                                    rows += with_tuning(ex, spec, partial(measure_op, bench, op, k, n, qtype, t,
+                                                                          args))
+                            elif split:
                                 rows += with_split(ex, split, partial(measure_op, bench, op, k, n, qtype, t, args))
                             else:
                                 rows += measure_op(bench, op, k, n, qtype, t, args)

@@ -13,6 +13,7 @@ override ROWS: u32 = 8u;       // rows per workgroup
 override GLU: u32 = 0u;        // 1: gelu_tanh(gate) * up, up row r at N_ROWS + r
 override PAIRS: u32 = 0u;      // 1 (not with GLU): a thread also takes the row ROWS further, on the same x
 override INTERLEAVE: u32 = 1u; // rows whose lanes alternate thread by thread (a power of two dividing ROWS)
+override EVERY_ROW: u32 = 0u;  // 1: sums for each of the T_MAX rows of x, past the step's tokens too (computes_token)
 
 const WG: u32 = TPR * ROWS;
 const ROW_SPAN: u32 = ROWS * (1u + PAIRS);   // rows per workgroup
@@ -38,6 +39,13 @@ fn thread_slot(tid: u32) -> vec2<u32> {
 }
 
 @group(0) @binding(0) var<uniform> step: Step;
+
+// Whether a thread computes token t's sums (t a literal): the step's tokens (t < n), or with EVERY_ROW all T_MAX
+// rows, whose x is in bounds and whose sums past n are never stored. Without a branch on n between one token's
+// products and the next's, the compiler issues every token's loads of x together rather than wait on each in turn.
+fn computes_token(t: u32, n: u32) -> bool {
+    return t < T_MAX && (EVERY_ROW == 1u || t < n);
+}
 
 // Tokens of this step (x rows past it may hold anything).
 fn n_tokens() -> u32 {

@@ -91,10 +91,10 @@ struct Q4Unit {
     first: u32,
 }
 
-// acc + the unit's products with token t (a literal: see matvec/constants.wgsl) where t < n.
+// acc + the unit's products with token t (a literal: see matvec/constants.wgsl) where computes_token.
 fn q4_unit_token(acc: array<f32, OUTS>, t: u32, n: u32, w: Q4Unit) -> array<f32, OUTS> {
     var sums = acc;
-    if (t < T_MAX && t < n) {
+    if (computes_token(t, n)) {
         let xu = q4_unit_x((t * K + w.first) / 4u);
         sums[t] += q4_unit_dot(w.v, w.s, xu);
         if (SECOND == 1u) {

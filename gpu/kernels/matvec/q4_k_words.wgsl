@@ -56,10 +56,10 @@ struct Q4Word {
     xb: u32,  // vec4 index of the low values' x in token 0's row
 }
 
-// acc + the block's products with token t (a literal: see matvec/constants.wgsl) where t < n.
+// acc + the block's products with token t (a literal: see matvec/constants.wgsl) where computes_token.
 fn q4w_token(acc: array<f32, OUTS>, t: u32, n: u32, w: Q4Word) -> array<f32, OUTS> {
     var sums = acc;
-    if (t < T_MAX && t < n) {
+    if (computes_token(t, n)) {
         let lo = x_vec(t * (K / 4u) + w.xb);
         let hi = x_vec(t * (K / 4u) + w.xb + 8u);
         sums[t] += dot(w.v.lo, lo) + dot(w.v.hi, hi);

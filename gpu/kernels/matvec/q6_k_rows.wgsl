@@ -55,10 +55,10 @@ fn q6_unit_dot(v: Q6Values, u: Q6UnitX) -> f32 {
 }
 
 // acc + the products of a unit's values v (v_2: its second row's) with token t (a literal: see
-// matvec/constants.wgsl) where t < n; first: the unit's first value.
+// matvec/constants.wgsl) where computes_token; first: the unit's first value.
 fn q6_unit_token(acc: array<f32, OUTS>, t: u32, n: u32, v: Q6Values, v_2: Q6Values, first: u32) -> array<f32, OUTS> {
     var sums = acc;
-    if (t < T_MAX && t < n) {
+    if (computes_token(t, n)) {
         let xu = q6_unit_x((t * K + first) / 4u);
         sums[t] += q6_unit_dot(v, xu);
         if (SECOND == 1u) {
