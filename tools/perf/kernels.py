@@ -363,13 +363,16 @@ def with_split(ex: Executor, split: str, run: Callable[[], list[dict]]) -> list[
 
 
 def with_tuning(ex: Executor, spec: str, run: Callable[[], list[dict]]) -> list[dict]:
-    """run() with MatmulTuning fields changed, spec "field=value,field=value" (integers or true/false); its rows
-    tagged."""
+    """run() with MatmulTuning fields changed, spec "field=value,field=value" (integers, true/false, or TPRxROWS for
+    matvec_split); its rows tagged."""
     changes: dict[str, Any] = {}
     for item in filter(None, spec.split(",")):
         field, value = item.split("=")
-        changes[field] = {"true": True, "false": False}.get(value.lower(), None)
-        if changes[field] is None:
+        if value.lower() in ("true", "false"):
+            changes[field] = value.lower() == "true"
+        elif "x" in value:
+            changes[field] = MatvecShape(*map(int, value.split("x")))
+        else:
             changes[field] = int(value)
     print(f"# tuning {spec or 'default'}", flush=True)
     with tuned(ex, **changes):
