@@ -500,9 +500,10 @@ def matmul_tile(k: int, n_cols: int, t_max: int, tuning: MatmulTuning, glu: bool
     tokens, and its k split.
 
     Steps of 128 tokens or more take tuning.long_step_tile (8 tokens x 8 rows a thread), shorter ones
-    four_token_tile's. k is split into parts of about matmul_part values (short k loops run fastest; the GLU keeps
-    one dispatch and splits only for workgroups, or in 2 with the 8 x 8 tile unless its tiles fill every SM twice
-    over: glu_fills_sms), then further while there are fewer than matmul_min_groups workgroups. On a GPU whose SM
+    four_token_tile's. k is split into parts of about matmul_part values (short k loops run fastest; the GLU, past
+    glu_part_split_max_tokens tokens, keeps one dispatch and splits only for workgroups, or in 2 with the 8 x 8 tile
+    unless its tiles fill every SM twice over: glu_fills_sms), then further while there are fewer than
+    matmul_min_groups workgroups. On a GPU whose SM
     count is known (`sms`), the 8 x 8 tile's split (no GLU) drops to the one that fills whole rounds of workgroups
     (whole_waves_split).
     """
@@ -516,7 +517,7 @@ def matmul_tile(k: int, n_cols: int, t_max: int, tuning: MatmulTuning, glu: bool
                 and k // (2 * split) >= min_part and 2 * split * t_max * width * 4 <= tuning.matmul_max_parts_bytes)
 
     split = 1
-    while not glu and can_double(split, tuning.matmul_part):
+    while (not glu or t_max <= tuning.glu_part_split_max_tokens) and can_double(split, tuning.matmul_part):
         split *= 2
     if (glu and tile.thread_tokens == 8 and can_double(split, tuning.matmul_part)
             and not glu_fills_sms(tile, n_cols, t_max, sms)):

@@ -76,6 +76,9 @@ class MatmulTuning:
     matmul_max_split: int = 8  # most parts k is split into
     matmul_part: int = 256  # k values a split part aims at: short k loops ran fastest
     matmul_min_part: int = 128  # k values a part keeps at least when splitting for workgroups
+    # the GLU's steps of up to this many tokens split k into matmul_part parts as other matmuls do: their few token
+    # tiles leave each workgroup a long k loop (longer steps keep k whole, or split it for workgroups)
+    glu_part_split_max_tokens: int = 32
     matmul_max_parts_bytes: int = 96 << 20  # largest parts scratch a split may need
     int8_few_groups: int = 256  # int8 tiles split k only below this many workgroups (about two an SM) ...
     int8_split_groups: int = 512  # ... and then until there are this many

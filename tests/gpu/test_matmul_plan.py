@@ -76,6 +76,19 @@ def test_matmul_tile_choice() -> None:
                         assert on_h100 == (tile._replace(split=1) if whole else tile), (k, n, t_max)
 
 
+def test_short_glu_steps_split_k() -> None:
+    """The GLU's steps of up to glu_part_split_max_tokens tokens (batched decode past the matvecs) split k into
+    matmul_part parts as a plain matmul of its rows does; longer ones keep k whole where their tiles are many."""
+    most = DEFAULT_TUNING.glu_part_split_max_tokens
+    for k, f in ((2560, 10240), (4096, 14336)):
+        for t_max in (16, most):
+            glu = matmul_tile(k, f, t_max, DEFAULT_TUNING, True, sms=132)
+            assert glu.split == matmul_tile(k, 2 * f, t_max, DEFAULT_TUNING, sms=132).split > 1, (k, t_max)
+        assert matmul_tile(k, f, 2 * most, DEFAULT_TUNING, True, sms=132).split == 1
+    unsplit = replace(DEFAULT_TUNING, glu_part_split_max_tokens=0)
+    assert matmul_tile(2560, 10240, most, unsplit, True, sms=132).split == 1
+
+
 def test_split_in_whole_rounds_on_known_gpus() -> None:
     """The SM counts of NVIDIA adapters by name, and the split they give the 8 x 8 tile: the 1B's down (6912 x
     1152, 36 tiles at 512 tokens) in 7 parts on an H100 or H200, two workgroups on most of their 132 SMs, not the 8
