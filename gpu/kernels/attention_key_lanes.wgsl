@@ -18,6 +18,9 @@
 // sums, then max and sum), which attention_combine.wgsl merges with the same SPLITS and MIN_PART_KEYS. Queries come
 // from q as qk_norm_rope_store.wgsl wrote them, keys and values from the cache (software adapters take no raw
 // prologue).
+// A row's query and accumulator live in CHUNK-vec4 arrays, one pair per 64 dimensions, each reached only in a loop
+// of CHUNK steps (chunk_op): lavapipe unrolls such loops and keeps the arrays in registers, where one array of the
+// whole head dimension, indexed in longer loops, went through memory a lane at a time.
 #include "common/step.wgsl"
 #include "common/rows.wgsl"
 #include "attention/key_parts.wgsl"
@@ -40,7 +43,10 @@ override MIN_PART_KEYS: u32 = 4u;  // fewest keys a part takes
 const QUADS: u32 = D / 4u;             // vec4s of a q, value or output row
 const KV_WIDTH: u32 = KV_HEADS * D;    // cache values per token
 const NEG_BIG: f32 = -3.4028235e38;
+const CHUNK: u32 = 16u;                // vec4s of a row's state a private array holds
+const CHUNKS: u32 = (QUADS + CHUNK - 1u) / CHUNK;
 const_assert D % 16u == 0u;
+const_assert CHUNKS <= 8u;
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;          // [T_MAX, HEADS, D]
@@ -50,48 +56,99 @@ const_assert D % 16u == 0u;
 @group(0) @binding(5) var<storage, read> rows: array<vec4<u32>>;       // [T_MAX] (position, slot, -, later keys)
 @group(0) @binding(6) var<storage, read> page_table: array<u32>;       // [slots, MAX_PAGES]
 
-var<private> query: array<vec4<f32>, QUADS>;
-var<private> acc: array<vec4<f32>, QUADS>;  // the part's sum of exp(score - running max) v, unnormalised
+// The row's query and its part's sum of exp(score - running max) v, unnormalised: vec4s c CHUNK .. c CHUNK +
+// CHUNK - 1 in q<c> and a<c>.
+var<private> q0: array<vec4<f32>, CHUNK>;
+var<private> q1: array<vec4<f32>, CHUNK>;
+var<private> q2: array<vec4<f32>, CHUNK>;
+var<private> q3: array<vec4<f32>, CHUNK>;
+var<private> q4: array<vec4<f32>, CHUNK>;
+var<private> q5: array<vec4<f32>, CHUNK>;
+var<private> q6: array<vec4<f32>, CHUNK>;
+var<private> q7: array<vec4<f32>, CHUNK>;
+var<private> a0: array<vec4<f32>, CHUNK>;
+var<private> a1: array<vec4<f32>, CHUNK>;
+var<private> a2: array<vec4<f32>, CHUNK>;
+var<private> a3: array<vec4<f32>, CHUNK>;
+var<private> a4: array<vec4<f32>, CHUNK>;
+var<private> a5: array<vec4<f32>, CHUNK>;
+var<private> a6: array<vec4<f32>, CHUNK>;
+var<private> a7: array<vec4<f32>, CHUNK>;
 
-// The eight f16 values of a 16-byte cache word, as two vec4s.
-fn f16_eight(word: vec4<u32>) -> mat2x4<f32> {
-    return mat2x4<f32>(vec4<f32>(unpack2x16float(word.x), unpack2x16float(word.y)),
-                       vec4<f32>(unpack2x16float(word.z), unpack2x16float(word.w)));
+// chunk_op's operations
+const OP_LOAD: u32 = 0u;     // query <- q[at ..], accumulator <- 0
+const OP_DOT: u32 = 1u;      // returns query . the key row whose first value index is `at`
+const OP_VALUE: u32 = 2u;    // accumulator += x * the value row whose first value index is `at`
+const OP_RESCALE: u32 = 3u;  // accumulator *= x
+const OP_STORE: u32 = 4u;    // out[at ..] <- accumulator / x
+
+// Word i of the value cache (values) or the key cache.
+fn cache_word(values: bool, i: u32) -> vec4<u32> {
+    if (values) {
+        return v_cache[i];
+    }
+    return k_cache[i];
 }
 
-// q . k for the cache row whose first value index is `first`.
-fn key_dot(first: u32) -> f32 {
-    var dot_sum = 0.0;
-    if (KV_F16) {
-        let at = first / 8u;
-        for (var i = 0u; i < D / 8u; i++) {
-            let k = f16_eight(k_cache[at + i]);
-            dot_sum += dot(k[0], query[2u * i]) + dot(k[1], query[2u * i + 1u]);
-        }
-    } else {
-        let at = first / 4u;
-        for (var i = 0u; i < QUADS; i++) {
-            dot_sum += dot(bitcast<vec4<f32>>(k_cache[at + i]), query[i]);
-        }
+// Vec4s quad and quad + 1 (quad even) of the key or value (values) cache row whose first value index is `first`.
+fn cache_pair(values: bool, first: u32, quad: u32) -> mat2x4<f32> {
+    if (KV_F16) {  // a 16-byte word holds eight f16 values
+        let w = cache_word(values, first / 8u + quad / 2u);
+        return mat2x4<f32>(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)),
+                           vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
     }
-    return dot_sum;
+    let at = first / 4u + quad;
+    return mat2x4<f32>(bitcast<vec4<f32>>(cache_word(values, at)), bitcast<vec4<f32>>(cache_word(values, at + 1u)));
 }
 
-// acc += weight * v for the cache row whose first value index is `first`.
-fn add_value(first: u32, weight: f32) {
-    if (KV_F16) {
-        let at = first / 8u;
-        for (var i = 0u; i < D / 8u; i++) {
-            let v = f16_eight(v_cache[at + i]);
-            acc[2u * i] += weight * v[0];
-            acc[2u * i + 1u] += weight * v[1];
-        }
-    } else {
-        let at = first / 4u;
-        for (var i = 0u; i < QUADS; i++) {
-            acc[i] += weight * bitcast<vec4<f32>>(v_cache[at + i]);
+// Operation op on chunk c of the row's state (qc, ac: its arrays; c and op literals, so that each loop unrolls
+// into code of its own).
+fn chunk_op(qc: ptr<private, array<vec4<f32>, CHUNK>>, ac: ptr<private, array<vec4<f32>, CHUNK>>, c: u32, op: u32,
+            at: u32, x: f32) -> f32 {
+    var sum = 0.0;
+    for (var j = 0u; j < min(CHUNK, QUADS - c * CHUNK) / 2u; j++) {  // vec4 pairs (QUADS is even)
+        let i = 2u * j;
+        let quad = c * CHUNK + i;
+        switch op {
+            case OP_LOAD: {
+                (*qc)[i] = q[at + quad];
+                (*qc)[i + 1u] = q[at + quad + 1u];
+                (*ac)[i] = vec4<f32>(0.0);
+                (*ac)[i + 1u] = vec4<f32>(0.0);
+            }
+            case OP_DOT: {
+                let k = cache_pair(false, at, quad);
+                sum += dot(k[0], (*qc)[i]) + dot(k[1], (*qc)[i + 1u]);
+            }
+            case OP_VALUE: {
+                let v = cache_pair(true, at, quad);
+                (*ac)[i] += x * v[0];
+                (*ac)[i + 1u] += x * v[1];
+            }
+            case OP_RESCALE: {
+                (*ac)[i] *= x;
+                (*ac)[i + 1u] *= x;
+            }
+            default: {  // OP_STORE
+                out[at + quad] = (*ac)[i] / x;
+                out[at + quad + 1u] = (*ac)[i + 1u] / x;
+            }
         }
     }
+    return sum;
+}
+
+// Operation op over the row's whole state; returns the sum of the chunks' results (OP_DOT's dot product).
+fn row_op(op: u32, at: u32, x: f32) -> f32 {
+    var sum = chunk_op(&q0, &a0, 0u, op, at, x);
+    if (CHUNKS > 1u) { sum += chunk_op(&q1, &a1, 1u, op, at, x); }
+    if (CHUNKS > 2u) { sum += chunk_op(&q2, &a2, 2u, op, at, x); }
+    if (CHUNKS > 3u) { sum += chunk_op(&q3, &a3, 3u, op, at, x); }
+    if (CHUNKS > 4u) { sum += chunk_op(&q4, &a4, 4u, op, at, x); }
+    if (CHUNKS > 5u) { sum += chunk_op(&q5, &a5, 5u, op, at, x); }
+    if (CHUNKS > 6u) { sum += chunk_op(&q6, &a6, 6u, op, at, x); }
+    if (CHUNKS > 7u) { sum += chunk_op(&q7, &a7, 7u, op, at, x); }
+    return sum;
 }
 
 @compute @workgroup_size(LANES)
@@ -111,37 +168,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let start = cut.lo + part * cut.per_part;
     let end = min(start + cut.per_part, hi + 1u);  // empty when start >= end
 
-    for (var i = 0u; i < QUADS; i++) {
-        query[i] = q[row * QUADS + i];
-        acc[i] = vec4<f32>(0.0);
-    }
+    row_op(OP_LOAD, row * QUADS, 0.0);
     var running_max = NEG_BIG;
     var running_sum = 0.0;
     for (var key = start; key < end; key++) {
         let first = pool_row(r.y, key) * KV_WIDTH + first_value;
-        let score = score_of(key_dot(first));
+        let score = score_of(row_op(OP_DOT, first, 0.0));
         if (score > running_max) {  // rescaled only where the max moves: early keys, rarely later
             let correction = exp(running_max - score);
-            for (var i = 0u; i < QUADS; i++) {
-                acc[i] *= correction;
-            }
+            row_op(OP_RESCALE, 0u, correction);
             running_sum *= correction;
             running_max = score;
         }
         let weight = exp(score - running_max);
-        add_value(first, weight);
+        row_op(OP_VALUE, first, weight);
         running_sum += weight;
     }
 
     if (SPLITS == 1u) {
-        for (var i = 0u; i < QUADS; i++) {
-            out[row * QUADS + i] = acc[i] / running_sum;
-        }
+        row_op(OP_STORE, row * QUADS, running_sum);
         return;
     }
     let at = g * (QUADS + 1u);
-    for (var i = 0u; i < QUADS; i++) {
-        out[at + i] = acc[i];
-    }
+    row_op(OP_STORE, at, 1.0);
     out[at + QUADS] = vec4<f32>(running_max, running_sum, 0.0, 0.0);  // an empty part: max -max f32, sum 0
 }
