@@ -503,9 +503,8 @@ def matmul_tile(k: int, n_cols: int, t_max: int, tuning: MatmulTuning, glu: bool
     four_token_tile's. k is split into parts of about matmul_part values (short k loops run fastest; the GLU, past
     glu_part_split_max_tokens tokens, keeps one dispatch and splits only for workgroups, or in 2 with the 8 x 8 tile
     unless its tiles fill every SM twice over: glu_fills_sms), then further while there are fewer than
-    matmul_min_groups workgroups. On a GPU whose SM
-    count is known (`sms`), the 8 x 8 tile's split (no GLU) drops to the one that fills whole rounds of workgroups
-    (whole_waves_split).
+    matmul_min_groups workgroups. On a GPU whose SM count is known (`sms`), the 8 x 8 tile's split (no GLU) drops to
+    the one that fills whole rounds of workgroups (whole_waves_split).
     """
     if tuning.tile is not None:
         return tuning.tile

@@ -106,8 +106,6 @@ def test_glu_decode(ex: Executor, qtype: Q, variant: str) -> None:
 def test_glu_every_row(ex: Executor, qtype: Q, t_max: int, n_tokens: int) -> None:
     """The gate-up in the matvecs that compute every row of x (tests/gpu/test_matmul.py test_matvec_every_row): x's
     rows past the step hold NaN."""
-    if not ex.device.has("subgroup"):
-        pytest.skip("adapter without subgroups")
     _, program = run_glu(ex, qtype, 1280, 45, t_max, n_tokens, seed=8, kernel=LinearKernel.MATVEC, whole_rows=False,
                          nan_past_step=True)
     assert program.dispatches[-1].defines.get("EVERY_ROW") == 1, "the gate-up did not compute every row"

@@ -181,8 +181,6 @@ def test_matvec_every_row(ex: Executor, qtype: Q, t_max: int, n_tokens: int) -> 
     """The matvecs that compute every row of x (EVERY_ROW: Q4_K on word lanes, Q6_K steps of a few tokens): rows of
     x past the step's tokens hold NaN, as stale rows may, and the step's outputs are still right and the rows past
     it untouched (the fused gate-up: tests/gpu/test_linear_glu.py)."""
-    if not ex.device.has("subgroup"):
-        pytest.skip("adapter without subgroups")
     _, program = run_linear(ex, qtype, 1280, 45, t_max, n_tokens, seed=25, kernel=LinearKernel.MATVEC,
                             whole_rows=False, nan_past_step=True)
     assert program.dispatches[-1].defines.get("EVERY_ROW") == 1, "the matvec did not compute every row"

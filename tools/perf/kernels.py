@@ -424,6 +424,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.model and args.tiles:
         parser.error("--tiles picks tiles per shape for the kernel benchmark, not for --model")
+    if args.tunings and args.splits:
+        parser.error("--tunings and --splits each time every op several ways: give one of them")
     if args.model:
         rows = [end_to_end(args.model, args.prompt_tokens)]
     else:
@@ -451,15 +453,15 @@ def main() -> None:
                     for op, k, n, qtype in ops_of(model, types):
                         if (op == "output" and t > 1) or (only and op not in only):
                             continue
-                        for split in splits or [None]:
-                            if args.tunings:
-                                for spec in args.tunings.split(";"):
-                                    rows += with_tuning(ex, spec, partial(measure_op, bench, op, k, n, qtype, t,
-                                                                          args))
-                            elif split:
-                                rows += with_split(ex, split, partial(measure_op, bench, op, k, n, qtype, t, args))
-                            else:
-                                rows += measure_op(bench, op, k, n, qtype, t, args)
+                        measure = partial(measure_op, bench, op, k, n, qtype, t, args)
+                        if args.tunings:
+                            for spec in args.tunings.split(";"):
+                                rows += with_tuning(ex, spec, measure)
+                        elif splits:
+                            for split in splits:
+                                rows += with_split(ex, split, measure)
+                        else:
+                            rows += measure()
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
