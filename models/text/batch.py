@@ -48,10 +48,13 @@ then go on exactly where they were.
 
 Prefill is shared, so that a long prompt cannot hold a short one back. A round's prompt chunks are the
 next chunk of the sequence first in turn (round-robin: one just served goes behind every sequence waiting
-then, a new one behind those already waiting), and then, within prefill_chunk more prompt rows, the
-smallest of the other waiting chunks (the earlier in turn on a tie), each chunk counted at the rows its
-program runs (16, 64, 256 or 512). So a round prefills at most 2 * prefill_chunk rows, and with k other
-sequences waiting to prefill (fewer than max_batch):
+then, a new one behind those already waiting), and then the smallest of the other waiting chunks (the earlier
+in turn on a tie) within 2 * prefill_chunk rows in all, the first counted at no more than prefill_chunk. A
+chunk counts the rows it costs: a prompt's last chunk shares one program with the round's other last chunks
+(up to PREFILL_BUCKETS[-1] tokens a program, so a burst of short prompts is prefilled a program of 512 rows at
+a time), counted at its tokens; any other chunk runs a program of its own, counted at the rows that program
+runs (16, 64, 256 or 512). So a round prefills at most 2 * prefill_chunk rows (and what the packing of last
+chunks rounds up), and with k other sequences waiting to prefill (fewer than max_batch):
 - every waiting sequence's next chunk goes in within k + 1 rounds (as the first in turn, if not sooner):
   nobody starves, however many small prompts keep coming;
 - a chunk of c rows goes in the next round when the waiting chunks of at most c rows ahead of it fill
@@ -357,12 +360,12 @@ class BatchGenerator:
         waiting = [s for s in waiting if s.session is not None or free_slots]
         if not waiting or max_chunks == 0:
             return []
-        first, others = waiting[0], sorted(waiting[1:], key=lambda s: self._chunk_rows(s))
-        chosen, rows = [first], 0
+        first, others = waiting[0], sorted(waiting[1:], key=lambda s: self._chunk_cost(s))
+        chosen, rows = [first], min(self._chunk_cost(first), self.prefill_chunk)
         free_slots -= first.session is None
         for seq in others:
-            cost = self._chunk_rows(seq)
-            if (max_chunks is not None and len(chosen) >= max_chunks) or rows + cost > self.prefill_chunk:
+            cost = self._chunk_cost(seq)
+            if (max_chunks is not None and len(chosen) >= max_chunks) or rows + cost > 2 * self.prefill_chunk:
                 break  # the rest are no smaller
             if seq.session is None:
                 if not free_slots:
@@ -372,10 +375,39 @@ class BatchGenerator:
             rows += cost
         return chosen
 
-    def _chunk_rows(self, seq: _Sequence) -> int:
-        """The token rows a sequence's next chunk runs at (models/text/engine.py's prefill_program): its cost."""
+    def _chunk_cost(self, seq: _Sequence) -> int:
+        """The rows a sequence's next chunk costs a round: its tokens where it is a last chunk that shares a program
+        (_packs), else the rows its own program runs (models/text/engine.py's prefill_program)."""
         n = seq.next_chunk(self.prefill_chunk)
-        return 1 if n == 1 else next((b for b in PREFILL_BUCKETS if b >= n), n)
+        return n if self._packs(seq) or n == 1 else next((b for b in PREFILL_BUCKETS if b >= n), n)
+
+    def _packs(self, seq: _Sequence) -> bool:
+        """Whether the sequence's next chunk can share a program with other sequences' (Engine.submit_last_chunks):
+        it is the prompt's last, holds no image, and the pool has no recurrent layers (which take a sequence's prompt
+        at a time)."""
+        return (seq.session is not None and not seq.images and getattr(self.pool, "recurrent", None) is None
+                and seq.prefilled + seq.next_chunk(self.prefill_chunk) == len(seq.prompt))
+
+    def _prompt_groups(self, prompts: list[_Sequence]) -> list[list[_Sequence]]:
+        """The round's prompt chunks as submissions: the last chunks that can share a program packed in order into
+        programs of up to PREFILL_BUCKETS[-1] tokens and max_batch chunks, every other chunk alone."""
+        for seq in prompts:
+            if seq.session is None:  # a preempted sequence takes what the prefix cache still holds first
+                self._resume(seq)
+        groups: list[list[_Sequence]] = []
+        pack: list[_Sequence] = []
+        tokens = 0
+        for seq in prompts:
+            n = seq.next_chunk(self.prefill_chunk)
+            if not self._packs(seq):
+                groups.append([seq])
+                continue
+            if pack and (tokens + n > PREFILL_BUCKETS[-1] or len(pack) == self.max_batch):
+                groups.append(pack)
+                pack, tokens = [], 0
+            pack.append(seq)
+            tokens += n
+        return groups + [pack] if pack else groups
 
     def _pages_wanted(self, plan: _Plan) -> int:
         prefills, on_gpu, stepwise, split = plan
@@ -453,11 +485,13 @@ class BatchGenerator:
         # the forced tokens of every jumping row in one submission; a hybrid's recurrent layers take a sequence's
         # prompt at a time
         for group in [jumps] if jumps and getattr(self.pool, "recurrent", None) is None else [[s] for s in jumps]:
-            round_.submissions.append(self._submit_jumps(group))
-        for prefilling in prompts:
-            round_.submissions.append(self._submit_prefill(prefilling))
-            if prefilling.decoding and not prefilling.stepwise and not prefilling.split:  # it decodes this round
-                on_gpu = sorted([*on_gpu, prefilling], key=lambda s: s.order)
+            round_.submissions.append(self._submit_last_chunks(group))
+        for group in self._prompt_groups(prompts):
+            round_.submissions.append(self._submit_prefill(group[0]) if len(group) == 1
+                                      else self._submit_last_chunks(group))
+            for prefilling in group:
+                if prefilling.decoding and not prefilling.stepwise and not prefilling.split:  # it decodes this round
+                    on_gpu = sorted([*on_gpu, prefilling], key=lambda s: s.order)
         if on_gpu:
             round_.submissions.append(self._submit_gpu_decode(on_gpu))
         return round_, self._record_stepwise(stepwise) if stepwise else None
@@ -504,12 +538,13 @@ class BatchGenerator:
         self._chunk_sent(seq, len(chunk), last)
         return _Submission(pending, [seq], self._handle_prefill if last else self._handle_nothing)
 
-    def _submit_jumps(self, seqs: list[_Sequence]) -> _Submission:
-        """The chunks of forced tokens of jumping sequences (_jump) in one submission, each sampling the token after
-        its chunk under its grammar's mask."""
+    def _submit_last_chunks(self, seqs: list[_Sequence]) -> _Submission:
+        """The last chunks of several sequences in one submission, each sampling the token after its chunk (under its
+        grammar's mask where it has one): prompts' last chunks (_prompt_groups), or the forced tokens of jumping
+        sequences (_jump)."""
         rows = [ChunkRow(s.session, s.prompt[s.prefilled:], s.gpu or GpuSampling(),
                          read_logits=s.gpu is None and not s.candidates, read_candidates=s.gpu is None and s.candidates,
-                         mask=self._mask(s)) for s in seqs]
+                         mask=self._mask(s) if s.constraint is not None else None) for s in seqs]
         pending = self.engine.submit_last_chunks(rows)
         for seq, row in zip(seqs, rows, strict=True):
             self._chunk_sent(seq, len(row.ids), True)
@@ -742,8 +777,8 @@ class BatchGenerator:
     def _jump(self, seq: _Sequence, token: int) -> list[Event]:
         """Jump-forward decoding: the tokens seq's grammar forces after `token` (its only legal continuation, so
         greedy or sampled, a step each would give the same) are handed out now and go in as one prompt chunk
-        (_submit_jumps), with the token if no step sent yet feeds it; the token after them is sampled at the chunk's
-        end. So a schema's fixed keys and punctuation cost a round, not a round a token."""
+        (_submit_last_chunks), with the token if no step sent yet feeds it; the token after them is sampled at the
+        chunk's end. So a schema's fixed keys and punctuation cost a round, not a round a token."""
         assert seq.session is not None and seq.constraint is not None
         fed = seq.session.n_past  # positions sent: the token's among them where a step recorded or sent feeds it
         unfed = len(seq.request) + len(seq.emitted) - fed

@@ -152,9 +152,11 @@ class Engine:
 
     def compile_all(self) -> int:
         """Build every program a request can run on this engine, so none compiles a pipeline mid-request: the prompt
-        chunks (1 token and each of PREFILL_BUCKETS), decode at each batch bucket, each with and without token masks
-        (constrained decoding), the candidates programs (CPU sampling) and both halves of split steps (grammars
-        sampled on the GPU). Builds record commands and compile pipelines but run nothing; the pipelines compiled."""
+        chunks (1 token and each of PREFILL_BUCKETS), the last chunks of several sequences (submit_last_chunks: each
+        of PREFILL_BUCKETS with each batch bucket of outputs), decode at each batch bucket, each with and without
+        token masks (constrained decoding), the candidates programs (CPU sampling) and both halves of split steps
+        (grammars sampled on the GPU). Builds record commands and compile pipelines but run nothing; the pipelines
+        compiled."""
         device = self.executor.device
         before = device.pipelines_compiled
         for masked in (False, True):
@@ -162,6 +164,8 @@ class Engine:
                 self.prefill_program(t_max, masked)
             for r_max in self.decode_buckets():
                 self.program(r_max, r_max, masked)
+                for t_max in (t for t in PREFILL_BUCKETS if t > r_max):
+                    self.program(t_max, r_max, masked)
         for r_max in self.decode_buckets():
             self.candidates_program(r_max)
             self.split_program("logits", r_max)

@@ -20,7 +20,7 @@ import numpy as np
 from gpu.turns import Turns
 from models.text.batch import BatchGenerator, EndEvent, Event, TokenEvent
 from models.text.sampler import SamplingParams
-from models.text.step_io import PREFILL_BUCKETS, DecodeRow
+from models.text.step_io import PREFILL_BUCKETS, ChunkRow, DecodeRow
 from server.chat_worker import ChatWorker
 from server.jobs import ChoiceDone, ChoiceSpec, Job, JobEvent, JobHandle
 from tests.server.fake_model import fake_loader
@@ -223,6 +223,8 @@ class FakeEngine:
     pool: FakePool
     round: int = 0
     chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (round, session slot, tokens)
+    packs: list[tuple[int, list[int]]] = field(default_factory=list)  # (round, tokens of each chunk) shared programs
+    programs: list[tuple[int, int]] = field(default_factory=list)  # (round, rows) of each prompt program
 
     def new_session(self) -> FakeSession:
         return FakeSession(self.pool)
@@ -230,8 +232,18 @@ class FakeEngine:
     def submit_prefill(self, session: FakeSession, ids: list[int], sampling: object = None, read_logits: bool = False,
                        last: bool = True, read_candidates: bool = False, mask: object = None) -> FakePending:
         self.chunks.append((self.round, session.slot, len(ids)))
+        self.programs.append((self.round, bucket(len(ids))))
         session.n_past += len(ids)
         return FakePending(np.full((1, 1), 100))
+
+    def submit_last_chunks(self, rows: list[ChunkRow]) -> FakePending:
+        assert sum(len(r.ids) for r in rows) <= PREFILL_BUCKETS[-1]
+        self.packs.append((self.round, [len(r.ids) for r in rows]))
+        self.programs.append((self.round, bucket(sum(len(r.ids) for r in rows))))
+        for row in rows:
+            self.chunks.append((self.round, row.session.slot, len(row.ids)))
+            row.session.n_past += len(row.ids)
+        return FakePending(np.full((1, len(rows)), 100))
 
     def submit_decode(self, rows: list[DecodeRow], n_steps: int = 1) -> FakePending:
         for row in rows:
@@ -261,6 +273,18 @@ def first_token_round(events_by_round: list[tuple[int, list[Event]]], key: Hasha
                 None)
 
 
+def rows_by_round(engine: FakeEngine) -> dict[int, int]:
+    """The rows of the prompt programs each round ran."""
+    rows: dict[int, int] = {}
+    for r, n in engine.programs:
+        rows[r] = rows.get(r, 0) + n
+    return rows
+
+
+def bucket(n: int) -> int:
+    return next(b for b in PREFILL_BUCKETS if b >= n)
+
+
 def test_a_short_prompt_behind_long_ones_is_prefilled_the_next_round() -> None:
     """31 prompts of 2,000 tokens (4 chunks each) are prefilling when a 4-token prompt arrives: its one chunk goes
     in the next round and its first token comes back the round after (rounds are pipelined). Oldest first, it
@@ -276,11 +300,8 @@ def test_a_short_prompt_behind_long_ones_is_prefilled_the_next_round() -> None:
         seen.append((engine.round, events))
     assert [r for r, slot, _ in engine.chunks if slot == 31] == [added + 1]  # the short prompt's session
     assert first_token_round(seen, "short") == added + 2
-    # Every round prefilled at most two chunks' worth of rows: the first in turn and 512 more.
-    rows_by_round: dict[int, int] = {}
-    for r, _, n in engine.chunks:
-        rows_by_round[r] = rows_by_round.get(r, 0) + next(b for b in PREFILL_BUCKETS if b >= n)
-    assert max(rows_by_round.values()) <= 2 * 512
+    # Every round's prompt programs ran at most two chunks' worth of rows: the first in turn and 512 more.
+    assert max(rows_by_round(engine).values()) <= 2 * 512
     ends = [e for _, events in seen for e in events if isinstance(e, EndEvent)]
     assert len(ends) == 32 and all(e.reason == "length" for e in ends)
 
@@ -299,3 +320,20 @@ def test_long_prompts_keep_going_while_short_ones_keep_coming() -> None:
         run_round(gen, engine)
     long_rounds = [r for r, slot, _ in engine.chunks if slot == 0]
     assert len(long_rounds) == 4, long_rounds
+
+
+def test_a_burst_of_short_prompts_shares_prompt_programs() -> None:
+    """32 prompts of 128 tokens arriving together are prefilled four to a program of 512 rows, eight a round, so
+    the last one's first token comes back in round 5 (rounds are pipelined). A program each, at the 256 rows of
+    its bucket, three went in a round and the last first token waited for round 12."""
+    gen, engine = generator()
+    for i in range(32):
+        gen.add(i, [7] * 128, GREEDY, 4, stop_ids=frozenset())
+    seen = []
+    while gen.busy:
+        events = run_round(gen, engine)
+        seen.append((engine.round, events))
+    assert {round_ for round_, _ in engine.packs} == {1, 2, 3, 4}
+    assert all(sizes == [128] * 4 for _, sizes in engine.packs) and len(engine.packs) == 8
+    assert max(rows_by_round(engine).values()) == 2 * 512
+    assert max(first_token_round(seen, i) for i in range(32)) == 5  # type: ignore[type-var]
