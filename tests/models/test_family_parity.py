@@ -82,6 +82,34 @@ def test_greedy_tokens_and_logits(family: str, dtype: str) -> None:
 
 
 @pytest.mark.parametrize("family", CHAT)
+def test_prompts_prefilled_together_match_the_reference(family: str) -> None:
+    """The batch generator sends the last chunks of prompts that arrive together in one program
+    (Engine.submit_last_chunks): both recorded prompts prefilled that way give each its reference logits for the
+    first step, to the same cosine. Hybrids are skipped: their recurrent layers take a prompt at a time, and the
+    generator never packs them."""
+    from models.text.step_io import ChunkRow
+
+    dtype = META[family].get("dtypes", DTYPES)[0]
+    golden = _golden(family)
+    model = load_text_model(str(_file(family, dtype, golden)), kv_dtype="f32", context_length=CONTEXT.get(family, 128))
+    engine = model.engine()
+    if getattr(engine.pool, "recurrent", None) is not None:
+        pytest.skip("recurrent layers: prompts are prefilled one at a time")
+    prefix = f"{dtype}/{GOLDEN_PREFIX.get(family, '')}"
+    prompts = [[int(t) for t in golden[f"{dtype}/prompt_{i}"]] for i in range(2)]
+    sessions = [model.new_session() for _ in prompts]
+    try:
+        _, logits = engine.submit_last_chunks([ChunkRow(s, p, read_logits=True)
+                                               for s, p in zip(sessions, prompts, strict=True)]).wait()
+    finally:
+        for session in sessions:
+            session.close()
+    for i in range(2):
+        cosine = _cosine(logits[i].reshape(-1), golden[f"{prefix}logits_{i}"][0])
+        assert cosine >= MIN_COSINE, f"prompt {i}: cosine {cosine:.7f}"
+
+
+@pytest.mark.parametrize("family", CHAT)
 def test_chat_template_and_tokenizer_give_the_reference_ids(family: str) -> None:
     """The family's template (from the GGUF) rendered by Hearth equals transformers' apply_chat_template for each
     recorded conversation: a system turn (where the template takes one) and a user turn, with the generation prompt

@@ -130,6 +130,26 @@ def test_batched_decode_matches_single(fixtures: Fixtures) -> None:
             s.close()
 
 
+@pytest.mark.parametrize("fixture", list(FIXTURES))
+def test_prompts_prefilled_together_match_transformers(fixtures: Fixtures, fixture: str) -> None:
+    """Both prompts' last chunks in one program (Engine.submit_last_chunks, as the batch generator sends prompts that
+    arrive together): the logits after each are its reference's, the KV-shared layers run for each prompt's last
+    row (e2b) and the experts for every row (moe)."""
+    from models.text.step_io import ChunkRow
+
+    model = load_text_model(str(fixtures.path(fixture, "f32")), context_length=256, max_batch=2)
+    reference = np.load(GOLDEN / f"{fixture}_f32.npz")
+    sessions = [model.new_session("f32") for _ in range(2)]
+    try:
+        rows = [ChunkRow(s, reference[f"prompt_{i}"].tolist(), read_logits=True) for i, s in enumerate(sessions)]
+        _, logits = model.engine("f32").submit_last_chunks(rows).wait()
+    finally:
+        for s in sessions:
+            s.close()
+    for i in range(2):
+        assert cosine(logits[i].reshape(-1), reference[f"logits_{i}"][0]) >= MIN_COSINE["f32"], f"prompt {i}"
+
+
 def test_f16_cache(fixtures: Fixtures) -> None:
     """The default f16 KV cache rounds k and v to 11 bits: still within the F32 bound."""
     model = load_text_model(str(fixtures.path("moe", "f32")), context_length=256, max_batch=1)
