@@ -66,28 +66,43 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let wu = words.up;
     var acc: array<vec4<f32>, T_MAX>;  // [token]: rows j = 0..3
     var acc_u: array<vec4<f32>, T_MAX>;  // [token]: up rows (GLU)
-    for (var p = 0u; p < K / 64u; p++) {
-        // the pair's weight words of the thread's rows, read once for all of the step's tokens
-        let r0 = load_pair(w0.x, p);
-        let r1 = load_pair(w0.y, p);
-        let r2 = load_pair(w0.z, p);
-        let r3 = load_pair(w0.w, p);
-        var u0 = Pair();
-        var u1 = Pair();
-        var u2 = Pair();
-        var u3 = Pair();
-        if (GLU == 1u) {
-            u0 = load_pair(wu.x, p);
-            u1 = load_pair(wu.y, p);
-            u2 = load_pair(wu.z, p);
-            u3 = load_pair(wu.w, p);
+    if (T_MAX == 1u) {
+        // one token: x first, then each row's pair straight into its dot, so that one pair is live at a time
+        // rather than four (the registers they hold spilled)
+        for (var p = 0u; p < K / 64u; p++) {
+            let xs = pair_x(0u, p);
+            acc[0] += vec4<f32>(pair_dot(load_pair(w0.x, p), xs), pair_dot(load_pair(w0.y, p), xs),
+                                pair_dot(load_pair(w0.z, p), xs), pair_dot(load_pair(w0.w, p), xs));
+            if (GLU == 1u) {
+                acc_u[0] += vec4<f32>(pair_dot(load_pair(wu.x, p), xs), pair_dot(load_pair(wu.y, p), xs),
+                                      pair_dot(load_pair(wu.z, p), xs), pair_dot(load_pair(wu.w, p), xs));
+            }
         }
-        for (var t = 0u; t < T_MAX; t++) {
-            if (t < n) {
-                let xs = pair_x(t, p);
-                acc[t] += vec4<f32>(pair_dot(r0, xs), pair_dot(r1, xs), pair_dot(r2, xs), pair_dot(r3, xs));
-                if (GLU == 1u) {
-                    acc_u[t] += vec4<f32>(pair_dot(u0, xs), pair_dot(u1, xs), pair_dot(u2, xs), pair_dot(u3, xs));
+    } else {
+        for (var p = 0u; p < K / 64u; p++) {
+            // the pair's weight words of the thread's rows, read once for all of the step's tokens
+            let r0 = load_pair(w0.x, p);
+            let r1 = load_pair(w0.y, p);
+            let r2 = load_pair(w0.z, p);
+            let r3 = load_pair(w0.w, p);
+            var u0 = Pair();
+            var u1 = Pair();
+            var u2 = Pair();
+            var u3 = Pair();
+            if (GLU == 1u) {
+                u0 = load_pair(wu.x, p);
+                u1 = load_pair(wu.y, p);
+                u2 = load_pair(wu.z, p);
+                u3 = load_pair(wu.w, p);
+            }
+            for (var t = 0u; t < T_MAX; t++) {
+                if (t < n) {
+                    let xs = pair_x(t, p);
+                    acc[t] += vec4<f32>(pair_dot(r0, xs), pair_dot(r1, xs), pair_dot(r2, xs), pair_dot(r3, xs));
+                    if (GLU == 1u) {
+                        acc_u[t] += vec4<f32>(pair_dot(u0, xs), pair_dot(u1, xs), pair_dot(u2, xs),
+                                              pair_dot(u3, xs));
+                    }
                 }
             }
         }
