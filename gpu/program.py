@@ -128,6 +128,9 @@ class ProgramBuilder:
         self.step = executor.step_tensor
         self._dispatches: list[Dispatch] = []
         self._activations: list[Tensor] = []
+        # activations also bind as uniforms on a software adapter, where lavapipe reads those faster (whole-row
+        # matvecs read x there: gpu/ops/matmul.py)
+        self.uniform_activations = self.device.is_software
 
     def activation(self, name: str, shape: Sequence[int], dtype: str = "f32") -> Tensor:
         tensor = Tensor(f"{self.name}.{name}", tuple(int(s) for s in shape), dtype, Lifetime.ACTIVATION)
@@ -188,7 +191,8 @@ class ProgramBuilder:
                 free.remove((size, buffer))
             else:
                 size = tensor.nbytes
-                buffer = self.device.create_buffer(size, f"{self.name}.pool{len(live) + len(free)}")
+                usage = STORAGE_USAGE | (wgpu.BufferUsage.UNIFORM if self.uniform_activations else 0)
+                buffer = self.device.create_buffer(size, f"{self.name}.pool{len(live) + len(free)}", usage)
                 total += size
             tensor.buffer, tensor.offset = buffer, 0
             live.append((last[id(tensor)], size, buffer))

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from gpu.device import Device
 from gpu.ops import matmul_plan as planning
 from gpu.ops.matmul_plan import (
+    UNIFORM_X_BYTES,
     DeviceTraits,
     LinearInput,
     LinearKernel,
@@ -52,7 +53,7 @@ from gpu.ops.quantised import QuantisedActivation, quantised_activation  # noqa:
 from gpu.ops.split_sums import SplitSums
 from gpu.ops.transformer import glu_act, glu_mul
 from gpu.program import ProgramBuilder, workgroup_grid
-from gpu.tensor import Tensor
+from gpu.tensor import Lifetime, Tensor
 from gpu.weights import QuantWeight
 
 
@@ -183,7 +184,8 @@ def _check_input(x: Tensor | NormedInput | QuantisedActivation, width: int, t_ma
     _check_activation(x.block_out if isinstance(x, NormedInput) else x, width, t_max, what)
 
 
-def _input_kind(x: Tensor | NormedInput | Int8Input | QuantisedActivation) -> tuple[LinearInput, int]:
+def _input_kind(builder: ProgramBuilder,
+                x: Tensor | NormedInput | Int8Input | QuantisedActivation) -> tuple[LinearInput, int]:
     """What a dispatch reads as x, and its values a row."""
     if isinstance(x, NormedInput):
         return LinearInput.NORMED, x.block_out.shape[1]
@@ -191,7 +193,8 @@ def _input_kind(x: Tensor | NormedInput | Int8Input | QuantisedActivation) -> tu
         return LinearInput.INT8, x.q.shape[1] * 4
     if isinstance(x, QuantisedActivation):
         return LinearInput.QUANTISED, x.width
-    return LinearInput.F32, x.shape[1]
+    uniform = builder.uniform_activations and x.lifetime is Lifetime.ACTIVATION and x.nbytes <= UNIFORM_X_BYTES
+    return LinearInput.F32_UNIFORM if uniform else LinearInput.F32, x.shape[1]
 
 
 def _dispatch(
@@ -204,7 +207,7 @@ def _dispatch(
     activation(gate) * up, the up rows following the n_rows gate rows), as matmul_plan.plan_shard plans them: one,
     or two for a matmul split over k (the parts, then matmul_reduce; with leave_parts, the parts alone,
     returned)."""
-    kind, width = _input_kind(x)
+    kind, width = _input_kind(builder, x)
     y_tensor = y.tensor if isinstance(y, QuantisedActivation) else y
     shard_plan = plan_shard(weight, plan, kind, width, t_max, n_rows=n_rows, row_start=row_start, y_stride=y_stride,
                             glu=glu, q8_output=isinstance(y, QuantisedActivation),

@@ -31,6 +31,7 @@ Q = GGMLQuantizationType
 GROUP_VALUES = 16  # values per dequant16 call (kernels/quant/bytes.wgsl)
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 ROWS_PER_THREAD = 4  # whole-row matvec kernels (software adapters): rows a thread
+UNIFORM_X_BYTES = 64 << 10  # largest x a whole-row matvec reads from a uniform binding: WebGPU's least binding limit
 # K-quant matvecs with kernels of their own: 32 values a load step, scales applied per sub-block
 WIDE_MATVEC_KERNELS = {Q.Q4_K: "matvec_q4_k", Q.Q6_K: "matvec_q6_k"}
 ROW_PAIRS_KERNELS = frozenset({"matvec_q4_k", "matvec_q6_k"})  # the matvec kernels that implement PAIRS
@@ -140,6 +141,9 @@ class LinearInput(Enum):
     """What a linear's dispatch reads as x."""
 
     F32 = "f32"  # an f32 activation [t_max, K]
+    # an f32 activation that also binds as a uniform (a software adapter's, of at most UNIFORM_X_BYTES): the whole-row
+    # matvecs read it there (matvec/x_binding_uniform.wgsl)
+    F32_UNIFORM = "f32_uniform"
     NORMED = "normed"  # a NormedInput: residual + norm made again in every matvec workgroup
     INT8 = "int8"  # quantize_q8's q and scales (gpu.ops.matmul.Int8Input), for the int8 tiles
     QUANTISED = "quantised"  # a QuantisedActivation: int8 blocks kept between two dispatches
@@ -406,21 +410,23 @@ def plan_matvec(
     """The matvec over n_rows rows (y columns) of a weight; int8: the int8 kernel of the weight's type (see
     int8_matvec); q8_output: y is quantised (matvec/store_q8.wgsl, whose workgroups hold whole 32-row blocks);
     normed: the input is normalised in every workgroup; max_threads: the device's most invocations a workgroup,
-    where workgroups need not be a power of two; x_source: the X_SOURCE define (how the kernel reads x), given to
-    every kernel but the software adapters' matvec_*_rows, which read x directly."""
+    where workgroups need not be a power of two; x_source: the X_SOURCE define (how the kernel reads x; "direct"
+    where not given; "uniform" for whole rows only)."""
     if whole_rows:
         if q8_output:
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
         threads = software_matvec_threads(n_rows, tuning)
         groups = -(-n_rows // (threads * ROWS_PER_THREAD))
         block_kernel = whole_row_block_kernel(weight)
+        # the block kernels read f32 x (the int8 one quantises it in its prologue) from a storage or uniform binding
+        x_defines: list[tuple[str, int | str]] = [("X_SOURCE", x_source or "direct")]
+        if x_source == "uniform":
+            x_defines.append(("X_VEC4", t_max * weight.k // 4))
         if block_kernel is not None:
             name = WHOLE_ROW_INT8_KERNELS[weight.qtype] if int8 else block_kernel
-            return MatvecPlan(name, MatvecShape(1, threads), groups, (("WG", threads),))
+            return MatvecPlan(name, MatvecShape(1, threads), groups, (("WG", threads), *x_defines))
         defines: list[tuple[str, int | str]] = [("ENTRY", "whole_rows"), ("TPR", 1), ("ROWS", threads),
-                                                ("STORE", "row")]
-        if x_source:
-            defines.append(("X_SOURCE", x_source))
+                                                ("STORE", "row"), *x_defines]
         return MatvecPlan("matvec", MatvecShape(1, threads), groups, tuple(defines))
     entry = "reduce_subgroup" if subgroups else "reduce_workgroup"
     if int8:
@@ -660,8 +666,12 @@ def plan_shard(
                            x_source="q8_normed" if int8 else "normed")
     if plan.kernel is LinearKernel.MATVEC:
         int8 = int8_matvec(weight, plan, t_max, glu, tuning)
+        if plan.whole_rows:  # f32 x (the int8 kernel quantises it itself), from a uniform binding where it is one
+            x_source = "uniform" if x is LinearInput.F32_UNIFORM else "direct"
+        else:
+            x_source = "q8_direct" if int8 else "direct"
         return plan_matvec(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, tuning, int8, q8_output,
-                           x_source="q8_direct" if int8 else "direct")
+                           x_source=x_source)
     if x is LinearInput.INT8:
         return plan_int8_tiles(weight, n_rows, t_max, glu, tuning)
     if plan.whole_rows:

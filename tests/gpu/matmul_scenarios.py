@@ -66,6 +66,7 @@ class RecordingBuilder:
         self.executor = SimpleNamespace(device=device, int8_matmuls=int8_matmuls, tuning=tuning)
         self.name = "p"
         self.step = Tensor("step", (4,), "u32")
+        self.uniform_activations = device.is_software  # as ProgramBuilder's
         self.records: list[str] = []
 
     def activation(self, name: str, shape: Sequence[int], dtype: str = "f32") -> Tensor:

@@ -31,6 +31,7 @@ from gpu.ops import matmul_plan as plan
 from gpu.ops.matmul import LinearKernel, block_values, device_traits, linear, linear_glu
 from gpu.ops.matmul_plan import MatmulTile, MatvecShape
 from gpu.ops.matmul_tuning import DEFAULT_TUNING
+from gpu.ops.transformer import add
 from gpu.program import Executor, Program, ProgramBuilder, StepParams
 from gpu.weights import SUPPORTED_TYPES, QuantWeight, row_bytes, upload_weight
 
@@ -91,10 +92,11 @@ def tuned(ex: Executor, **changes: Any) -> Executor:
 def run_linear(
     ex: Executor, qtype: Q, k: int, n: int, t_max: int, n_tokens: int, *, seed: int = 0,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, max_shard_bytes: int | None = None,
-    whole_rows: bool | None = None, nan_past_step: bool = False,
+    whole_rows: bool | None = None, nan_past_step: bool = False, x_activation: bool = False,
 ) -> tuple[QuantWeight, Program]:
     """Run one linear layer on random data and check it against numpy; returns the weight and the program.
-    nan_past_step: x's rows past n_tokens hold NaN."""
+    nan_past_step: x's rows past n_tokens hold NaN. x_activation: the linear reads x + 0 made in the step (an
+    activation) rather than the input tensor."""
     rng = np.random.default_rng(seed)
     raw = random_weight_bytes(rng, qtype, k, n)
     weight = upload_weight(ex, "w", qtype, k, n, raw, max_shard_bytes=max_shard_bytes)
@@ -104,6 +106,11 @@ def run_linear(
     xt = ex.tensor("x", x.shape, data=x)
     yt = ex.tensor("y", (t_max, n), data=np.full((t_max, n), SENTINEL, np.float32))
     b = ProgramBuilder(ex, "linear")
+    if x_activation:
+        zeros = ex.tensor("zeros", x.shape, data=np.zeros_like(x))
+        made = b.activation("x", x.shape)
+        add(b, xt, zeros, made)
+        xt = made
     linear(b, weight, xt, yt, t_max, kernel=kernel, subgroups=subgroups, whole_rows=whole_rows)
     program = b.build()
     got, = ex.run(program, StepParams(n_tokens), read=[yt])
@@ -436,6 +443,16 @@ def test_matvec_whole_rows_q4_k(ex: Executor, k: int, n: int, tokens: int) -> No
                                  whole_rows=True, max_shard_bytes=shard_bytes)
     assert {d.kernel for d in program.dispatches} == {"matvec_q4_k_rows"}
     assert len(weight.shards) == (2 if shard_bytes else 1)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q5_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_matvec_whole_rows_on_an_activation(ex: Executor, qtype: Q) -> None:
+    """x made in the step: on a software adapter an activation binds as a uniform too, and the whole-row matvecs
+    (the block kernels, and matvec.wgsl's for Q6_K) read it there; the same sums either way."""
+    _, program = run_linear(ex, qtype, 1024, 75, 1, 1, seed=13, kernel=LinearKernel.MATVEC, whole_rows=True,
+                            x_activation=True)
+    matvec, = [d for d in program.dispatches if d.kernel.startswith("matvec")]
+    assert matvec.defines["X_SOURCE"] == ("uniform" if ex.device.is_software else "direct")
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)

@@ -4,6 +4,7 @@
 // defines ROW_WORDS, its weight row's length in the words it indexes (u32 or vec4).
 #include "common/step.wgsl"
 #include "matmul/glu.wgsl"
+#include "matvec/x_binding_${X_SOURCE}.wgsl"
 
 override K: u32 = 256u;        // values per weight row, a multiple of the kernel's block group
 override N_ROWS: u32 = 1u;     // y columns computed: rows of W (with GLU, gate rows)
@@ -16,7 +17,6 @@ override GLU: u32 = 0u;        // 1: act(gate) * up, up row r at N_ROWS + r
 
 @group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(1) var<storage, read> weight: array<vec4<u32>>;  // the blocks as stored
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;       // [T_MAX, K]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;       // [T_MAX, Y_STRIDE]
 
 // The first of a thread's rows (past N_ROWS: the thread has none).

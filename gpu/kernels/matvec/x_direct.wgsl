@@ -1,6 +1,5 @@
 // matvec input, direct (X_SOURCE = "direct"): x is a binding, read where it is used.
-
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // [T_MAX, K]
+#include "matvec/x_binding_direct.wgsl"
 
 fn prepare_x(tid: u32, workgroup: u32, lanes_of_8: bool) {}
 
