@@ -100,6 +100,26 @@ fn block_dot(w: Block, xs: X32) -> f32 {
     return w.d * (lo + hi);
 }
 
+// One token's sums of four rows (word offsets w).
+fn one_token_rows(w: vec4<u32>) -> vec4<f32> {
+    var acc = vec4<f32>(0.0);
+    for (var p = 0u; p < K / 128u; p++) {
+        let r0 = load_quad(w.x, p);
+        let r1 = load_quad(w.y, p);
+        let r2 = load_quad(w.z, p);
+        let r3 = load_quad(w.w, p);
+        for (var b = 0u; b < 4u; b++) {
+            var xs: X32;
+            for (var i = 0u; i < 8u; i++) {
+                xs.v[i] = x[32u * p + 8u * b + i];
+            }
+            acc += vec4<f32>(block_dot(quad_block(r0, b), xs), block_dot(quad_block(r1, b), xs),
+                             block_dot(quad_block(r2, b), xs), block_dot(quad_block(r3, b), xs));
+        }
+    }
+    return acc;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -113,6 +133,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let wu = words.up;
     var acc: array<vec4<f32>, T_MAX>;  // [token]: rows j = 0..3
     var acc_u: array<vec4<f32>, T_MAX>;  // [token]: up rows (GLU)
+    if (T_MAX == 1u) {
+        // one token: the gate rows, then the up rows, so that four quads are live at a time rather than eight
+        acc[0] = one_token_rows(w0);
+        if (GLU == 1u) {
+            acc_u[0] = one_token_rows(wu);
+        }
+        store_rows(first_row, n, acc, acc_u);
+        return;
+    }
     for (var p = 0u; p < K / 128u; p++) {
         let r0 = load_quad(w0.x, p);
         let r1 = load_quad(w0.y, p);

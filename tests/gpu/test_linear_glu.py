@@ -102,6 +102,15 @@ def test_glu_decode(ex: Executor, qtype: Q, variant: str) -> None:
     assert (shards, len(program.dispatches)) == (1, 1)
 
 
+@pytest.mark.parametrize(("qtype", "kernel"), [(Q.Q8_0, "matvec_q8_0_rows"), (Q.Q5_0, "matvec_q5_0_rows"),
+                                               (Q.Q4_K, "matvec_q4_k_rows")], ids=lambda v: getattr(v, "name", v))
+def test_glu_one_token_whole_rows(ex: Executor, qtype: Q, kernel: str) -> None:
+    """The software adapters' block kernels at one token (a program of T_MAX = 1, as decode runs them), whose loops
+    take the gate rows and then the up rows (Q5_0), or each row's block pair straight into its dot (Q8_0)."""
+    _, program = run_glu(ex, qtype, 1024, 45, 1, 1, seed=9, kernel=LinearKernel.MATVEC, whole_rows=True)
+    assert [d.kernel for d in program.dispatches] == [kernel]
+
+
 @pytest.mark.parametrize(("qtype", "t_max", "n_tokens"), EVERY_ROW_STEPS, ids=lambda v: getattr(v, "name", v))
 def test_glu_every_row(ex: Executor, qtype: Q, t_max: int, n_tokens: int) -> None:
     """The gate-up in the matvecs that compute every row of x (tests/gpu/test_matmul.py test_matvec_every_row): x's
