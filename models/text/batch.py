@@ -212,6 +212,9 @@ class BatchGenerator:
         self.prefill_chunk = prefill_chunk
         self.engine = engine or model.engine(kv_dtype)
         self.pool = self.engine.pool
+        # several sequences' last chunks share one program (Engine.submit_last_chunks), but for a hybrid's recurrent
+        # layers, which take a sequence's prompt at a time
+        self._shares_programs = getattr(self.pool, "recurrent", None) is None
         self.steps_per_submit = steps_per_submit
         self.max_batch = model.max_batch
         self._sequences: dict[Hashable, _Sequence] = {}
@@ -383,9 +386,8 @@ class BatchGenerator:
 
     def _packs(self, seq: _Sequence) -> bool:
         """Whether the sequence's next chunk can share a program with other sequences' (Engine.submit_last_chunks):
-        it is the prompt's last, holds no image, and the pool has no recurrent layers (which take a sequence's prompt
-        at a time)."""
-        return (seq.session is not None and not seq.images and getattr(self.pool, "recurrent", None) is None
+        it is the prompt's last and holds no image, where the pool's programs are shared at all."""
+        return (self._shares_programs and seq.session is not None and not seq.images
                 and seq.prefilled + seq.next_chunk(self.prefill_chunk) == len(seq.prompt))
 
     def _prompt_groups(self, prompts: list[_Sequence]) -> list[list[_Sequence]]:
@@ -482,9 +484,8 @@ class BatchGenerator:
         prefills, on_gpu, stepwise, _ = plan
         jumps = [s for s in prefills if s.jump]
         prompts = [s for s in prefills if not s.jump]
-        # the forced tokens of every jumping row in one submission; a hybrid's recurrent layers take a sequence's
-        # prompt at a time
-        for group in [jumps] if jumps and getattr(self.pool, "recurrent", None) is None else [[s] for s in jumps]:
+        # the forced tokens of every jumping row in one submission where programs are shared
+        for group in [jumps] if jumps and self._shares_programs else [[s] for s in jumps]:
             round_.submissions.append(self._submit_last_chunks(group))
         for group in self._prompt_groups(prompts):
             round_.submissions.append(self._submit_prefill(group[0]) if len(group) == 1
