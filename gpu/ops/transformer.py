@@ -25,6 +25,7 @@ KEY_LANES = 8
 KEY_LANE_PARTS = 16
 KEY_LANE_MIN_ROWS = 64
 KEY_LANE_MIN_KEYS = 4
+KEY_LANE_GROUP_DIMS = 1024  # most query dims an invocation holds: heads of one kv head sharing its key and value loads
 Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
 # The gate activations of a gated feed-forward, as kernels/matmul/glu.wgsl's GLU_ACT codes
 GLU_ACTIVATIONS = {"gelu_tanh": 0, "silu": 1}
@@ -256,19 +257,23 @@ def _combine_parts(b: ProgramBuilder, partials: Tensor, out: Tensor, rows: Tenso
 def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int, rows: Tensor, out: Tensor, *,
                          heads: int, kv_heads: int, head_dim: int, window: int, scale: float, softcap: float,
                          parts: int | None, later_keys: bool) -> None:
-    """attention() on kernels/attention_key_lanes.wgsl: each (token, head) row's keys cut into `parts` parts
-    (KEY_LANE_PARTS for a step of few rows, else 1), an invocation each, their partial softmaxes merged by
-    attention_combine.wgsl where there are several."""
+    """attention() on kernels/attention_key_lanes.wgsl: a token's heads of one kv head taken together
+    (key_lane_head_group's), each such group's keys cut into `parts` parts (KEY_LANE_PARTS for a step of few rows,
+    else 1), an invocation each, their partial softmaxes merged by attention_combine.wgsl where there are several."""
     n_rows = _rows(q) * heads
     parts = parts or (KEY_LANE_PARTS if n_rows < KEY_LANE_MIN_ROWS else 1)
     cut = _key_cut(parts, window, KEY_LANE_MIN_KEYS, later_keys)
+    group = key_lane_head_group(heads // kv_heads, head_dim)
     constants: dict[str, int | float | bool | str] = {
         "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "SCALE": scale, "KV_F16": pool.f16,
         "LANES": KEY_LANES, **cut, **_paging(pool)}
+    if group > 1:
+        constants["HEAD_GROUP"] = group
     if softcap:
         constants["SOFTCAP"] = softcap
     cache = [pool.keys[layer], pool.values[layer]]
-    grid = workgroup_grid(-(-n_rows * parts // KEY_LANES))
+    invocations = n_rows // group * parts
+    grid = workgroup_grid(-(-invocations // KEY_LANES))
     if parts == 1:
         b.dispatch("attention_key_lanes", constants, [b.step, q, *cache, out, rows, pool.page_table], grid)
         return
@@ -276,6 +281,14 @@ def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int,
     b.dispatch("attention_key_lanes", constants, [b.step, q, *cache, partials, rows, pool.page_table], grid)
     _combine_parts(b, partials, out, rows, n_rows=n_rows, head_dim=head_dim, heads=heads, cut=cut,
                    reduce=b.device.reduction(None))
+
+
+def key_lane_head_group(queries_per_kv_head: int, head_dim: int) -> int:
+    """Heads of one kv head that an attention_key_lanes invocation takes together, so that each key and value
+    load serves them all: the most of 4, 2 and 1 that divides the group and holds at most KEY_LANE_GROUP_DIMS
+    query dims."""
+    return next(g for g in (4, 2, 1) if queries_per_kv_head % g == 0 and g * head_dim <= KEY_LANE_GROUP_DIMS
+                or g == 1)
 
 
 def glu_mul(b: ProgramBuilder, gate: Tensor, up: Tensor, out: Tensor, activation: str = "gelu_tanh") -> None:

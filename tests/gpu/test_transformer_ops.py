@@ -153,7 +153,8 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
     """Six prompt tokens of sequence a (positions 150-155, keys across a page edge and the
     window edge) and one decode token of sequence b (position 200) in one step; attention.wgsl's sums
     through workgroup memory or by subgroup operations, or attention_key_lanes.wgsl (splits: the parts of a row's
-    keys, an invocation each; 1: a row an invocation, 8 rows a workgroup)."""
+    keys, an invocation each; 1: a row group an invocation, 8 a workgroup; key_lane_head_group's heads a row group:
+    4 for 4 heads of 256 dims a kv head, 2 for Gemma 4's 512, 1 where heads and kv heads are equal)."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("the adapter has no subgroups")
     rng = np.random.default_rng(3)
@@ -187,6 +188,14 @@ def test_paged_attention(ex: Executor, kv_f16: bool, window: int, heads: int, kv
                                     window, scale, softcap)
         np.testing.assert_allclose(got[t].reshape(1, heads, d), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(got[n:], 0)  # rows past n_tokens untouched
+
+
+def test_key_lane_head_groups() -> None:
+    """attention_key_lanes takes as many heads of a kv head together as divide the group, up to 4 and 1024 dims."""
+    got = {(group, d): ops.key_lane_head_group(group, d) for group in (1, 2, 3, 4, 8) for d in (64, 256, 512)}
+    assert got == {(1, 64): 1, (1, 256): 1, (1, 512): 1, (2, 64): 2, (2, 256): 2, (2, 512): 2,
+                   (3, 64): 1, (3, 256): 1, (3, 512): 1, (4, 64): 4, (4, 256): 4, (4, 512): 2,
+                   (8, 64): 4, (8, 256): 4, (8, 512): 2}
 
 
 @pytest.mark.parametrize("key_lanes", [False, True], ids=["attention", "key_lanes"])
