@@ -47,6 +47,8 @@ INT8_TYPES = frozenset({Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0})
 INT8_MATVEC_KERNELS = {Q.Q4_K: "matvec_q4_k_i8", Q.Q6_K: "matvec_q6_k_i8"}
 # The f32 tiles read these types' groups as vec4<u32> (matmul/group16_q4_k_vec4.wgsl)
 VEC4_TILE_TYPES = frozenset({Q.Q4_K})
+# The software matmul holds these types' block loads across the block's groups (matmul/held_<type>.wgsl)
+HELD_LOAD_TYPES = {Q.Q5_0: "q5_0", Q.Q4_K: "q4_k", Q.Q8_0: "q8_0", Q.Q6_K: "q6_k"}
 
 
 @dataclass(frozen=True)
@@ -620,11 +622,13 @@ def plan_int8_tiles(weight: WeightShape, n_rows: int, t_max: int, glu: bool, tun
     return TilePlan(tile, tile.groups(n_rows, t_max, glu), defines, int8=True)
 
 
-def plan_whole_rows_matmul(n_rows: int, t_max: int, glu: bool) -> WholeRowsPlan:
-    """The software adapters' matmul over n_rows y columns."""
+def plan_whole_rows_matmul(qtype: GGMLQuantizationType, n_rows: int, t_max: int, glu: bool) -> WholeRowsPlan:
+    """The software adapters' matmul over n_rows y columns of a weight of type qtype."""
     thread_tokens = min(8, t_max)
     groups = -(-n_rows // (32 if glu else 64)) * -(-t_max // (8 * thread_tokens))
-    return WholeRowsPlan(thread_tokens, groups, (("ENTRY", "whole_rows"), ("WG", 64), ("THREAD_TOKENS", thread_tokens)))
+    held = HELD_LOAD_TYPES.get(qtype, "groups")
+    return WholeRowsPlan(thread_tokens, groups, (("ENTRY", "whole_rows"), ("WG", 64), ("THREAD_TOKENS", thread_tokens),
+                                                 ("HELD_LOADS", held)))
 
 
 # -- one shard's dispatch -------------------------------------------------------------------------------------------
@@ -675,7 +679,7 @@ def plan_shard(
     if x is LinearInput.INT8:
         return plan_int8_tiles(weight, n_rows, t_max, glu, tuning)
     if plan.whole_rows:
-        return plan_whole_rows_matmul(n_rows, t_max, glu)
+        return plan_whole_rows_matmul(weight.qtype, n_rows, t_max, glu)
     return plan_tiles(weight, n_rows, t_max, glu, traits, tuning)
 
 

@@ -6,10 +6,11 @@ scripts/capture_step_dispatches.py; kernels renamed since are mapped to their ne
 were taken again where their kernels changed since (whole-row matvecs, attention_key_lanes for attention),
 their other dispatches checked unchanged; so were the GPU programs whose matvecs changed plans on purpose since
 (rows interleaved, every row of x computed), their --lines differing only in those defines; and the software programs
-whose whole-row matvecs read x from a uniform binding (X_SOURCE, X_VEC4 their only new defines), and whose
+whose whole-row matvecs read x from a uniform binding (X_SOURCE, X_VEC4 their only new defines), whose
 attention_key_lanes takes the heads of a kv head together (HEAD_GROUP its new define, its grid that many times
-smaller). Where a digest differs, the script's --lines output at the base (`git worktree add /tmp/base 1e2d9c3`)
-and here shows where."""
+smaller), and whose whole-row matmuls hold a block's shared loads (HELD_LOADS their only new define). Where a
+digest differs, the script's --lines output at the base (`git worktree add /tmp/base 1e2d9c3`) and here shows
+where."""
 
 from __future__ import annotations
 

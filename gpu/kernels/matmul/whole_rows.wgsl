@@ -4,12 +4,16 @@
 // Here a thread computes 8 rows x THREAD_TOKENS tokens straight from the weight and x buffers, no
 // workgroup memory: per 16 values of k it dequantises its 8 rows once (held in registers across tokens)
 // and loads 16 values of x per token for 128 multiply-adds; a workgroup covers 64 rows x 8 THREAD_TOKENS
-// tokens. THREAD_TOKENS is 8 but for steps of fewer tokens (batched decode of 2 to 4 sequences), where
-// the tokens past the step would repeat the last: lavapipe, the 270M's decode step of 2 sequences 310 ->
-// 174 ms of GPU time (its Q8_0 output head 175 -> 86).
+// tokens. Where a type's groups share words (a block's scale, bytes holding two groups' bits), a row's shared
+// words are loaded once for those groups (matmul/held_${HELD_LOADS}.wgsl): the weight loads then cost Q5_0 6
+// words a block rather than 16, Q8_0 9 rather than 12, Q4_K 4 + 4 a group rather than 8, Q6_K 19 for four
+// groups rather than 48. THREAD_TOKENS is 8 but for steps of fewer tokens (batched decode of 2 to 4
+// sequences), where the tokens past the step would repeat the last: lavapipe, the 270M's decode step of 2
+// sequences 310 -> 174 ms of GPU time (its Q8_0 output head 175 -> 86).
 // With GLU a thread's 8 rows are 4 gate rows and their 4 up rows (32 y columns per workgroup).
 
 #include "matmul/group16_words.wgsl"
+#include "matmul/held_${HELD_LOADS}.wgsl"
 
 override WG: u32 = 64u;  // threads per workgroup
 override THREAD_TOKENS: u32 = 8u;  // tokens per thread, 1 to 8
@@ -67,19 +71,49 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base_hi = rows_hi * ROW_BYTES;
     var lo: array<vec4<f32>, 8>;  // [token i]: rows j = 0..3
     var hi: array<vec4<f32>, 8>;  // [token i]: rows j = 4..7
-    for (var gi = 0u; gi < K / GROUP_VALUES; gi++) {
-        let w0 = group16(base_lo.x, gi);
-        let w1 = group16(base_lo.y, gi);
-        let w2 = group16(base_lo.z, gi);
-        let w3 = group16(base_lo.w, gi);
-        let w4 = group16(base_hi.x, gi);
-        let w5 = group16(base_hi.y, gi);
-        let w6 = group16(base_hi.z, gi);
-        let w7 = group16(base_hi.w, gi);
-        for (var i = 0u; i < THREAD_TOKENS; i++) {
-            let d = dot8(min(t + i, n - 1u), gi, w0, w1, w2, w3, w4, w5, w6, w7);
-            lo[i] += d.lo;
-            hi[i] += d.hi;
+    // (the token loop twice: through a function taking the sums by pointer, it ran slower)
+    if (HELD_GROUPS == 1u) {  // each group loaded by itself, in one loop (nested as below, these types ran slower)
+        for (var gi = 0u; gi < K / GROUP_VALUES; gi++) {
+            let w0 = group16(base_lo.x, gi);
+            let w1 = group16(base_lo.y, gi);
+            let w2 = group16(base_lo.z, gi);
+            let w3 = group16(base_lo.w, gi);
+            let w4 = group16(base_hi.x, gi);
+            let w5 = group16(base_hi.y, gi);
+            let w6 = group16(base_hi.z, gi);
+            let w7 = group16(base_hi.w, gi);
+            for (var i = 0u; i < THREAD_TOKENS; i++) {
+                let d = dot8(min(t + i, n - 1u), gi, w0, w1, w2, w3, w4, w5, w6, w7);
+                lo[i] += d.lo;
+                hi[i] += d.hi;
+            }
+        }
+    } else {
+        for (var h = 0u; h < K / (GROUP_VALUES * HELD_GROUPS); h++) {
+            let h0 = held_fetch(base_lo.x, h);
+            let h1 = held_fetch(base_lo.y, h);
+            let h2 = held_fetch(base_lo.z, h);
+            let h3 = held_fetch(base_lo.w, h);
+            let h4 = held_fetch(base_hi.x, h);
+            let h5 = held_fetch(base_hi.y, h);
+            let h6 = held_fetch(base_hi.z, h);
+            let h7 = held_fetch(base_hi.w, h);
+            for (var g = 0u; g < HELD_GROUPS; g++) {
+                let gi = held_group_index(h, g);
+                let w0 = held_group16(h0, base_lo.x, gi);
+                let w1 = held_group16(h1, base_lo.y, gi);
+                let w2 = held_group16(h2, base_lo.z, gi);
+                let w3 = held_group16(h3, base_lo.w, gi);
+                let w4 = held_group16(h4, base_hi.x, gi);
+                let w5 = held_group16(h5, base_hi.y, gi);
+                let w6 = held_group16(h6, base_hi.z, gi);
+                let w7 = held_group16(h7, base_hi.w, gi);
+                for (var i = 0u; i < THREAD_TOKENS; i++) {
+                    let d = dot8(min(t + i, n - 1u), gi, w0, w1, w2, w3, w4, w5, w6, w7);
+                    lo[i] += d.lo;
+                    hi[i] += d.hi;
+                }
+            }
         }
     }
     for (var i = 0u; i < THREAD_TOKENS; i++) {
