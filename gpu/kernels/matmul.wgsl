@@ -9,7 +9,7 @@
 // Entry points, matmul/${ENTRY}.wgsl: tiles (GPUs: register tiles fed through workgroup memory in
 // f32 or f16, k optionally split over workgroups), tiles_i8 (GPUs: the same tiles in 8-bit integers,
 // dot4I8Packed, from an input quantised by kernels/quantize_q8.wgsl) and whole_rows (software
-// adapters: 8 rows x 8 tokens per thread straight from the buffers). Each header says how it splits
+// adapters: 16 rows x 8 tokens per thread straight from the buffers). Each header says how it splits
 // the work.
 #include "common/step.wgsl"
 #include "quant/bytes.wgsl"

@@ -179,7 +179,7 @@ class TilePlan:
 
 @dataclass(frozen=True)
 class WholeRowsPlan:
-    """The software adapters' matmul (matmul/whole_rows.wgsl): 64 rows (32 gate rows with GLU) x 8 threads' tokens a
+    """The software adapters' matmul (matmul/whole_rows.wgsl): 128 rows (64 gate rows with GLU) x 8 threads' tokens a
     workgroup, up to 8 tokens a thread."""
 
     thread_tokens: int
@@ -625,7 +625,7 @@ def plan_int8_tiles(weight: WeightShape, n_rows: int, t_max: int, glu: bool, tun
 def plan_whole_rows_matmul(qtype: GGMLQuantizationType, n_rows: int, t_max: int, glu: bool) -> WholeRowsPlan:
     """The software adapters' matmul over n_rows y columns of a weight of type qtype."""
     thread_tokens = min(8, t_max)
-    groups = -(-n_rows // (32 if glu else 64)) * -(-t_max // (8 * thread_tokens))
+    groups = -(-n_rows // (64 if glu else 128)) * -(-t_max // (8 * thread_tokens))
     held = HELD_LOAD_TYPES.get(qtype, "groups")
     return WholeRowsPlan(thread_tokens, groups, (("ENTRY", "whole_rows"), ("WG", 64), ("THREAD_TOKENS", thread_tokens),
                                                  ("HELD_LOADS", held)))

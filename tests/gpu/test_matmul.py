@@ -465,8 +465,8 @@ def test_matmul(ex: Executor, qtype: Q) -> None:
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q5_0, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda q: q.name)
 def test_matmul_variants(ex: Executor, qtype: Q, whole_rows: bool) -> None:
     """Both splits on any adapter (tiled for GPUs, whole rows for software adapters): two token and
-    row tiles of the whole-row split (64 x 64), the last of each partial."""
-    run_linear(ex, qtype, small_k(qtype, 2), 75, 70, 67, seed=11, kernel=LinearKernel.MATMUL, whole_rows=whole_rows)
+    row tiles of the whole-row split (128 rows x 64 tokens), the last of each partial."""
+    run_linear(ex, qtype, small_k(qtype, 2), 150, 70, 67, seed=11, kernel=LinearKernel.MATMUL, whole_rows=whole_rows)
 
 
 @pytest.mark.parametrize("t_max,n_tokens", [(2, 2), (4, 3), (5, 5)])

@@ -1,16 +1,15 @@
-"""The step programs of Gemma 3 and Gemma 4 record the same dispatches as the tree before the decoder redesign:
-the same kernels, defines and workgroup grids, in the same order, on lavapipe's software paths and with the
-adapter described as a GPU (folded norms, stacked matvecs, int8 activations). The golden,
-tests/golden/step_dispatches.json, was captured at commit 1e2d9c3 (the tree before it) with
-scripts/capture_step_dispatches.py; kernels renamed since are mapped to their new names. Software programs' entries
-were taken again where their kernels changed since (whole-row matvecs, attention_key_lanes for attention),
-their other dispatches checked unchanged; so were the GPU programs whose matvecs changed plans on purpose since
-(rows interleaved, every row of x computed), their --lines differing only in those defines; and the software programs
-whose whole-row matvecs read x from a uniform binding (X_SOURCE, X_VEC4 their only new defines), whose
-attention_key_lanes takes the heads of a kv head together (HEAD_GROUP its new define, its grid that many times
-smaller), and whose whole-row matmuls hold a block's shared loads (HELD_LOADS their only new define). Where a
-digest differs, the script's --lines output at the base (`git worktree add /tmp/base 1e2d9c3`) and here shows
-where."""
+"""The step programs of Gemma 3 and Gemma 4 record the same dispatches as the tree before the decoder redesign: the
+same kernels, defines and workgroup grids, in the same order, on lavapipe's software paths and with the adapter
+described as a GPU (folded norms, stacked matvecs, int8 activations). The golden, tests/golden/step_dispatches.json,
+was captured at commit 1e2d9c3 (the tree before it) with scripts/capture_step_dispatches.py; kernels renamed since
+are mapped to their new names. Software programs' entries were taken again where their kernels changed since
+(whole-row matvecs, attention_key_lanes for attention), their other dispatches checked unchanged; so were the GPU
+programs whose matvecs changed plans on purpose since (rows interleaved, every row of x computed), their --lines
+differing only in those defines; and the software programs whose whole-row matvecs read x from a uniform binding
+(X_SOURCE, X_VEC4 their only new defines), whose attention_key_lanes takes the heads of a kv head together
+(HEAD_GROUP its new define, its grid that many times smaller), and whose whole-row matmuls hold a block's shared
+loads (HELD_LOADS their only new define) and take 16 rows a thread (their grids halved). Where a digest differs, the
+script's --lines output at the base (`git worktree add /tmp/base 1e2d9c3`) and here shows where."""
 
 from __future__ import annotations
 
