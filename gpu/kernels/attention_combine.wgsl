@@ -23,7 +23,7 @@ override WINDOW: u32 = 0u;         // as attention.wgsl's: which keys a row sees
 override MIN_PART_KEYS: u32 = 16u; // and how many parts they fill
 override LATER_KEYS: bool = true;  // (rows[t].w honoured or not)
 
-const WG: u32 = 256u;
+override WG: u32 = 256u;          // invocations a workgroup, at least D / 4 (software adapters: D / 4)
 const QUADS: u32 = D / 4u;                      // vec4s of a row
 const P_GROUPS: u32 = min(WG / QUADS, SPLITS);  // invocations sharing a dim quad
 const P_PARTS: u32 = (SPLITS + P_GROUPS - 1u) / P_GROUPS;  // parts each of them adds

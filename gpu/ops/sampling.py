@@ -31,6 +31,9 @@ from gpu.tensor import Tensor
 ARGMAX_TARGET_CHUNKS = 128  # argmax/gumbel pass 1: about this many workgroups per row
 ARGMAX_MIN_CHUNK = 1024  # ... each taking at least this many logits (4 per invocation)
 TOPK_MAX_CHUNKS = 256  # top_candidates pass 1: at most this many workgroups per row
+# argmax/gumbel pass 1 on software adapters: a workgroup of one CPU vector's lanes, whose reductions then pass no
+# barrier between the vectors of a workgroup (lavapipe runs each as a coroutine, suspended at every barrier)
+SOFTWARE_PARTIAL_WG = 8
 MAX_TOP_K = 256  # top_candidates' k: a power of two up to this (one radix bin per invocation)
 # Fields of `struct SampleParams` in kernels/sample/gumbel_partial.wgsl, one u32 each.
 SAMPLE_PARAMS_FIELDS = ("inv_temperature", "seed_lo", "seed_hi", "reserved")
@@ -62,6 +65,11 @@ def topk_chunks(v: int, k: int) -> int:
     return min(chunks, TOPK_MAX_CHUNKS)
 
 
+def _partial_workgroup(b: ProgramBuilder) -> dict[str, int]:
+    """The WG define of argmax/gumbel pass 1: SOFTWARE_PARTIAL_WG on software adapters, else the kernels' 256."""
+    return {"WG": SOFTWARE_PARTIAL_WG} if b.device.is_software else {}
+
+
 def _argmax_combine(b: ProgramBuilder, partials: Tensor, out_ids: Tensor, rows: int, chunks: int,
                     reduce: str) -> None:
     b.dispatch("sample/argmax_combine", {"ROWS": rows, "CHUNKS": chunks, "REDUCE": reduce}, [partials, out_ids],
@@ -80,8 +88,8 @@ def argmax(b: ProgramBuilder, logits: Tensor, out_ids: Tensor, *, subgroups: boo
     chunk = argmax_chunk(v)
     chunks = -(-v // chunk)
     partials = b.activation("argmax_partials", (rows * chunks, 2), "u32")
-    b.dispatch("sample/argmax_partial", {"V": v, "ROWS": rows, "CHUNK": chunk, "CHUNKS": chunks, "REDUCE": reduce},
-               [logits, partials], workgroup_grid(rows * chunks))
+    b.dispatch("sample/argmax_partial", {"V": v, "ROWS": rows, "CHUNK": chunk, "CHUNKS": chunks, "REDUCE": reduce,
+                                         **_partial_workgroup(b)}, [logits, partials], workgroup_grid(rows * chunks))
     _argmax_combine(b, partials, out_ids, rows, chunks, reduce)
 
 
@@ -107,7 +115,8 @@ def gumbel_sample(
     chunk = argmax_chunk(v)
     chunks = -(-v // chunk)
     partials = b.activation("gumbel_partials", (rows * chunks, 2), "u32")
-    b.dispatch("sample/gumbel_partial", {"V": v, "ROWS": rows, "CHUNK": chunk, "CHUNKS": chunks, "REDUCE": reduce},
+    b.dispatch("sample/gumbel_partial", {"V": v, "ROWS": rows, "CHUNK": chunk, "CHUNKS": chunks, "REDUCE": reduce,
+                                         **_partial_workgroup(b)},
                [b.step, params, logits, partials], workgroup_grid(rows * chunks))
     _argmax_combine(b, partials, out_ids, rows, chunks, reduce)
 

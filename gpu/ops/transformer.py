@@ -250,7 +250,10 @@ def _combine_parts(b: ProgramBuilder, partials: Tensor, out: Tensor, rows: Tenso
                    heads: int, cut: dict[str, int | bool], reduce: str) -> None:
     """attention_combine.wgsl: out = the n_rows rows' partial softmaxes (partials, [n_rows * parts, head_dim + 4])
     merged, reading only the parts that the attention's key cut gave keys."""
-    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "REDUCE": reduce, **cut},
+    # software adapters: an invocation a dim quad over every part, so that the workgroup's barriers hold fewer CPU
+    # vectors (lavapipe suspends and resumes each at every barrier)
+    lanes = {"WG": head_dim // 4} if b.device.is_software else {}
+    b.dispatch("attention_combine", {"D": head_dim, "HEADS": heads, "REDUCE": reduce, **cut, **lanes},
                [b.step, partials, out, rows], workgroup_grid(n_rows))
 
 

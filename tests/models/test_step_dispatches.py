@@ -8,8 +8,9 @@ programs whose matvecs changed plans on purpose since (rows interleaved, every r
 differing only in those defines; and the software programs whose whole-row matvecs read x from a uniform binding
 (X_SOURCE, X_VEC4 their only new defines), whose attention_key_lanes takes the heads of a kv head together
 (HEAD_GROUP its new define, its grid that many times smaller), and whose whole-row matmuls hold a block's shared
-loads (HELD_LOADS their only new define) and take 16 rows a thread (their grids halved). Where a digest differs, the
-script's --lines output at the base (`git worktree add /tmp/base 1e2d9c3`) and here shows where."""
+loads (HELD_LOADS their only new define) and take 16 rows a thread (their grids halved), and whose attention_combine
+and sampling's first pass run smaller workgroups (WG their only new define). Where a digest differs, the script's
+--lines output at the base (`git worktree add /tmp/base 1e2d9c3`) and here shows where."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 // writes the chunk's best (order key, index): the largest value, the lowest index among equal
 // ones, NaN counted as -inf (sample/order_key.wgsl). argmax_combine.wgsl then picks each row's
 // best chunk.
-// Work split: ROWS * CHUNKS workgroups of 256 invocations (group = row * CHUNKS + chunk); an
-// invocation walks the chunk with stride 256 (adjacent invocations read adjacent words) keeping
+// Work split: ROWS * CHUNKS workgroups of WG invocations (group = row * CHUNKS + chunk); an
+// invocation walks the chunk with stride WG (adjacent invocations read adjacent words) keeping
 // its first best, then sample/reduce_${REDUCE}.wgsl reduces the workgroup's pairs.
 #include "sample/order_key.wgsl"
 #include "sample/reduce_${REDUCE}.wgsl"
@@ -13,7 +13,7 @@ override ROWS: u32 = 1u;       // logits rows
 override CHUNK: u32 = 2048u;   // values per workgroup
 override CHUNKS: u32 = 128u;   // workgroups per row: ceil(V / CHUNK)
 
-const WG: u32 = 256u;
+override WG: u32 = 256u;     // invocations a workgroup, a power of two (8 on software adapters)
 
 @group(0) @binding(0) var<storage, read> logits: array<u32>;                // [ROWS, V] f32 bits
 @group(0) @binding(1) var<storage, read_write> partials: array<vec2<u32>>;  // [ROWS, CHUNKS] (key, index)

@@ -8,8 +8,8 @@
 // whole row is -inf or NaN; +inf logits always win (the lowest index of them).
 // Each workgroup writes its chunk's best (order key of the score, index), like argmax_partial.wgsl;
 // argmax_combine.wgsl picks each row's best chunk.
-// Work split: ROWS * CHUNKS workgroups of 256 invocations; an invocation takes 4 consecutive
-// values at a time (one Philox call gives their 4 words), groups of 4 strided by 256.
+// Work split: ROWS * CHUNKS workgroups of WG invocations; an invocation takes 4 consecutive
+// values at a time (one Philox call gives their 4 words), groups of 4 strided by WG.
 #include "common/step.wgsl"
 #include "sample/order_key.wgsl"
 #include "sample/philox.wgsl"
@@ -20,7 +20,7 @@ override ROWS: u32 = 1u;       // logits rows
 override CHUNK: u32 = 2048u;   // values per workgroup, a multiple of 4
 override CHUNKS: u32 = 128u;   // workgroups per row: ceil(V / CHUNK)
 
-const WG: u32 = 256u;
+override WG: u32 = 256u;     // invocations a workgroup, a power of two (8 on software adapters)
 
 // One row's sampling parameters, mirrored by gpu.ops.sampling.SAMPLE_PARAMS_FIELDS.
 struct SampleParams {
