@@ -25,7 +25,7 @@ KEY_LANES = 8
 KEY_LANE_PARTS = 16
 KEY_LANE_MIN_ROWS = 64
 KEY_LANE_MIN_KEYS = 4
-KEY_LANE_GROUP_DIMS = 1024  # most query dims an invocation holds: heads of one kv head sharing its key and value loads
+KEY_LANE_GROUP_DIMS = 512  # most query dims an invocation holds (heads of one kv head sharing its key and value loads)
 Column = tuple[Tensor, int]  # a tensor and the first of its columns an op reads
 # The gate activations of a gated feed-forward, as kernels/matmul/glu.wgsl's GLU_ACT codes
 GLU_ACTIVATIONS = {"gelu_tanh": 0, "silu": 1}
@@ -266,7 +266,9 @@ def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int,
     n_rows = _rows(q) * heads
     parts = parts or (KEY_LANE_PARTS if n_rows < KEY_LANE_MIN_ROWS else 1)
     cut = _key_cut(parts, window, KEY_LANE_MIN_KEYS, later_keys)
-    group = key_lane_head_group(heads // kv_heads, head_dim)
+    # heads together where each invocation walks a whole row's keys (prompts): their variants take several times
+    # longer for lavapipe to compile, and decode's split rows gain little from them
+    group = key_lane_head_group(heads // kv_heads, head_dim) if parts == 1 else 1
     constants: dict[str, int | float | bool | str] = {
         "D": head_dim, "HEADS": heads, "KV_HEADS": kv_heads, "SCALE": scale, "KV_F16": pool.f16,
         "LANES": KEY_LANES, **cut, **_paging(pool)}
@@ -289,7 +291,7 @@ def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int,
 def key_lane_head_group(queries_per_kv_head: int, head_dim: int) -> int:
     """Heads of one kv head that an attention_key_lanes invocation takes together, so that each key and value
     load serves them all: the most of 4, 2 and 1 that divides the group and holds at most KEY_LANE_GROUP_DIMS
-    query dims."""
+    query dims (4 heads of 256 dims ran 2.7x faster than 1 on lavapipe but took ten times as long to compile)."""
     return next(g for g in (4, 2, 1) if queries_per_kv_head % g == 0 and g * head_dim <= KEY_LANE_GROUP_DIMS
                 or g == 1)
 
