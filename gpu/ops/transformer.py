@@ -291,7 +291,7 @@ def _attention_key_lanes(b: ProgramBuilder, q: Tensor, pool: KVPool, layer: int,
 def key_lane_head_group(queries_per_kv_head: int, head_dim: int) -> int:
     """Heads of one kv head that an attention_key_lanes invocation takes together, so that each key and value
     load serves them all: the most of 4, 2 and 1 that divides the group and holds at most KEY_LANE_GROUP_DIMS
-    query dims (4 heads of 256 dims ran 2.7x faster than 1 on lavapipe but took ten times as long to compile)."""
+    query dims (more heads run faster on lavapipe, but their state takes it far longer to compile)."""
     return next(g for g in (4, 2, 1) if queries_per_kv_head % g == 0 and g * head_dim <= KEY_LANE_GROUP_DIMS
                 or g == 1)
 

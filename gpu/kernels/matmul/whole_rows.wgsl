@@ -4,7 +4,7 @@
 // Here a thread computes 16 rows x THREAD_TOKENS tokens straight from the weight and x buffers, no
 // workgroup memory: per 16 values of k it dequantises its 16 rows once (held in registers across tokens)
 // and loads 16 values of x per token for 256 multiply-adds; a workgroup covers 128 rows x 8 THREAD_TOKENS
-// tokens (8 rows a thread loaded x twice as often: lavapipe, the 270M's 512-token prefill 6.4 -> 5.4 s).
+// tokens (with 8 rows a thread, x was loaded twice as often, and x's loads then outnumbered the weight's).
 // Where a type's groups share words (a block's scale, bytes holding two groups' bits), a row's shared
 // words are loaded once for those groups (matmul/held_${HELD_LOADS}.wgsl): the weight loads then cost Q5_0 6
 // words a block rather than 16, Q8_0 9 rather than 12, Q4_K 4 + 4 a group rather than 8, Q6_K 19 for four
