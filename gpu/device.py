@@ -120,6 +120,8 @@ class Device:
         # compute pipelines created on this device so far: tests and the server's warm-up tell by it whether a
         # request still compiles (a shader compile mid-request costs it milliseconds to seconds)
         self.pipelines_compiled = 0
+        # ids of the pipelines Executor.dispatch_pipelines has dispatched (so that their driver has compiled them)
+        self.pipelines_dispatched: set[int] = set()
         log.info(
             "GPU adapter %r (%s, %s); features %s; max binding %d MiB, max buffer %d MiB, "
             "workgroup storage %d KiB",

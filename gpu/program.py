@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,6 +244,31 @@ class Executor:
     def submission(self) -> Submission:
         """An empty batch of commands: steps, copies and reads, submitted together."""
         return Submission(self)
+
+    def dispatch_pipelines(self, programs: Iterable[Program]) -> int:
+        """Dispatch each pipeline of these programs that this has not dispatched before once, with no workgroups, in
+        one submission, and wait for it; the pipelines dispatched. A driver that turns a pipeline into machine code
+        at its first dispatch rather than at its creation (lavapipe compiles it with LLVM then, seconds a kernel on
+        a CPU) does so now rather than in the first request that needs it; nothing runs."""
+        device = self.device
+        firsts: dict[int, Dispatch] = {}
+        for program in programs:
+            for d in program.dispatches:
+                if id(d.pipeline) not in device.pipelines_dispatched:
+                    firsts.setdefault(id(d.pipeline), d)
+        if not firsts:
+            return 0
+        encoder = device.device.create_command_encoder()
+        compute_pass = encoder.begin_compute_pass()
+        for d in firsts.values():
+            compute_pass.set_pipeline(d.pipeline)
+            compute_pass.set_bind_group(0, d.bind_group)
+            compute_pass.dispatch_workgroups(0, 0, 0)
+        compute_pass.end()
+        with gpu_stage("compiling pipelines", f"{len(firsts)} at their first dispatch"):
+            device.wait_for(device.submit(encoder.finish()))
+        device.pipelines_dispatched.update(firsts)
+        return len(firsts)
 
     def read(self, tensor: Tensor) -> np.ndarray:
         """Copy one tensor back outside a step (tests, tools)."""

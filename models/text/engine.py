@@ -145,6 +145,10 @@ class Engine:
             self._programs[key] = self.model.arch.build_step(self.pool, self.io, t_max, r_max, masked)
         return self._programs[key]
 
+    def programs(self) -> list[Program]:
+        """Every program built so far: steps, candidates programs and split steps' halves."""
+        return [*self._programs.values(), *self._candidate_programs.values(), *self._split_programs.values()]
+
     def decode_buckets(self) -> tuple[int, ...]:
         """The output widths (r_max) of the decode programs a batch of 1 to max_batch sequences runs."""
         top = next(b for b in DECODE_BUCKETS if b >= self.model.max_batch)
@@ -175,11 +179,14 @@ class Engine:
     def warm_up(self, run: bool | None = None) -> int:
         """compile_all, then (run: by default on a GPU, not on a software adapter, where a 512-token prompt takes
         seconds) run each prompt chunk program once and a decode step at each batch bucket, so that the driver's
-        first-use work and the host's read-back buffers are done too. The pipelines compiled."""
+        first-use work and the host's read-back buffers are done too; not run, each pipeline is dispatched once with
+        no workgroups (a software adapter's driver compiles a pipeline at its first dispatch). The pipelines
+        compiled."""
         compiled = self.compile_all()
         if run is None:
             run = not self.executor.device.is_software
         if not run:
+            self.executor.dispatch_pipelines(self.programs())
             return compiled
         bos = max(self.model.tokenizer.bos_id, 0)
         for t_max in (1, *PREFILL_BUCKETS):

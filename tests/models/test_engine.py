@@ -55,14 +55,21 @@ def test_gpu_greedy_multi_step_equals_host_argmax(model: TextModel) -> None:
     assert got == want
 
 
-def test_compile_all_leaves_a_request_nothing_to_compile() -> None:
-    """After compile_all, a batch of prompts and decodes (GPU-sampled and CPU-sampled rows) compiles no pipeline:
-    the server's worker compiles this way before it says it is ready. On a device of its own, so that the other
+def test_warm_up_leaves_a_request_nothing_to_compile() -> None:
+    """After warm_up without running (a software adapter's default), a batch of prompts and decodes (GPU-sampled
+    and CPU-sampled rows) compiles no pipeline, and every pipeline of every program has been dispatched once (with
+    no workgroups: a software adapter's driver compiles a pipeline at its first dispatch), which changed nothing:
+    the server's worker warms up this way before it says it is ready. On a device of its own, so that the other
     tests' programs have compiled nothing for it."""
     fresh = load_text_model("gemma-3-270m", max_batch=4, pool_tokens=8 * PAGE_TOKENS,
                             device=Device(choose_adapter()))
     device = fresh.executor.device
-    assert fresh.engine().compile_all() > 0
+    greedy = greedy_tokens(fresh, encode(fresh, PROMPTS[0]), 6)
+    assert fresh.engine().warm_up(run=False) > 0
+    pipelines = {id(d.pipeline) for program in fresh.engine().programs() for d in program.dispatches}
+    assert pipelines <= device.pipelines_dispatched
+    assert fresh.executor.dispatch_pipelines(fresh.engine().programs()) == 0
+    assert greedy_tokens(fresh, encode(fresh, PROMPTS[0]), 6) == greedy
     before = device.pipelines_compiled
     generator = BatchGenerator(fresh, steps_per_submit=4, overlap_rounds=False)
     generator.add("greedy", encode(fresh, PROMPTS[0]), GREEDY, 6)
