@@ -246,10 +246,10 @@ class Executor:
         return Submission(self)
 
     def dispatch_pipelines(self, programs: Iterable[Program]) -> int:
-        """Dispatch each pipeline of these programs that this has not dispatched before once, with no workgroups, in
-        one submission, and wait for it; the pipelines dispatched. A driver that turns a pipeline into machine code
-        at its first dispatch rather than at its creation (lavapipe compiles it with LLVM then, seconds a kernel on
-        a CPU) does so now rather than in the first request that needs it; nothing runs."""
+        """Dispatch each pipeline of these programs once with no workgroups (skipping those this dispatched before),
+        in one submission, and wait for it; the pipelines dispatched. A driver that turns a pipeline into machine
+        code at its first dispatch rather than at its creation (lavapipe compiles it with LLVM then, seconds a
+        kernel on a CPU) does so now rather than in the first request that needs it; nothing runs."""
         device = self.device
         firsts: dict[int, Dispatch] = {}
         for program in programs:
