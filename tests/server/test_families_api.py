@@ -62,7 +62,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
         # tool prompts outgrow the fixtures' 256 trained positions in their tiny vocabularies
         f'[[models]]\nid = "{_tools_id(name)}"\nsource = "{FAMILIES_DIR / f"{OLLAMA_NAMES[_split(name)]}.q8_0.gguf"}"\n'
         f'context_length = 1024\npreload = false\n' for name in TOOL_FORMATS))
-    server = SubprocessServer(tmp / "server.log", env={"OLLAMA_MODELS": str(store), "HEARTH_CONFIG": str(config)})
+    # models load on their first request, compiling only what a short prompt and a decode step run: on lavapipe
+    # compiling ahead dispatches every pipeline once (tests/models/test_engine.py checks that), a JIT of each
+    server = SubprocessServer(tmp / "server.log", env={"OLLAMA_MODELS": str(store), "HEARTH_CONFIG": str(config),
+                                                       "HEARTH_COMPILE_AHEAD": "false"})
     server.start()
     yield openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
     server.stop()

@@ -29,7 +29,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
     add_model(store, gguf, "gemma4", "e2b")
     config = tmp / "hearth.toml"  # the shipped default is not loaded: only the Gemma 4 model is
     config.write_text('[[models]]\nid = "gemma-3-270m"\nsource = "gemma-3-270m"\npreload = false\n')
-    server = SubprocessServer(tmp / "server.log", env={"OLLAMA_MODELS": str(store), "HEARTH_CONFIG": str(config)})
+    # models load on their first request, compiling only what a short prompt and a decode step run: on lavapipe
+    # compiling ahead dispatches every pipeline once (tests/models/test_engine.py checks that), a JIT of each
+    server = SubprocessServer(tmp / "server.log", env={"OLLAMA_MODELS": str(store), "HEARTH_CONFIG": str(config),
+                                                       "HEARTH_COMPILE_AHEAD": "false"})
     server.start()
     yield openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
     server.stop()
