@@ -2,7 +2,7 @@
 
 Each payload is one line of compact JSON. An error after the stream has started becomes a last line
 `{"error": "..."}` in the shape of the API at the request's path, as Ollama sends it. The client is checked
-before every line: once it has disconnected, the source is closed, which cancels its generation and frees the
+before a line (server/sse.py's ClientCheck): once it has disconnected, the source is closed, which cancels its generation and frees the
 worker.
 """
 
@@ -17,6 +17,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from server.errors import error_body
+from server.sse import ClientCheck
 
 log = logging.getLogger("hearth.server")
 
@@ -31,9 +32,10 @@ def ndjson_line(payload: dict[str, Any]) -> bytes:
 
 
 async def _lines(request: Request, source: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    client = ClientCheck(request)
     try:
         async for payload in source:
-            if await request.is_disconnected():
+            if await client.gone():
                 log.info("client disconnected from %s; cancelling its generation", request.url.path)
                 return
             yield ndjson_line(payload)

@@ -3,14 +3,15 @@
 Events are `data: <json>\\n\\n`, as OpenAI sends them. An error after the stream has started becomes an
 `{"error": ...}` event, and the stream always ends with `data: [DONE]` unless the client has gone. The Responses
 API's events are named by their type (`event: response.created`) and end without [DONE] (named_sse_response).
-The client is checked before every chunk: once it has disconnected, the source is closed, which cancels its
-generation and frees the worker.
+The client is checked before a chunk (at most every DISCONNECT_CHECK_S, ClientCheck): once it has disconnected, the
+source is closed, which cancels its generation and frees the worker.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,8 +23,27 @@ from server.errors import error_body
 log = logging.getLogger("hearth.server")
 
 DONE = b"data: [DONE]\n\n"
+DISCONNECT_CHECK_S = 0.1  # the most often a streaming response asks whether its client has gone
 # Proxies (nginx) buffer responses unless told not to; a stream that arrives all at once is no stream.
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class ClientCheck:
+    """Whether a streaming request's client has gone, asked before every chunk and answered from a check at most every
+    DISCONNECT_CHECK_S: starlette's check (a cancel scope and a receive each time) took more of the event loop than
+    the chunk it guarded at 32 streams. A stream still ends as soon as its client goes: under uvicorn (ASGI 2.3)
+    starlette's StreamingResponse listens for the disconnect beside the stream and cancels it."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self._next_check = 0.0
+
+    async def gone(self) -> bool:
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + DISCONNECT_CHECK_S
+        return await self.request.is_disconnected()
 
 
 def sse_event(payload: dict[str, Any], name: str | None = None) -> bytes:
@@ -33,9 +53,10 @@ def sse_event(payload: dict[str, Any], name: str | None = None) -> bytes:
 
 
 async def _events(request: Request, source: AsyncIterator[dict[str, Any]], named: bool = False) -> AsyncIterator[bytes]:
+    client = ClientCheck(request)
     try:
         async for payload in source:
-            if await request.is_disconnected():
+            if await client.gone():
                 log.info("client disconnected from %s; cancelling its generation", request.url.path)
                 return
             yield sse_event(payload, payload.get("type") if named else None)
