@@ -2,8 +2,8 @@
 
 Each payload is one line of compact JSON. An error after the stream has started becomes a last line
 `{"error": "..."}` in the shape of the API at the request's path, as Ollama sends it. The client is checked
-before a line (server/sse.py's ClientCheck): once it has disconnected, the source is closed, which cancels its generation and frees the
-worker.
+before a line (server/sse.py's ClientCheck): once it has disconnected, the source is closed, which cancels its
+generation and frees the worker.
 """
 
 from __future__ import annotations
