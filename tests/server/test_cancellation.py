@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -77,6 +78,28 @@ def leave_after(seconds: float, send: Callable[[httpx.Client], Any]) -> threadin
     return thread
 
 
+def leave_when(gone: threading.Event, request: httpx.Request) -> threading.Thread:
+    """Send a request from a thread over a socket of its own and close the connection once `gone` is set (within a
+    minute): a client that stays exactly as long as a test needs it."""
+    body = request.read()
+    lines = [f"{request.method} {request.url.raw_path.decode()} HTTP/1.1",
+             *(f"{name}: {value}" for name, value in request.headers.items())]
+
+    def run() -> None:
+        with socket.create_connection((request.url.host, request.url.port), timeout=10) as sock:
+            sock.sendall("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+            gone.wait(60)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def transcription_request(server: ThreadServer) -> httpx.Request:
+    return httpx.Request("POST", f"{server.url}/v1/audio/transcriptions", data={"model": "whisper-long"},
+                         files={"file": ("a.wav", wav_bytes(tone(1.0)))})
+
+
 def transcribe(server: ThreadServer) -> Callable[[httpx.Client], Any]:
     return lambda client: client.post(f"{server.url}/v1/audio/transcriptions", data={"model": "whisper-long"},
                                       files={"file": ("a.wav", wav_bytes(tone(1.0)))})
@@ -104,14 +127,18 @@ def test_non_streamed_speech_stops_mid_chunk_when_its_client_leaves(server: Thre
 
 
 def test_a_queued_transcription_whose_client_left_leaves_the_queue(server: ThreadServer) -> None:
-    stays = leave_after(30.0, transcribe(server))  # runs for the test's length, then leaves too
-    whisper = lambda: worker(server, "whisper-long")  # noqa: E731
-    assert wait_for(lambda: "whisper-long" in server.app.state.manager.workers() and whisper().running == 1)
-    stopped_before = whisper().model.stopped
-    leave_after(1.5, transcribe(server))
-    assert wait_for(lambda: whisper().queued == 1)
-    assert wait_for(lambda: whisper().queued == 0), "a job whose client left stayed queued"
-    assert whisper().running == 1 and whisper().model.stopped == stopped_before  # the first one is untouched
+    done = threading.Event()
+    stays = leave_when(done, transcription_request(server))  # runs until the test is done with it, then leaves too
+    try:
+        whisper = lambda: worker(server, "whisper-long")  # noqa: E731
+        assert wait_for(lambda: "whisper-long" in server.app.state.manager.workers() and whisper().running == 1)
+        stopped_before = whisper().model.stopped
+        leave_after(1.5, transcribe(server))
+        assert wait_for(lambda: whisper().queued == 1)
+        assert wait_for(lambda: whisper().queued == 0), "a job whose client left stayed queued"
+        assert whisper().running == 1 and whisper().model.stopped == stopped_before  # the first one is untouched
+    finally:
+        done.set()
     stays.join(60)
     assert wait_for(lambda: whisper().idle)
 
