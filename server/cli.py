@@ -164,21 +164,24 @@ def profile(args: argparse.Namespace) -> int:
     import numpy as np
 
     from gpu.profile import profile_report
-    from models.text.engine import PREFILL_BUCKETS, load_text_model
+    from models.text.engine import PAGE_TOKENS, PREFILL_BUCKETS, load_text_model
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
-    model = load_text_model(resolve_model(args.model), max_batch=max(args.batch, 1))
-    n = max(1, min(args.prompt_tokens, PREFILL_BUCKETS[-1], model.context_length - 1))
+    batch, most = max(args.batch, 1), max(1, min(args.prompt_tokens, PREFILL_BUCKETS[-1]))
+    # a pool for every sequence's prompt and the page its next token opens: the default one (two contexts) may hold
+    # the prompts alone and leave the decode step no page
+    model = load_text_model(resolve_model(args.model), max_batch=batch, pool_tokens=batch * (most + PAGE_TOKENS))
+    n = min(most, model.context_length - 1)
     ids = [int(i) for i in np.random.default_rng(0).integers(10, model.vocab_size, n)]
     engine = model.engine()
-    sessions = [model.new_session() for _ in range(max(args.batch, 1))]
+    sessions = [model.new_session() for _ in range(batch)]
     try:
         for s in sessions:  # fill the caches so decode attends over n keys
             engine.submit_prefill(s, ids).wait()
         sessions[0].reset()
         print(profile_report(model.executor, "prefill", *engine.stage_prefill(sessions[0], ids)))
         sessions[0].n_past = n
-        for b in sorted({1, max(args.batch, 1)}):
+        for b in sorted({1, batch}):
             label = f"decode of {b} sequence(s) at position {n}"
             print(profile_report(model.executor, label, *engine.stage_decode(sessions[:b])))
     finally:

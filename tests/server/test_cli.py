@@ -1,4 +1,4 @@
-"""The `hearth` command: serve's host and port from flags and the environment, and --model resolution."""
+"""The `hearth` command: serve's host and port from flags and the environment, --model resolution, and profile."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.cli import _parser, resolve_model
+from gpu.kv_cache import PAGE_TOKENS
+from models.text import engine
+from server.cli import _parser, main, resolve_model
 from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.live_server import SubprocessServer, free_port
 
@@ -60,3 +62,23 @@ def test_the_hearth_console_script_points_at_main() -> None:
     target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["hearth"]
     module, _, function = target.partition(":")
     assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_profile_prints_the_prefill_and_both_decode_steps(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`hearth profile` on the shipped model: the kernels of its prefill and of decode steps of 1 and --batch
+    sequences, on a KV pool that holds every sequence's prompt and the page its next token opens (the default pool
+    held 32 prompts of 512 and no more, so the default command failed at its decode step)."""
+    loaded: dict[str, object] = {}
+    load = engine.load_text_model
+
+    def recording_load(*args: object, **kwargs: object) -> object:
+        loaded.update(kwargs)
+        return load(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "load_text_model", recording_load)
+    assert main(["profile", "--prompt-tokens", "16", "--batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill" in out
+    assert "decode of 1 sequence(s) at position 16" in out and "decode of 2 sequence(s) at position 16" in out
+    assert loaded["max_batch"] == 2 and loaded["pool_tokens"] >= 2 * (16 + PAGE_TOKENS)
