@@ -25,6 +25,9 @@ from config.settings import SHIPPED_MODEL, SettingsError, load_settings
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
+COMMANDS = ("serve", "adapters", "generate", "profile", "convert")  # _parser's subcommands, for `python -m server`
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hearth", description="OpenAI-compatible local inference on wgpu")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -9,7 +12,7 @@ import pytest
 
 from gpu.kv_cache import PAGE_TOKENS
 from models.text import engine
-from server.cli import _parser, main, resolve_model
+from server.cli import COMMANDS, _parser, main, resolve_model
 from tests.models.ollama_store import add_model, fake_gguf
 from tests.server.live_server import SubprocessServer, free_port
 
@@ -32,6 +35,17 @@ def test_python_m_server_honours_hearth_port_and_the_port_flag_wins(tmp_path: Pa
         assert httpx.get(f"{flagged.url}/health").json()["status"] == "ok"
     finally:
         flagged.stop()
+
+
+def test_python_m_server_runs_every_command() -> None:
+    """`python -m server` is `hearth serve` without a command and `hearth COMMAND` with one: every command of the
+    parser is one it passes on (`adapters` and `convert` went to serve as arguments and failed)."""
+    subcommands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(subcommands.choices) == set(COMMANDS)
+    listed = subprocess.run([sys.executable, "-m", "server", "adapters"], capture_output=True, text=True,
+                            timeout=120, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.strip()
 
 
 def test_serve_and_generate_arguments() -> None:
