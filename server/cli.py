@@ -122,6 +122,12 @@ def generate_text(args: argparse.Namespace) -> int:
     from server.chat_worker import chat_template_of
     from server.text_stream import TextStream
 
+    if args.max_tokens < 1:
+        raise SystemExit(f"hearth generate: --max-tokens must be at least 1, not {args.max_tokens}")
+    try:  # before the model loads, so that a bad setting fails at once
+        sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    except ValueError as error:
+        raise SystemExit(f"hearth generate: {error}") from None
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
     # The bar shows from the start; its total arrives with the loader's first report (bytes of weights).
     bar = tqdm(desc=f"loading {args.model}", unit="B", unit_scale=True, file=sys.stderr, leave=False)
@@ -145,7 +151,6 @@ def generate_text(args: argparse.Namespace) -> int:
     if len(prompt_ids) + args.max_tokens > model.context_length:
         raise SystemExit(f"hearth: {len(prompt_ids)} prompt tokens + {args.max_tokens} exceed the context of "
                          f"{model.context_length}")
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     stream: TextStream[None] = TextStream(tokenizer.stream_decoder())
     session = model.new_session()
     try:

@@ -96,3 +96,16 @@ def test_profile_prints_the_prefill_and_both_decode_steps(monkeypatch: pytest.Mo
     assert "prefill" in out
     assert "decode of 1 sequence(s) at position 16" in out and "decode of 2 sequence(s) at position 16" in out
     assert loaded["max_batch"] == 2 and loaded["pool_tokens"] >= 2 * (16 + PAGE_TOKENS)
+
+
+@pytest.mark.parametrize(("flags", "message"), [(["--max-tokens", "0"], "--max-tokens must be at least 1"),
+                                                (["--temperature", "-1"], "temperature must be >= 0"),
+                                                (["--top-p", "2"], "top_p must be in (0, 1]")])
+def test_generate_refuses_bad_settings_before_loading(monkeypatch: pytest.MonkeyPatch, flags: list[str],
+                                                      message: str) -> None:
+    """A setting out of range ends `hearth generate` with a message saying which (not a traceback, not silence),
+    before the model loads."""
+    monkeypatch.setattr(engine, "load_text_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", *flags, "Hello"])
+    assert message in str(exited.value)
