@@ -1,4 +1,5 @@
-"""The `hearth` command: serve's host and port from flags and the environment, --model resolution, and profile."""
+"""The `hearth` command: serve's host and port from flags and the environment, --model resolution, `python -m
+server`'s commands, profile's run and generate's checks of its settings."""
 
 from __future__ import annotations
 
