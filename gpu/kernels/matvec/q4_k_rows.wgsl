@@ -2,8 +2,8 @@
 // matvec_q4_k.wgsl's header describes: a thread's units of one row (and of a second row on the same x: GLU's
 // up row or PAIRS' row ROWS further), each unit one 16-byte load of quant bytes (32 values) and its block's
 // 16-byte header, loaded one unit ahead of the arithmetic and made into floats once for all tokens. Needs the
-// including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec, n_tokens, unit_scales (matvec/q4_k_unit_scales.wgsl),
-// u8x4_to_f32 (quant/byte_floats.wgsl) and a `q4_weight: array<vec4<u32>>` binding; rows are given as word offsets.
+// including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec, n_tokens, unit_scales (matvec/q4_k_unit_scales.wgsl) and
+// a `q4_weight: array<vec4<u32>>` binding; rows are given as word offsets.
 
 const Q4_BLOCK_WORDS4: u32 = 9u;                  // 144 bytes
 const Q4_ROW_WORDS4: u32 = K / 256u * Q4_BLOCK_WORDS4;
@@ -32,21 +32,41 @@ fn q4_unit_x(xb: u32) -> Q4UnitX {
     return u;
 }
 
-// A unit's 32 quant values as f32, made once for all of a step's tokens: lo the low nibbles of its 16 bytes (the
-// low sub-block's 16 values), hi the high.
+// A unit's 32 quant values q as f32 1 + q / 16, made once for all of a step's tokens: lo from the low nibbles of its
+// 16 bytes (the low sub-block's 16 values), hi from the high. Each nibble is shifted into the top of an f32 mantissa
+// whose exponent is 1.0's: a shift, a mask and an OR a value, where a byte's conversion to a float
+// (quant/byte_floats.wgsl) also took a subtraction. The 1 is taken off once a sub-block, by q4_unit_dot's sums of x.
 struct Q4Values {
     lo: mat4x4<f32>,
     hi: mat4x4<f32>,
 }
 
-fn q4_unit_values(q: vec4<u32>) -> Q4Values {
-    return Q4Values(mat4x4<f32>(u8x4_to_f32(q.x & 0x0F0F0F0Fu), u8x4_to_f32(q.y & 0x0F0F0F0Fu),
-                                u8x4_to_f32(q.z & 0x0F0F0F0Fu), u8x4_to_f32(q.w & 0x0F0F0F0Fu)),
-                    mat4x4<f32>(u8x4_to_f32((q.x >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.y >> 4u) & 0x0F0F0F0Fu),
-                                u8x4_to_f32((q.z >> 4u) & 0x0F0F0F0Fu), u8x4_to_f32((q.w >> 4u) & 0x0F0F0F0Fu)));
+const Q4_NIBBLE_BITS: u32 = 0x780000u;   // mantissa bits 19..22: a nibble there is nibble / 16
+const Q4_ONE_BITS: u32 = 0x3F800000u;    // 1.0
+
+fn q4_low_nibbles(w: u32) -> vec4<f32> {
+    let m = vec4<u32>(w << 19u, w << 11u, w << 3u, w >> 5u) & vec4<u32>(Q4_NIBBLE_BITS);
+    return bitcast<vec4<f32>>(m | vec4<u32>(Q4_ONE_BITS));
 }
 
-// sum over the unit's 32 values of W x: v its quant values, s their scales (unit_scales).
+fn q4_high_nibbles(w: u32) -> vec4<f32> {
+    let m = vec4<u32>(w << 15u, w << 7u, w >> 1u, w >> 9u) & vec4<u32>(Q4_NIBBLE_BITS);
+    return bitcast<vec4<f32>>(m | vec4<u32>(Q4_ONE_BITS));
+}
+
+fn q4_unit_values(q: vec4<u32>) -> Q4Values {
+    return Q4Values(mat4x4<f32>(q4_low_nibbles(q.x), q4_low_nibbles(q.y), q4_low_nibbles(q.z), q4_low_nibbles(q.w)),
+                    mat4x4<f32>(q4_high_nibbles(q.x), q4_high_nibbles(q.y), q4_high_nibbles(q.z),
+                                q4_high_nibbles(q.w)));
+}
+
+// The unit's scales for values 1 + q / 16 (q4_unit_values) from unit_scales' s = (d sc_lo, dmin m_lo, d sc_hi,
+// dmin m_hi): d sc q - dmin m = 16 d sc (1 + q / 16) - (16 d sc + dmin m).
+fn q4_nibble_scales(s: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(16.0 * s.x, 16.0 * s.x + s.y, 16.0 * s.z, 16.0 * s.z + s.w);
+}
+
+// sum over the unit's 32 values of W x: v its values (q4_unit_values), s their scales (q4_nibble_scales).
 fn q4_unit_dot(v: Q4Values, s: vec4<f32>, u: Q4UnitX) -> f32 {
     let qx_lo = dot(v.lo[0], u.lo0) + dot(v.lo[1], u.lo1) + dot(v.lo[2], u.lo2) + dot(v.lo[3], u.lo3);
     let qx_hi = dot(v.hi[0], u.hi0) + dot(v.hi[1], u.hi1) + dot(v.hi[2], u.hi2) + dot(v.hi[3], u.hi3);
@@ -120,10 +140,10 @@ fn q4_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
         let block = u / 8u;
         let part = u % 8u;
         let j = part / 2u;
-        let s = unit_scales(h, j);
+        let s = q4_nibble_scales(unit_scales(h, j));
         var s_2 = vec4<f32>();
         if (SECOND == 1u) {
-            s_2 = unit_scales(h_2, j);
+            s_2 = q4_nibble_scales(unit_scales(h_2, j));
         }
         var v_2 = Q4Values();
         if (SECOND == 1u) {
