@@ -9,7 +9,6 @@
 // matvec_q4_k.wgsl (matvec/q4_k_rows.wgsl) or matvec_q6_k.wgsl (matvec/q6_k_rows.wgsl); entry points and inputs
 // as theirs.
 #include "matvec/constants.wgsl"
-#include "quant/byte_floats.wgsl"
 #include "matmul/glu.wgsl"
 #include "matvec/q4_k_unit_scales.wgsl"
 #include "matvec/q6_k_unit.wgsl"

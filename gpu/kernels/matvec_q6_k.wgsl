@@ -14,7 +14,6 @@
 // output heads: row_pairs_shape in gpu/ops/matmul_plan.py) a thread also takes the row ROWS further on the same loads
 // of x, which cost 8 vec4 a unit against the weight's 26 bytes.
 #include "matvec/constants.wgsl"
-#include "quant/byte_floats.wgsl"
 #include "matmul/glu.wgsl"
 #include "matvec/q6_k_unit.wgsl"
 #include "matvec/${ENTRY}.wgsl"

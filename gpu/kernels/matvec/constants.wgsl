@@ -51,3 +51,10 @@ fn computes_token(t: u32, n: u32) -> bool {
 fn n_tokens() -> u32 {
     return min(step.n_tokens, T_MAX);
 }
+
+// 1.0's bits, as a value the shader compiler cannot fold (n_tokens never reaches 2^32 - 1): the quant decoders' OR of
+// it into a masked field (matvec/q4_k_rows.wgsl, matvec/q6_k_rows.wgsl) then takes one LOP3 with it in a register,
+// where with a literal it took two (a LOP3 holds one immediate).
+fn one_bits() -> u32 {
+    return select(0x3F800000u, 0u, step.n_tokens == 0xFFFFFFFFu);
+}

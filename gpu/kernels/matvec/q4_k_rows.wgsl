@@ -34,30 +34,32 @@ fn q4_unit_x(xb: u32) -> Q4UnitX {
 
 // A unit's 32 quant values q as f32 1 + q / 16, made once for all of a step's tokens: lo from the low nibbles of its
 // 16 bytes (the low sub-block's 16 values), hi from the high. Each nibble is shifted into the top of an f32 mantissa
-// whose exponent is 1.0's: a shift, a mask and an OR a value, where a byte's conversion to a float
-// (quant/byte_floats.wgsl) also took a subtraction. The 1 is taken off once a sub-block, by q4_unit_dot's sums of x.
+// whose exponent is 1.0's (one_bits): a shift and a mask-and-OR a value, where a byte's conversion to a float
+// (quant/byte_floats.wgsl) also took a second mask and a subtraction. The 1 is taken off once a sub-block, by
+// q4_unit_dot's sums of x.
 struct Q4Values {
     lo: mat4x4<f32>,
     hi: mat4x4<f32>,
 }
 
 const Q4_NIBBLE_BITS: u32 = 0x780000u;   // mantissa bits 19..22: a nibble there is nibble / 16
-const Q4_ONE_BITS: u32 = 0x3F800000u;    // 1.0
 
-fn q4_low_nibbles(w: u32) -> vec4<f32> {
+fn q4_low_nibbles(w: u32, one: u32) -> vec4<f32> {
     let m = vec4<u32>(w << 19u, w << 11u, w << 3u, w >> 5u) & vec4<u32>(Q4_NIBBLE_BITS);
-    return bitcast<vec4<f32>>(m | vec4<u32>(Q4_ONE_BITS));
+    return bitcast<vec4<f32>>(m | vec4<u32>(one));
 }
 
-fn q4_high_nibbles(w: u32) -> vec4<f32> {
+fn q4_high_nibbles(w: u32, one: u32) -> vec4<f32> {
     let m = vec4<u32>(w << 15u, w << 7u, w >> 1u, w >> 9u) & vec4<u32>(Q4_NIBBLE_BITS);
-    return bitcast<vec4<f32>>(m | vec4<u32>(Q4_ONE_BITS));
+    return bitcast<vec4<f32>>(m | vec4<u32>(one));
 }
 
 fn q4_unit_values(q: vec4<u32>) -> Q4Values {
-    return Q4Values(mat4x4<f32>(q4_low_nibbles(q.x), q4_low_nibbles(q.y), q4_low_nibbles(q.z), q4_low_nibbles(q.w)),
-                    mat4x4<f32>(q4_high_nibbles(q.x), q4_high_nibbles(q.y), q4_high_nibbles(q.z),
-                                q4_high_nibbles(q.w)));
+    let one = one_bits();
+    return Q4Values(mat4x4<f32>(q4_low_nibbles(q.x, one), q4_low_nibbles(q.y, one), q4_low_nibbles(q.z, one),
+                                q4_low_nibbles(q.w, one)),
+                    mat4x4<f32>(q4_high_nibbles(q.x, one), q4_high_nibbles(q.y, one), q4_high_nibbles(q.z, one),
+                                q4_high_nibbles(q.w, one)));
 }
 
 // The unit's scales for values 1 + q / 16 (q4_unit_values) from unit_scales' s = (d sc_lo, dmin m_lo, d sc_hi,

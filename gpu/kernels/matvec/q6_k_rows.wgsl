@@ -1,8 +1,8 @@
 // The Q6_K matvecs' f32 row work (matvec_q6_k.wgsl, and the Q6_K rows of matvec_q4_k_q6_k.wgsl), which
 // matvec_q6_k.wgsl's header describes: a thread's 32-value units of one row (and of a second row on the same
 // x: GLU's up row or PAIRS' row ROWS further), each read and made into floats once, then multiplied with each
-// token's x. Needs the including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec, n_tokens, matvec/q6_k_unit.wgsl
-// (with its q6_weight binding) and u8x4_to_f32 (quant/byte_floats.wgsl); rows are given as byte offsets.
+// token's x. Needs the including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec, n_tokens, one_bits
+// (matvec/constants.wgsl) and matvec/q6_k_unit.wgsl (with its q6_weight binding); rows are given as byte offsets.
 
 const Q6_ROW_BYTES: u32 = K / 256u * Q6_K_BLOCK_BYTES;
 const Q6_UNITS_PER_ROW: u32 = K / 32u;
@@ -25,11 +25,21 @@ fn q6_unit_x(xb: u32) -> Q6UnitX {
     return u;
 }
 
-// One quarter's 8 unsigned 6-bit values as f32: low, the 4-bit parts (two words), high, the 2-bit parts in place.
+// One quarter's 8 unsigned 6-bit values q as f32 1 + q / 64: low, the 4-bit parts (two words), high, the 2-bit
+// parts in place. Each value is shifted into the top of an f32 mantissa whose exponent is 1.0's (one_bits), a shift
+// and a mask-and-OR a value (see matvec/q4_k_rows.wgsl's q4_unit_values); q6_unit_dot takes the 1 off.
 fn q6_quarter(low: vec2<u32>, high: vec2<u32>) -> mat2x4<f32> {
     let q0 = (low.x & 0x0F0F0F0Fu) | ((high.x & 0x03030303u) << 4u);
     let q1 = (low.y & 0x0F0F0F0Fu) | ((high.y & 0x03030303u) << 4u);
-    return mat2x4<f32>(u8x4_to_f32(q0), u8x4_to_f32(q1));
+    return mat2x4<f32>(q6_mantissas(q0), q6_mantissas(q1));
+}
+
+const Q6_VALUE_BITS: u32 = 0x7E0000u;  // mantissa bits 17..22: a 6-bit value there is value / 64
+
+// The four 6-bit values in the bytes of w (bits 8k .. 8k + 5) as 1 + q / 64.
+fn q6_mantissas(w: u32) -> vec4<f32> {
+    let m = vec4<u32>(w << 17u, w << 9u, w << 1u, w >> 7u) & vec4<u32>(Q6_VALUE_BITS);
+    return bitcast<vec4<f32>>(m | vec4<u32>(one_bits()));
 }
 
 // A unit's 32 values (quarter a's 8 in a<a>) with its scales, read and made once for all of a step's tokens.
@@ -47,11 +57,11 @@ fn q6_unit_values(block: u32, h: u32, l0: u32) -> Q6Values {
                     q6_quarter(q.ql_b >> vec2<u32>(4u), q.qh >> vec2<u32>(6u)), q.scales, q.d);
 }
 
-// sum over the unit's 32 values of W x.
+// sum over the unit's 32 values of W x: with v = 1 + q / 64 (q6_quarter), (q - 32) x = 64 v x - 96 x.
 fn q6_unit_dot(v: Q6Values, u: Q6UnitX) -> f32 {
-    let qx = vec4<f32>(dot(v.a0[0], u.a0[0]) + dot(v.a0[1], u.a0[1]), dot(v.a1[0], u.a1[0]) + dot(v.a1[1], u.a1[1]),
+    let vx = vec4<f32>(dot(v.a0[0], u.a0[0]) + dot(v.a0[1], u.a0[1]), dot(v.a1[0], u.a1[0]) + dot(v.a1[1], u.a1[1]),
                        dot(v.a2[0], u.a2[0]) + dot(v.a2[1], u.a2[1]), dot(v.a3[0], u.a3[0]) + dot(v.a3[1], u.a3[1]));
-    return v.d * dot(v.scales, qx - 32.0 * u.sums);
+    return v.d * dot(v.scales, 64.0 * vx - 96.0 * u.sums);
 }
 
 // acc + the products of a unit's values v (v_2: its second row's) with token t (a literal: see
