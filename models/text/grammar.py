@@ -38,6 +38,15 @@ _LIMITS = {
 }
 
 
+# Pieces of a JSON string's text: any byte but a quote, a backslash and the control characters.
+_STRING_PIECE = r'[^"\\\x00-\x1F\x7F]'
+# llguidance's mask adds the tokens of a "slice" (a class of tokens, here by length) at once wherever the grammar
+# allows all of them, and walks the other tokens one by one. Its default slices are whitespace and string pieces of
+# up to 10, up to 30 and any number of bytes, so inside a string with fewer than 10 (or 30) characters left (a
+# schema's maxLength) most of a large vocabulary was walked; finer steps of length keep more of it in slices.
+SLICES = [r"[\x20\x0A\x0D\x09]+", *(f"{_STRING_PIECE}{{1,{n}}}" for n in (2, 4, 6, 8, 12, 16, 24, 32)),
+          f"{_STRING_PIECE}+"]
+
 # JSON as json.dumps writes it: the model may not pad a reply with whitespace until max_tokens runs out.
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
@@ -82,7 +91,8 @@ class GrammarVocabulary:
                 piece = b"\xff" + piece  # llguidance's mark for a special token
             tokens.append(piece)
         source = _TokenizerSource(tokenizer, tokens, special)
-        self._lib = llguidance.LLTokenizer(llguidance.TokenizerWrapper(source), eos_token=self.eos_ids or None)
+        self._lib = llguidance.LLTokenizer(llguidance.TokenizerWrapper(source), eos_token=self.eos_ids or None,
+                                           slices=SLICES)
 
     @property
     def mask_words(self) -> int:
