@@ -31,10 +31,10 @@ fn pair_x(t: u32, p: u32) -> PairX {
     return xs;
 }
 
-// The four int8 of w as f32 (sign bits flipped to bias them unsigned; see quant/bytes.wgsl).
+// The four int8 of w as f32: each byte shifted to the top and back with its sign, then converted (a CPU converts
+// integers to floats at full rate, unlike a GPU: quant/byte_floats.wgsl).
 fn i8x4(w: u32) -> vec4<f32> {
-    let b = (vec4<u32>(w ^ 0x80808080u) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xFFu);
-    return bitcast<vec4<f32>>(b | vec4<u32>(0x4B000000u)) - vec4<f32>(8388736.0);
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
 // sum over 16 int8 q (four words) times x[i .. i + 15]
