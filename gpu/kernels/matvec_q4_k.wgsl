@@ -21,7 +21,6 @@
 // matvec/${ENTRY}.wgsl (reduce_subgroup or reduce_workgroup; software adapters use matvec.wgsl's
 // whole_rows).
 #include "matvec/constants.wgsl"
-#include "quant/byte_floats.wgsl"
 #include "matmul/glu.wgsl"
 #include "matvec/q4_k_unit_scales.wgsl"
 #include "matvec/${ENTRY}.wgsl"

@@ -7,10 +7,10 @@
 // 64 bytes of its own and eight lanes' loads touch four lines; the loads of x (one vec4 for 4 values of each
 // token, against a word of the weight for 8 values of all tokens) are most of a step's memory operations.
 // Faster from 4 tokens a step (q4_word_lanes_min_tokens in gpu/ops/matmul_tuning.py).
-// A block's 8 values of the lane are dequantised once for all tokens (d sc q - dmin m, as the matmul tiles make
-// them) and dotted with each token's x. Needs the including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec,
-// n_tokens, unit_scales, u8x4_to_f32, q4_weight, row_bases' word offsets and matvec/q4_k_rows.wgsl's
-// Q4_BLOCK_WORDS4.
+// A block's 8 values of the lane are dequantised once for all tokens (d sc q - dmin m) and dotted with each
+// token's x. Needs the including kernel's K, TPR, T_MAX, OUTS, SECOND, x_vec, n_tokens, unit_scales, one_bits,
+// q4_weight, row_bases' word offsets and matvec/q4_k_rows.wgsl's Q4_BLOCK_WORDS4, q4_low_nibbles,
+// q4_high_nibbles and q4_nibble_scales.
 
 const Q4W_BLOCKS: u32 = K / 256u;   // blocks per row
 const Q4W_BLOCK_STEP: u32 = max(TPR / 32u, 1u);
@@ -40,14 +40,17 @@ fn q4w_prefetch(bases: vec2<u32>, lane: u32) {
 }
 
 // A lane's 8 values of one block, made once for all tokens: lo the low nibbles' (sub-block 2 j), hi the high
-// nibbles' (sub-block 2 j + 1); s = unit_scales(header, j).
+// nibbles' (sub-block 2 j + 1); s = unit_scales(header, j). Each nibble becomes 1 + q / 16 in a mantissa, as
+// matvec/q4_k_rows.wgsl's units make them, and one multiply-add with q4_nibble_scales' scales makes d sc q - dmin m.
 struct Q4WordValues {
     lo: vec4<f32>,
     hi: vec4<f32>,
 }
 
 fn q4w_values(q: u32, s: vec4<f32>) -> Q4WordValues {
-    return Q4WordValues(u8x4_to_f32(q & 0x0F0F0F0Fu) * s.x - s.y, u8x4_to_f32((q >> 4u) & 0x0F0F0F0Fu) * s.z - s.w);
+    let one = one_bits();
+    let n = q4_nibble_scales(s);
+    return Q4WordValues(q4_low_nibbles(q, one) * n.x - n.y, q4_high_nibbles(q, one) * n.z - n.w);
 }
 
 struct Q4Word {
