@@ -38,7 +38,7 @@ _LIMITS = {
 }
 
 
-# Pieces of a JSON string's text: any byte but a quote, a backslash and the control characters.
+# Pieces of a JSON string's text: any character but a quote, a backslash and the control characters.
 _STRING_PIECE = r'[^"\\\x00-\x1F\x7F]'
 # llguidance's mask adds the tokens of a "slice" (a class of tokens, here by length) at once wherever the grammar
 # allows all of them, and walks the other tokens one by one. Its default slices are whitespace and string pieces of

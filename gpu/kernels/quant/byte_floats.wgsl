@@ -1,5 +1,5 @@
 // Bytes to f32 without integer-to-float conversions, for the quant decoders (quant/bytes.wgsl) and
-// kernels that load their weights as vec4<u32> (matvec_q4_k.wgsl). Pure functions: no bindings.
+// kernels that load their weights as vec4<u32> (matvec_q4_k_rows.wgsl). Pure functions: no bindings.
 
 // The four bytes of w as f32. 2^23 + b is exact in an f32 whose mantissa holds b, so an OR and
 // a subtraction replace an integer-to-float conversion (a quarter-rate instruction on NVIDIA;
