@@ -70,6 +70,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -232,6 +233,7 @@ class BatchGenerator:
         # On a GPU the split rows' next network halves are recorded ahead, their encoding ended on the recorder thread
         # (_record_logits_ahead)
         self._recorder: ThreadPoolExecutor | None = None
+        self._masker: ThreadPoolExecutor | None = None  # split rows' masks, beside this thread's recording
         self._logits_ahead: deque[tuple[RecordedLogits, Future[RecordedLogits], list[tuple[_Sequence, Session]]]] = \
             deque()  # (recorded, its end on the recorder thread, the rows it is for)
 
@@ -638,7 +640,10 @@ class BatchGenerator:
             return events
         masks = np.full((len(rows), rows[live[0]].constraint.vocabulary.mask_words), 0xFFFFFFFF, np.uint32)
         live_rows = [rows[i] for i in live]
-        filled, failed = self._fill_masks(live_rows)  # llguidance drops the GIL: the recorder goes on meanwhile
+        if self.overlap_rounds and len(live_rows) == len(rows):
+            filled, failed = self._masks_beside_recording(rows)
+        else:
+            filled, failed = self._fill_masks(live_rows)  # llguidance drops the GIL: the recorder goes on meanwhile
         masks[live] = filled
         dropped = frozenset(i for i, s in enumerate(rows) if s.jump)
         masks[[i for i, s in enumerate(rows) if s.finished or i in dropped]] = 0xFFFFFFFF  # a failed grammar too
@@ -653,17 +658,42 @@ class BatchGenerator:
     def _record_logits(self, rows: list[_Sequence], finish: bool = True) -> RecordedLogits:
         return self.engine.record_logits([DecodeRow(s.session, sampling=s.gpu) for s in rows], finish)
 
-    def _record_logits_ahead(self, rows: list[_Sequence]) -> None:
-        """Keep LOGITS_AHEAD network halves of these split rows recorded ahead, each ended on the recorder thread.
+    def _record_logits_ahead(self, rows: list[_Sequence], ahead: int = LOGITS_AHEAD) -> None:
+        """Keep `ahead` network halves of these split rows recorded ahead, each ended on the recorder thread.
         Recording a step costs the host nearly what a small model's step costs the GPU. Its commands are recorded
         here, while the GPU runs the step just sent (Python, which holds the GIL: on another thread it would slow
         this one's work as much); the recording's end, wgpu's encoding of those commands, is one call that drops the
         GIL, so it runs on the recorder thread beside this thread's waits, masks and sends."""
         if self._recorder is None:
             self._recorder = ThreadPoolExecutor(1, thread_name_prefix="split-recorder")
-        while len(self._logits_ahead) < LOGITS_AHEAD:
+        while len(self._logits_ahead) < ahead:
             recorded = self._record_logits(rows, finish=False)
             self._logits_ahead.append((recorded, self._recorder.submit(recorded.finish), _rows_key(rows)))
+
+    def _masks_beside_recording(self, rows: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
+        """_fill_masks for all these split rows, with the rows' network half after the ones recorded ahead recorded
+        meanwhile: llguidance computes the masks on the masking thread without the GIL while this thread records
+        (Python, holding it), so a constrained step's two largest host costs overlap rather than add, and the
+        recording _submit_logits would do next is done. The masking thread takes the GIL first (this thread waits
+        until it has started), so that it is inside llguidance before the recording begins."""
+        if self._masker is None:
+            self._masker = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+        constraints = [s.constraint for s in rows]
+        masks = np.empty((len(rows), constraints[0].vocabulary.mask_words), np.uint32)
+        started = threading.Event()
+
+        def fill() -> None:
+            started.set()
+            fill_masks(constraints, masks)
+
+        job = self._masker.submit(fill)
+        started.wait()
+        self._record_logits_ahead(rows, LOGITS_AHEAD + 1)
+        try:
+            job.result()
+        except Exception:  # noqa: BLE001 - a grammar failed: _fill_masks finds whose, row by row
+            return self._fill_masks(rows)
+        return masks, []
 
     def _fill_masks(self, seqs: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
         """The token masks of these constrained sequences (u32 [n, mask_words]), filled together; a sequence whose
