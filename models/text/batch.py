@@ -70,6 +70,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -673,13 +674,20 @@ class BatchGenerator:
         """_fill_masks for all these split rows, with the rows' network half after the ones recorded ahead recorded
         meanwhile: llguidance computes the masks on the masking thread without the GIL while this thread records
         (Python, holding it), so a constrained step's two largest host costs overlap rather than add, and the
-        recording _submit_logits would do next is done. The masking thread starts without a hand-off: it takes the
-        GIL at the recording's first call into wgpu, which drops it."""
+        recording _submit_logits would do next is done. The masking thread takes the GIL first (this thread waits
+        until it has started), so that it is inside llguidance before the recording begins."""
         if self._masker is None:
             self._masker = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
         constraints = [s.constraint for s in rows]
         masks = np.empty((len(rows), constraints[0].vocabulary.mask_words), np.uint32)
-        job = self._masker.submit(fill_masks, constraints, masks)
+        started = threading.Event()
+
+        def fill() -> None:
+            started.set()
+            fill_masks(constraints, masks)
+
+        job = self._masker.submit(fill)
+        started.wait()
         self._record_logits_ahead(rows, LOGITS_AHEAD + 1)
         try:
             job.result()
