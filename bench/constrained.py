@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from bench.timing import add_timing_args, cell, check_timing_args, ratio, run_info, summary, write_json  # noqa: E402
 
 if TYPE_CHECKING:
+    from gpu.device import Device
     from models.text.engine import TextModel
     from models.text.grammar import GrammarVocabulary, TokenConstraint
 
@@ -293,6 +294,17 @@ def table(results: list[Result]) -> str:
     return "\n".join("  ".join(value.rjust(width) for value, width in zip(row, widths, strict=True)) for row in rows)
 
 
+def load_model(name: str, streams: int, tokens: int, device: Device | None = None) -> TextModel:
+    """The model with a KV pool of room for `streams` streams' prompts and `tokens` tokens each, and a submission of
+    steps beyond: no stream is ever preempted."""
+    from gpu.kv_cache import PAGE_TOKENS
+    from models.text.engine import load_text_model
+
+    context = tokens + 64 + 2 * PAGE_TOKENS
+    return load_text_model(name, device=device, max_batch=streams, context_length=context,
+                           pool_tokens=streams * context)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run every stream count, print the table (and write JSON if asked)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -318,17 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tokens must be at least 2 (the first token is not decode)")
 
     from gpu.device import default_device
-    from gpu.kv_cache import PAGE_TOKENS
-    from models.text.engine import load_text_model
     from models.text.grammar import compile_grammar, grammar_vocabulary, json_schema
 
     device = default_device()
     tokens = args.tokens or (32 if device.is_software else 128)
     detail = f"{device.name} ({device.adapter_type}, {device.backend})"
-    # room for every stream's prompt and tokens, and a submission of steps beyond: no stream is ever preempted
-    context = tokens + 64 + 2 * PAGE_TOKENS
-    model = load_text_model(args.model, device=device, max_batch=max(streams), context_length=context,
-                            pool_tokens=max(streams) * context)
+    model = load_model(args.model, max(streams), tokens, device)
     prompt = model.tokenizer.encode(PROMPT)
     vocabulary = grammar_vocabulary(model.tokenizer)
     the_schema = schema(args.schema, tokens)

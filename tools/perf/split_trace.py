@@ -110,8 +110,6 @@ def main(argv: list[str] | None = None) -> int:
                         "software (lavapipe runs them one at a time by default)")
     args = parser.parse_args(argv)
 
-    from gpu.kv_cache import PAGE_TOKENS
-    from models.text.engine import load_text_model
     from models.text.grammar import compile_grammar, grammar_vocabulary, json_schema
 
     tracer = Tracer()
@@ -127,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
         batch_module.BatchGenerator.__init__ = overlapped_init  # type: ignore[method-assign]
 
-    context = args.tokens + 64 + 2 * PAGE_TOKENS
-    model = load_text_model(args.model, max_batch=1, context_length=context, pool_tokens=context)
+    model = constrained.load_model(args.model, 1, args.tokens)
     tracer.wrap(type(model.executor.device), "read_staging")
     prompt = model.tokenizer.encode(constrained.PROMPT)
     vocabulary = grammar_vocabulary(model.tokenizer)
