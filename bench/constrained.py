@@ -9,9 +9,11 @@ most 24 characters, the costly case for the grammar library). Decode tok/s count
 stream has its first token (the prompt's prefill and the first token are not decode) over the time from then to the
 last token, all streams together. The mask cost is the host time spent in TokenConstraint.fill_mask and advance
 (each stream's constraint wrapped in a timer) per constrained token; its share is that time at the run's token
-rate, the part of the decode wall time the host spends in the grammar. Both runs get the same --warmup untimed runs
-and --reps timed ones, alternated (free, constrained, free, ...) so that a load that changes during the benchmark
-falls on both; the table shows median (min-max) and constrained/free as the ratio of medians (bench/timing.py).
+rate, the part of the decode wall time the host spends in the grammar. Checked and refused are the shares of
+constrained tokens drawn unmasked and checked by the grammar, and refused by it (models/text/batch.py's check
+first; --check-first). Both runs get the same --warmup untimed runs and --reps timed ones, alternated (free,
+constrained, free, ...) so that a load that changes during the benchmark falls on both; the table shows median
+(min-max) and constrained/free as the ratio of medians (bench/timing.py).
 
 The constrained runs jump forward (models/text/batch.py: the tokens the grammar forces, a record's keys and
 punctuation, go in as one prompt chunk). --stepped adds a third run of every measurement, constrained with
@@ -19,7 +21,7 @@ jump-forward off (a step a token), alternated with the others, and the table gai
 medians) and both runs' rounds per token (BatchGenerator.step() calls during decode per token of a stream).
 
     .venv/bin/python bench/constrained.py [--model PATH] [--schema records|bounded] [--streams 1,8] [--tokens N]
-        [--stepped] [--warmup 1] [--reps 5] [--json out.json]
+        [--stepped] [--check-first auto|always|never] [--warmup 1] [--reps 5] [--json out.json]
 
 --tokens defaults to 128 on a GPU and 32 on a software adapter (lavapipe decodes a few tokens a second). This is a
 benchmark, not a test: nothing here asserts a speed.
@@ -103,6 +105,14 @@ class TimedConstraint:
         finally:
             self.advance_s += time.perf_counter() - start
 
+    def allows(self, token: int) -> bool:
+        """TokenConstraint.allows (a token drawn unmasked checked), timed with advance."""
+        start = time.perf_counter()
+        try:
+            return self.inner.allows(token)
+        finally:
+            self.advance_s += time.perf_counter() - start
+
     def advance(self, token: int) -> None:
         """TokenConstraint.advance, timed."""
         start = time.perf_counter()
@@ -131,13 +141,16 @@ class Run:
     rounds_per_token: float  # step() calls during decode per token of a stream
     fill_us: float = 0.0  # per constrained token
     advance_us: float = 0.0  # with the jump-forward's look-ups of forced tokens
+    checked: float = 0.0  # the share of constrained tokens drawn unmasked and checked by the grammar (check-first)
+    refused: float = 0.0  # the share refused by it (each drawn again under the mask)
 
 
 def run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], streams: int, tokens: int,
-             grammar: str | None, jump_forward: bool = True) -> Run:
+             grammar: str | None, jump_forward: bool = True, check_first: bool | None = None) -> Run:
     """All streams from the prompt to `tokens` tokens each (under grammar unless it is None); raises if a stream
     ends otherwise (an error, a grammar complete early) or a stream is preempted (the pool is sized to avoid it).
-    jump_forward: whether the grammar's forced tokens go in as one chunk (off: a step a token)."""
+    jump_forward: whether the grammar's forced tokens go in as one chunk (off: a step a token); check_first: the
+    BatchGenerator's (None: where masks take long)."""
     import models.text.batch as batch_module
 
     # The batch fills its constrained rows' masks together (models.text.grammar.fill_masks, on llguidance's threads):
@@ -156,18 +169,18 @@ def run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int],
 
     batch_module.fill_masks = timed_fill_masks
     try:
-        return _run_once(model, vocabulary, prompt, streams, tokens, grammar, jump_forward)
+        return _run_once(model, vocabulary, prompt, streams, tokens, grammar, jump_forward, check_first)
     finally:
         batch_module.fill_masks = fill_masks
 
 
 def _run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], streams: int, tokens: int,
-              grammar: str | None, jump_forward: bool) -> Run:
+              grammar: str | None, jump_forward: bool, check_first: bool | None) -> Run:
     from models.text.batch import BatchGenerator, EndEvent, TokenEvent
     from models.text.grammar import TokenConstraint
     from models.text.sampler import SamplingParams
 
-    generator = BatchGenerator(model, jump_forward=jump_forward)
+    generator = BatchGenerator(model, jump_forward=jump_forward, check_first=check_first)
     timers = []
     for key in range(streams):
         constraint = None
@@ -209,6 +222,7 @@ def _run_once(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int]
         n = sum(t.tokens for t in timers)
         run.fill_us = 1e6 * sum(t.fill_s for t in timers) / n
         run.advance_us = 1e6 * sum(t.advance_s for t in timers) / n
+        run.checked, run.refused = generator.checked_tokens / n, generator.refused_tokens / n
     return run
 
 
@@ -232,6 +246,8 @@ class Result:
             "advance_us_per_token": [r.advance_us for r in c],
             # the share of decode wall time the host spends in the grammar: seconds per token times tokens per second
             "mask_share": [(r.fill_us + r.advance_us) * 1e-6 * r.tok_s for r in c],
+            "checked_share": [r.checked for r in c],
+            "refused_share": [r.refused for r in c],
             "free_rounds_per_token": [r.rounds_per_token for r in self.free],
             "constrained_rounds_per_token": [r.rounds_per_token for r in c],
             **({"stepped_tok_s": [r.tok_s for r in self.stepped],
@@ -251,25 +267,26 @@ class Result:
 
 
 def measure(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], streams: int, tokens: int,
-            grammar: str, warmup: int, reps: int, stepped: bool = False) -> Result:
+            grammar: str, warmup: int, reps: int, stepped: bool = False, check_first: bool | None = None) -> Result:
     """warmup untimed runs of each (free, constrained, and with stepped constrained with jump-forward off), then reps
-    timed runs of each, alternated."""
+    timed runs of each, alternated; check_first: the constrained runs' (run_once)."""
     result = Result(streams)
     for rep in range(warmup):
         print(f"{streams} streams: warm-up {rep + 1}/{warmup}", file=sys.stderr, flush=True)
         run_once(model, vocabulary, prompt, streams, tokens, None)
-        run_once(model, vocabulary, prompt, streams, tokens, grammar)
+        run_once(model, vocabulary, prompt, streams, tokens, grammar, check_first=check_first)
         if stepped:
-            run_once(model, vocabulary, prompt, streams, tokens, grammar, jump_forward=False)
+            run_once(model, vocabulary, prompt, streams, tokens, grammar, False, check_first)
     for rep in range(reps):
         result.free.append(run_once(model, vocabulary, prompt, streams, tokens, None))
-        result.constrained.append(run_once(model, vocabulary, prompt, streams, tokens, grammar))
+        result.constrained.append(run_once(model, vocabulary, prompt, streams, tokens, grammar,
+                                           check_first=check_first))
         free, constrained = result.free[-1], result.constrained[-1]
         line = (f"{streams} streams: run {rep + 1}/{reps}: free {free.tok_s:.1f} tok/s, constrained "
                 f"{constrained.tok_s:.1f} tok/s ({constrained.rounds_per_token:.2f} rounds/token), mask "
                 f"{constrained.fill_us + constrained.advance_us:.0f} us/token")
         if stepped:
-            result.stepped.append(run_once(model, vocabulary, prompt, streams, tokens, grammar, jump_forward=False))
+            result.stepped.append(run_once(model, vocabulary, prompt, streams, tokens, grammar, False, check_first))
             line += (f", stepped {result.stepped[-1].tok_s:.1f} tok/s ({result.stepped[-1].rounds_per_token:.2f} "
                      "rounds/token)")
         print(line, file=sys.stderr, flush=True)
@@ -279,14 +296,16 @@ def measure(model: TextModel, vocabulary: GrammarVocabulary, prompt: list[int], 
 def table(results: list[Result]) -> str:
     """One line per stream count: median (min-max) of each measurement and constrained/free (ratio of medians)."""
     stepped = any(r.stepped for r in results)
-    head = ["streams", "free tok/s", "constrained tok/s", "constrained/free", "mask us/token", "mask share %"]
+    head = ["streams", "free tok/s", "constrained tok/s", "constrained/free", "mask us/token", "mask share %",
+            "checked %", "refused %"]
     head += ["stepped tok/s", "jump/stepped", "rounds/token jump", "rounds/token stepped"] if stepped else []
     rows = [head]
     for r in results:
         s = r.series()
         rows.append([str(r.streams), cell(s["free_tok_s"]), cell(s["constrained_tok_s"]),
                      f"{ratio(s['constrained_tok_s'], s['free_tok_s']):.2f}", cell(s["mask_us_per_token"]),
-                     cell(s["mask_share"], 1, 100.0)])
+                     cell(s["mask_share"], 1, 100.0), cell(s["checked_share"], 1, 100.0),
+                     cell(s["refused_share"], 1, 100.0)])
         if stepped:
             rows[-1] += [cell(s["stepped_tok_s"]), f"{ratio(s['constrained_tok_s'], s['stepped_tok_s']):.2f}",
                          cell(s["constrained_rounds_per_token"], 2), cell(s["stepped_rounds_per_token"], 2)]
@@ -317,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                         "adapter)")
     parser.add_argument("--stepped", action="store_true", help="also time the constrained runs with jump-forward "
                         "off (a step a token) and compare")
+    parser.add_argument("--check-first", choices=("auto", "always", "never"), default="auto",
+                        help="whether constrained steps draw unmasked and have the grammar check the token: where "
+                        "masks take long (auto, the server's way), always, or never (a mask every step)")
     add_timing_args(parser, warmup=1)
     args = parser.parse_args(argv)
     check_timing_args(parser, args)
@@ -340,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     vocabulary = grammar_vocabulary(model.tokenizer)
     the_schema = schema(args.schema, tokens)
     grammar = compile_grammar(vocabulary, json_schema(the_schema))
-    results = [measure(model, vocabulary, prompt, n, tokens, grammar, args.warmup, args.reps, args.stepped)
-               for n in streams]
+    check_first = {"auto": None, "always": True, "never": False}[args.check_first]
+    results = [measure(model, vocabulary, prompt, n, tokens, grammar, args.warmup, args.reps, args.stepped,
+                       check_first) for n in streams]
 
     print(f"model: {model.path}")
     print(f"device: {detail}")
@@ -353,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, {**run_info("constrained", args.warmup, args.reps), "model": str(model.path),
                            "device": detail, "prompt_tokens": len(prompt), "tokens": tokens,
                            "schema_name": args.schema, "schema": the_schema, "stepped": args.stepped,
+                           "check_first": args.check_first,
                            "results": {str(r.streams): r.record(model.tokenizer.decode) for r in results}})
     return 0
 

@@ -31,7 +31,13 @@ then covers its work). A round holds at most:
   grammar's masks, and these sequences advance a token a round (a sequence whose prompt ends in a round joins
   them in the next). On a GPU both halves are recorded ahead (the sampling while the host waits for the round, the
   network halves a few steps ahead, wgpu's encoding of them on another thread), so that once the masks are known
-  only the sending is left.
+  only the sending is left. Where a row's mask takes the host longer than the GPU's step (llguidance's mask near a
+  string's maxLength walks most of the vocabulary), the host would hold the GPU up: such a row checks first
+  (_checks_first): it draws unmasked, and the grammar checks the token when it comes back, in microseconds. With the
+  noise keyed by position, the unmasked draw is the masked one whenever the grammar takes it (the best of all tokens
+  is then the best of the allowed), so only a refused token costs more: the row goes back a position and runs its
+  last token again as a chunk, the token after it drawn under the mask with the same noise (_refused), and then
+  fills masks again. So a row gives the same tokens either way.
 - the chunks of the constrained sequences jumping forward, in one submission (Engine.submit_last_chunks): where a
   grammar allows one continuation only (a schema's keys and punctuation), the tokens it forces (up to JUMP_TOKENS)
   are handed out at once and go in as a prompt chunk, the token after them sampled at its end under the mask, so
@@ -111,6 +117,9 @@ class EndEvent:
 Event = TokenEvent | EndEvent
 ADMIT_LOOKAHEAD = 256  # generated tokens a new sequence must find KV pages for (beyond: preemption)
 JUMP_TOKENS = PREFILL_BUCKETS[0]  # most tokens of a jump-forward chunk (the smallest prompt program's rows)
+# A split row checks first once filling its mask took more than this share of the host's time between two split
+# steps: the mask then holds the GPU up (or nearly), and a refused token costs one step.
+CHECK_FIRST_SHARE = 0.5
 LOGITS_AHEAD = 2  # split steps' network halves recorded ahead (their encoding can take a small model's step)
 
 
@@ -148,7 +157,9 @@ class _Sequence:
     constraint: TokenConstraint | None = None  # the grammar its tokens must follow
     images: list[ImageSpan] = field(default_factory=list)  # the request's images, in prompt order
     cached: int = 0  # prompt tokens taken from the prefix cache rather than prefilled (at admission)
-    jump: bool = False  # its next chunk is tokens its grammar forced (jump-forward), handed out already
+    jump: bool = False  # its next chunk is tokens handed out already: forced by its grammar (jump-forward, _jump), or
+    # its last token again where the token after it was refused (_refused)
+    check_first: bool = False  # its grammar checks its GPU-drawn tokens rather than mask them (the module docstring)
 
     @property
     def cacheable(self) -> list[int]:
@@ -203,10 +214,14 @@ class BatchGenerator:
 
     def __init__(self, model: TextModel, kv_dtype: str | None = None, steps_per_submit: int = STEPS_PER_SUBMIT,
                  prefill_chunk: int = PREFILL_BUCKETS[-1], engine: Engine | None = None,
-                 overlap_rounds: bool | None = None, jump_forward: bool = True) -> None:
+                 overlap_rounds: bool | None = None, jump_forward: bool = True, check_first: bool | None = None
+                 ) -> None:
         """engine: the KV pool and programs to run in (the model's, of kv_dtype, by default). overlap_rounds:
         whether round N+1 is recorded while round N runs (None: on a GPU, not on a CPU adapter). jump_forward:
-        whether the tokens a grammar forces go in as one prompt chunk rather than a step each (_jump)."""
+        whether the tokens a grammar forces go in as one prompt chunk rather than a step each (_jump). check_first:
+        whether split rows draw unmasked and have the grammar check the token (the module docstring): None where
+        their masks take longer than the steps they overlap, True always, False never (nor with recurrent layers,
+        whose state cannot go back a position)."""
         if not 1 <= prefill_chunk <= PREFILL_BUCKETS[-1]:
             raise ValueError(f"prefill_chunk must be in [1, {PREFILL_BUCKETS[-1]}], not {prefill_chunk}")
         self.model = model
@@ -227,6 +242,10 @@ class BatchGenerator:
         self.resumed_tokens = 0  # tokens preempted sequences took back from the prefix cache on their return, so far
         self._spare_pages = 0  # free KV pages the round's plan leaves (a returning sequence may take cached ones)
         self.jump_forward = jump_forward
+        self.check_first = check_first if self._shares_programs else False
+        self.checked_tokens = 0  # tokens drawn unmasked and checked by their grammar, so far
+        self.refused_tokens = 0  # of those, the ones the grammar refused (each drawn again under the mask)
+        self._split_sent_at: float | None = None  # when the last split step's sampling went
         self.forced_tokens = 0  # tokens handed out by jump-forward (forced by a grammar, not sampled), so far
         self.overlap_rounds = not model.executor.device.is_software if overlap_rounds is None else overlap_rounds
         self._split: tuple[LogitsStep, list[_Sequence]] | None = None  # split rows whose sampling is to be sent
@@ -640,15 +659,27 @@ class BatchGenerator:
             return events
         masks = np.full((len(rows), rows[live[0]].constraint.vocabulary.mask_words), 0xFFFFFFFF, np.uint32)
         live_rows = [rows[i] for i in live]
-        if self.overlap_rounds and len(live_rows) == len(rows):
-            filled, failed = self._masks_beside_recording(rows)
+        masked = [i for i in live if not self._checks_first(rows[i])]
+        fill_s = 0.0
+        if masked and self.overlap_rounds and len(live_rows) == len(rows):
+            filled, failed, fill_s = self._masks_beside_recording([rows[i] for i in masked], rows)
+        elif masked:
+            start = time.perf_counter()
+            filled, failed = self._fill_masks([rows[i] for i in masked])  # llguidance drops the GIL: the recorder
+            fill_s = time.perf_counter() - start  # goes on meanwhile
         else:
-            filled, failed = self._fill_masks(live_rows)  # llguidance drops the GIL: the recorder goes on meanwhile
-        masks[live] = filled
+            filled, failed = masks[:0], []
+        masks[masked] = filled
         dropped = frozenset(i for i, s in enumerate(rows) if s.jump)
         masks[[i for i, s in enumerate(rows) if s.finished or i in dropped]] = 0xFFFFFFFF  # a failed grammar too
         events += failed
-        pending = step.sample(masks)
+        now = time.perf_counter()
+        if self._split_sent_at is not None and fill_s > CHECK_FIRST_SHARE * (now - self._split_sent_at):
+            for i in masked:
+                rows[i].check_first = True
+        self._split_sent_at = now
+        self.checked_tokens += len(live) - len(masked)
+        pending = step.sample(masks if masked else None)
         for s in live_rows:
             s.submitted += 1
         # the rows' hold passes from the network half to this submission (_handle releases it)
@@ -670,31 +701,33 @@ class BatchGenerator:
             recorded = self._record_logits(rows, finish=False)
             self._logits_ahead.append((recorded, self._recorder.submit(recorded.finish), _rows_key(rows)))
 
-    def _masks_beside_recording(self, rows: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
-        """_fill_masks for all these split rows, with the rows' network half after the ones recorded ahead recorded
-        meanwhile: llguidance computes the masks on the masking thread without the GIL while this thread records
+    def _masks_beside_recording(self, masked: list[_Sequence], rows: list[_Sequence]
+                                ) -> tuple[np.ndarray, list[Event], float]:
+        """_fill_masks for the masked ones of these split rows, with the rows' network half after the ones recorded
+        ahead recorded meanwhile, and the seconds the masks took: llguidance computes the masks on the masking thread without the GIL while this thread records
         (Python, holding it), so a constrained step's two largest host costs overlap rather than add, and the
         recording _submit_logits would do next is done. The masking thread takes the GIL first (this thread waits
         until it has started), so that it is inside llguidance before the recording begins: left to wait for the
         GIL, it would rarely get it before the recording ends, whose calls into wgpu drop it only for moments."""
         if self._masker is None:
             self._masker = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
-        constraints = [s.constraint for s in rows]
-        masks = np.empty((len(rows), constraints[0].vocabulary.mask_words), np.uint32)
+        constraints = [s.constraint for s in masked]
+        masks = np.empty((len(masked), constraints[0].vocabulary.mask_words), np.uint32)
         started = threading.Event()
 
-        def fill() -> None:
+        def fill() -> float:
+            start = time.perf_counter()
             started.set()
             fill_masks(constraints, masks)
+            return time.perf_counter() - start
 
         job = self._masker.submit(fill)
         started.wait()
         self._record_logits_ahead(rows, LOGITS_AHEAD + 1)
         try:
-            job.result()
+            return masks, [], job.result()
         except Exception:  # noqa: BLE001 - a grammar failed: _fill_masks finds whose, row by row
-            return self._fill_masks(rows)
-        return masks, []
+            return *self._fill_masks(masked), 0.0
 
     def _fill_masks(self, seqs: list[_Sequence]) -> tuple[np.ndarray, list[Event]]:
         """The token masks of these constrained sequences (u32 [n, mask_words]), filled together; a sequence whose
@@ -776,11 +809,19 @@ class BatchGenerator:
         seq.history.append(token.id)  # before _accept: a jump appends the forced tokens after it
         return self._accept(seq, token)
 
+    def _checks_first(self, seq: _Sequence) -> bool:
+        """Whether a split row's next token is drawn unmasked and checked by its grammar (the module docstring)."""
+        return seq.check_first if self.check_first is None else self.check_first
+
     def _accept(self, seq: _Sequence, token: SampledToken) -> list[Event]:
         """A sampled token of a running sequence: the end of it, or one more token out (for a stepwise
-        sequence, the input of its next step); a grammar takes the token and may end the sequence."""
+        sequence, the input of its next step); a grammar takes the token and may end the sequence, or refuses one
+        drawn unmasked (_refused)."""
         if seq.finished:
             return []
+        constraint = seq.constraint
+        if constraint is not None and seq.split and self._checks_first(seq) and not constraint.allows(token.id):
+            return self._refused(seq)
         if token.id in seq.stops:
             return self._finish(seq, "stop")
         events = self._take(seq, token)
@@ -836,6 +877,21 @@ class BatchGenerator:
             seq.submitted = seq.produced  # a step in flight that samples for it is dropped (_Submission.dropped)
             seq.jump = True
         return events
+
+    def _refused(self, seq: _Sequence) -> list[Event]:
+        """A token drawn unmasked that the row's grammar refuses is dropped: the row goes back to the position of its
+        last token, which goes in again as a chunk (the positions after it are written again), the token after it
+        drawn under the mask there, with the same noise (the noise is keyed by position). The row fills masks again
+        until they take long again. A step already sent for the row runs on, its token dropped (as for _jump)."""
+        assert seq.session is not None and seq.emitted  # a prompt's first token is drawn under the mask
+        self.refused_tokens += 1
+        seq.check_first = False
+        seq.prompt = seq.request + seq.emitted
+        seq.prefilled = len(seq.prompt) - 1
+        seq.session.rewind(seq.prefilled)
+        seq.submitted = seq.produced
+        seq.jump = True
+        return []
 
     def _finish(self, seq: _Sequence, reason: str, error: BaseException | None = None) -> list[Event]:
         seq.finished = True

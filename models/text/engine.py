@@ -750,6 +750,15 @@ class Session:
             n = min(len(ids), self.n_past) // pool.page_tokens
             pool.publish(self.slot, page_keys(ids, images, pool.page_tokens, n))
 
+    def rewind(self, n_past: int) -> None:
+        """Go back to position n_past (not forward): the positions from there are written again by the next steps, and
+        steps sent already that write them run first. Attention-only pools: a recurrent state cannot go back."""
+        if not 0 <= n_past <= self.n_past:
+            raise ValueError(f"a session at position {self.n_past} cannot rewind to {n_past}")
+        if getattr(self.engine.pool, "recurrent", None) is not None:
+            raise ValueError("a recurrent state cannot go back to an earlier position")
+        self.n_past = n_past
+
     def reset(self) -> None:
         """Forget the sequence (its pages are overwritten as positions are reused; published ones, which others
         may read, are given back first)."""

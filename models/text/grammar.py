@@ -279,6 +279,10 @@ class TokenConstraint:
         self._matcher.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
         self._check()
 
+    def allows(self, token: int) -> bool:
+        """Whether the grammar takes this token next (what the mask's bit says, without computing the mask)."""
+        return self._matcher.validate_tokens([token]) == 1
+
     def advance(self, token: int) -> None:
         """Take a sampled token (one the mask allowed); GrammarError if the grammar refuses it."""
         if not self._matcher.consume_token(token):

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from models.text import batch
 from models.text.batch import BatchGenerator, EndEvent, TokenEvent
 from models.text.engine import Engine, TextModel, load_text_model
 from models.text.grammar import GrammarVocabulary, TokenConstraint, compile_grammar, grammar_vocabulary, json_schema
@@ -403,3 +404,36 @@ def test_sequence_preempted_between_jumps_gives_valid_json(model: TextModel, voc
         parse_reply(model, result.tokens[key], LONG_KEYS)
         assert result.tokens[key] == result.tokens["first"], key
     assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == 64
+
+
+# -- check first: split rows draw unmasked and the grammar checks the token (models/text/batch.py _refused) ---------
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("check_first", [True, None], ids=["always", "after-every-mask"])
+def test_checking_first_gives_the_tokens_of_masking(model: TextModel, vocabulary: GrammarVocabulary, mixed: Run,
+                                                    check_first: bool | None) -> None:
+    """The GPU-sampled constrained rows of the mixed batch again with split steps drawn unmasked and checked by the
+    grammar, rounds overlapped (a GPU's way): every step, or (as a GPU decides by time) once a mask has taken long,
+    here any mask, and again after each refused token's masked step. The grammar refuses some of those tokens, each
+    then drawn again under the mask with the same noise, and the replies are the tokens of masking every step,
+    greedy and seeded."""
+    keys = ("json-greedy", "json-seeded")
+    generator = BatchGenerator(model, steps_per_submit=4, overlap_rounds=True, check_first=check_first)
+    result = Run(tokens={key: [] for key in keys})
+    grammar = compile_grammar(vocabulary, json_schema(PET))
+    for key in keys:
+        row = MIXED[key]
+        generator.add(key, model.tokenizer.encode(row.prompt), row.sampling, row.max_tokens, stop_ids=frozenset(),
+                      constraint=TokenConstraint(vocabulary, grammar))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(batch, "CHECK_FIRST_SHARE", 0.0)  # a mask of any length counts as long
+        while generator.busy:
+            for event in generator.step():
+                if isinstance(event, TokenEvent):
+                    result.tokens[event.key].append(event.token.id)
+                else:
+                    result.ends[event.key] = event
+    assert 0 < generator.refused_tokens < generator.checked_tokens
+    for key in keys:
+        assert result.ends[key].reason == "stop", (key, model.tokenizer.decode(result.tokens[key]))
+        assert result.tokens[key] == mixed.tokens[key], key
