@@ -3,12 +3,15 @@
 llguidance does the work (the library llama.cpp and vLLM use): it compiles a grammar against the model's
 vocabulary and, at each step, says which tokens keep the output inside the grammar. Hearth uploads that
 mask (one bit per token) with the step and the GPU sampler never picks a token outside it
-(gpu/ops/sampling.py mask_logits), so constrained and free sequences share one batch.
+(gpu/ops/sampling.py mask_logits), so constrained and free sequences share one batch. Where a mask takes longer
+than a step, the batch draws unmasked and checks the token instead (allows), drawing again under the mask when
+it is refused (models/text/batch.py).
 
     vocabulary = grammar_vocabulary(model.tokenizer)        # once per model (a second or two)
     grammar = compile_grammar(vocabulary, json_schema(schema))  # GrammarError (a client's mistake) if invalid
     constraint = TokenConstraint(vocabulary, grammar)       # one per sequence
     constraint.fill_mask(mask_row)                          # before each step: u32 [ceil(V / 32)]
+    constraint.allows(token)                                # or after it, for a token drawn unmasked
     constraint.advance(token)                               # after it
     constraint.forced_tokens(16)                            # the tokens that must follow, if only one way on
 
