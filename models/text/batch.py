@@ -706,9 +706,10 @@ class BatchGenerator:
         """_fill_masks for the masked ones of these split rows, with the rows' network half after the ones recorded
         ahead recorded meanwhile, and the seconds the masks took: llguidance computes the masks on the masking thread
         without the GIL while this thread records (Python, holding it), so a constrained step's two largest host costs
-        overlap rather than add, and the recording _submit_logits would do next is done. The masking thread takes the GIL first (this thread waits
-        until it has started), so that it is inside llguidance before the recording begins: left to wait for the
-        GIL, it would rarely get it before the recording ends, whose calls into wgpu drop it only for moments."""
+        overlap rather than add, and the recording _submit_logits would do next is done. The masking thread takes the
+        GIL first (this thread waits until it has started), so that it is inside llguidance before the recording
+        begins: left to wait for the GIL, it would rarely get it before the recording ends, whose calls into wgpu drop
+        it only for moments."""
         if self._masker is None:
             self._masker = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
         constraints = [s.constraint for s in masked]
