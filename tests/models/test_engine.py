@@ -55,6 +55,26 @@ def test_gpu_greedy_multi_step_equals_host_argmax(model: TextModel) -> None:
     assert got == want
 
 
+def test_a_rewound_session_writes_its_positions_again(model: TextModel) -> None:
+    """Session.rewind (a refused constrained token, models/text/batch.py): after going back two positions, feeding
+    the token that stood there gives the logits it gave the first time, as if the tokens after it were never fed;
+    a session does not rewind forward."""
+    prompt = encode(model, "The capital of France is")
+    session = model.new_session()
+    try:
+        session.prefill(prompt)
+        first = session.decode(17)
+        session.decode(4)
+        session.decode(99)
+        session.rewind(len(prompt))
+        np.testing.assert_array_equal(session.decode(17), first)
+        assert session.n_past == len(prompt) + 1
+        with pytest.raises(ValueError, match="cannot rewind"):
+            session.rewind(len(prompt) + 2)
+    finally:
+        session.close()
+
+
 def test_warm_up_leaves_a_request_nothing_to_compile() -> None:
     """After warm_up without running (a software adapter's default), a batch of prompts and decodes (GPU-sampled
     and CPU-sampled rows) compiles no pipeline, and every pipeline of every program has been dispatched once (with

@@ -119,6 +119,20 @@ def test_preempted_sequences_resume_with_the_same_tokens(family: str, model: Tex
     assert engine.pool.free_slots == engine.pool.n_slots and engine.pool.free_tokens == pool_tokens
 
 
+def test_recurrent_state_never_goes_back(model: TextModel) -> None:
+    """A recurrent state cannot return to an earlier position: sessions refuse to rewind, and the batch never draws
+    a constrained token unmasked to check it (which a refused token would undo by going back a position)."""
+    assert BatchGenerator(model, check_first=True).check_first is False
+    assert BatchGenerator(model).check_first is False
+    session = model.new_session()
+    try:
+        session.prefill([1, 2, 3])
+        with pytest.raises(ValueError, match="recurrent"):
+            session.rewind(2)
+    finally:
+        session.close()
+
+
 @pytest.mark.parametrize("dtype", ["f32", "q8_0"])
 def test_gpu_kernels_give_the_reference_tokens(family: str, golden: dict[str, np.ndarray], dtype: str) -> None:
     """The kernels a GPU runs (residual norms folded into the matvecs that read them, the conv layers' in-projection
