@@ -23,7 +23,7 @@ the table shows median (min-max) per engine and Hearth/llama.cpp as the ratio of
 - decode tok/s at 8 and 32 concurrent sequences (aggregate): each sequence has a 128-token
   prompt, then all decode 128 tokens together (Hearth: one batched program per step, as its
   server's continuous batching runs them; llama.cpp: llama-batched-bench -npp 128 -ntg 128, one
-  invocation per run);
+  invocation per run); Hearth again with int8 activations;
 - share of the bandwidth bound: a decode step must read every weight once (but one row of an embedding table it
   only looks up) and the KV cache.
 With --profile, Hearth's per-kernel GPU time (timestamp queries) for prefill and decode steps.
@@ -169,7 +169,8 @@ def bench_hearth(path: str, warmup: int, reps: int, batches: list[int], profile:
     # bursts do not raise them. The warm-up runs, as many as every other engine gets, bring the clocks up.
     samples["prefill_tok_s"] = timed(lambda: PROMPT / hearth.prefill_s(ids), warmup, reps)
     out["prefill_split_ms"] = [round(1000 * t, 2) for t in hearth.prefill_split]
-    int8 = HearthBench.load(path, 1, int8_activations=True)  # a second copy of the model, its programs int8
+    # a second copy of the model, its programs int8
+    int8 = HearthBench.load(path, max(batches, default=1), int8_activations=True)
     samples["prefill_int8_tok_s"] = timed(lambda: PROMPT / int8.prefill_s(ids), warmup, reps)
     if profile:
         from gpu.profile import profile_report
@@ -193,7 +194,10 @@ def bench_hearth(path: str, warmup: int, reps: int, batches: list[int], profile:
     for b in batches:
         samples[f"decode_x{b}_tok_s"] = timed(lambda b=b: b * NEW / hearth.batched_decode_s(short, b, NEW),
                                               warmup, reps)
-        print(f"hearth: {b} streams: {cell(samples[f'decode_x{b}_tok_s'], 0)} tok/s", flush=True)
+        samples[f"decode_x{b}_int8_tok_s"] = timed(lambda b=b: b * NEW / int8.batched_decode_s(short, b, NEW),
+                                                   warmup, reps)
+        print(f"hearth: {b} streams: {cell(samples[f'decode_x{b}_tok_s'], 0)} tok/s, int8 activations "
+              f"{cell(samples[f'decode_x{b}_int8_tok_s'], 0)}", flush=True)
     if profile:
         out["profile"] = hearth.profile(ids, max(batches, default=1))
         print(out["profile"], out["profile_int8_prefill"], out["profile_int8_decode"], sep="\n", flush=True)
@@ -294,7 +298,10 @@ def rows(batches: list[int]) -> list[tuple[str, str, str]]:
            ("decode, int8 activations", "decode_int8_tok_s", "decode_tok_s"),
            (f"decode after {PROMPT} tokens", f"decode_d{PROMPT}_tok_s", f"decode_d{PROMPT}_tok_s"),
            (f"decode after {PROMPT}, int8 activations", f"decode_d{PROMPT}_int8_tok_s", f"decode_d{PROMPT}_tok_s")]
-    return out + [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s", f"decode_x{b}_tok_s") for b in batches]
+    for b in batches:
+        out += [(f"decode tok/s ({b} streams)", f"decode_x{b}_tok_s", f"decode_x{b}_tok_s"),
+                (f"decode, {b} streams, int8 activations", f"decode_x{b}_int8_tok_s", f"decode_x{b}_tok_s")]
+    return out
 
 
 def table(name: str, results: dict[str, dict[str, Any]], batches: list[int], bound: float) -> tuple[str, dict]:
