@@ -228,9 +228,10 @@ class BatchGenerator:
         self.prefill_chunk = prefill_chunk
         self.engine = engine or model.engine(kv_dtype)
         self.pool = self.engine.pool
+        recurrent = getattr(self.pool, "recurrent", None) is not None  # a hybrid's per-sequence recurrent state
         # several sequences' last chunks share one program (Engine.submit_last_chunks), but for a hybrid's recurrent
         # layers, which take a sequence's prompt at a time
-        self._shares_programs = getattr(self.pool, "recurrent", None) is None
+        self._shares_programs = not recurrent
         self.steps_per_submit = steps_per_submit
         self.max_batch = model.max_batch
         self._sequences: dict[Hashable, _Sequence] = {}
@@ -242,7 +243,7 @@ class BatchGenerator:
         self.resumed_tokens = 0  # tokens preempted sequences took back from the prefix cache on their return, so far
         self._spare_pages = 0  # free KV pages the round's plan leaves (a returning sequence may take cached ones)
         self.jump_forward = jump_forward
-        self.check_first = check_first if self._shares_programs else False
+        self.check_first = False if recurrent else check_first  # a refused token's row goes back a position
         self.checked_tokens = 0  # tokens drawn unmasked and checked by their grammar, so far
         self.refused_tokens = 0  # of those, the ones the grammar refused (each drawn again under the mask)
         self._split_sent_at: float | None = None  # when the last split step's sampling went
