@@ -37,13 +37,13 @@ Event = tuple[str, str, float, float]  # (call, thread, start, end)
 TRACED: list[tuple[Any, tuple[str, ...]]] = [
     (batch_module.BatchGenerator, ("step", "_sample_split", "_handle_round", "_submit_logits", "_record_logits_ahead",
                                    "_masks_beside_recording", "_fill_masks", "_submit_round", "_jump", "_make_room",
-                                   "_record_logits")),
+                                   "_record_logits", "_refused")),
     (engine_module.Engine, ("record_logits",)),
     (engine_module.RecordedLogits, ("submit", "finish")),
     (engine_module.LogitsStep, ("record_sample", "sample")),
     (program_module.PendingResult, ("wait",)),
     (program_module.Submission, ("submit", "finish")),
-    (grammar_module.TokenConstraint, ("advance", "forced_tokens")),
+    (grammar_module.TokenConstraint, ("advance", "allows", "forced_tokens")),
     (grammar_module, ("fill_masks",)),
 ]
 
