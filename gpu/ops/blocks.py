@@ -3,9 +3,10 @@
 A model file says what its network computes (the residual add and the next norm, attention with its q/k norms
 and rope, a gated feed-forward); these functions pick how: one product for matrices with the same input, a
 stacked matvec for two of them, the residual norm folded into the matvec that reads it (NormedInput) on decode
-steps, inputs written as int8 blocks where an int8 product reads them (QuantisedActivation), the k-split parts
-of a prompt's matmul added by the residual norm that reads them (SplitSums), attention normalising and
-rotating its own q and k on decode steps (RawQKV). The predicates that decide live in gpu/ops/matmul.py.
+steps, or, on models too wide for that, made by the matvec that writes the block's output (PrenormedInput), inputs
+written as int8 blocks where an int8 product reads them (QuantisedActivation), the k-split parts of a prompt's
+matmul added by the residual norm that reads them (SplitSums), attention normalising and rotating its own q and k
+on decode steps (RawQKV). The predicates that decide live in gpu/ops/matmul.py.
 
 `fusable` (Residual): whether a network's block boundaries may take the fused forms at all. One whose block
 output is more than a post-normed residual add (a layer output scale, a per-layer input) runs its blocks through
@@ -15,6 +16,7 @@ plain dispatches: one product per fused matrix, whole linear outputs, f32 block 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from gpu.kv_cache import KVPool
@@ -23,12 +25,15 @@ from gpu.ops.attention_prompt import attention_prompt
 from gpu.ops.encoder import bias_add
 from gpu.ops.matmul import (
     NormedInput,
+    PrenormedInput,
     QuantisedActivation,
     folds_norms,
     linear,
     linear_glu,
     linear_output,
+    linear_residual,
     linear_stacked,
+    prenorms_inputs,
     quantised_activation,
     quantises_ffn_input,
     quantises_glu_output,
@@ -42,8 +47,22 @@ from gpu.program import ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
 
-BlockInput = Tensor | NormedInput | QuantisedActivation  # a block's normalised input, as its products read it
+BlockInput = Tensor | NormedInput | PrenormedInput | QuantisedActivation  # a block's normalised input, as read
 Columns = list[tuple[Tensor, int]]  # each projection's output tensor and first column
+
+
+@dataclass(frozen=True)
+class DeferredOutput:
+    """A block's output product (o, down) not yet recorded: the residual add that reads it records it, as a matvec
+    that adds its rows to the residual and makes the next norm's input (linear_residual) where that applies, else
+    as a plain linear."""
+
+    weight: QuantWeight
+    a: Tensor
+    name: str
+
+
+BlockOutput = Tensor | SplitSums | DeferredOutput  # a block's output product, as the residual add reads it
 
 
 class FusedWeight(Protocol):
@@ -79,29 +98,43 @@ class Residual:
     """The residual stream x of a step, and the forms its post-norm adds and the next pre-norms take.
 
     Where norms fold (decode steps on a GPU: each consumer matvec normalises its input itself), x alternates
-    between buffers, one per add."""
+    between buffers, one per add. Where they are too wide to fold, the output matvec adds its rows to x in place
+    and makes the next input (prenorm: output() defers the product to add_norm)."""
 
     def __init__(self, b: ProgramBuilder, x: Tensor, eps: float, t_max: int, *, fusable: bool) -> None:
         self.b, self.x, self.eps, self.t_max = b, x, eps, t_max
         self.fusable = fusable
         self.fold = fusable and folds_norms(b, x.shape[1], t_max)
+        self.prenorm = fusable and prenorms_inputs(b, x.shape[1], t_max)
 
     def gather(self, x: Tensor, t_max: int) -> None:
         """Continue on other rows (x: the stream's rows gathered into a tensor of t_max rows)."""
         self.x, self.t_max = x, t_max
 
-    def output(self, weight: QuantWeight, a: Tensor, name: str) -> Tensor | SplitSums:
-        """a's product with a block's output matrix (o, down), as the residual norm that adds it reads it."""
+    def output(self, weight: QuantWeight, a: Tensor, name: str) -> BlockOutput:
+        """a's product with a block's output matrix (o, down), as the residual norm that adds it reads it: recorded
+        now, or by add_norm where the product can make the next input itself (DeferredOutput)."""
+        if self.prenorm and len(weight.shards) == 1 and weight.n == self.x.shape[1]:
+            return DeferredOutput(weight, a, name)
         if self.fusable:
             return linear_output(self.b, weight, a, name, self.t_max)
         y = self.b.activation(name, (self.t_max, weight.n))
         linear(self.b, weight, a, y, self.t_max)
         return y
 
-    def add_norm(self, y: Tensor | SplitSums, post_norm: Tensor | None, next_norm: Tensor,
+    def recorded(self, y: BlockOutput) -> Tensor | SplitSums:
+        """A block output as a plain product (a DeferredOutput recorded now)."""
+        if isinstance(y, DeferredOutput):
+            return linear_output(self.b, y.weight, y.a, y.name, self.t_max)
+        return y
+
+    def add_norm(self, y: BlockOutput, post_norm: Tensor | None, next_norm: Tensor,
                  consumers: Sequence[FusedWeight], name: str, *, gated: bool = False) -> BlockInput:
         """x += rms_norm(y) * post_norm (x += y without a post_norm); the next part's input rms_norm(x) * next_norm,
         for its matrices (consumers; gated: a gate-up whose GLU reads it)."""
+        if isinstance(y, DeferredOutput) and post_norm is None:  # the add and the next input in y's epilogue
+            return linear_residual(self.b, y.weight, y.a, self.x, next_norm, self.eps, name, self.t_max)
+        y = self.recorded(y)
         b, t, d = self.b, self.t_max, self.x.shape[1]
         weights = [f.weight for f in consumers]
         if gated:  # int8 for a gate-up where no f32 gate-up can normalise its input itself (the fold is faster)
@@ -124,10 +157,11 @@ class Residual:
         ops.residual_norm(b, y, post_norm, self.x, next_norm, h, self.eps)
         return h
 
-    def add_norm_rows(self, y: Tensor | SplitSums, post_norm: Tensor | None, next_norm: Tensor, out_rows: Tensor,
-                      r_max: int, name: str) -> Tensor:
+    def add_norm_rows(self, y: BlockOutput, post_norm: Tensor | None, next_norm: Tensor,
+                      out_rows: Tensor, r_max: int, name: str) -> Tensor:
         """x += rms_norm(y) * post_norm (or y), then rms_norm(x) * next_norm of the rows out_rows lists only (before the
         output head)."""
+        y = self.recorded(y)
         h = self.b.activation(name, (r_max, self.x.shape[1]))
         ops.residual_norm(self.b, y, post_norm, self.x, next_norm, h, self.eps, out_rows=out_rows)
         return h
@@ -187,7 +221,7 @@ def attention(
 
 
 def gated_feed_forward(b: ProgramBuilder, gate_up: Sequence[FusedWeight], down: QuantWeight, x: BlockInput,
-                       residual: Residual, name: str, activation: str = "gelu_tanh") -> Tensor | SplitSums:
+                       residual: Residual, name: str, activation: str = "gelu_tanh") -> BlockOutput:
     """(activation(x Wgate) * x Wup) Wdown: gate and up in one GLU product where they are one matrix, the GLU's
     output kept as int8 blocks where an int8 down reads it. activation: gelu_tanh (GeGLU) or silu (SwiGLU)."""
     t, width = residual.t_max, down.k

@@ -110,6 +110,19 @@ class NormedInput:
     eps: float
 
 
+@dataclass(frozen=True)
+class PrenormedInput:
+    """A linear's input rms_norm(r) * next_weight as the matvec that added a block's output to the residual r left it
+    (linear_residual, matvec/store_residual.wgsl): x = r * next_weight, and the sums of r^2 over each of `parts`
+    groups of r's columns. The consumer matvec adds the sums and scales its row sums by 1 / rms(r)
+    (matvec/x_prenormed.wgsl)."""
+
+    x: Tensor  # f32 [t_max, width]: r * next_weight
+    square_sums: Tensor  # f32 [t_max, parts]
+    parts: int
+    eps: float
+
+
 def _context(builder: ProgramBuilder) -> tuple[DeviceTraits, bool, MatmulTuning]:
     """(device traits, int8 matmuls, tuning) of the program a builder records."""
     return device_traits(builder.device), builder.executor.int8_matmuls, _tuning(builder)
@@ -119,6 +132,13 @@ def folds_norms(builder: ProgramBuilder, width: int, t_max: int) -> bool:
     """Whether linears of this program take a NormedInput of this width by default: matvecs of few tokens on a GPU
     (software adapters run whole-row matvecs, which read x directly)."""
     return planning.folds_norms(width, t_max, device_traits(builder.device), _tuning(builder))
+
+
+def prenorms_inputs(builder: ProgramBuilder, width: int, t_max: int) -> bool:
+    """Whether a block's output matvec (o, down) should add its rows to the residual and make the next norm's input
+    in its epilogue (linear_residual, a PrenormedInput), where folds_norms does not fold the norm into the next
+    matvecs: decode matvecs on a GPU with f32 inputs."""
+    return planning.prenorms_inputs(width, t_max, *_context(builder))
 
 
 def quantises_ffn_input(builder: ProgramBuilder, gate_up: QuantWeight, t_max: int) -> bool:
@@ -175,7 +195,16 @@ def _check_activation(tensor: Tensor, width: int, t_max: int, what: str) -> None
         raise ValueError(f"{what} {tensor} must be f32 [>= {t_max}, {width}]")
 
 
-def _check_input(x: Tensor | NormedInput | QuantisedActivation, width: int, t_max: int, what: str) -> None:
+LinearSource = Tensor | NormedInput | PrenormedInput | QuantisedActivation  # what a linear reads as x
+
+
+def _check_input(x: LinearSource, width: int, t_max: int, what: str) -> None:
+    if isinstance(x, PrenormedInput):
+        _check_activation(x.x, width, t_max, what)
+        sums = x.square_sums
+        if sums.dtype != "f32" or sums.shape[0] < t_max or sums.shape[1] != x.parts:
+            raise ValueError(f"{what}'s sums {sums} must be f32 [>= {t_max}, {x.parts}]")
+        return
     if isinstance(x, QuantisedActivation):
         t = x.tensor
         if x.width != width or t.dtype != "u32" or t.shape[0] < t_max or t.shape[1] != width * 5 // 16:
@@ -184,11 +213,12 @@ def _check_input(x: Tensor | NormedInput | QuantisedActivation, width: int, t_ma
     _check_activation(x.block_out if isinstance(x, NormedInput) else x, width, t_max, what)
 
 
-def _input_kind(builder: ProgramBuilder,
-                x: Tensor | NormedInput | Int8Input | QuantisedActivation) -> tuple[LinearInput, int]:
+def _input_kind(builder: ProgramBuilder, x: LinearSource | Int8Input) -> tuple[LinearInput, int]:
     """What a dispatch reads as x, and its values a row."""
     if isinstance(x, NormedInput):
         return LinearInput.NORMED, x.block_out.shape[1]
+    if isinstance(x, PrenormedInput):
+        return LinearInput.PRENORMED, x.x.shape[1]
     if isinstance(x, Int8Input):
         return LinearInput.INT8, x.q.shape[1] * 4
     if isinstance(x, QuantisedActivation):
@@ -198,20 +228,22 @@ def _input_kind(builder: ProgramBuilder,
 
 
 def _dispatch(
-    builder: ProgramBuilder, plan: LinearPlan, weight: QuantWeight, shard: Tensor,
-    x: Tensor | NormedInput | Int8Input | QuantisedActivation, y: Tensor | QuantisedActivation, t_max: int, *,
+    builder: ProgramBuilder, plan: LinearPlan, weight: QuantWeight, shard: Tensor, x: LinearSource | Int8Input,
+    y: Tensor | QuantisedActivation, t_max: int, *,
     first_row: int, n_rows: int, row_start: int, y_stride: int, glu: bool = False, leave_parts: bool = False,
-    activation: str = "gelu_tanh",
+    activation: str = "gelu_tanh", residual_output: list[Tensor] | None = None,
 ) -> SplitSums | None:
     """The dispatches of y[:, row_start + r] for rows first_row + r, r < n_rows, of one shard (with glu,
     activation(gate) * up, the up rows following the n_rows gate rows), as matmul_plan.plan_shard plans them: one,
     or two for a matmul split over k (the parts, then matmul_reduce; with leave_parts, the parts alone,
-    returned)."""
+    returned). residual_output: y is a residual stream the rows are added to, and these tensors (the next norm's
+    weight, the normed output and its sums of squares) bind after it (matvec/store_residual.wgsl)."""
     kind, width = _input_kind(builder, x)
     y_tensor = y.tensor if isinstance(y, QuantisedActivation) else y
     shard_plan = plan_shard(weight, plan, kind, width, t_max, n_rows=n_rows, row_start=row_start, y_stride=y_stride,
                             glu=glu, q8_output=isinstance(y, QuantisedActivation),
-                            traits=device_traits(builder.device), tuning=_tuning(builder))
+                            traits=device_traits(builder.device), tuning=_tuning(builder),
+                            residual_output=residual_output is not None)
     # the kernels that decode any weight type take it as a define; the others are written for theirs
     any_type = {"WEIGHT_TYPE": weight.type_name} if shard_plan.kernel in ("matvec", "matmul") else {}
     constants: dict[str, int | str] = any_type | {
@@ -233,8 +265,12 @@ def _dispatch(
         if x.post_weight is None:
             constants["POST_NORM"] = False
         tensors = [builder.step, shard, *_normed_bindings(x, y_tensor)]
+    elif isinstance(x, PrenormedInput):
+        constants |= {"EPS": x.eps, "PARTS": x.parts}
+        tensors = [builder.step, shard, x.x, y_tensor, x.square_sums]
     else:
-        tensors = [builder.step, shard, x.tensor if isinstance(x, QuantisedActivation) else x, y_tensor]
+        tensors = [builder.step, shard, x.tensor if isinstance(x, QuantisedActivation) else x, y_tensor,
+                   *(residual_output or [])]
     builder.dispatch(shard_plan.kernel, constants, tensors, workgroup_grid(shard_plan.groups))
     return None
 
@@ -266,7 +302,7 @@ def _tiles_dispatch(
 
 
 def linear(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput | QuantisedActivation, y: Tensor,
+    builder: ProgramBuilder, weight: QuantWeight, x: LinearSource, y: Tensor,
     t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
     int8: bool | None = None, leave_parts: bool = False,
@@ -280,7 +316,8 @@ def linear(
     has the "subgroup" feature. whole_rows: matvec and matmul by whole rows per thread (the software adapters'
     kernels), by default on a software adapter; on a GPU the split rows and workgroup-memory tiles are faster.
     One dispatch per weight shard. x may be a NormedInput where folds_norms says so (each shard's dispatch
-    computes it; the same residual_out values are written by each), or a QuantisedActivation (an int8 matvec:
+    computes it; the same residual_out values are written by each), a PrenormedInput where prenorms_inputs says so,
+    or a QuantisedActivation (an int8 matvec:
     matmul_plan.INT8_MATVEC_KERNELS weights). int8: GPU matmul tiles in 8-bit integers for INT8_TYPES weights
     (x quantised once, shared by the shards), by default where the executor asks for them (int8_matmuls) and the
     adapter is not a software one. Kernels and splits come from gpu/ops/matmul_plan.py with the executor's tuning.
@@ -290,7 +327,7 @@ def linear(
     _check_activation(y, weight.n, t_max, "y")
     plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows, int8)
     tuning = _tuning(builder)
-    source: Tensor | NormedInput | Int8Input | QuantisedActivation = x
+    source: LinearSource | Int8Input = x
     if isinstance(x, Tensor) and all(uses_int8_tiles(weight, plan, t_max, shard.n_rows, False, tuning)
                                      for shard in weight.shards):
         source = quantize_input(builder, x, t_max)
@@ -304,7 +341,7 @@ def linear(
 
 
 def linear_output(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput | QuantisedActivation, name: str,
+    builder: ProgramBuilder, weight: QuantWeight, x: LinearSource, name: str,
     t_max: int, **choices: bool | LinearKernel | None,
 ) -> Tensor | SplitSums:
     """`linear` into a new activation `name` [t_max, N], or, where its matmul splits k (one shard), its parts
@@ -317,8 +354,34 @@ def linear_output(
     return out
 
 
+def linear_residual(
+    builder: ProgramBuilder, weight: QuantWeight, x: Tensor, residual: Tensor, next_weight: Tensor, eps: float,
+    name: str, t_max: int, *, subgroups: bool | None = None, whole_rows: bool | None = None,
+) -> PrenormedInput:
+    """residual += x W^T (a block's output projection, o or down, added to the residual stream r), and the next
+    norm's input rms_norm(r) * next_weight for the matvecs that read it, as a PrenormedInput: one matvec dispatch
+    whose epilogue (matvec/store_residual.wgsl) also writes r * next_weight (tensor `name`) and its workgroups'
+    sums of r^2, where prenorms_inputs says so. The residual norm then takes no dispatch of its own. A weight of
+    one shard, whose N is the residual's width; subgroups and whole_rows as for `linear` (a GPU matvec only)."""
+    _check_weight(weight)
+    _check_input(x, weight.k, t_max, "x")
+    _check_activation(residual, weight.n, t_max, "residual")
+    if len(weight.shards) != 1 or next_weight.dtype != "f32" or next_weight.numel != weight.n:
+        raise ValueError(f"{weight.name}: a residual output needs a weight of one shard and a next norm of "
+                         f"{weight.n} f32 values, not {next_weight}")
+    plan = _plan(builder, weight, t_max, LinearKernel.MATVEC, subgroups, whole_rows)
+    shard = plan_shard(weight, plan, _input_kind(builder, x)[0], weight.k, t_max, n_rows=weight.n, row_start=0,
+                       y_stride=weight.n, glu=False, q8_output=False, traits=device_traits(builder.device),
+                       tuning=_tuning(builder), residual_output=True)
+    normed = builder.activation(name, (t_max, weight.n))
+    sums = builder.activation(f"{name}.square_sums", (t_max, shard.groups))
+    _dispatch(builder, plan, weight, weight.shards[0].tensor, x, residual, t_max, first_row=0, n_rows=weight.n,
+              row_start=0, y_stride=weight.n, residual_output=[next_weight, normed, sums])
+    return PrenormedInput(normed, sums, shard.groups, eps)
+
+
 def linear_glu(
-    builder: ProgramBuilder, weight: QuantWeight, x: Tensor | NormedInput | QuantisedActivation,
+    builder: ProgramBuilder, weight: QuantWeight, x: LinearSource,
     y: Tensor | QuantisedActivation, t_max: int, *,
     kernel: LinearKernel | None = None, subgroups: bool | None = None, whole_rows: bool | None = None,
     int8: bool | None = None, activation: str = "gelu_tanh",
@@ -346,7 +409,7 @@ def linear_glu(
         _check_activation(y, f, t_max, "y")
     plan = _plan(builder, weight, t_max, kernel, subgroups, whole_rows, int8)
     if len(weight.shards) == 1:
-        source: Tensor | NormedInput | Int8Input | QuantisedActivation = x
+        source: LinearSource | Int8Input = x
         if isinstance(x, Tensor) and uses_int8_tiles(weight, plan, t_max, f, True, _tuning(builder)):
             source = quantize_input(builder, x, t_max)
         _dispatch(builder, plan, weight, weight.shards[0].tensor, source, y, t_max, first_row=0, n_rows=f,
@@ -376,8 +439,8 @@ def stacks_in_one_matvec(builder: ProgramBuilder, first: QuantWeight, second: Qu
 
 
 def linear_stacked(
-    builder: ProgramBuilder, first: QuantWeight, second: QuantWeight, x: Tensor | NormedInput, y: Tensor,
-    t_max: int, *, subgroups: bool | None = None, whole_rows: bool | None = None,
+    builder: ProgramBuilder, first: QuantWeight, second: QuantWeight, x: Tensor | NormedInput | PrenormedInput,
+    y: Tensor, t_max: int, *, subgroups: bool | None = None, whole_rows: bool | None = None,
 ) -> None:
     """y = x [W1 | W2]^T: two matrices of one input (a Q4_K q|k and a Q6_K v) in one matvec dispatch, W1's
     first.n columns then W2's second.n, where stacks_in_one_matvec says so. The workgroups take rows of one
@@ -405,6 +468,9 @@ def linear_stacked(
         _check_normed_input(first, t_max, tuning)
         tensors = weights + _normed_bindings(x, y)
         constants |= {"X_SOURCE": "normed", "EPS": x.eps}
+    elif isinstance(x, PrenormedInput):
+        tensors = weights + [x.x, y, x.square_sums]
+        constants |= {"X_SOURCE": "prenormed", "EPS": x.eps, "PARTS": x.parts}
     else:
         assert isinstance(x, Tensor)
         tensors = weights + [x, y]

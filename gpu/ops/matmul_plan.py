@@ -147,6 +147,8 @@ class LinearInput(Enum):
     # matvecs read it there (matvec/x_binding_uniform.wgsl)
     F32_UNIFORM = "f32_uniform"
     NORMED = "normed"  # a NormedInput: residual + norm made again in every matvec workgroup
+    # a PrenormedInput: residual times the norm's weight, its rms from partial sums of squares (applied to the sums)
+    PRENORMED = "prenormed"
     INT8 = "int8"  # quantize_q8's q and scales (gpu.ops.matmul.Int8Input), for the int8 tiles
     QUANTISED = "quantised"  # a QuantisedActivation: int8 blocks kept between two dispatches
 
@@ -407,13 +409,14 @@ def int8_glu_matvec(traits: DeviceTraits, int8_matmuls: bool, shards: int) -> bo
 def plan_matvec(
     weight: WeightShape, n_rows: int, subgroups: bool, whole_rows: bool, glu: bool, t_max: int,
     tuning: MatmulTuning, int8: bool = False, q8_output: bool = False, normed: bool = False, max_threads: int = 0,
-    x_source: str | None = None,
+    x_source: str | None = None, residual_output: bool = False,
 ) -> MatvecPlan:
     """The matvec over n_rows rows (y columns) of a weight; int8: the int8 kernel of the weight's type (see
     int8_matvec); q8_output: y is quantised (matvec/store_q8.wgsl, whose workgroups hold whole 32-row blocks);
     normed: the input is normalised in every workgroup; max_threads: the device's most invocations a workgroup,
     where workgroups need not be a power of two; x_source: the X_SOURCE define (how the kernel reads x; "direct"
-    where not given; "uniform" for whole rows only)."""
+    where not given; "uniform" for whole rows only); residual_output: the rows are added to a residual stream and
+    make the next norm's input (matvec/store_residual.wgsl)."""
     if whole_rows:
         if q8_output:
             raise ValueError(f"{weight.name}: the whole-row matvecs do not write quantised outputs")
@@ -447,7 +450,8 @@ def plan_matvec(
     pairs = paired is not None
     if paired is not None:
         shape = tuning.matvec_split or paired
-    defines = [("ENTRY", entry), ("STORE", "q8" if q8_output else "row"), ("PAIRS", int(pairs))]
+    store = "q8" if q8_output else "residual" if residual_output else "row"
+    defines = [("ENTRY", entry), ("STORE", store), ("PAIRS", int(pairs))]
     lane_words, interleave = False, 0
     # (not with a quantised output, whose workgroups hold whole 32-row blocks)
     if name == "matvec_q4_k" and t_max >= tuning.q4_word_lanes_min_tokens and not q8_output:
@@ -636,20 +640,29 @@ def plan_whole_rows_matmul(qtype: GGMLQuantizationType, n_rows: int, t_max: int,
 def plan_shard(
     weight: WeightShape, plan: LinearPlan, x: LinearInput, x_width: int, t_max: int, *, n_rows: int,
     row_start: int, y_stride: int, glu: bool, q8_output: bool, traits: DeviceTraits, tuning: MatmulTuning,
+    residual_output: bool = False,
 ) -> ShardPlan:
     """The dispatch of a linear over n_rows rows of one shard (y columns row_start onwards of y_stride; with glu,
     the gate rows, their up rows following): a matvec, tiles or whole rows, by the linear's plan, what x is (of
-    x_width values a row) and whether y is quantised (q8_output). A quantised or normalised input, or a quantised
-    output, takes a GPU matvec; a quantised input of a prompt the int8 tiles."""
+    x_width values a row) and whether y is quantised (q8_output) or added to a residual stream (residual_output). A
+    quantised or (pre)normalised input, or a quantised or residual output, takes a GPU matvec; a quantised input of a
+    prompt the int8 tiles."""
     if x is LinearInput.QUANTISED and plan.kernel is LinearKernel.MATMUL and not q8_output:
         # a prompt's input quantised by the norm before it (quantises_prompt_input): the int8 tiles read it as it is
         if x_width != weight.k or not uses_int8_tiles(weight, plan, t_max, n_rows, glu, tuning):
             raise ValueError(f"{weight.name}: a quantised input of a matmul needs int8 tiles on {x_width} values "
                              f"(int8 matmuls on a GPU, a type of INT8_TYPES, more than 32 tokens)")
         return plan_int8_tiles(weight, n_rows, t_max, glu, tuning, quantised_input=True)
-    if x in (LinearInput.NORMED, LinearInput.QUANTISED) or q8_output:
+    if x in (LinearInput.NORMED, LinearInput.PRENORMED, LinearInput.QUANTISED) or q8_output or residual_output:
         if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows:
-            raise ValueError(f"{weight.name}: a normalised or quantised input or output needs a GPU matvec")
+            raise ValueError(f"{weight.name}: a normalised or quantised input, or a quantised or residual output, "
+                             "needs a GPU matvec")
+    if residual_output and (glu or q8_output or row_start or y_stride != n_rows or x is not LinearInput.F32):
+        raise ValueError(f"{weight.name}: a residual output takes all of y's columns, from an f32 input, no GLU")
+    if x is LinearInput.PRENORMED:
+        if q8_output:
+            raise ValueError(f"{weight.name}: a prenormed input has no quantised output")
+        return plan_matvec(weight, n_rows, plan.subgroups, False, glu, t_max, tuning, x_source="prenormed")
         if q8_output and (n_rows % 32 or row_start % 32 or y_stride % 64):
             raise ValueError(f"{weight.name}: a quantised output needs whole 32-column blocks and rows of a "
                              f"multiple of 64 values")
@@ -675,7 +688,7 @@ def plan_shard(
         else:
             x_source = "q8_direct" if int8 else "direct"
         return plan_matvec(weight, n_rows, plan.subgroups, plan.whole_rows, glu, t_max, tuning, int8, q8_output,
-                           x_source=x_source)
+                           x_source=x_source, residual_output=residual_output)
     if x is LinearInput.INT8:
         return plan_int8_tiles(weight, n_rows, t_max, glu, tuning)
     if plan.whole_rows:
@@ -689,6 +702,14 @@ def folds_norms(width: int, t_max: int, traits: DeviceTraits, tuning: MatmulTuni
     """Whether linears take a NormedInput of this width by default: matvecs of few tokens on a GPU (software
     adapters run whole-row matvecs, which read x directly)."""
     return not traits.software and normed_input_fits(width, t_max, tuning)
+
+
+def prenorms_inputs(width: int, t_max: int, traits: DeviceTraits, int8_matmuls: bool, tuning: MatmulTuning) -> bool:
+    """Whether the matvec writing a block's output (o, down) adds it to the residual and makes the next norm's
+    input there (a PrenormedInput), where the next matvecs cannot normalise their input themselves (folds_norms):
+    decode matvecs on a GPU, f32 inputs (under int8 matmuls the residual norm quantises the feed-forward's)."""
+    return (tuning.prenormed_inputs and not traits.software and not int8_matmuls and t_max <= tuning.matvec_max_tokens
+            and not folds_norms(width, t_max, traits, tuning))
 
 
 def quantises_ffn_input(gate_up: WeightShape, t_max: int, traits: DeviceTraits, int8_matmuls: bool,

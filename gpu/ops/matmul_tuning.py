@@ -62,6 +62,9 @@ class MatmulTuning:
     # widest model width normalised that way: wider ones (Llama 8B's) ran faster normalised once by residual_norm,
     # every workgroup's prologue costing more than the dispatch it saves
     normed_input_max_width: int = 3072
+    # past that width, the matvec writing a block's output adds it to the residual and writes the next norm's input
+    # with partial sums of squares, which the next matvecs reduce (PrenormedInput): no residual_norm dispatch
+    prenormed_inputs: bool = True
 
     # -- int8 matvecs --
     q8_input_bytes: int = 16 << 10  # largest input an int8 matvec workgroup quantises into workgroup memory

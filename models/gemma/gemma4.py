@@ -44,9 +44,8 @@ from gguf import MODEL_TENSOR, GGUFReader, Keys, TokenType
 from gpu.ops import blocks, moe
 from gpu.ops import per_layer_embedding as ple
 from gpu.ops import transformer as ops
-from gpu.ops.blocks import BlockInput, Residual
+from gpu.ops.blocks import BlockInput, BlockOutput, Residual
 from gpu.ops.matmul import embedding, linear
-from gpu.ops.split_sums import SplitSums
 from gpu.program import ProgramBuilder
 from gpu.tensor import Tensor
 from gpu.weights import QuantWeight
@@ -215,7 +214,7 @@ class Gemma4(Decoder):
         return {"pli": pli}
 
     def feed_forward(self, b: ProgramBuilder, w: LayerWeights, i: int, h: BlockInput, residual: Residual,
-                     ) -> Tensor | SplitSums:
+                     ) -> BlockOutput:
         """The GeGLU MLP, plus the experts in MoE layers."""
         assert isinstance(w, Gemma4Layer)
         down = blocks.gated_feed_forward(b, w.gate_up, w.down, h, residual, str(i))
@@ -251,7 +250,7 @@ class Gemma4(Decoder):
         ops.rms_norm(b, experts, m.post_norm_2, y, c.eps, accumulate=True)
         return y
 
-    def block_output(self, b: ProgramBuilder, io: StepIO, w: LayerWeights, i: int, y: Tensor | SplitSums,
+    def block_output(self, b: ProgramBuilder, io: StepIO, w: LayerWeights, i: int, y: BlockOutput,
                      residual: Residual, per_row: PerRow, r_max: int) -> BlockInput:
         """x += rms_norm(y) * post_ffw_norm, then the per-layer input's own residual, the layer's output scale,
         and the next norm."""

@@ -57,9 +57,8 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys
 from gpu.kv_cache import KVPool, rope_table
 from gpu.ops import blocks
 from gpu.ops import transformer as ops
-from gpu.ops.blocks import BlockInput, Residual
+from gpu.ops.blocks import BlockInput, BlockOutput, Residual
 from gpu.ops.matmul import embedding, linear
-from gpu.ops.split_sums import SplitSums
 from gpu.program import Executor, Program, ProgramBuilder
 from gpu.recurrent_state import RecurrentLayerState, RecurrentStatePool
 from gpu.tensor import Tensor
@@ -521,11 +520,11 @@ class Decoder:
         return {}
 
     def feed_forward(self, b: ProgramBuilder, w: LayerWeights, i: int, h: BlockInput, residual: Residual,
-                     ) -> Tensor | SplitSums:
+                     ) -> BlockOutput:
         """Hook: the block's feed-forward output before its post-norm; the gated MLP by default."""
         return blocks.gated_feed_forward(b, w.gate_up, w.down, h, residual, str(i), self.config.activation)
 
-    def block_output(self, b: ProgramBuilder, io: StepIO, w: LayerWeights, i: int, y: Tensor | SplitSums,
+    def block_output(self, b: ProgramBuilder, io: StepIO, w: LayerWeights, i: int, y: BlockOutput,
                      residual: Residual, per_row: PerRow, r_max: int) -> BlockInput:
         """Hook: x += rms_norm(y) * post_ffw_norm, and the next block's input (after the last block: the output
         rows' final norm, the head's input)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.text.engine import load_text_model
+from models.text.engine import TextModel, load_text_model
 from models.text.tokenizer import Tokenizer
 
 FAMILIES_DIR = Path(__file__).resolve().parent.parent / "golden" / "families"
@@ -62,6 +62,39 @@ def _file(family: str, dtype: str, golden: dict[str, np.ndarray]) -> Path:
 def test_greedy_tokens_and_logits(family: str, dtype: str) -> None:
     golden = _golden(family)
     model = load_text_model(str(_file(family, dtype, golden)), kv_dtype="f32", context_length=CONTEXT.get(family, 128))
+    _check_greedy_tokens_and_logits(model, family, dtype, golden)
+
+
+@pytest.mark.parametrize("family,dtype", [("llama3_h256", "q4_k_m"), ("qwen2", "f32"), ("phi3", "f32"),
+                                          ("lfm2_h256", "q4_k_m")])
+def test_gpu_kernels_on_prenormed_inputs(family: str, dtype: str) -> None:
+    """The decode path of models too wide for their matvecs to normalise their own input: each block's output
+    matvec adds its rows to the residual and writes the next norm's input with partial sums of squares
+    (matvec/store_residual.wgsl), which the q|k|v, gate-up and recurrent in-projections read (x_prenormed). Run
+    here on lavapipe by making the device claim not to be a CPU, with the widest folded norm lowered to none so
+    that these small files take that path: Q4_K_M (the wide Q4_K and Q6_K kernels, a stacked q|k|v), biases
+    (Qwen 2's three q, k, v products), fused q|k|v and gate-up (Phi-3), and a hybrid's conv layers (LFM2). The
+    greedy tokens and logits as the reference's, at the parity test's cosine."""
+    from dataclasses import replace
+
+    from gpu.device import Device
+
+    golden = _golden(family)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Device, "is_software", property(lambda self: False))
+        model = load_text_model(str(_file(family, dtype, golden)), kv_dtype="f32",
+                                context_length=CONTEXT.get(family, 128), max_batch=1)
+        model.executor.tuning = replace(model.executor.tuning, normed_input_max_width=0)
+        _check_greedy_tokens_and_logits(model, family, dtype, golden)
+        dispatches = model.engine().program(1, 1).dispatches
+    stores = [d.defines.get("STORE") for d in dispatches]
+    sources = [d.defines.get("X_SOURCE") for d in dispatches]
+    assert "residual" in stores and "prenormed" in sources, "the decode step read no prenormed input"
+
+
+def _check_greedy_tokens_and_logits(model: TextModel, family: str, dtype: str, golden: dict[str, np.ndarray],
+                                    ) -> None:
+    """Each recorded prompt's greedy tokens and every step's logits, as the reference's."""
     prefix = f"{dtype}/{GOLDEN_PREFIX.get(family, '')}"
     n_prompts = len([k for k in golden if k.startswith(f"{dtype}/prompt_")])
     assert n_prompts == 2

@@ -31,11 +31,12 @@ fn keep_partials(acc: array<f32, OUTS>, tid: u32) {
 }
 
 // Sum t (< OUTS) of the row whose lane 0 is thread tid, its sums kept by lanes 0, stride, ... < TPR (lane j at
-// thread tid + j INTERLEAVE: constants.wgsl thread_slot).
+// thread tid + j INTERLEAVE: constants.wgsl thread_slot), times its token's factor from the input
+// (matvec/x_${X_SOURCE}.wgsl x_scale: 1, or the rms norm of a prenormed input).
 fn row_total(t: u32, tid: u32, stride: u32) -> f32 {
     var total = 0.0;
     for (var i = 0u; i < TPR; i += stride) {
         total += partial[t * WG + tid + i * INTERLEAVE];
     }
-    return total;
+    return total * x_scale(t % T_MAX);
 }

@@ -19,3 +19,8 @@ fn x_q8_scales2(b: u32) -> vec4<f32> {
     let t = b / (K / 32u);
     return bitcast<vec4<f32>>(xq[t * X_ROW_VEC4 + K / 16u + (b - t * (K / 32u)) / 2u]);
 }
+
+// Each token's factor on its row sums: none for this input (matvec/x_prenormed.wgsl's is its rms norm).
+fn x_scale(t: u32) -> f32 {
+    return 1.0;
+}
