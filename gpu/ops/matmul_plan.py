@@ -657,15 +657,15 @@ def plan_shard(
         if plan.kernel is not LinearKernel.MATVEC or plan.whole_rows:
             raise ValueError(f"{weight.name}: a normalised or quantised input, or a quantised or residual output, "
                              "needs a GPU matvec")
+        if q8_output and (n_rows % 32 or row_start % 32 or y_stride % 64):
+            raise ValueError(f"{weight.name}: a quantised output needs whole 32-column blocks and rows of a "
+                             f"multiple of 64 values")
     if residual_output and (glu or q8_output or row_start or y_stride != n_rows or x is not LinearInput.F32):
         raise ValueError(f"{weight.name}: a residual output takes all of y's columns, from an f32 input, no GLU")
     if x is LinearInput.PRENORMED:
         if q8_output:
             raise ValueError(f"{weight.name}: a prenormed input has no quantised output")
         return plan_matvec(weight, n_rows, plan.subgroups, False, glu, t_max, tuning, x_source="prenormed")
-        if q8_output and (n_rows % 32 or row_start % 32 or y_stride % 64):
-            raise ValueError(f"{weight.name}: a quantised output needs whole 32-column blocks and rows of a "
-                             f"multiple of 64 values")
     if x is LinearInput.QUANTISED:
         if weight.qtype not in INT8_MATVEC_KERNELS or x_width != weight.k:
             raise ValueError(f"{weight.name}: no int8 matvec for {weight.qtype.name} on a quantised input of "
