@@ -63,8 +63,9 @@ class MatmulTuning:
     # every workgroup's prologue costing more than the dispatch it saves
     normed_input_max_width: int = 3072
     # past that width, the matvec writing a block's output adds it to the residual and writes the next norm's input
-    # with partial sums of squares, which the next matvecs reduce (PrenormedInput): no residual_norm dispatch
-    prenormed_inputs: bool = True
+    # with partial sums of squares, which the next matvecs reduce (PrenormedInput): no residual_norm dispatch. Off
+    # until it is timed on a GPU against the two residual_norm dispatches a layer it removes
+    prenormed_inputs: bool = False
 
     # -- int8 matvecs --
     q8_input_bytes: int = 16 << 10  # largest input an int8 matvec workgroup quantises into workgroup memory

@@ -179,21 +179,24 @@ def test_int8_decode_feed_forward_choice(device: str) -> None:
 
 
 def test_prenormed_input_choice() -> None:
-    """Where a block's output matvec makes the next norm's input (prenorms_inputs): decode matvecs on a GPU wider
-    than the norms that fold into the next matvecs (Llama 3.1 8B's 4096, not Gemma 3 4B's 2560), f32 programs only;
-    and the residual output's plan refuses what its epilogue cannot write, as a quantised output's refuses split
-    blocks."""
+    """Where a block's output matvec makes the next norm's input (prenorms_inputs, with the tuning's prenormed_inputs
+    on): decode matvecs on a GPU wider than the norms that fold into the next matvecs (Llama 3.1 8B's 4096, not
+    Gemma 3 4B's 2560), f32 programs only; and the residual output's plan refuses what its epilogue cannot write,
+    as a quantised output's refuses split blocks."""
     from gpu.ops.matmul import device_traits, prenorms_inputs
     from gpu.ops.matmul_plan import LinearInput, plan_linear, plan_shard
 
-    exact = matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], False, DEFAULT_TUNING)
-    int8 = matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], True, DEFAULT_TUNING)
+    tuning = replace(DEFAULT_TUNING, prenormed_inputs=True)
+    exact = matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], False, tuning)
+    int8 = matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], True, tuning)
     assert prenorms_inputs(exact, 4096, 1) and prenorms_inputs(exact, 4096, MATVEC_MAX_TOKENS)
     assert not prenorms_inputs(exact, 2560, 1)  # folded into the next matvecs instead
     assert not prenorms_inputs(exact, 4096, MATVEC_MAX_TOKENS + 1)  # a matmul's step
     assert not prenorms_inputs(int8, 4096, 1)
     assert not prenorms_inputs(matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["lavapipe"], False,
-                                                                 DEFAULT_TUNING), 4096, 1)
+                                                                 tuning), 4096, 1)
+    assert not prenorms_inputs(matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], False,
+                                                                 replace(tuning, prenormed_inputs=False)), 4096, 1)
     traits = device_traits(exact.device)
     down = matmul_scenarios.weight("down", Q.Q4_K, 14336, 4096)
     plan = plan_linear(down.name, traits, DEFAULT_TUNING, False, 1)

@@ -71,10 +71,10 @@ def test_gpu_kernels_on_prenormed_inputs(family: str, dtype: str) -> None:
     """The decode path of models too wide for their matvecs to normalise their own input: each block's output
     matvec adds its rows to the residual and writes the next norm's input with partial sums of squares
     (matvec/store_residual.wgsl), which the q|k|v, gate-up and recurrent in-projections read (x_prenormed). Run
-    here on lavapipe by making the device claim not to be a CPU, with the widest folded norm lowered to none so
-    that these small files take that path: Q4_K_M (the wide Q4_K and Q6_K kernels, a stacked q|k|v), biases
-    (Qwen 2's three q, k, v products), fused q|k|v and gate-up (Phi-3), and a hybrid's conv layers (LFM2). The
-    greedy tokens and logits as the reference's, at the parity test's cosine."""
+    here on lavapipe by making the device claim not to be a CPU, the tuning's prenormed inputs on and the widest
+    folded norm lowered to none so that these small files take that path: Q4_K_M (the wide Q4_K and Q6_K kernels,
+    a stacked q|k|v), biases (Qwen 2's three q, k, v products), fused q|k|v and gate-up (Phi-3), and a hybrid's conv
+    layers (LFM2). The greedy tokens and logits as the reference's, at the parity test's cosine."""
     from dataclasses import replace
 
     from gpu.device import Device
@@ -84,7 +84,7 @@ def test_gpu_kernels_on_prenormed_inputs(family: str, dtype: str) -> None:
         patch.setattr(Device, "is_software", property(lambda self: False))
         model = load_text_model(str(_file(family, dtype, golden)), kv_dtype="f32",
                                 context_length=CONTEXT.get(family, 128), max_batch=1)
-        model.executor.tuning = replace(model.executor.tuning, normed_input_max_width=0)
+        model.executor.tuning = replace(model.executor.tuning, normed_input_max_width=0, prenormed_inputs=True)
         _check_greedy_tokens_and_logits(model, family, dtype, golden)
         dispatches = model.engine().program(1, 1).dispatches
     stores = [d.defines.get("STORE") for d in dispatches]
