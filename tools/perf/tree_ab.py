@@ -9,8 +9,9 @@ bench/timing.py, whichever tree it imports the model from.
 
 Run the trees interleaved (before, after, before, after): a GPU's clocks and neighbours drift between processes.
 Every figure is --warmup untimed runs, then --reps timed ones: median (min-max). Prefill: one 512-token prompt.
-Decode: 128 steps of each of --batches streams (1: after a one-token prompt; more: after 128-token prompts), 8 steps
-a submission, the next recorded while the GPU runs one, as the engine's GPU sampling runs them.
+Decode: 128 steps of each of --batches streams (1: after a prompt of --depth tokens, one by default; more: after
+128-token prompts), 8 steps a submission, the next recorded while the GPU runs one, as the engine's GPU sampling
+runs them.
 --tune FIELD=EXPR replaces a field of the loaded model's MatmulTuning (gpu/ops/matmul_tuning.py) before any program
 is built; EXPR is evaluated with the names of gpu.ops.matmul_tuning and gpu.ops.matmul_plan in scope. Trees from
 before the tuning object have none to tune. Each line printed starts with AB.
@@ -85,7 +86,9 @@ def main() -> int:
                         help="a MatmulTuning field's value (repeatable)")
     parser.add_argument("--prefill", type=int, default=0, help="timed 512-token prompts (after --warmup untimed)")
     parser.add_argument("--int8", action="store_true", help="the model's int8_activations on")
-    parser.add_argument("--batches", default="", help="decode streams, e.g. 1,8 (1: from a 1-token prompt)")
+    parser.add_argument("--batches", default="", help="decode streams, e.g. 1,8 (1: after a --depth-token prompt)")
+    parser.add_argument("--depth", type=int, default=1,
+                        help="one stream's prompt tokens, at most bench/gpu.py's 512 (its 'after 512 tokens' cell)")
     parser.add_argument("--reps", type=int, default=5, help="timed decode runs a figure (median, min-max)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed runs before each figure's timed ones")
     parser.add_argument("--label", default="")
@@ -94,6 +97,8 @@ def main() -> int:
     # the harness and the prompt come from this checkout, the same for every tree measured; then the tree alone
     sys.path.insert(0, ROOT)
     from bench.gpu import BATCH_PROMPT, NEW, PROMPT, HearthBench
+    if not 1 <= args.depth <= PROMPT:
+        parser.error(f"--depth must be 1 to {PROMPT}, not {args.depth}")
     from bench.text import prompt_ids
     from bench.timing import cell, timed
     sys.path[:] = [p for p in sys.path if p != ROOT]
@@ -117,10 +122,10 @@ def main() -> int:
     if args.prefill:
         figures.append("prefill " + cell(timed(lambda: PROMPT / hearth.prefill_s(ids), args.warmup, args.prefill)))
     for b in batches:
-        prompt = ids[:1] if b == 1 else ids[:BATCH_PROMPT]
+        prompt = ids[:args.depth] if b == 1 else ids[:BATCH_PROMPT]
         rates = timed(lambda b=b, prompt=prompt: b * NEW / hearth.batched_decode_s(prompt, b, NEW),
                       args.warmup, args.reps)
-        figures.append(f"x{b} {cell(rates)}")
+        figures.append(f"x{b}{f' after {args.depth}' if b == 1 and args.depth > 1 else ''} {cell(rates)}")
     print(f"AB {args.label or args.tree} {args.tune} {args.gguf}: " + ", ".join(figures), flush=True)
     return 0
 
