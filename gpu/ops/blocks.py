@@ -97,15 +97,18 @@ def projections(b: ProgramBuilder, fused: Sequence[FusedWeight], x: BlockInput, 
 class Residual:
     """The residual stream x of a step, and the forms its post-norm adds and the next pre-norms take.
 
-    Where norms fold (decode steps on a GPU: each consumer matvec normalises its input itself), x alternates
-    between buffers, one per add. Where they are too wide to fold, the output matvec adds its rows to x in place
-    and makes the next input (prenorm: output() defers the product to add_norm)."""
+    On one-token steps of wide models without post-norms, the output matvec adds its rows to x in place and makes
+    the next input (prenorm: output() defers the product to add_norm). Elsewhere, where norms fold (decode steps on
+    a GPU: each consumer matvec normalises its input itself), x alternates between buffers, one per add.
+    post_norms: the blocks normalise their outputs before adding them (Gemma's post-norms), which the output
+    matvec cannot."""
 
-    def __init__(self, b: ProgramBuilder, x: Tensor, eps: float, t_max: int, *, fusable: bool) -> None:
+    def __init__(self, b: ProgramBuilder, x: Tensor, eps: float, t_max: int, *, fusable: bool,
+                 post_norms: bool = False) -> None:
         self.b, self.x, self.eps, self.t_max = b, x, eps, t_max
         self.fusable = fusable
-        self.fold = fusable and folds_norms(b, x.shape[1], t_max)
-        self.prenorm = fusable and prenorms_inputs(b, x.shape[1], t_max)
+        self.prenorm = fusable and not post_norms and prenorms_inputs(b, x.shape[1], t_max)
+        self.fold = fusable and not self.prenorm and folds_norms(b, x.shape[1], t_max)
 
     def gather(self, x: Tensor, t_max: int) -> None:
         """Continue on other rows (x: the stream's rows gathered into a tensor of t_max rows)."""

@@ -137,8 +137,9 @@ def folds_norms(builder: ProgramBuilder, width: int, t_max: int) -> bool:
 
 def prenorms_inputs(builder: ProgramBuilder, width: int, t_max: int) -> bool:
     """Whether a block's output matvec (o, down) should add its rows to the residual and make the next norm's input
-    in its epilogue (linear_residual, a PrenormedInput), where folds_norms does not fold the norm into the next
-    matvecs: decode matvecs on a GPU with f32 inputs."""
+    in its epilogue (linear_residual, a PrenormedInput), for a model whose blocks add their outputs unnormalised:
+    one-token steps on a GPU with f32 inputs, on models wide enough that this beats folding the norm into the next
+    matvecs (folds_norms) or too wide to fold it (matmul_plan.prenorms_inputs)."""
     return planning.prenorms_inputs(width, t_max, *_context(builder))
 
 

@@ -716,10 +716,13 @@ def folds_norms(width: int, t_max: int, traits: DeviceTraits, tuning: MatmulTuni
 
 def prenorms_inputs(width: int, t_max: int, traits: DeviceTraits, int8_matmuls: bool, tuning: MatmulTuning) -> bool:
     """Whether the matvec writing a block's output (o, down) adds it to the residual and makes the next norm's
-    input there (a PrenormedInput), where the next matvecs cannot normalise their input themselves (folds_norms):
-    decode matvecs on a GPU, f32 inputs (under int8 matmuls the residual norm quantises the feed-forward's)."""
-    return (tuning.prenormed_inputs and not traits.software and not int8_matmuls and t_max <= tuning.matvec_max_tokens
-            and not folds_norms(width, t_max, traits, tuning))
+    input there (a PrenormedInput), for a model whose blocks add their outputs unnormalised: one-token steps
+    (prenormed_max_tokens) on a GPU with f32 inputs (under int8 matmuls the residual norm quantises the
+    feed-forward's), of widths from prenormed_min_width on, or narrower ones too wide for the next matvecs to
+    normalise their input themselves (folds_norms)."""
+    return (tuning.prenormed_inputs and not traits.software and not int8_matmuls
+            and t_max <= min(tuning.prenormed_max_tokens, tuning.matvec_max_tokens)
+            and (width >= tuning.prenormed_min_width or not folds_norms(width, t_max, traits, tuning)))
 
 
 def quantises_ffn_input(gate_up: WeightShape, t_max: int, traits: DeviceTraits, int8_matmuls: bool,

@@ -62,10 +62,14 @@ class MatmulTuning:
     # widest model width normalised that way: wider ones (Llama 8B's) ran faster normalised once by residual_norm,
     # every workgroup's prologue costing more than the dispatch it saves
     normed_input_max_width: int = 3072
-    # past that width, the matvec writing a block's output adds it to the residual and writes the next norm's input
-    # with partial sums of squares, which the next matvecs reduce (PrenormedInput): no residual_norm dispatch. Off
-    # until it is timed on a GPU against the two residual_norm dispatches a layer it removes
-    prenormed_inputs: bool = False
+    # one-token steps of models without post-norms: the matvec writing a block's output adds it to the residual and
+    # writes the next norm's input with partial sums of squares, which the next matvecs reduce (PrenormedInput):
+    # past the fold's width no residual_norm dispatch, and from prenormed_min_width on faster than the fold too,
+    # whose prologue each workgroup repeats (narrower models keep the fold: their prologue is short). Steps of
+    # several tokens ran slower so (the residual epilogue holds every token's row sums)
+    prenormed_inputs: bool = True
+    prenormed_max_tokens: int = 1
+    prenormed_min_width: int = 2048
 
     # units of weight words the one-token Q4_K matvecs load ahead of their arithmetic (Q4_PREFETCH: 1 or 2): two
     # keep twice the bytes in flight a thread, for more registers a thread. One until two is timed on a GPU

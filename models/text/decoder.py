@@ -477,7 +477,8 @@ class Decoder:
         per_row = self.begin_step(b, io, x, t_max)
         h: BlockInput = b.activation("h0", (t_max, c.d_model))  # the next block's normalised input
         ops.rms_norm(b, x, self.layers[0].attn_norm, h, c.eps)
-        residual = Residual(b, x, c.eps, t_max, fusable=self.fusable)
+        post_norms = any(w.post_attention_norm is not None or w.post_ffw_norm is not None for w in self.layers)
+        residual = Residual(b, x, c.eps, t_max, fusable=self.fusable, post_norms=post_norms)
         for i, w in enumerate(self.layers):
             t = residual.t_max
             if c.shared(i) and t > r_max:  # KV-shared layers write no cache: only the output rows matter now

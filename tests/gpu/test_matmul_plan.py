@@ -179,19 +179,23 @@ def test_int8_decode_feed_forward_choice(device: str) -> None:
 
 
 def test_prenormed_input_choice() -> None:
-    """Where a block's output matvec makes the next norm's input (prenorms_inputs, with the tuning's prenormed_inputs
-    on): decode matvecs on a GPU wider than the norms that fold into the next matvecs (Llama 3.1 8B's 4096, not
-    Gemma 3 4B's 2560), f32 programs only; and the residual output's plan refuses what its epilogue cannot write,
-    as a quantised output's refuses split blocks."""
+    """Where a block's output matvec makes the next norm's input (prenorms_inputs, on by default): one-token steps on
+    a GPU at widths from prenormed_min_width (Llama 3.2 1B's 2048, Qwen3 4B's 2560, Llama 3.1 8B's 4096; not Qwen3
+    0.6B's 1024, whose norms fold into the next matvecs), or narrower ones too wide to fold; f32 programs only; and
+    the residual output's plan refuses what its epilogue cannot write, as a quantised output's refuses split
+    blocks."""
     from gpu.ops.matmul import device_traits, prenorms_inputs
     from gpu.ops.matmul_plan import LinearInput, plan_linear, plan_shard
 
-    tuning = replace(DEFAULT_TUNING, prenormed_inputs=True)
+    tuning = DEFAULT_TUNING
     exact = matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], False, tuning)
     int8 = matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], True, tuning)
-    assert prenorms_inputs(exact, 4096, 1) and prenorms_inputs(exact, 4096, MATVEC_MAX_TOKENS)
-    assert not prenorms_inputs(exact, 2560, 1)  # folded into the next matvecs instead
-    assert not prenorms_inputs(exact, 4096, MATVEC_MAX_TOKENS + 1)  # a matmul's step
+    assert all(prenorms_inputs(exact, width, 1) for width in (2048, 2560, 4096))
+    assert not prenorms_inputs(exact, 1024, 1)  # folded into the next matvecs instead
+    no_fold = matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["h200"], False,
+                                                replace(tuning, normed_input_max_width=512))
+    assert prenorms_inputs(no_fold, 1024, 1)  # too wide to fold
+    assert not prenorms_inputs(exact, 4096, 2) and not prenorms_inputs(exact, 4096, MATVEC_MAX_TOKENS + 1)
     assert not prenorms_inputs(int8, 4096, 1)
     assert not prenorms_inputs(matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["lavapipe"], False,
                                                                  tuning), 4096, 1)
