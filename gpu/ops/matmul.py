@@ -45,7 +45,6 @@ from gpu.ops.matmul_plan import (
     normed_input_fits,
     plan_linear,
     plan_shard,
-    q4_prefetch_defines,
     stacked_matvec_shape,
     uses_int8_tiles,
 )
@@ -462,7 +461,7 @@ def linear_stacked(
     constants: dict[str, int | str] = {
         "K": first.k, "N_ROWS": n_rows, "N_ROWS_A": first.n, "FIRST_ROW": 0, "ROW_START": 0, "Y_STRIDE": n_rows,
         "T_MAX": t_max, "ENTRY": "reduce_subgroup" if plan.subgroups else "reduce_workgroup", "TPR": shape.tpr,
-        "ROWS": shape.rows, "STORE": "row", **dict(q4_prefetch_defines(tuning)),
+        "ROWS": shape.rows, "STORE": "row",
     }
     weights = [builder.step, first.shards[0].tensor]
     if normed:

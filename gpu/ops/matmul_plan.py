@@ -461,8 +461,6 @@ def plan_matvec(
     elif not int8 and not q8_output and (t_max == 1 or t_max >= tuning.interleave_min_tokens):
         interleave = row_interleave(shape.rows, t_max, tuning)
         defines.append(("INTERLEAVE", interleave))
-    if name == "matvec_q4_k" and not lane_words:
-        defines += q4_prefetch_defines(tuning)
     defines += [("TPR", shape.tpr), ("ROWS", shape.rows)]
     every_row = computes_every_row(name, lane_words, t_max, tuning)
     if every_row:
@@ -471,14 +469,6 @@ def plan_matvec(
         defines.append(("X_SOURCE", x_source))
     groups = -(-n_rows // (shape.rows * (2 if pairs else 1)))
     return MatvecPlan(name, shape, groups, tuple(defines), pairs, lane_words, interleave, every_row)
-
-
-def q4_prefetch_defines(tuning: MatmulTuning) -> list[tuple[str, int | str]]:
-    """The Q4_PREFETCH define of the Q4_K row work (matvec/q4_k_rows.wgsl), where the tuning changes it from one
-    unit ahead (left out at its default, so programs at the default read as before)."""
-    if tuning.q4_prefetch_units not in (1, 2):
-        raise ValueError(f"q4_prefetch_units must be 1 or 2, not {tuning.q4_prefetch_units}")
-    return [] if tuning.q4_prefetch_units == 1 else [("Q4_PREFETCH", tuning.q4_prefetch_units)]
 
 
 def computes_every_row(kernel: str, lane_words: bool, t_max: int, tuning: MatmulTuning) -> bool:

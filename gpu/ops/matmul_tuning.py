@@ -71,10 +71,6 @@ class MatmulTuning:
     prenormed_max_tokens: int = 1
     prenormed_min_width: int = 2048
 
-    # units of weight words the one-token Q4_K matvecs load ahead of their arithmetic (Q4_PREFETCH: 1 or 2): two
-    # keep twice the bytes in flight a thread, for more registers a thread. One until two is timed on a GPU
-    q4_prefetch_units: int = 1
-
     # -- int8 matvecs --
     q8_input_bytes: int = 16 << 10  # largest input an int8 matvec workgroup quantises into workgroup memory
     # Q4_K matvecs without GLU take the int8 kernel for rows up to this long (longer: the prologue reads too much)

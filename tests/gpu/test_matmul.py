@@ -241,30 +241,6 @@ def test_matvec_one_token_interleave(ex: Executor, qtype: Q, kernel: str, subgro
     assert chosen == [kernel, *shape, int(pairs), DEFAULT_TUNING.one_token_row_interleave]
 
 
-@pytest.mark.parametrize(("layout", "tpr"), [("rows", 16), ("rows", 64), ("rows", 128), ("pairs", 16),
-                                             ("pairs", 32), ("glu", 16), ("glu", 64)])
-def test_matvec_q4_k_prefetch(ex: Executor, layout: str, tpr: int) -> None:
-    """One-token Q4_K matvecs loading two units ahead (q4_prefetch_units=2, Q4_PREFETCH): 80 units a row (K = 2560)
-    over 16 lanes (5 units each), 32 (2 or 3), 64 (the first 16 lanes take two units, the rest one) and 128 (the
-    last 48 lanes none); rows alone, in pairs (one token pairs rows below 64 lanes a row), and the fused gate-up
-    (each unit's up row loaded ahead beside its gate row)."""
-    subgroups = ex.device.has("subgroup")
-    ex = tuned(ex, q4_prefetch_units=2, matvec_split=MatvecShape(tpr, 4), row_pairs=layout == "pairs",
-               row_pairs_min_k=256)
-    if layout == "glu":
-        from tests.gpu.test_linear_glu import run_glu
-
-        _, program = run_glu(ex, Q.Q4_K, 2560, 45, 1, 1, seed=33, kernel=LinearKernel.MATVEC, subgroups=subgroups,
-                             whole_rows=False)
-    else:
-        _, program = run_linear(ex, Q.Q4_K, 2560, 45, 1, 1, seed=33, kernel=LinearKernel.MATVEC,
-                                subgroups=subgroups, whole_rows=False)
-    dispatch = program.dispatches[-1]
-    assert dispatch.kernel == "matvec_q4_k" and dispatch.defines["Q4_PREFETCH"] == 2
-    assert dispatch.defines.get("PAIRS") == int(layout == "pairs") and dispatch.defines.get("GLU", 0) == int(
-        layout == "glu")
-
-
 def random_normed_input(ex: Executor, rng: np.random.Generator, t: int, k: int, eps: float, post_norm: bool = True,
                         ) -> tuple[matmul_ops.NormedInput, np.ndarray, np.ndarray]:
     """A NormedInput of t random rows of k values, and in float64 what it computes: the residual r (written to
@@ -362,17 +338,15 @@ def test_matvec_normed_odd_workgroup(ex: Executor, glu: bool) -> None:
     assert rows & (rows - 1), f"power-of-two rows: {rows}"
 
 
-@pytest.mark.parametrize(("tokens", "prefetch"), [(1, 1), (1, 2), (3, 1)])
+@pytest.mark.parametrize("tokens", [1, 3])
 @pytest.mark.parametrize("normed", [False, True], ids=["plain", "normed"])
 @pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup", "subgroup"])
-def test_matvec_stacked(ex: Executor, subgroups: bool, normed: bool, tokens: int, prefetch: int) -> None:
+def test_matvec_stacked(ex: Executor, subgroups: bool, normed: bool, tokens: int) -> None:
     """A Q4_K matrix and a Q6_K one of the same input in one dispatch (linear_stacked, matvec_q4_k_q6_k.wgsl): 48
     Q4_K rows then 37 Q6_K rows (a partial last workgroup), on a plain input and on a NormedInput; each part
-    against numpy with the linear's tolerance, as the q|k and v of a Gemma 3 4B layer. prefetch: the Q4_K units
-    loaded ahead (q4_prefetch_units)."""
+    against numpy with the linear's tolerance, as the q|k and v of a Gemma 3 4B layer."""
     if subgroups and not ex.device.has("subgroup"):
         pytest.skip("adapter without subgroups")
-    ex = tuned(ex, q4_prefetch_units=prefetch)
     rng = np.random.default_rng(17)
     k, eps = 512, 1e-6
     parts = [(Q.Q4_K, 48), (Q.Q6_K, 37)]
@@ -390,7 +364,6 @@ def test_matvec_stacked(ex: Executor, subgroups: bool, normed: bool, tokens: int
     matmul_ops.linear_stacked(b, first, second, source, y, tokens, subgroups=subgroups, whole_rows=False)
     program = b.build()
     assert [d.kernel for d in program.dispatches] == ["matvec_q4_k_q6_k"]
-    assert program.dispatches[0].defines.get("Q4_PREFETCH", 1) == prefetch
     if normed:
         got, got_residual = ex.run(program, StepParams(tokens), read=[y, source.residual_out])
         np.testing.assert_allclose(got_residual, r, rtol=1e-5, atol=1e-5)

@@ -75,58 +75,30 @@ fn q4_unit_dot(v: Q4Values, s: vec4<f32>, u: Q4UnitX) -> f32 {
     return s.x * qx_lo - s.y * u.sum_lo + s.z * qx_hi - s.w * u.sum_hi;
 }
 
-// The weight words of a thread's next units (quant bytes and block header, and its second row's), loaded
-// Q4_PREFETCH units ahead of the arithmetic: the first before the input's prologue (a normalised input takes two
-// reductions and three rounds of loads before any weight is needed), each next one before the current unit's
-// arithmetic. Two units ahead keep twice the bytes in flight a thread, for 16 more registers (32 with a second row).
-override Q4_PREFETCH: u32 = 1u;  // 1 or 2
-const_assert Q4_PREFETCH == 1u || Q4_PREFETCH == 2u;
-
-struct Q4Words {
-    q: vec4<u32>,
-    h: vec4<u32>,
-    q_2: vec4<u32>,
-    h_2: vec4<u32>,
-}
-
-var<private> q4_next: Q4Words;   // the next unit's
-var<private> q4_after: Q4Words;  // the one after it (Q4_PREFETCH == 2)
+// The weight words of a thread's next unit (quant bytes and block header, and its second row's), loaded one unit
+// ahead of the arithmetic: the first before the input's prologue (a normalised input takes two reductions and
+// three rounds of loads before any weight is needed), each next one before the current unit's arithmetic.
+var<private> q4_next_q: vec4<u32>;
+var<private> q4_next_h: vec4<u32>;
+var<private> q4_next_q_2: vec4<u32>;
+var<private> q4_next_h_2: vec4<u32>;
 
 // Unit u of the rows at word offsets bases (x: the row, y: its second row, read where SECOND).
-fn q4_load_unit(bases: vec2<u32>, u: u32) -> Q4Words {
-    var w: Q4Words;
+fn q4_load_unit(bases: vec2<u32>, u: u32) {
     let block = (u / 8u) * Q4_BLOCK_WORDS4;
-    w.q = q4_weight[bases.x + block + 1u + u % 8u];  // quant bytes 16 + 32 j + 16 (part % 2)
-    w.h = q4_weight[bases.x + block];
+    q4_next_q = q4_weight[bases.x + block + 1u + u % 8u];  // quant bytes 16 + 32 j + 16 (part % 2)
+    q4_next_h = q4_weight[bases.x + block];
     if (SECOND == 1u) {
-        w.q_2 = q4_weight[bases.y + block + 1u + u % 8u];
-        w.h_2 = q4_weight[bases.y + block];
+        q4_next_q_2 = q4_weight[bases.y + block + 1u + u % 8u];
+        q4_next_h_2 = q4_weight[bases.y + block];
     }
-    return w;
 }
 
-// The thread's first units, before the input's prologue.
+// The thread's first unit, before the input's prologue.
 fn q4_prefetch(bases: vec2<u32>, lane: u32) {
     if (lane < Q4_UNITS_PER_ROW) {
-        q4_next = q4_load_unit(bases, lane);
+        q4_load_unit(bases, lane);
     }
-    if (Q4_PREFETCH == 2u && lane + TPR < Q4_UNITS_PER_ROW) {
-        q4_after = q4_load_unit(bases, lane + TPR);
-    }
-}
-
-// The words of unit u (loaded ahead), with unit u + Q4_PREFETCH TPR's loads issued in their place.
-fn q4_take_unit(bases: vec2<u32>, u: u32) -> Q4Words {
-    let w = q4_next;
-    if (Q4_PREFETCH == 2u) {
-        q4_next = q4_after;
-        if (u + 2u * TPR < Q4_UNITS_PER_ROW) {
-            q4_after = q4_load_unit(bases, u + 2u * TPR);
-        }
-    } else if (u + TPR < Q4_UNITS_PER_ROW) {
-        q4_next = q4_load_unit(bases, u + TPR);
-    }
-    return w;
 }
 
 // A unit decoded once for all tokens: quant values and scales (unit_scales) of the row and of its second row, and
@@ -160,11 +132,13 @@ fn q4_row_partial(bases: vec2<u32>, lane: u32) -> array<f32, OUTS> {
     var acc: array<f32, OUTS>;
     let n = n_tokens();
     for (var u = lane; u < Q4_UNITS_PER_ROW; u += TPR) {
-        let words = q4_take_unit(bases, u);
-        let q = words.q;
-        let h = words.h;
-        let q_2 = words.q_2;
-        let h_2 = words.h_2;
+        let q = q4_next_q;
+        let h = q4_next_h;
+        let q_2 = q4_next_q_2;
+        let h_2 = q4_next_h_2;
+        if (u + TPR < Q4_UNITS_PER_ROW) {
+            q4_load_unit(bases, u + TPR);
+        }
         let block = u / 8u;
         let part = u % 8u;
         let j = part / 2u;
