@@ -66,7 +66,7 @@ class MatmulTuning:
     # writes the next norm's input with partial sums of squares, which the next matvecs reduce (PrenormedInput):
     # past the fold's width no residual_norm dispatch, and from prenormed_min_width on faster than the fold too,
     # whose prologue each workgroup repeats (narrower models keep the fold: their prologue is short). Steps of
-    # several tokens ran slower so (the residual epilogue holds every token's row sums)
+    # several tokens measured slower so
     prenormed_inputs: bool = True
     prenormed_max_tokens: int = 1
     prenormed_min_width: int = 2048

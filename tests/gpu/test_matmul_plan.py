@@ -184,7 +184,9 @@ def test_prenormed_input_choice() -> None:
     0.6B's 1024, whose norms fold into the next matvecs), or narrower ones too wide to fold; f32 programs only; and
     the residual output's plan refuses what its epilogue cannot write, as a quantised output's refuses split
     blocks."""
+    from gpu.ops.blocks import Residual
     from gpu.ops.matmul import device_traits, prenorms_inputs
+    from gpu.tensor import Tensor
     from gpu.ops.matmul_plan import LinearInput, plan_linear, plan_shard
 
     tuning = DEFAULT_TUNING
@@ -196,6 +198,11 @@ def test_prenormed_input_choice() -> None:
                                                 replace(tuning, normed_input_max_width=512))
     assert prenorms_inputs(no_fold, 1024, 1)  # too wide to fold
     assert not prenorms_inputs(exact, 4096, 2) and not prenorms_inputs(exact, 4096, MATVEC_MAX_TOKENS + 1)
+    # a model whose blocks normalise their outputs (Gemma's post-norms) keeps the fold at any width it fits
+    x = Tensor("x", (1, 2560), "f32")
+    assert [Residual(exact, x, 1e-6, 1, fusable=True, post_norms=post).prenorm for post in (False, True)] == [
+        True, False]
+    assert Residual(exact, x, 1e-6, 1, fusable=True, post_norms=True).fold
     assert not prenorms_inputs(int8, 4096, 1)
     assert not prenorms_inputs(matmul_scenarios.RecordingBuilder(matmul_scenarios.DEVICES["lavapipe"], False,
                                                                  tuning), 4096, 1)
