@@ -272,16 +272,17 @@ def matvec_shape(k: int, n_rows: int, tuning: MatmulTuning, unit_values: int = G
 
 def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int,
                       tuning: MatmulTuning, normed: bool = False, max_threads: int = 0) -> MatvecShape:
-    """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units): Q4_K up to 16 units a thread (8 for
-    a one-token gate-up), Q6_K 4, its units costing more loads. On a plain input, rows a workgroup shrink until
+    """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units): at most q4_units_per_thread Q4_K
+    units a thread (one_token_glu_q4_units for a one-token gate-up), q6_units_per_thread Q6_K ones, whose units
+    cost more loads. On a plain input, rows a workgroup shrink until
     there are wide_target_groups workgroups; on a normalised input (normed), whose every workgroup makes the input
     again, matvec_target_groups, and where the reduction takes workgroups of any size (max_threads), as many rows a
     workgroup as leave that many workgroups, not necessarily a power of two (the rounds of workgroups then fill the
     SMs evenly)."""
     if qtype is GGMLQuantizationType.Q4_K:
-        per_thread = 8 if glu and t_max == 1 else 16
+        per_thread = tuning.one_token_glu_q4_units if glu and t_max == 1 else tuning.q4_units_per_thread
     else:
-        per_thread = 4
+        per_thread = tuning.q6_units_per_thread
     shape = matvec_shape(k, n_rows, tuning, 32, per_thread, rows_read=n_rows * (2 if glu else 1),
                          target_groups=tuning.matvec_target_groups if normed else tuning.wide_target_groups)
     if normed:
