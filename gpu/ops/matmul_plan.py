@@ -247,20 +247,22 @@ def _pow2_ceil(n: int) -> int:
 
 def matvec_shape(k: int, n_rows: int, tuning: MatmulTuning, unit_values: int = GROUP_VALUES,
                  units_per_thread: int | None = None, rows_read: int | None = None,
-                 target_groups: int | None = None) -> MatvecShape:
+                 target_groups: int | None = None, units_tpr: int | None = None) -> MatvecShape:
     """The split of an [n_rows, k] shard over matvec threads (GPU adapters).
 
     Threads per row, a power of two from 4 up to 64: enough threads in all (rows_read * tpr >=
-    matvec_target_threads; rows_read counts a GLU's up rows too) to hide memory latency, at most units_per_thread
-    units of unit_values values per thread, at least two. Output heads (rows_read >= head_rows: the rows alone give
-    threads enough) take head_tpr threads a row, long runs of units each. Rows per workgroup: matvec_threads
-    threads, fewer while that leaves fewer than target_groups workgroups.
+    matvec_target_threads; rows_read counts a GLU's up rows too) to hide memory latency, and enough that a thread
+    takes at most units_per_thread units of unit_values values (or units_tpr threads, where given), at least two
+    units each. Output heads (rows_read >= head_rows: the rows alone give threads enough) take head_tpr threads a
+    row, long runs of units each. Rows per workgroup: matvec_threads threads, fewer while that leaves fewer than
+    target_groups workgroups.
     """
     units_per_thread = units_per_thread or tuning.matvec_groups_per_thread
     target_groups = target_groups or tuning.matvec_target_groups
     units = k // unit_values
     rows_read = rows_read or n_rows
-    wanted = max(_pow2_ceil(-(-tuning.matvec_target_threads // rows_read)), _pow2_floor(units // units_per_thread))
+    units_tpr = units_tpr or _pow2_floor(units // units_per_thread)
+    wanted = max(_pow2_ceil(-(-tuning.matvec_target_threads // rows_read)), units_tpr)
     if rows_read >= tuning.head_rows:
         wanted = tuning.head_tpr
     tpr = max(4, min(wanted, 64, _pow2_floor(units // 2)))
@@ -273,18 +275,23 @@ def matvec_shape(k: int, n_rows: int, tuning: MatmulTuning, unit_values: int = G
 def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: bool, t_max: int,
                       tuning: MatmulTuning, normed: bool = False, max_threads: int = 0) -> MatvecShape:
     """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units): at most q4_units_per_thread Q4_K
-    units a thread (one_token_glu_q4_units for a one-token gate-up), q6_units_per_thread Q6_K ones, whose units
-    cost more loads. On a plain input, rows a workgroup shrink until
+    units a thread, q6_units_per_thread Q6_K ones, whose units cost more loads; a one-token Q4_K gate-up takes
+    one_token_glu_tpr threads a row whatever its units (more where its rows need them for matvec_target_threads
+    threads in all). On a plain input, rows a workgroup shrink until
     there are wide_target_groups workgroups; on a normalised input (normed), whose every workgroup makes the input
     again, matvec_target_groups, and where the reduction takes workgroups of any size (max_threads), as many rows a
     workgroup as leave that many workgroups, not necessarily a power of two (the rounds of workgroups then fill the
     SMs evenly)."""
+    units_tpr = None
     if qtype is GGMLQuantizationType.Q4_K:
-        per_thread = tuning.one_token_glu_q4_units if glu and t_max == 1 else tuning.q4_units_per_thread
+        per_thread = tuning.q4_units_per_thread
+        if glu and t_max == 1:
+            units_tpr = tuning.one_token_glu_tpr
     else:
         per_thread = tuning.q6_units_per_thread
     shape = matvec_shape(k, n_rows, tuning, 32, per_thread, rows_read=n_rows * (2 if glu else 1),
-                         target_groups=tuning.matvec_target_groups if normed else tuning.wide_target_groups)
+                         target_groups=tuning.matvec_target_groups if normed else tuning.wide_target_groups,
+                         units_tpr=units_tpr)
     if normed:
         rows = -(-n_rows // tuning.matvec_target_groups)
         if shape.rows < rows <= max_threads // shape.tpr:

@@ -33,11 +33,13 @@ class MatmulTuning:
     # the wide K-quant matvecs on a plain input: no prologue to repeat, so more, smaller workgroups pay
     wide_target_groups: int = 512
     matvec_groups_per_thread: int = 8  # most 16-value groups a thread takes per row: longer runs stall on loads
-    # ... and most 32-value units in the wide K-quant kernels: Q4_K's, a one-token gate-up's (a thread's units are
-    # a gate row's and its up row's), Q6_K's (its units cost more loads)
+    # ... and most 32-value units in the wide K-quant kernels: Q4_K's, Q6_K's (its units cost more loads)
     q4_units_per_thread: int = 16
-    one_token_glu_q4_units: int = 8
     q6_units_per_thread: int = 4
+    # a one-token Q4_K gate-up's threads a row (each on a gate row's units and its up row's) whatever its units, more
+    # only where few rows need them for matvec_target_threads: both more threads (the units rule above, on rows of
+    # 4096 values) and fewer measured slower
+    one_token_glu_tpr: int = 8
     matvec_target_threads: int = 65536  # threads wanted in all to hide memory latency (about 500 an SM)
     head_rows: int = 65536  # a matvec of this many rows is an output head: its rows alone give threads enough ...
     head_tpr: int = 4  # ... so it takes this many threads a row, each on a long run of units

@@ -20,6 +20,7 @@ from gpu.ops.matmul_plan import (
     matvec_shape,
     row_pairs_shape,
     software_matvec_threads,
+    wide_matvec_shape,
 )
 from gpu.ops.matmul_tuning import DEFAULT_TUNING
 from tests.gpu import matmul_scenarios
@@ -120,6 +121,19 @@ def test_matvec_shape_choices() -> None:
     for n in (1, 45, 256, 640, 2048, 262144):
         wg = software_matvec_threads(n, DEFAULT_TUNING)
         assert wg & (wg - 1) == 0 and 8 <= wg <= 64, (n, wg)
+
+
+def test_one_token_gate_up_threads() -> None:
+    """A one-token Q4_K gate-up takes one_token_glu_tpr threads a row on the families' widths, Gemma 3 270M's 640 to
+    Llama 3.1 8B's 4096 and Gemma 3 27B's 5376 (the 8B's took 16 by the units rule of the other matvecs), more where
+    few rows need them for matvec_target_threads threads in all (Qwen3 0.6B's 3072); a different setting reaches
+    the plan."""
+    for tpr in (DEFAULT_TUNING.one_token_glu_tpr, 16):
+        tuning = replace(DEFAULT_TUNING, one_token_glu_tpr=tpr)
+        for k, f in ((1152, 6912), (1536, 12288), (2048, 8192), (2560, 9728), (4096, 14336), (5376, 21504)):
+            assert wide_matvec_shape(k, f, Q.Q4_K, True, 1, tuning).tpr == tpr, (k, tpr)
+    assert wide_matvec_shape(640, 2048, Q.Q4_K, True, 1, DEFAULT_TUNING).tpr == 8  # 20 units: at least 2 a thread
+    assert wide_matvec_shape(1024, 3072, Q.Q4_K, True, 1, DEFAULT_TUNING).tpr == 16
 
 
 def test_row_pairs_choice() -> None:
