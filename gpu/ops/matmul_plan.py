@@ -261,7 +261,7 @@ def matvec_shape(k: int, n_rows: int, tuning: MatmulTuning, unit_values: int = G
     target_groups = target_groups or tuning.matvec_target_groups
     units = k // unit_values
     rows_read = rows_read or n_rows
-    units_tpr = units_tpr or _pow2_floor(units // units_per_thread)
+    units_tpr = _pow2_floor(units_tpr or units // units_per_thread)
     wanted = max(_pow2_ceil(-(-tuning.matvec_target_threads // rows_read)), units_tpr)
     if rows_read >= tuning.head_rows:
         wanted = tuning.head_tpr
@@ -277,11 +277,10 @@ def wide_matvec_shape(k: int, n_rows: int, qtype: GGMLQuantizationType, glu: boo
     """matvec_shape for matvec_q4_k.wgsl and matvec_q6_k.wgsl (32-value units): at most q4_units_per_thread Q4_K
     units a thread, q6_units_per_thread Q6_K ones, whose units cost more loads; a one-token Q4_K gate-up takes
     one_token_glu_tpr threads a row whatever its units (more where its rows need them for matvec_target_threads
-    threads in all). On a plain input, rows a workgroup shrink until
-    there are wide_target_groups workgroups; on a normalised input (normed), whose every workgroup makes the input
-    again, matvec_target_groups, and where the reduction takes workgroups of any size (max_threads), as many rows a
-    workgroup as leave that many workgroups, not necessarily a power of two (the rounds of workgroups then fill the
-    SMs evenly)."""
+    threads in all). On a plain input, rows a workgroup shrink until there are wide_target_groups workgroups; on a
+    normalised input (normed), whose every workgroup makes the input again, matvec_target_groups, and where the
+    reduction takes workgroups of any size (max_threads), as many rows a workgroup as leave that many workgroups,
+    not necessarily a power of two (the rounds of workgroups then fill the SMs evenly)."""
     units_tpr = None
     if qtype is GGMLQuantizationType.Q4_K:
         per_thread = tuning.q4_units_per_thread

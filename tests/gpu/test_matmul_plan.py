@@ -128,11 +128,12 @@ def test_one_token_gate_up_threads() -> None:
     Llama 3.1 8B's 4096 and Gemma 3 27B's 5376 (the 8B's took 16 by the units rule of the other matvecs), more where
     few rows need them for matvec_target_threads threads in all (Qwen3 0.6B's 3072); a different setting reaches
     the plan."""
-    for tpr in (DEFAULT_TUNING.one_token_glu_tpr, 16):
+    widths = ((640, 2048), (1152, 6912), (1536, 12288), (2048, 8192), (2560, 9728), (4096, 14336), (5376, 21504))
+    # (at 16 threads a row, 640's 20 units would leave a thread one: its rows keep 8)
+    for tpr, shapes in ((DEFAULT_TUNING.one_token_glu_tpr, widths), (16, widths[1:])):
         tuning = replace(DEFAULT_TUNING, one_token_glu_tpr=tpr)
-        for k, f in ((1152, 6912), (1536, 12288), (2048, 8192), (2560, 9728), (4096, 14336), (5376, 21504)):
+        for k, f in shapes:
             assert wide_matvec_shape(k, f, Q.Q4_K, True, 1, tuning).tpr == tpr, (k, tpr)
-    assert wide_matvec_shape(640, 2048, Q.Q4_K, True, 1, DEFAULT_TUNING).tpr == 8  # 20 units: at least 2 a thread
     assert wide_matvec_shape(1024, 3072, Q.Q4_K, True, 1, DEFAULT_TUNING).tpr == 16
 
 
