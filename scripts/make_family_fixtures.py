@@ -21,8 +21,8 @@ family_fixtures/specs.py) the script
    with gguf-py and mapped back to transformers' names (undoing the converter's Q/K row permutation for llama-arch
    files), and keeps the first seed whose every recorded step has a top-2 margin > 1e-3 relative and whose greedy
    runs use >= 8 distinct tokens.
-With --llama-quantize, llama3_h256 (llama3 at hidden 256), lfm2_h256 and qwen35_h256 are also made as Q4_K_M by llama.cpp's
-llama-quantize (their F32 sources are not kept);
+With --llama-quantize, llama3_h256 (llama3 at hidden 256), lfm2_h256 and qwen35_h256 are also made as Q4_K_M by
+llama.cpp's llama-quantize (their F32 sources are not kept);
 scripts/check_family_fixtures.py says how to build llama-quantize.
 
 Outputs in --out (tests/golden/families): <family>.<dtype>.gguf, <family>.npz and meta.json (per family: the HF

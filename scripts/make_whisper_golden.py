@@ -1,4 +1,5 @@
-"""Golden files for the Whisper tests (run with the reference venv: /work/refvenv/bin/python scripts/make_whisper_golden.py).
+"""Golden files for the Whisper tests (run with the reference venv:
+/work/refvenv/bin/python scripts/make_whisper_golden.py).
 
 Writes tests/golden/whisper/:
 - clips/NN.ogg: English speech made with espeak-ng (several voices and speeds; clip 20 is longer than 30 s),

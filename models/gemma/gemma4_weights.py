@@ -37,7 +37,9 @@ def experts_gate_up(f: GGUFFile, up: Uploader, layer: int) -> QuantWeight:
 def experts_fit_one_binding(f: GGUFFile, layer: int, max_binding_bytes: int) -> bool:
     """Whether a layer's expert tensors (gate and up together) each fit one binding, as the sparse expert
     matvec (gpu/ops/moe.py) reads them."""
-    size = lambda kind: int(f.tensor(tensor_name(kind, layer)).n_bytes)
+    def size(kind: MODEL_TENSOR) -> int:
+        return int(f.tensor(tensor_name(kind, layer)).n_bytes)
+
     fused = tensor_name(T.FFN_GATE_UP_EXP, layer) in f.tensors
     gate_up = size(T.FFN_GATE_UP_EXP) if fused else size(T.FFN_GATE_EXP) + size(T.FFN_UP_EXP)
     return max(gate_up, size(T.FFN_DOWN_EXP)) <= max_binding_bytes
